@@ -1,0 +1,51 @@
+"""LogConfig: the per-log settings, named as in API.md (and after their Kafka topic configs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from .errors import KdelayError
+
+DAY_MS = 86_400_000
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    segment_bytes: int = 1 << 30
+    segment_ms: int = 7 * DAY_MS
+    index_interval_bytes: int = 4096
+    max_delivery_delay_ms: int = 0
+    delayed_delivery_enable: bool = True
+    retention_ms: int = 7 * DAY_MS
+    retention_bytes: int = -1
+    flush_messages: int | None = None
+    flush_ms: int | None = None
+    max_batch_bytes: int = 1 << 20
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "delayed_delivery_enable":
+                if not isinstance(value, bool):
+                    raise KdelayError(f"LogConfig.{f.name} must be a bool, got {value!r}")
+                continue
+            if value is None and f.name in ("flush_messages", "flush_ms"):
+                continue
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise KdelayError(f"LogConfig.{f.name} must be an int, got {value!r}")
+        positive = ("segment_bytes", "segment_ms", "index_interval_bytes", "max_batch_bytes")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise KdelayError(f"LogConfig.{name} must be > 0, got {getattr(self, name)}")
+        if self.max_delivery_delay_ms < 0:
+            raise KdelayError("LogConfig.max_delivery_delay_ms must be >= 0 (0 = no limit)")
+        for name in ("retention_ms", "retention_bytes"):
+            v = getattr(self, name)
+            if v < -1:
+                raise KdelayError(f"LogConfig.{name} must be >= 0, or -1 for no limit")
+        for name in ("flush_messages", "flush_ms"):
+            v = getattr(self, name)
+            if v is not None and v <= 0:
+                raise KdelayError(f"LogConfig.{name} must be > 0 or None")
+        if self.max_batch_bytes > self.segment_bytes:
+            raise KdelayError("LogConfig.max_batch_bytes must not exceed segment_bytes")

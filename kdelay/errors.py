@@ -1,0 +1,46 @@
+"""The error hierarchy. Every error kdelay raises on purpose derives from KdelayError."""
+
+from __future__ import annotations
+
+
+class KdelayError(Exception):
+    """Base class of every kdelay error."""
+
+
+class InvalidRecordError(KdelayError, ValueError):
+    """A record or batch that cannot be appended; nothing was written."""
+
+
+class DeliveryDelayExceededError(InvalidRecordError):
+    """A requested delay is longer than `max_delivery_delay_ms` (PIP-315)."""
+
+
+class DelayedDeliveryDisabledError(InvalidRecordError):
+    """A deliver_after was given to a log with `delayed_delivery_enable=False`."""
+
+
+class InvalidTopicError(KdelayError, ValueError):
+    """A topic name outside Kafka's rules, or a topic reopened with another shape."""
+
+
+class LogLockedError(KdelayError):
+    """Another Log (in this or another process) holds the directory's lock."""
+
+
+class CorruptLogError(KdelayError):
+    """Bytes on disk failed a size, CRC or offset check.
+
+    `path` and `position` say where the damaged batch starts.
+    """
+
+    def __init__(self, message: str, path: str | None = None, position: int | None = None):
+        where = ""
+        if path is not None:
+            where = f" ({path}" + (f" at byte {position}" if position is not None else "") + ")"
+        super().__init__(message + where)
+        self.path = path
+        self.position = position
+
+
+class LogClosedError(KdelayError):
+    """An operation on a Log that has been closed."""

@@ -1,0 +1,53 @@
+"""Public value types: what goes into a log and what comes out of it."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+Header = tuple[str, bytes | None]
+
+
+class Record(NamedTuple):
+    """One record to append. `timestamp` defaults to the append time; `deliver_after`
+    (ms) is the record's own wish, folded into the batch's deliverAfter."""
+
+    value: bytes | None
+    key: bytes | None = None
+    headers: tuple[Header, ...] | list[Header] = ()
+    timestamp: int | None = None
+    deliver_after: int | None = None
+
+
+class DeliveryKey(NamedTuple):
+    """A position in delivery order: records are served in `(deliver_after, offset)` order."""
+
+    deliver_after: int
+    offset: int
+
+
+class AppendResult(NamedTuple):
+    base_offset: int
+    last_offset: int
+    deliver_after: int
+    append_time: int
+
+
+class FetchedRecord(NamedTuple):
+    """A record read back. `partition` is set when it came through a Topic."""
+
+    offset: int
+    deliver_after: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[Header]
+    partition: int | None = None
+
+    @property
+    def delivery_key(self) -> DeliveryKey:
+        return DeliveryKey(self.deliver_after, self.offset)
+
+
+class FetchResult(NamedTuple):
+    records: list[FetchedRecord]
+    next: DeliveryKey | None
