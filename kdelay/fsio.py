@@ -1,0 +1,86 @@
+"""Every file operation the engine performs that matters for durability goes through here.
+
+Keeping them in one module gives one seam for fault injection (crash points, ENOSPC) and
+one place that states the durability rules: data is fsync'd before the rename that
+publishes it, and the directory is fsync'd after a rename, create or unlink.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = [
+    "atomic_write", "fsync", "fsync_dir", "open_append", "pread", "rename", "truncate",
+    "unlink", "write", "read_small",
+]
+
+O_BINARY = getattr(os, "O_BINARY", 0)
+
+
+def open_append(path: str) -> int:
+    """Open (creating if needed) a file for appending; returns the descriptor."""
+    return os.open(path, os.O_RDWR | os.O_CREAT | O_BINARY, 0o666)
+
+
+def write(fd: int, data: bytes, position: int) -> None:
+    """Write all of `data` at `position` (a short write is retried until done)."""
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, position)
+        view = view[n:]
+        position += n
+
+
+def pread(fd: int, size: int, position: int) -> bytes:
+    return os.pread(fd, size, position)
+
+
+def fsync(fd: int) -> None:
+    os.fsync(fd)
+
+
+def truncate(fd: int, size: int) -> None:
+    os.ftruncate(fd, size)
+
+
+def rename(src: str, dst: str) -> None:
+    os.replace(src, dst)
+
+
+def unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str, data: bytes, *, sync_dir: bool = True) -> None:
+    """Replace `path` with `data` so that a crash leaves either the old or the new file:
+    write a temp file, fsync it, rename over, fsync the directory."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | O_BINARY, 0o666)
+    try:
+        write(fd, data, 0)
+        fsync(fd)
+    finally:
+        os.close(fd)
+    rename(tmp, path)
+    if sync_dir:
+        fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def read_small(path: str) -> bytes | None:
+    """The whole of a small file, or None if it does not exist."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None

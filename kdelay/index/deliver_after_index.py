@@ -1,0 +1,149 @@
+"""The DeliverAfterIndex (.dlyindex): one entry per batch, sorted by (deliverAfter, offset),
+mapping to the batch's position (and size) in the segment's .log.
+
+Entries persisted when the segment rolled (or the log closed) are memmap'd columns searched
+with searchsorted; entries appended since live in a SortedList. A reader walks both in key
+order through `entries_after`, which the fetch merge consumes lazily.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+
+import numpy as np
+from sortedcontainers import SortedList
+
+from .base import AbstractIndex
+
+# (deliver_after, base_offset, position, last_offset_delta, size)
+Entry = tuple[int, int, int, int, int]
+
+_FIRST_CHUNK = 16
+_MAX_CHUNK = 4096
+
+
+class DeliverAfterIndex(AbstractIndex):
+    MAGIC = b"KDLYIDX1"
+    DTYPES = [np.dtype("<i8"), np.dtype("<i8"), np.dtype("<i8"), np.dtype("<i4"),
+              np.dtype("<i4")]
+
+    def __init__(self, base_offset: int, columns: list[np.ndarray] | None = None):
+        super().__init__(base_offset, columns)
+        self._pending: SortedList = SortedList()
+
+    @classmethod
+    def from_entries(cls, base_offset: int, entries: list[Entry]) -> DeliverAfterIndex:
+        """An index over entries in any order (as a log scan produces them)."""
+        if not entries:
+            return cls(base_offset)
+        cols = [np.array(c, dtype=d)
+                for c, d in zip(zip(*entries, strict=True), cls.DTYPES, strict=True)]
+        order = np.lexsort((cols[1], cols[0]))
+        return cls(base_offset, [c[order] for c in cols])
+
+    def add(self, deliver_after: int, base_offset: int, position: int, last_offset_delta: int,
+            size: int) -> None:
+        self._pending.add((deliver_after, base_offset, position, last_offset_delta, size))
+
+    def _clear_pending(self) -> None:
+        self._pending = SortedList()
+
+    def __len__(self) -> int:
+        return len(self._columns[0]) + len(self._pending)
+
+    def columns(self) -> list[np.ndarray]:
+        if not self._pending:
+            return [np.asarray(c) for c in self._columns]
+        fresh = [np.array(c, dtype=d)
+                 for c, d in zip(zip(*self._pending, strict=True), self.DTYPES, strict=True)]
+        merged = [np.concatenate([a, b]) for a, b in zip(self._columns, fresh, strict=True)]
+        order = np.lexsort((merged[1], merged[0]))
+        return [c[order] for c in merged]
+
+    # ------------------------------------------------------------------ summaries
+
+    def min_deliver_after(self) -> int | None:
+        cands = []
+        if len(self._columns[0]):
+            cands.append(int(self._columns[0][0]))
+        if self._pending:
+            cands.append(self._pending[0][0])
+        return min(cands) if cands else None
+
+    def max_key(self) -> tuple[int, int] | None:
+        """The largest (deliverAfter, offset) of any record in the segment."""
+        cands = []
+        da = self._columns[0]
+        if len(da):
+            cands.append((int(da[-1]), int(self._columns[1][-1]) + int(self._columns[3][-1])))
+        if self._pending:
+            e = self._pending[-1]
+            cands.append((e[0], e[1] + e[3]))
+        return max(cands) if cands else None
+
+    def count_pending(self, now: int) -> tuple[int, int]:
+        """(records not yet due at `now`, batches not yet due)."""
+        da, _, _, lod, _ = self._columns
+        j = int(np.searchsorted(da, now, side="right"))
+        records = int((lod[j:].astype(np.int64) + 1).sum())
+        batches = len(da) - j
+        for e in self._pending.irange(minimum=(now + 1,)):
+            records += e[3] + 1
+            batches += 1
+        return records, batches
+
+    def memory_bytes(self) -> int:
+        # a 5-tuple (~80 B) of ints (~28-32 B each) plus the SortedList slot
+        return len(self._pending) * 240
+
+    # ------------------------------------------------------------------ reading
+
+    def entries_after(self, after: tuple[int, int] | None) -> Iterator[Entry]:
+        """Every entry that may hold a record with key > `after`, in key order. The first may
+        be the batch that holds `after` itself (the caller skips its consumed records)."""
+        runs = []
+        if len(self._columns[0]):
+            runs.append(self._iter_columns(self._start_in_columns(after)))
+        if self._pending:
+            runs.append(self._iter_pending(after))
+        if not runs:
+            return iter(())
+        if len(runs) == 1:
+            return runs[0]
+        return heapq.merge(*runs)
+
+    def _start_in_columns(self, after: tuple[int, int] | None) -> int:
+        if after is None:
+            return 0
+        da_c, off_c = after
+        da, off, _, lod, _ = self._columns
+        lo = int(np.searchsorted(da, da_c, side="left"))
+        hi = int(np.searchsorted(da, da_c, side="right"))
+        j = lo + int(np.searchsorted(off[lo:hi], off_c, side="right"))
+        if j > lo and int(off[j - 1]) + int(lod[j - 1]) > off_c:
+            j -= 1  # the batch holding the cursor still has records after it
+        return j
+
+    def _iter_columns(self, start: int) -> Iterator[Entry]:
+        cols = self._columns
+        n = len(cols[0])
+        i = start
+        chunk = _FIRST_CHUNK
+        while i < n:
+            j = min(n, i + chunk)
+            yield from zip(*(c[i:j].tolist() for c in cols), strict=True)
+            i = j
+            chunk = min(chunk * 4, _MAX_CHUNK)
+
+    def _iter_pending(self, after: tuple[int, int] | None) -> Iterator[Entry]:
+        sl = self._pending
+        if after is None:
+            return iter(sl)
+        da_c, off_c = after
+        k = sl.bisect_left((da_c, off_c + 1))
+        if k > 0:
+            prev = sl[k - 1]
+            if prev[0] == da_c and prev[1] + prev[3] > off_c:
+                k -= 1
+        return sl.islice(k)

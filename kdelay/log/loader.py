@@ -1,0 +1,158 @@
+"""LogLoader: turn a partition directory into open segments, recovering it if needed.
+
+After a clean close (the marker file is present) every segment opens from its persisted
+indexes and no log data is read. After an unclean shutdown, segments at or past the recovery
+point (the part not known to be fsync'd) are scanned batch by batch with CRCs and cut at the
+first torn or corrupt batch; segments before it keep their indexes, and any index that is
+missing, stale or corrupt is rebuilt from its .log and persisted again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+from .. import fsio
+from ..errors import CorruptLogError
+from ..index.index_file import IndexFileError
+from .segment import (
+    INDEX_SUFFIXES,
+    LOG_SUFFIX,
+    LogSegment,
+    parse_segment_name,
+)
+
+log = logging.getLogger("kdelay")
+
+CLEAN_SHUTDOWN_FILE = ".kdelay_cleanshutdown"
+RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
+LOCK_FILE = ".lock"
+_CHECKPOINT_TAG = "kdelay-recovery-point v1"
+
+
+@dataclass
+class LoadReport:
+    clean: bool = True
+    segments_scanned: int = 0
+    bytes_scanned: int = 0
+    bytes_truncated: int = 0
+    indexes_rebuilt: int = 0
+    orphans_removed: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+def read_recovery_point(directory: str) -> int:
+    """Offsets below the recovery point are known fsync'd. Unreadable means 0 (scan all)."""
+    raw = fsio.read_small(os.path.join(directory, RECOVERY_POINT_FILE))
+    if raw is None:
+        return 0
+    try:
+        tag, value, check = raw.decode("ascii").split("\n")[:3]
+        if tag != _CHECKPOINT_TAG or check != f"end {value}":
+            return 0
+        return max(0, int(value))
+    except (UnicodeDecodeError, ValueError):
+        return 0
+
+
+def write_recovery_point(directory: str, offset: int) -> None:
+    data = f"{_CHECKPOINT_TAG}\n{offset}\nend {offset}\n".encode("ascii")
+    fsio.atomic_write(os.path.join(directory, RECOVERY_POINT_FILE), data)
+
+
+def load_segments(directory: str, index_interval_bytes: int) -> tuple[list[LogSegment],
+                                                                      LoadReport]:
+    report = LoadReport()
+    report.clean = os.path.exists(os.path.join(directory, CLEAN_SHUTDOWN_FILE))
+    recovery_point = read_recovery_point(directory)
+    bases = _tidy_directory(directory, report)
+    segments: list[LogSegment] = []
+    try:
+        for i, base in enumerate(bases):
+            if segments and base != segments[-1].next_offset:
+                if base < segments[-1].next_offset:
+                    raise CorruptLogError(
+                        f"segment {base} overlaps the previous one (which ends at "
+                        f"{segments[-1].next_offset})", os.path.join(directory, f"{base:020d}.log"))
+                report.problems.append(
+                    f"offset gap: {segments[-1].next_offset}..{base - 1} missing before "
+                    f"segment {base}")
+            unflushed = not report.clean and (i == len(bases) - 1 or base >= recovery_point)
+            cut = 0
+            if unflushed:
+                seg, cut = _recover(directory, base, index_interval_bytes, report, truncate=True)
+            else:
+                try:
+                    seg = LogSegment.load(directory, base)
+                except IndexFileError as e:
+                    report.problems.append(f"rebuilding indexes: {e}")
+                    seg, _ = _recover(directory, base, index_interval_bytes, report,
+                                      truncate=False)
+                    if i < len(bases) - 1:
+                        seg.persist_indexes()
+            segments.append(seg)
+            if cut and i < len(bases) - 1:
+                # The log is cut inside a sealed segment: what follows no longer continues it.
+                for later in bases[i + 1:]:
+                    _delete_files(directory, later)
+                    report.problems.append(f"deleted segment {later} after the truncation point")
+                break
+    except BaseException:
+        for seg in segments:
+            seg.close()
+        raise
+    return segments, report
+
+
+def _recover(directory: str, base: int, interval: int, report: LoadReport, *,
+             truncate: bool) -> tuple[LogSegment, int]:
+    """Rebuild a segment's indexes from its .log; returns it and how many bytes were cut."""
+    path = os.path.join(directory, f"{base:020d}{LOG_SUFFIX}")
+    before = os.path.getsize(path)
+    seg, error = LogSegment.recover(directory, base, index_interval_bytes=interval,
+                                    check_crc=True, truncate=truncate)
+    report.segments_scanned += 1
+    report.bytes_scanned += before
+    report.indexes_rebuilt += 3
+    cut = before - seg.size
+    if error is not None:
+        if truncate:
+            report.bytes_truncated += cut
+            report.problems.append(f"truncated {before - seg.size} bytes of torn or corrupt "
+                                   f"tail: {error}")
+        else:
+            report.problems.append(f"damaged flushed segment (not truncated): {error}")
+        log.warning("kdelay recovery: %s", report.problems[-1])
+    return seg, cut
+
+
+def _tidy_directory(directory: str, report: LoadReport) -> list[int]:
+    """Remove leftovers (temp files, indexes without a .log); return the segment bases."""
+    names = os.listdir(directory)
+    logs = set()
+    others = []
+    for name in names:
+        if name.endswith(".tmp") or name.endswith(".deleted"):
+            fsio.unlink(os.path.join(directory, name))
+            report.orphans_removed += 1
+            continue
+        parsed = parse_segment_name(name)
+        if parsed is None:
+            continue
+        base, suffix = parsed
+        if suffix == LOG_SUFFIX:
+            logs.add(base)
+        elif suffix in INDEX_SUFFIXES:
+            others.append((base, name))
+    for base, name in others:
+        if base not in logs:
+            fsio.unlink(os.path.join(directory, name))
+            report.orphans_removed += 1
+    return sorted(logs)
+
+
+def _delete_files(directory: str, base: int) -> None:
+    fsio.unlink(os.path.join(directory, f"{base:020d}{LOG_SUFFIX}"))
+    for suffix in INDEX_SUFFIXES:
+        fsio.unlink(os.path.join(directory, f"{base:020d}{suffix}"))

@@ -1,0 +1,545 @@
+"""Log: one partition's directory of segments — the public facade over the storage engine.
+
+Appends go to the active segment in arrival order. A fetch merges every segment's
+DeliverAfterIndex from the cursor on (kdelay.fetch.merge) and returns what is due.
+
+Concurrency: one lock serialises appends, rolls, retention and each fetch's read of the
+segment set; long-polling fetches wait on a condition outside it. The log clock never runs
+backwards (it is the max of every clock reading it has seen), so an append always gets a
+deliverAfter >= anything a fetch has already treated as "now": a late append can never land
+behind a consumer's cursor.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from sortedcontainers import SortedDict, SortedList
+
+from . import fsio
+from .config import LogConfig
+from .errors import (
+    DelayedDeliveryDisabledError,
+    DeliveryDelayExceededError,
+    InvalidRecordError,
+    KdelayError,
+    LogClosedError,
+    LogLockedError,
+)
+from .fetch import groups
+from .fetch.merge import batch_records, merge_streams, read_page
+from .log import codec
+from .log.loader import (
+    CLEAN_SHUTDOWN_FILE,
+    LOCK_FILE,
+    LoadReport,
+    load_segments,
+    write_recovery_point,
+)
+from .log.segment import LogSegment
+from .records import AppendResult, DeliveryKey, FetchedRecord, FetchResult, Record
+
+Clock = Callable[[], int]
+_NONE_TYPE = type(None)
+
+
+def wall_clock() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class OffsetOutOfRangeError(KdelayError):
+    """An offset that is not in the log (deleted by retention, or never written)."""
+
+
+class Log:
+    """One partition. Open with `Log.open(path, config=..., clock=...)`."""
+
+    def __init__(self, path: str, config: LogConfig, clock: Clock, lock_fd: int,
+                 segments: list[LogSegment], report: LoadReport):
+        self.path = path
+        self.config = config
+        self._clock = clock
+        self._lock_fd = lock_fd
+        self.load_report = report
+        self._lock = threading.RLock()
+        self._appended = threading.Condition(self._lock)
+        self._closed = False
+        self._now_floor = 0
+        self._segments: SortedDict = SortedDict((s.base_offset, s) for s in segments)
+        # sealed segments keyed by the largest (deliverAfter, offset) they hold, so a fetch
+        # skips every segment with nothing after its cursor without touching it
+        self._sealed_by_max_key = SortedList()
+        for seg in segments[:-1]:
+            self._add_sealed(seg)
+        self._active: LogSegment = segments[-1]
+        self._unflushed_records = 0
+        self._oldest_unflushed: float | None = None
+        self._groups = groups.GroupStore(path)
+        self._flusher: threading.Thread | None = None
+        if config.flush_ms is not None:
+            self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
+                                             name=f"kdelay-flush-{path}")
+            self._flusher.start()
+
+    # ------------------------------------------------------------------ open / close
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, config: LogConfig | None = None,
+             clock: Clock | None = None) -> Log:
+        """Open (creating if missing) and recover the log directory at `path`."""
+        config = config if config is not None else LogConfig()
+        if not isinstance(config, LogConfig):
+            raise KdelayError(f"config must be a LogConfig, got {type(config).__name__}")
+        path = os.fspath(path)
+        os.makedirs(path, exist_ok=True)
+        lock_fd = _take_lock(path)
+        try:
+            segments, report = load_segments(path, config.index_interval_bytes)
+            if not segments:
+                segments = [LogSegment.create(path, 0)]
+                fsio.fsync_dir(path)
+            marker = os.path.join(path, CLEAN_SHUTDOWN_FILE)
+            if os.path.exists(marker):
+                # from here on a crash must be treated as unclean
+                fsio.unlink(marker)
+                fsio.fsync_dir(path)
+            elif not report.clean:
+                # recovered segments are whole and fsync'd from here on
+                segments[-1].flush()
+                write_recovery_point(path, segments[-1].base_offset)
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        return cls(path, config, clock or wall_clock, lock_fd, segments, report)
+
+    def close(self) -> None:
+        """Flush, persist the active segment's indexes, mark the shutdown clean."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self._active.persist_indexes()
+                write_recovery_point(self.path, self._active.next_offset)
+                fsio.atomic_write(os.path.join(self.path, CLEAN_SHUTDOWN_FILE), b"")
+            finally:
+                for seg in self._segments.values():
+                    seg.close()
+                os.close(self._lock_fd)
+                self._appended.notify_all()
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"log {self.path} is closed")
+
+    # ------------------------------------------------------------------ clock
+
+    def now(self) -> int:
+        """The log clock: never below any time it has already handed out."""
+        t = self._clock()
+        with self._lock:
+            if t > self._now_floor:
+                self._now_floor = t
+            return self._now_floor
+
+    # ------------------------------------------------------------------ append
+
+    def append(self, records: Sequence[Record], *, deliver_after: int | None = None
+               ) -> AppendResult:
+        """Write one batch. Its deliverAfter is `deliver_after`, else the max of the records',
+        and never below the append time. All of it is written, or nothing."""
+        cols = _record_columns(records)
+        values, keys, headers, timestamps, record_das = cols
+        if deliver_after is not None and not _is_non_negative_int(deliver_after):
+            raise InvalidRecordError(f"deliver_after must be a non-negative int, "
+                                     f"got {deliver_after!r}")
+        has_record_da = record_das.count(None) != len(record_das)
+        if not self.config.delayed_delivery_enable and (deliver_after is not None
+                                                        or has_record_da):
+            raise DelayedDeliveryDisabledError(
+                f"log {self.path} has delayed_delivery_enable=False; deliver_after refused")
+        requested = deliver_after
+        if requested is None and has_record_da:
+            requested = max(d for d in record_das if d is not None)
+        with self._lock:
+            self._check_open()
+            now = self.now()
+            if timestamps.count(None) == len(timestamps):
+                ts_list = None
+                base_ts = max_ts = now
+            else:
+                ts_list = [now if t is None else t for t in timestamps]
+                base_ts, max_ts = ts_list[0], max(ts_list)
+            self._check_delay_limit(requested, deliver_after, record_das, ts_list, now)
+            batch_da = now if requested is None or requested < now else requested
+            base = self._active.next_offset
+            batch = codec.encode_batch(
+                base_offset=base, base_timestamp=base_ts, deliver_after=batch_da,
+                keys=list(keys), values=list(values),
+                timestamp_deltas=None if ts_list is None else _deltas(ts_list, base_ts),
+                headers=None if not any(headers) else list(headers))
+            if len(batch) > self.config.max_batch_bytes:
+                raise InvalidRecordError(
+                    f"batch of {len(batch)} bytes exceeds max_batch_bytes "
+                    f"({self.config.max_batch_bytes})")
+            self._maybe_roll(len(batch), now)
+            n = len(values)
+            self._active.append(batch, base, n - 1, batch_da, max_ts,
+                                self.config.index_interval_bytes)
+            self._after_append(n)
+            self._appended.notify_all()
+            return AppendResult(base, base + n - 1, batch_da, now)
+
+    def _check_delay_limit(self, requested, explicit, record_das, ts_list, now) -> None:
+        limit = self.config.max_delivery_delay_ms
+        if not limit or requested is None:
+            return
+        stamps = ts_list if ts_list is not None else [now] * len(record_das)
+        if explicit is not None:
+            delay = explicit - min(stamps)
+        else:
+            delay = max(d - t for d, t in zip(record_das, stamps, strict=True) if d is not None)
+        if delay > limit:
+            raise DeliveryDelayExceededError(
+                f"requested delivery delay of {delay} ms exceeds max_delivery_delay_ms="
+                f"{limit} ms")
+
+    def _after_append(self, n: int) -> None:
+        self._unflushed_records += n
+        if self._oldest_unflushed is None:
+            self._oldest_unflushed = time.monotonic()
+        fm = self.config.flush_messages
+        if fm is not None and self._unflushed_records >= fm or self.config.flush_ms is not None and \
+                (time.monotonic() - self._oldest_unflushed) * 1000 >= self.config.flush_ms:
+            self._flush_locked()
+
+    # ------------------------------------------------------------------ roll / flush
+
+    def _maybe_roll(self, incoming: int, now: int) -> None:
+        seg = self._active
+        if seg.size == 0:
+            return
+        too_big = seg.size + incoming > self.config.segment_bytes
+        too_old = (seg.first_timestamp is not None
+                   and now - seg.first_timestamp >= self.config.segment_ms)
+        if too_big or too_old:
+            self._roll_locked()
+
+    def roll(self) -> None:
+        """Seal the active segment (if it holds anything) and start a new one."""
+        with self._lock:
+            self._check_open()
+            if self._active.size:
+                self._roll_locked()
+
+    def _roll_locked(self) -> None:
+        old = self._active
+        old.persist_indexes()  # fsyncs the .log first
+        new = LogSegment.create(self.path, old.next_offset)
+        fsio.fsync_dir(self.path)
+        self._segments[new.base_offset] = new
+        self._active = new
+        self._add_sealed(old)
+        write_recovery_point(self.path, new.base_offset)
+        self._unflushed_records = 0
+        self._oldest_unflushed = None
+
+    def _add_sealed(self, seg: LogSegment) -> None:
+        key = seg.dly_index.max_key()
+        if key is not None:
+            seg.min_deliver_after = seg.dly_index.min_deliver_after()
+            self._sealed_by_max_key.add((key[0], key[1], seg.base_offset))
+
+    def flush(self) -> None:
+        """fsync everything appended so far."""
+        with self._lock:
+            self._check_open()
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        self._active.flush()
+        self._unflushed_records = 0
+        self._oldest_unflushed = None
+
+    def _flush_loop(self) -> None:
+        period = self.config.flush_ms / 1000
+        while True:
+            time.sleep(period / 2)
+            with self._lock:
+                if self._closed:
+                    return
+                if self._oldest_unflushed is not None and \
+                        time.monotonic() - self._oldest_unflushed >= period:
+                    self._flush_locked()
+
+    # ------------------------------------------------------------------ fetch
+
+    def fetch(self, after: DeliveryKey | int | None = None, *, max_records: int = 500,
+              max_bytes: int = 1 << 20, max_wait_ms: int = 0) -> FetchResult:
+        """Due records strictly after `after`, in (deliverAfter, offset) order."""
+        if not _is_positive_int(max_records) or not _is_positive_int(max_bytes):
+            raise KdelayError("max_records and max_bytes must be positive ints")
+        if not isinstance(max_wait_ms, int) or max_wait_ms < 0:
+            raise KdelayError("max_wait_ms must be a non-negative int")
+        deadline = time.monotonic() + max_wait_ms / 1000
+        with self._lock:
+            cursor = self._resolve_cursor(after)
+            while True:
+                self._check_open()
+                now = self.now()
+                page = read_page(self._due_stream(cursor, now), cursor, now, max_records,
+                                 max_bytes)
+                remaining = deadline - time.monotonic()
+                if page.records or remaining <= 0:
+                    return FetchResult(page.records, page.next)
+                wait = remaining
+                if page.next_pending is not None:
+                    wait = min(wait, max(0.001, (page.next_pending - now) / 1000))
+                self._appended.wait(wait)
+
+    def _resolve_cursor(self, after: DeliveryKey | int | None) -> DeliveryKey | None:
+        if after is None:
+            return None
+        if isinstance(after, DeliveryKey):
+            return after
+        if isinstance(after, tuple) and len(after) == 2 and all(map(_is_int, after)):
+            return DeliveryKey(*after)
+        if _is_int(after):
+            return DeliveryKey(self._deliver_after_of(after), after)
+        raise KdelayError(f"after must be None, an int offset or a DeliveryKey, got {after!r}")
+
+    def _deliver_after_of(self, offset: int) -> int:
+        seg = self._segment_for(offset)
+        found = seg.find_batch(offset) if seg is not None else None
+        if found is None:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is not in the log [{self.log_start_offset}, "
+                f"{self.log_end_offset})")
+        return found[1].deliver_after
+
+    def _segment_for(self, offset: int) -> LogSegment | None:
+        i = self._segments.bisect_right(offset) - 1
+        return None if i < 0 else self._segments.peekitem(i)[1]
+
+    def _due_stream(self, cursor: DeliveryKey | None, now: int):
+        """Merged index entries of every segment that can hold a due record after cursor."""
+        streams = []
+        key = None if cursor is None else (cursor.deliver_after, cursor.offset)
+        candidates = (self._sealed_by_max_key if key is None else
+                      self._sealed_by_max_key.irange(minimum=(key[0], key[1], 1 << 63),
+                                                     inclusive=(False, True)))
+        for _, _, base in candidates:
+            seg = self._segments[base]
+            if seg.min_deliver_after <= now:
+                streams.append((seg.dly_index.entries_after(key), seg))
+        active = self._active
+        if len(active.dly_index):
+            streams.append((active.dly_index.entries_after(key), active))
+        return merge_streams(streams)
+
+    # ------------------------------------------------------------------ offset-order read
+
+    def read(self, offset: int, *, max_records: int = 500) -> list[FetchedRecord]:
+        """Records in plain offset order from `offset` (due or not)."""
+        if not _is_int(offset) or offset < 0:
+            raise KdelayError(f"offset must be a non-negative int, got {offset!r}")
+        if not _is_positive_int(max_records):
+            raise KdelayError("max_records must be a positive int")
+        out: list[FetchedRecord] = []
+        with self._lock:
+            self._check_open()
+            offset = max(offset, self.log_start_offset)
+            seg = self._segment_for(offset)
+            while seg is not None and len(out) < max_records:
+                found = seg.find_batch(offset)
+                start = found[0] if found else seg.size
+                for pos, h in seg.batch_headers(start):
+                    data = seg.read_batch(pos, h.size, h.base_offset)
+                    skip = max(0, offset - h.base_offset)
+                    out.extend(batch_records(data, h.deliver_after, skip,
+                                             max_records - len(out), seg, pos))
+                    if len(out) >= max_records:
+                        break
+                offset = seg.next_offset
+                i = self._segments.bisect_right(seg.base_offset)
+                seg = self._segments.peekitem(i)[1] if i < len(self._segments) else None
+        return out
+
+    # ------------------------------------------------------------------ groups
+
+    def commit(self, group: str, key: DeliveryKey | None) -> None:
+        """Durably store `group`'s position (the key of the last record it consumed)."""
+        if key is not None and not isinstance(key, DeliveryKey):
+            if isinstance(key, tuple) and len(key) == 2 and all(map(_is_int, key)):
+                key = DeliveryKey(*key)
+            else:
+                raise KdelayError(f"commit needs a DeliveryKey, got {key!r}")
+        self._check_open()
+        self._groups.commit(group, key)
+
+    def committed(self, group: str) -> DeliveryKey | None:
+        return self._groups.committed(group)
+
+    # ------------------------------------------------------------------ retention
+
+    def enforce_retention(self) -> int:
+        """Delete the oldest sealed segments whose every record has been due for longer than
+        `retention_ms`, and, while the log is over `retention_bytes`, those whose every record
+        is due. Returns how many segments were deleted."""
+        cfg = self.config
+        deleted = 0
+        with self._lock:
+            self._check_open()
+            now = self.now()
+            total = sum(s.size for s in self._segments.values())
+            while len(self._segments) > 1:
+                seg = self._segments.peekitem(0)[1]
+                key = seg.dly_index.max_key()
+                last_due = key[0] if key is not None else -1
+                expired = cfg.retention_ms >= 0 and now - last_due > cfg.retention_ms
+                oversize = (cfg.retention_bytes >= 0 and total > cfg.retention_bytes
+                            and last_due <= now)
+                if not (expired or oversize):
+                    break
+                if key is not None:
+                    self._sealed_by_max_key.discard((key[0], key[1], seg.base_offset))
+                del self._segments[seg.base_offset]
+                total -= seg.size
+                seg.delete()
+                deleted += 1
+            if deleted:
+                fsio.fsync_dir(self.path)
+        return deleted
+
+    # ------------------------------------------------------------------ introspection
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._segments.peekitem(0)[1].base_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._active.next_offset
+
+    @property
+    def segments(self) -> list[int]:
+        with self._lock:
+            return list(self._segments.keys())
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def metrics(self) -> dict:
+        with self._lock:
+            now = self.now()
+            pending = pending_batches = 0
+            earliest = None
+            index_mem = index_disk = 0
+            records = 0
+            for seg in self._segments.values():
+                p, pb = seg.dly_index.count_pending(now)
+                pending += p
+                pending_batches += pb
+                records += seg.next_offset - seg.base_offset
+                for idx in (seg.dly_index, seg.offset_index, seg.time_index):
+                    index_mem += idx.memory_bytes()
+                    index_disk += idx.disk_bytes()
+                if p:
+                    first = _first_pending(seg, now)
+                    earliest = first if earliest is None else min(earliest, first)
+            return {
+                "log_start_offset": self.log_start_offset,
+                "log_end_offset": self.log_end_offset,
+                "segments": len(self._segments),
+                "records": records,
+                "bytes": sum(s.size for s in self._segments.values()),
+                "pending_records": pending,
+                "pending_batches": pending_batches,
+                "due_records": records - pending,
+                "earliest_pending_deliver_after": earliest,
+                "index_bytes_in_memory": index_mem,
+                "index_bytes_on_disk": index_disk,
+                "now": now,
+            }
+
+
+def _first_pending(seg: LogSegment, now: int) -> int:
+    for da, *_ in seg.dly_index.entries_after((now, 1 << 62)):
+        if da > now:
+            return da
+    raise AssertionError("count_pending and entries_after disagree")
+
+
+def _take_lock(path: str) -> int:
+    fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise LogLockedError(f"log directory {path} is locked by another open Log") from None
+    return fd
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_non_negative_int(x) -> bool:
+    return _is_int(x) and x >= 0
+
+
+def _is_positive_int(x) -> bool:
+    return _is_int(x) and x > 0
+
+
+def _deltas(ts_list: list[int], base: int):
+    import numpy as np
+
+    return np.array(ts_list, dtype=np.int64) - base
+
+
+def _record_columns(records: Sequence[Record]) -> list[tuple]:
+    """Validate a batch and transpose it into columns (value, key, headers, timestamp,
+    deliver_after) with C-level loops: one type check per column, not per field."""
+    if not isinstance(records, (list, tuple)):
+        raise InvalidRecordError(f"records must be a list or tuple of Record, "
+                                 f"got {type(records).__name__}")
+    if not records:
+        raise InvalidRecordError("an empty batch cannot be appended")
+    if not set(map(type, records)) <= {Record}:
+        if not all(isinstance(r, Record) for r in records):
+            raise InvalidRecordError("every item of records must be a kdelay.Record")
+    cols = list(zip(*records, strict=True))
+    values, keys, headers, timestamps, das = cols
+    if not set(map(type, values)) <= {bytes}:
+        if not all(isinstance(v, bytes) for v in values):
+            raise InvalidRecordError("every record value must be bytes")
+    if not set(map(type, keys)) <= {bytes, _NONE_TYPE}:
+        if not all(k is None or isinstance(k, bytes) for k in keys):
+            raise InvalidRecordError("every record key must be bytes or None")
+    if any(headers):
+        for hs in headers:
+            if not isinstance(hs, (list, tuple)):
+                raise InvalidRecordError("record headers must be a list of (str, bytes|None)")
+            for h in hs:
+                if not (isinstance(h, tuple) and len(h) == 2 and isinstance(h[0], str)
+                        and (h[1] is None or isinstance(h[1], bytes))):
+                    raise InvalidRecordError(f"bad header {h!r}: want (str, bytes | None)")
+    for name, col in (("timestamp", timestamps), ("deliver_after", das)):
+        if col.count(None) != len(col):
+            for v in col:
+                if v is not None and not _is_non_negative_int(v):
+                    raise InvalidRecordError(f"record {name} must be a non-negative int, "
+                                             f"got {v!r}")
+    return cols
