@@ -2,19 +2,32 @@
 
 Layout (API.md, "On disk"): a 69-byte big-endian header, deliverAfter at byte 43, then the
 records exactly as Kafka v2 writes them. The CRC-32C covers byte 21 (attributes) to the end.
-Encoding and decoding work on whole columns with numpy (see varint.py); the only per-record
-Python is what producing or returning Python objects costs anyway.
+
+Two paths, byte-for-byte identical in what they produce and accept:
+
+* The template path, for "homogeneous" batches: n records whose keys all have one length
+  (or are all null), whose values all have one length (or are all null), with no headers and
+  every timestamp delta 0. That is what a producer sending fixed-size messages writes, and
+  in such a batch every byte except the key and value payloads depends only on
+  (n, key length, value length). A cached template holds those bytes, so encoding is a copy
+  plus a few strided numpy assignments and decoding is one memcmp (after blanking the
+  payloads) plus slicing. The compare is exact, so a batch the template does not describe
+  byte for byte simply takes the general path; it can never be misread.
+* The general path: every varint column of the batch is coded with numpy (varint.py); the
+  one sequential step is a tight Python loop over the record-length varints.
 """
 
 from __future__ import annotations
 
 import struct
+import threading
+from collections import OrderedDict
 from typing import NamedTuple
 
 import crc32c
 import numpy as np
 
-from ..errors import CorruptLogError
+from ..errors import CorruptLogError, InvalidRecordError
 from . import varint
 
 HEADER = struct.Struct(">qiibIhiqqqqhii")
@@ -26,10 +39,18 @@ CRC_START = 21  # the CRC covers attributes .. end of batch
 LOG_OVERHEAD = 12  # baseOffset + batchLength: bytes not counted by batchLength
 DELIVER_AFTER_OFFSET = 43
 MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+# Smallest possible record: length, attributes, tsDelta, offsetDelta, keyLength (-1),
+# valueLength (-1), headerCount, one byte each. Bounds record_count by the batch size, so a
+# corrupt count can never make a reader allocate or loop beyond what the bytes could hold.
+MIN_RECORD_SIZE = 7
 NO_PRODUCER_ID = -1
 # attributes: bits 0-2 compression (0 = none), bit 3 timestamp type, 4 transactional, 5 control
 UNSUPPORTED_ATTRIBUTES = 0x07 | 0x10 | 0x20
-_PAD = 16  # zero bytes after the records so vectorised varint reads never run off the end
+_PAD = 32  # zero bytes after the records so vectorised varint reads never run off the end
+
+_HEAD = struct.Struct(">qiibI")  # bytes 0..21: the part the CRC does not cover
+_TAIL = struct.Struct(">hiqqqqhii")  # bytes 21..69
+_ZERO_HEADER = bytes(HEADER_SIZE)
 
 
 class BatchHeader(NamedTuple):
@@ -89,6 +110,9 @@ def parse_header(buf, pos: int = 0, *, path: str | None = None, file_pos: int | 
         raise CorruptLogError(
             f"record count {h.record_count} disagrees with lastOffsetDelta {h.last_offset_delta}",
             path, where)
+    if h.record_count * MIN_RECORD_SIZE > h.size - HEADER_SIZE:
+        raise CorruptLogError(
+            f"record count {h.record_count} cannot fit in {h.size} bytes", path, where)
     if h.base_offset < 0:
         raise CorruptLogError(f"negative base offset {h.base_offset}", path, where)
     return h
@@ -103,6 +127,128 @@ def check_crc(buf, pos: int, header: BatchHeader, *, path: str | None = None,
               file_pos: int | None = None) -> None:
     if not crc_ok(buf, pos, header):
         raise CorruptLogError("CRC-32C mismatch", path, file_pos if file_pos is not None else pos)
+
+
+# ---------------------------------------------------------------------------- templates
+
+
+class _Group(NamedTuple):
+    """A run of records of equal size inside a homogeneous batch (the size only changes where
+    the offset-delta varint grows a byte: at record 64, 8192, ...)."""
+
+    start: int  # batch position of the run's first record
+    first: int  # index of its first record
+    stop: int  # index one past its last record
+    rec_size: int
+    key_off: int  # key payload offset within each record
+    val_off: int  # value payload offset within each record
+
+
+def _layout(n: int, klen: int, vlen: int) -> tuple[list[_Group], int]:
+    """The groups of a homogeneous batch and the batch's total size, by arithmetic alone
+    (cheap enough to run on a decode cache miss to rule a batch in or out)."""
+    kb = max(klen, 0)
+    vb = max(vlen, 0)
+    ksz = varint.size_one(klen)
+    vsz = varint.size_one(vlen)
+    groups = []
+    pos = HEADER_SIZE
+    i = 0
+    osz = 1  # size of the offset-delta varint for records [i, limit)
+    limit = 64  # zigzag(i) = 2i < 128
+    while i < n:
+        stop = min(n, limit)
+        # attributes, tsDelta 0, offsetDelta, keyLength, key, valueLength, value, headerCount 0
+        body = 1 + 1 + osz + ksz + kb + vsz + vb + 1
+        lsz = varint.size_one(body)
+        key_off = lsz + 2 + osz + ksz
+        groups.append(_Group(pos, i, stop, lsz + body, key_off, key_off + kb + vsz))
+        pos += (stop - i) * (lsz + body)
+        i = stop
+        osz += 1
+        limit <<= 7
+    return groups, pos
+
+
+class _Template:
+    __slots__ = ("n", "klen", "vlen", "size", "groups", "image", "key_slices", "val_slices")
+
+    def __init__(self, n: int, klen: int, vlen: int):
+        self.n = n
+        self.klen = klen
+        self.vlen = vlen
+        self.groups, self.size = _layout(n, klen, vlen)
+        key = None if klen < 0 else bytes(klen)
+        val = None if vlen < 0 else bytes(vlen)
+        records = _encode_records([key] * n, [val] * n, None, None)
+        # image: the whole batch with a zeroed header and zeroed payloads
+        self.image = _ZERO_HEADER + records
+        if len(self.image) != self.size:  # the arithmetic layout and the encoder must agree
+            raise AssertionError("template layout disagrees with the encoder")
+        self.key_slices = _payload_slices(self.groups, klen, "key_off")
+        self.val_slices = _payload_slices(self.groups, vlen, "val_off")
+
+
+def _payload_slices(groups: list[_Group], length: int, field: str) -> list[slice] | None:
+    if length <= 0:
+        return None
+    out = []
+    for g in groups:
+        off = g.start + getattr(g, field)
+        out.extend(slice(p, p + length)
+                   for p in range(off, off + (g.stop - g.first) * g.rec_size, g.rec_size))
+    return out
+
+
+# A small LRU of templates, bounded both in entries and in total records (each template keeps
+# two slice objects per record), so odd shapes cannot grow memory without limit.
+_TEMPLATE_MAX_ENTRIES = 64
+_TEMPLATE_MAX_RECORDS = 1 << 17
+_templates: OrderedDict[tuple[int, int, int], _Template] = OrderedDict()
+_templates_records = 0
+_templates_lock = threading.Lock()
+
+
+def _template(n: int, klen: int, vlen: int) -> _Template | None:
+    key = (n, klen, vlen)
+    with _templates_lock:
+        t = _templates.get(key)
+        if t is not None:
+            _templates.move_to_end(key)
+            return t
+    if n > _TEMPLATE_MAX_RECORDS // 4:
+        return None  # huge batches amortise the general path's per-batch cost anyway
+    t = _Template(n, klen, vlen)
+    global _templates_records
+    with _templates_lock:
+        if key not in _templates:
+            _templates[key] = t
+            _templates_records += n
+            while (len(_templates) > _TEMPLATE_MAX_ENTRIES
+                   or _templates_records > _TEMPLATE_MAX_RECORDS):
+                _, old = _templates.popitem(last=False)
+                _templates_records -= old.n
+    return t
+
+
+def clear_template_cache() -> None:
+    """Forget every cached template (for tests and memory-conscious callers)."""
+    global _templates_records
+    with _templates_lock:
+        _templates.clear()
+        _templates_records = 0
+
+
+def _uniform_length(items: list) -> int | None:
+    """The common length of `items`, -1 if all are None, None if they differ."""
+    first = items[0]
+    if first is None:
+        return -1 if items.count(None) == len(items) else None
+    try:
+        lengths = set(map(len, items))
+    except TypeError:  # a None among bytes
+        return None
+    return len(first) if len(lengths) == 1 else None
 
 
 # ---------------------------------------------------------------------------- encoding
@@ -123,99 +269,131 @@ def encode_batch(
     (int64, relative to base_timestamp) may be None for "all equal". `headers` is None when
     no record has any, else one sequence of (str, bytes|None) per record."""
     n = len(values)
-    if timestamp_deltas is None:
-        ts = np.zeros(n, dtype=np.int64)
-        max_ts = base_timestamp
-    else:
-        ts = timestamp_deltas
-        max_ts = base_timestamp + int(ts.max())
-    klen = _lengths(keys, n)
-    vlen = _lengths(values, n)
-    if headers is None:
-        hblobs = None
-        hlen = None
-        hcount = np.zeros(n, dtype=np.int64)
-    else:
-        hblobs = [_encode_headers(h) for h in headers]
-        hlen = np.fromiter(map(len, hblobs), dtype=np.int64, count=n)
-        hcount = np.fromiter(map(len, headers), dtype=np.int64, count=n)
+    if n == 0 or len(keys) != n or (headers is not None and len(headers) != n):
+        raise InvalidRecordError("a batch needs one key and one value per record, and at "
+                                 "least one record")
+    if timestamp_deltas is not None:
+        timestamp_deltas = np.asarray(timestamp_deltas, dtype=np.int64)
+        if timestamp_deltas.shape != (n,):
+            raise InvalidRecordError("timestamp_deltas needs one entry per record")
+        if not timestamp_deltas.any():
+            timestamp_deltas = None
+    if headers is not None and not any(headers):
+        headers = None
+    max_ts = base_timestamp if timestamp_deltas is None else (
+        base_timestamp + int(timestamp_deltas.max()))
+
+    out = None
+    if timestamp_deltas is None and headers is None:
+        klen = _uniform_length(keys)
+        vlen = _uniform_length(values) if klen is not None else None
+        if vlen is not None:
+            t = _template(n, klen, vlen)
+            if t is not None:
+                out = _fill_template(t, keys, values)
+    if out is None:
+        out = bytearray(_ZERO_HEADER)
+        out += _encode_records(keys, values, timestamp_deltas, headers)
+
+    batch_length = len(out) - LOG_OVERHEAD
+    _TAIL.pack_into(out, CRC_START, 0, n - 1, base_timestamp, max_ts, deliver_after,
+                    NO_PRODUCER_ID, -1, -1, n)
+    crc = crc32c.crc32c(memoryview(out)[CRC_START:])
+    _HEAD.pack_into(out, 0, base_offset, batch_length, leader_epoch, MAGIC, crc)
+    return bytes(out)
+
+
+def _fill_template(t: _Template, keys: list, values: list) -> bytearray:
+    """The template's bytes with the payloads written in: per group of equal-size records,
+    one strided assignment for all keys and one for all values."""
+    out = bytearray(t.image)
+    arr = np.frombuffer(out, dtype=np.uint8)
+    kb = t.klen
+    vb = t.vlen
+    kbuf = np.frombuffer(b"".join(keys), dtype=np.uint8) if kb > 0 else None
+    vbuf = np.frombuffer(b"".join(values), dtype=np.uint8) if vb > 0 else None
+    for g in t.groups:
+        cnt = g.stop - g.first
+        recs = arr[g.start: g.start + cnt * g.rec_size].reshape(cnt, g.rec_size)
+        if kbuf is not None:
+            recs[:, g.key_off: g.key_off + kb] = kbuf[g.first * kb: g.stop * kb].reshape(cnt, kb)
+        if vbuf is not None:
+            recs[:, g.val_off: g.val_off + vb] = vbuf[g.first * vb: g.stop * vb].reshape(cnt, vb)
+    del arr, recs  # release the buffer export so the bytearray can be used freely
+    return out
+
+
+def _lengths(items: list, n: int) -> tuple[np.ndarray, bool]:
+    """Lengths (-1 for None) and whether any item is None."""
+    try:
+        return np.fromiter(map(len, items), dtype=np.int64, count=n), False
+    except TypeError:
+        return np.fromiter((-1 if x is None else len(x) for x in items),
+                           dtype=np.int64, count=n), True
+
+
+def _encode_records(keys: list, values: list, ts: np.ndarray | None,
+                    headers: list | None) -> bytes:
+    """The records section of a batch (everything after the 69-byte header)."""
+    n = len(values)
+    klen, knull = _lengths(keys, n)
+    vlen, vnull = _lengths(values, n)
+    kz = np.maximum(klen, 0) if knull else klen
+    vz = np.maximum(vlen, 0) if vnull else vlen
 
     # varint columns, in record order: length, attributes, tsDelta, offsetDelta,
-    # keyLength, valueLength, headerCount (attributes is a single 0 byte, as a varint 0)
-    cols = np.empty((n, 7), dtype=np.int64)
-    cols[:, 1] = 0
-    cols[:, 2] = ts
+    # keyLength, valueLength, headerCount (attributes is an int8 0, the same byte as varint 0)
+    cols = np.zeros((n, 7), dtype=np.int64)
+    if ts is not None:
+        cols[:, 2] = ts
     cols[:, 3] = np.arange(n, dtype=np.int64)
     cols[:, 4] = klen
     cols[:, 5] = vlen
-    cols[:, 6] = hcount
+    if headers is not None:
+        hblobs = [_encode_headers(h) for h in headers]
+        hlen = np.fromiter(map(len, hblobs), dtype=np.int64, count=n)
+        cols[:, 6] = np.fromiter(map(len, headers), dtype=np.int64, count=n)
     u = varint.zigzag(cols)
     sz = varint.sizes(u)
-    body = sz[:, 1:].sum(axis=1) + np.maximum(klen, 0) + np.maximum(vlen, 0)
-    if hlen is not None:
+    body = sz[:, 1:].sum(axis=1) + kz + vz
+    if headers is not None:
         body += hlen
     u[:, 0] = varint.zigzag(body)
     sz[:, 0] = varint.sizes(u[:, 0])
     small = varint.encode(u, sz)
 
     # Interleave the pieces of each record: [varints 0-4][key][varint 5][value][varint 6][headers]
-    # as one gather from a single source buffer.
-    vstart = np.zeros(7 * n, dtype=np.int64)
-    np.cumsum(sz.ravel()[:-1], out=vstart[1:])
-    vstart = vstart.reshape(n, 7)
-    key_blob = b"".join([k for k in keys if k]) if klen.max(initial=0) > 0 else b""
-    val_blob = b"".join([v for v in values if v]) if vlen.max(initial=0) > 0 else b""
-    hdr_blob = b"".join(hblobs) if hblobs is not None else b""
-    kz = np.maximum(klen, 0)
-    vz = np.maximum(vlen, 0)
+    # as one gather from a single source buffer: small varints, then keys, values, headers.
+    vend = np.cumsum(sz.ravel()).reshape(n, 7)
+    key_blob = b"".join(keys) if not knull else b"".join([k for k in keys if k])
+    val_blob = b"".join(values) if not vnull else b"".join([v for v in values if v])
     key_base = small.shape[0]
     val_base = key_base + len(key_blob)
-    hdr_base = val_base + len(val_blob)
-    piece_src = np.empty((n, 6), dtype=np.int64)
-    piece_len = np.empty((n, 6), dtype=np.int64)
-    piece_src[:, 0] = vstart[:, 0]
-    piece_len[:, 0] = sz[:, :5].sum(axis=1)
-    piece_src[:, 1] = key_base + _exclusive_cumsum(kz)
-    piece_len[:, 1] = kz
-    piece_src[:, 2] = vstart[:, 5]
-    piece_len[:, 2] = sz[:, 5]
-    piece_src[:, 3] = val_base + _exclusive_cumsum(vz)
-    piece_len[:, 3] = vz
-    piece_src[:, 4] = vstart[:, 6]
-    piece_len[:, 4] = sz[:, 6]
-    if hlen is not None:
-        piece_src[:, 5] = hdr_base + _exclusive_cumsum(hlen)
-        piece_len[:, 5] = hlen
-    else:
-        piece_src[:, 5] = 0
-        piece_len[:, 5] = 0
-    plen = piece_len.ravel()
-    out_start = _exclusive_cumsum(plen)
-    total = int(out_start[-1] + plen[-1])
-    src = np.frombuffer(b"".join((small.tobytes(), key_blob, val_blob, hdr_blob)), dtype=np.uint8)
-    idx = np.repeat(piece_src.ravel() - out_start, plen)
+    npieces = 6 if headers is not None else 5
+    src_at = np.empty((n, npieces), dtype=np.int64)
+    plen = np.empty((n, npieces), dtype=np.int64)
+    plen[:, 0] = vend[:, 4] - vend[:, 0] + sz[:, 0]
+    src_at[:, 0] = vend[:, 0] - sz[:, 0]
+    plen[:, 1] = kz
+    src_at[:, 1] = np.cumsum(kz) - kz + key_base
+    plen[:, 2] = sz[:, 5]
+    src_at[:, 2] = vend[:, 4]
+    plen[:, 3] = vz
+    src_at[:, 3] = np.cumsum(vz) - vz + val_base
+    plen[:, 4] = sz[:, 6]
+    src_at[:, 4] = vend[:, 5]
+    parts = [small.tobytes(), key_blob, val_blob]
+    if headers is not None:
+        plen[:, 5] = hlen
+        src_at[:, 5] = np.cumsum(hlen) - hlen + (val_base + len(val_blob))
+        parts.append(b"".join(hblobs))
+    flat_len = plen.ravel()
+    out_at = np.cumsum(flat_len) - flat_len
+    total = int(out_at[-1] + flat_len[-1])
+    src = np.frombuffer(b"".join(parts), dtype=np.uint8)
+    idx = np.repeat(src_at.ravel() - out_at, flat_len)
     idx += np.arange(total, dtype=np.int64)
-    records = src[idx].tobytes()
-
-    batch_length = HEADER_SIZE - LOG_OVERHEAD + len(records)
-    tail = struct.pack(">hiqqqqhii", 0, n - 1, base_timestamp, max_ts, deliver_after,
-                       NO_PRODUCER_ID, -1, -1, n)
-    crc = crc32c.crc32c(records, crc32c.crc32c(tail))
-    head = struct.pack(">qiibI", base_offset, batch_length, leader_epoch, MAGIC, crc)
-    return b"".join((head, tail, records))
-
-
-def _lengths(items: list, n: int) -> np.ndarray:
-    if None in items:
-        return np.fromiter((-1 if x is None else len(x) for x in items), dtype=np.int64, count=n)
-    return np.fromiter(map(len, items), dtype=np.int64, count=n)
-
-
-def _exclusive_cumsum(a: np.ndarray) -> np.ndarray:
-    out = np.zeros(a.shape[0], dtype=np.int64)
-    if a.shape[0] > 1:
-        np.cumsum(a[:-1], out=out[1:])
-    return out
+    return src[idx].tobytes()
 
 
 def _encode_headers(headers) -> bytes:
@@ -237,120 +415,194 @@ def _encode_headers(headers) -> bytes:
 
 def decode_records(batch, header: BatchHeader, *, path: str | None = None,
                    file_pos: int | None = None) -> RecordColumns:
-    """Decode the records of one whole batch (`batch` holds exactly its bytes; the CRC is
-    assumed checked). Raises CorruptLogError if the records section does not parse to exactly
-    `record_count` records filling the batch."""
-    where = file_pos
+    """Decode the records of one whole batch (`batch` holds its bytes from the header on; the
+    CRC is assumed checked). Raises CorruptLogError, and nothing else, if the records section
+    does not parse to exactly `record_count` records filling the batch."""
     n = header.record_count
     end = header.size
-    mv = memoryview(batch)
-    starts = _record_starts(mv, n, end, path, where)
-    arr = np.frombuffer(bytes(mv[:end]) + bytes(_PAD), dtype=np.uint8)
+    data = batch if isinstance(batch, bytes) else bytes(memoryview(batch)[:end])
+    if len(data) < end or end < HEADER_SIZE or n <= 0 or n * MIN_RECORD_SIZE > end - HEADER_SIZE:
+        raise CorruptLogError(f"batch of {end} bytes cannot hold {n} records", path, file_pos)
+    cols = _decode_template(data, n, end, header.base_timestamp)
+    if cols is not None:
+        return cols
     try:
-        return _decode_fields(batch, arr, starts, n, header, end)
-    except (IndexError, ValueError, UnicodeDecodeError) as e:
-        raise CorruptLogError(f"malformed record in batch ({e})", path, where) from None
+        return _decode_general(data, n, end, header.base_timestamp)
+    except (IndexError, ValueError, OverflowError) as e:  # UnicodeDecodeError is a ValueError
+        raise CorruptLogError(f"malformed record in batch ({e})", path, file_pos) from None
 
 
-def _record_starts(mv: memoryview, n: int, end: int, path, where) -> np.ndarray:
-    """Start of every record's length varint. The one sequential step of decoding: each
-    record's start depends on the previous record's length, so it is a tight Python loop
-    that handles the 1- and 2-byte cases inline."""
-    starts = [0] * (n + 1)
+def _peek_shape(data: bytes) -> tuple[int, int] | None:
+    """(key length, value length) of the first record if it could open a homogeneous batch
+    (attributes 0, timestamp delta 0, offset delta 0), else None."""
+    try:
+        _, pos = varint.decode_one(data, HEADER_SIZE)
+        if data[pos] or data[pos + 1] or data[pos + 2]:
+            return None
+        klen, pos = varint.decode_one(data, pos + 3)
+        if klen > 0:
+            pos += klen
+        vlen, _ = varint.decode_one(data, pos)
+    except (IndexError, ValueError):
+        return None
+    if klen < -1 or vlen < -1:
+        return None
+    return klen, vlen
+
+
+def _decode_template(data: bytes, n: int, end: int, base_ts: int) -> RecordColumns | None:
+    """Decode a homogeneous batch, or None when the batch is not exactly a template's shape
+    with only the payloads differing (then the general path decides)."""
+    shape = _peek_shape(data)
+    if shape is None:
+        return None
+    klen, vlen = shape
+    key = (n, klen, vlen)
+    t = _templates.get(key)
+    if t is None:
+        # only build a template for a batch that could match one: the size must agree
+        if klen + vlen > end or _layout(n, klen, vlen)[1] != end:
+            return None
+        t = _template(n, klen, vlen)
+        if t is None:
+            return None
+    if t.size != end:
+        return None
+    work = bytearray(memoryview(data)[:end])
+    work[:HEADER_SIZE] = _ZERO_HEADER
+    arr = np.frombuffer(work, dtype=np.uint8)
+    for g in t.groups:
+        cnt = g.stop - g.first
+        recs = arr[g.start: g.start + cnt * g.rec_size].reshape(cnt, g.rec_size)
+        if klen > 0:
+            recs[:, g.key_off: g.key_off + klen] = 0
+        if vlen > 0:
+            recs[:, g.val_off: g.val_off + vlen] = 0
+    del arr, recs
+    if work != t.image:  # one memcmp checks every non-payload byte of every record
+        return None
+    keys = _template_payloads(data, t.key_slices, klen, n)
+    values = _template_payloads(data, t.val_slices, vlen, n)
+    return RecordColumns([base_ts] * n, keys, values, [[] for _ in range(n)])
+
+
+def _template_payloads(data: bytes, slices: list[slice] | None, length: int, n: int) -> list:
+    if length > 0:
+        return list(map(data.__getitem__, slices))
+    return [b""] * n if length == 0 else [None] * n
+
+
+def _record_starts(data: bytes, n: int, end: int) -> tuple[list[int], list[int]]:
+    """Where each record's body starts and where it ends. The one sequential step of
+    decoding: each record's start depends on the previous record's length, so it is a tight
+    Python loop that handles the 1- and 2-byte length varints inline."""
+    bodies = [0] * n
+    ends = [0] * n
     pos = HEADER_SIZE
-    try:
-        for i in range(n):
-            starts[i] = pos
-            b = mv[pos]
-            if b < 0x80:
-                if b & 1:
+    for i in range(n):
+        b = data[pos]
+        if b < 0x80:
+            if b & 1:
+                raise ValueError("negative record length")
+            bodies[i] = pos + 1
+            pos += 1 + (b >> 1)
+        else:
+            b1 = data[pos + 1]
+            if b1 < 0x80:
+                u = (b & 0x7F) | (b1 << 7)
+                if u & 1:
                     raise ValueError("negative record length")
-                pos += 1 + (b >> 1)
+                bodies[i] = pos + 2
+                pos += 2 + (u >> 1)
             else:
-                b1 = mv[pos + 1]
-                if b1 < 0x80:
-                    u = (b & 0x7F) | (b1 << 7)
-                    pos += 2 + (u >> 1)
-                    if u & 1:
-                        raise ValueError("negative record length")
-                else:
-                    length, npos = varint.decode_one(mv, pos)
-                    if length < 0:
-                        raise ValueError("negative record length")
-                    pos = npos + length
-    except (IndexError, ValueError) as e:
-        raise CorruptLogError(f"malformed record framing ({e})", path, where) from None
+                length, npos = varint.decode_one(data, pos)
+                if length < 0:
+                    raise ValueError("negative record length")
+                bodies[i] = npos
+                pos = npos + length
+        if pos > end:
+            raise ValueError("record overruns the batch")
+        ends[i] = pos
     if pos != end:
-        raise CorruptLogError(
-            f"records fill {pos} bytes but the batch has {end}", path, where)
-    starts[n] = end
-    return np.array(starts, dtype=np.int64)
+        raise ValueError(f"records fill {pos} bytes but the batch has {end}")
+    return bodies, ends
 
 
-def _decode_fields(batch, arr: np.ndarray, starts: np.ndarray, n: int, header: BatchHeader,
-                   end: int) -> RecordColumns:
-    rec_start = starts[:-1]
-    rec_end = starts[1:]
-    _, lsize = varint.decode_at(arr, rec_start)
-    pos = rec_start + lsize + 1  # skip the length and the attributes byte
+def _decode_general(data: bytes, n: int, end: int, base_ts: int) -> RecordColumns:
+    """Raises IndexError/ValueError on malformed input (the caller turns them into
+    CorruptLogError). Every length is checked against its record's end before it is used to
+    move a position, so positions stay small and increasing (no int64 wrap-around)."""
+    bodies, ends = _record_starts(data, n, end)
+    arr = np.zeros(end + _PAD, dtype=np.uint8)
+    arr[:end] = np.frombuffer(data, dtype=np.uint8, count=end)
+    rec_end = np.array(ends, dtype=np.int64)
+    pos = np.array(bodies, dtype=np.int64)
+    if (rec_end - pos < MIN_RECORD_SIZE - 1).any():
+        raise ValueError("record too short")
+    pos += 1  # the attributes byte (unused in v2, ignored as Kafka does)
     ts_delta, s = varint.decode_at(arr, pos)
-    pos = pos + s
+    pos += s
     off_delta, s = varint.decode_at(arr, pos)
-    pos = pos + s
+    pos += s
     if not np.array_equal(off_delta, np.arange(n)):
         raise ValueError("offset deltas are not 0..n-1")
     klen, s = varint.decode_at(arr, pos)
     kpos = pos + s
+    if (klen < -1).any() or (klen > rec_end - kpos).any():
+        raise ValueError("key length out of range")
     kend = kpos + np.maximum(klen, 0)
     vlen, s = varint.decode_at(arr, kend)
     vpos = kend + s
+    if (vlen < -1).any() or (vlen > rec_end - vpos).any():
+        raise ValueError("value length out of range")
     vend = vpos + np.maximum(vlen, 0)
     hcount, s = varint.decode_at(arr, vend)
     hpos = vend + s
-    if (klen < -1).any() or (vlen < -1).any() or (hcount < 0).any():
-        raise ValueError("negative length")
-    if (hpos > rec_end).any():
-        raise ValueError("record fields overrun the record")
-    data = bytes(batch[:end]) if not isinstance(batch, bytes) else batch
+    if (hcount < 0).any() or (hpos > rec_end).any():
+        raise ValueError("header count out of range")
     keys = _slices(data, kpos, kend, klen)
     values = _slices(data, vpos, vend, vlen)
     if hcount.any():
-        headers = [_decode_headers(data, int(p), int(c), int(e))
-                   for p, c, e in zip(hpos, hcount, rec_end, strict=True)]
+        if (hpos[hcount == 0] != rec_end[hcount == 0]).any():
+            raise ValueError("record length disagrees with its fields")
+        headers = [_decode_headers(data, p, c, e) if c else []
+                   for p, c, e in zip(hpos.tolist(), hcount.tolist(), ends, strict=True)]
     else:
         if (hpos != rec_end).any():
             raise ValueError("record length disagrees with its fields")
         headers = [[] for _ in range(n)]
-    timestamps = (ts_delta + header.base_timestamp).tolist()
+    # Python ints: a corrupt delta cannot wrap around int64
+    timestamps = [base_ts + d for d in ts_delta.tolist()] if ts_delta.any() else [base_ts] * n
     return RecordColumns(timestamps, keys, values, headers)
 
 
 def _slices(data: bytes, starts: np.ndarray, ends: np.ndarray, lengths: np.ndarray) -> list:
-    s = starts.tolist()
-    e = ends.tolist()
-    out = [data[a:b] for a, b in zip(s, e, strict=True)]
-    if (lengths < 0).any():
-        for i in np.flatnonzero(lengths < 0).tolist():
+    out = list(map(data.__getitem__, map(slice, starts.tolist(), ends.tolist())))
+    nulls = lengths < 0
+    if nulls.any():
+        for i in np.flatnonzero(nulls).tolist():
             out[i] = None
     return out
 
 
 def _decode_headers(data: bytes, pos: int, count: int, end: int) -> list:
+    if count * 2 > end - pos:  # each header takes at least two bytes (two lengths)
+        raise ValueError("header count overruns its record")
     out = []
     for _ in range(count):
         klen, pos = varint.decode_one(data, pos)
-        if klen < 0:
-            raise ValueError("null header key")
+        if klen < 0 or klen > end - pos:
+            raise ValueError("bad header key length")
         key = data[pos:pos + klen].decode("utf-8")
         pos += klen
         vlen, pos = varint.decode_one(data, pos)
+        if vlen < -1 or vlen > end - pos:
+            raise ValueError("bad header value length")
         if vlen < 0:
             value = None
         else:
             value = data[pos:pos + vlen]
             pos += vlen
-        if pos > end:
-            raise ValueError("header overruns its record")
         out.append((key, value))
     if pos != end:
         raise ValueError("record length disagrees with its headers")
