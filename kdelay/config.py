@@ -47,5 +47,3 @@ class LogConfig:
             v = getattr(self, name)
             if v is not None and v <= 0:
                 raise KdelayError(f"LogConfig.{name} must be > 0 or None")
-        if self.max_batch_bytes > self.segment_bytes:
-            raise KdelayError("LogConfig.max_batch_bytes must not exceed segment_bytes")
