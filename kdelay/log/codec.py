@@ -332,78 +332,84 @@ def _lengths(items: list, n: int) -> tuple[np.ndarray, bool]:
                            dtype=np.int64, count=n), True
 
 
+# Varint bytes of every zigzagged value below 2**14 (1 and 2 bytes: nearly every length,
+# offset delta and small timestamp delta), so the general encoder can pick each record's
+# varints with one C-level map instead of numpy byte shuffling. About 1 MB, built once.
+_VB_LIMIT = 1 << 14
+_VB = [bytes([u]) if u < 0x80 else bytes([(u & 0x7F) | 0x80, u >> 7]) for u in range(_VB_LIMIT)]
+_VB_get = _VB.__getitem__
+# attributes 0, timestampDelta 0, offsetDelta i: the fixed middle of record i with equal stamps
+_ATTR_TS0_OFF = [b"\x00\x00" + _VB[2 * i] for i in range(_VB_LIMIT // 2)]
+_OFF = _VB[0::2]  # offsetDelta i
+_ONE_ZERO = [b"\x00"]
+
+
+def _varints(u: np.ndarray) -> list[bytes]:
+    """Varint bytes of each zigzagged value of `u`."""
+    if u.max(initial=0) < _VB_LIMIT:
+        return list(map(_VB_get, u.tolist()))
+    return [varint.encode_one(v) for v in varint.unzigzag(u).tolist()]
+
+
 def _encode_records(keys: list, values: list, ts: np.ndarray | None,
                     headers: list | None) -> bytes:
-    """The records section of a batch (everything after the 69-byte header)."""
+    """The records section of a batch (everything after the 69-byte header): one b"".join
+    over [length][attributes,tsDelta,offsetDelta][keyLength][key][valueLength][value]
+    [headerCount,headers] per record, with the sizes computed on numpy columns."""
     n = len(values)
     klen, knull = _lengths(keys, n)
     vlen, vnull = _lengths(values, n)
-    kz = np.maximum(klen, 0) if knull else klen
-    vz = np.maximum(vlen, 0) if vnull else vlen
+    kzz = varint.zigzag(klen)
+    vzz = varint.zigzag(vlen)
+    body = varint.sizes(kzz) + varint.sizes(vzz)
+    body += np.maximum(klen, 0) if knull else klen
+    body += np.maximum(vlen, 0) if vnull else vlen
+    if ts is None:
+        mid = _ATTR_TS0_OFF[:n] if n <= len(_ATTR_TS0_OFF) else \
+            [b"\x00\x00" + varint.encode_one(i) for i in range(n)]
+        body += np.fromiter(map(len, mid), dtype=np.int64, count=n) if n > 64 else 3
+    else:
+        tzz = varint.zigzag(ts)
+        offs = _OFF[:n] if n <= len(_OFF) else [varint.encode_one(i) for i in range(n)]
+        body += varint.sizes(tzz) + 1
+        body += np.fromiter(map(len, offs), dtype=np.int64, count=n) if n > 64 else 1
+    if headers is None:
+        tail = _ONE_ZERO * n  # header count 0
+        body += 1
+    else:
+        tail = [_encode_headers(h) for h in headers]
+        body += np.fromiter(map(len, tail), dtype=np.int64, count=n)
 
-    # varint columns, in record order: length, attributes, tsDelta, offsetDelta,
-    # keyLength, valueLength, headerCount (attributes is an int8 0, the same byte as varint 0)
-    cols = np.zeros((n, 7), dtype=np.int64)
-    if ts is not None:
-        cols[:, 2] = ts
-    cols[:, 3] = np.arange(n, dtype=np.int64)
-    cols[:, 4] = klen
-    cols[:, 5] = vlen
-    if headers is not None:
-        hblobs = [_encode_headers(h) for h in headers]
-        hlen = np.fromiter(map(len, hblobs), dtype=np.int64, count=n)
-        cols[:, 6] = np.fromiter(map(len, headers), dtype=np.int64, count=n)
-    u = varint.zigzag(cols)
-    sz = varint.sizes(u)
-    body = sz[:, 1:].sum(axis=1) + kz + vz
-    if headers is not None:
-        body += hlen
-    u[:, 0] = varint.zigzag(body)
-    sz[:, 0] = varint.sizes(u[:, 0])
-    small = varint.encode(u, sz)
-
-    # Interleave the pieces of each record: [varints 0-4][key][varint 5][value][varint 6][headers]
-    # as one gather from a single source buffer: small varints, then keys, values, headers.
-    vend = np.cumsum(sz.ravel()).reshape(n, 7)
-    key_blob = b"".join(keys) if not knull else b"".join([k for k in keys if k])
-    val_blob = b"".join(values) if not vnull else b"".join([v for v in values if v])
-    key_base = small.shape[0]
-    val_base = key_base + len(key_blob)
-    npieces = 6 if headers is not None else 5
-    src_at = np.empty((n, npieces), dtype=np.int64)
-    plen = np.empty((n, npieces), dtype=np.int64)
-    plen[:, 0] = vend[:, 4] - vend[:, 0] + sz[:, 0]
-    src_at[:, 0] = vend[:, 0] - sz[:, 0]
-    plen[:, 1] = kz
-    src_at[:, 1] = np.cumsum(kz) - kz + key_base
-    plen[:, 2] = sz[:, 5]
-    src_at[:, 2] = vend[:, 4]
-    plen[:, 3] = vz
-    src_at[:, 3] = np.cumsum(vz) - vz + val_base
-    plen[:, 4] = sz[:, 6]
-    src_at[:, 4] = vend[:, 5]
-    parts = [small.tobytes(), key_blob, val_blob]
-    if headers is not None:
-        plen[:, 5] = hlen
-        src_at[:, 5] = np.cumsum(hlen) - hlen + (val_base + len(val_blob))
-        parts.append(b"".join(hblobs))
-    flat_len = plen.ravel()
-    out_at = np.cumsum(flat_len) - flat_len
-    total = int(out_at[-1] + flat_len[-1])
-    src = np.frombuffer(b"".join(parts), dtype=np.uint8)
-    idx = np.repeat(src_at.ravel() - out_at, flat_len)
-    idx += np.arange(total, dtype=np.int64)
-    return src[idx].tobytes()
+    per = 7 if ts is None else 9
+    parts = [b""] * (per * n)
+    parts[0::per] = _varints(body << 1)  # zigzag of a non-negative length
+    if ts is None:
+        parts[1::per] = mid
+        j = 2
+    else:
+        parts[1::per] = _ONE_ZERO * n
+        parts[2::per] = _varints(tzz)
+        parts[3::per] = offs
+        j = 4
+    parts[j::per] = _varints(kzz)
+    parts[j + 1::per] = [k or b"" for k in keys] if knull else keys
+    parts[j + 2::per] = _varints(vzz)
+    parts[j + 3::per] = [v or b"" for v in values] if vnull else values
+    parts[j + 4::per] = tail
+    return b"".join(parts)
 
 
 def _encode_headers(headers) -> bytes:
-    parts = []
+    """headerCount and the headers of one record."""
+    if not headers:
+        return b"\x00"
+    parts = [varint.encode_one(len(headers))]
     for hkey, hval in headers:
         kb = hkey.encode("utf-8")
         parts.append(varint.encode_one(len(kb)))
         parts.append(kb)
         if hval is None:
-            parts.append(varint.encode_one(-1))
+            parts.append(b"\x01")  # varint -1
         else:
             parts.append(varint.encode_one(len(hval)))
             parts.append(hval)

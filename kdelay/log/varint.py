@@ -31,6 +31,11 @@ def unzigzag(values: np.ndarray) -> np.ndarray:
     return ((u >> _U1) ^ (np.uint64(0) - (u & _U1))).view(np.int64)
 
 
+def _unzigzag_small(v: np.ndarray) -> np.ndarray:
+    """unzigzag for int64 values known to be non-negative (below 2**63): fewer, cheaper ops."""
+    return (v >> 1) ^ -(v & 1)
+
+
 def sizes(unsigned: np.ndarray) -> np.ndarray:
     """Bytes each (already zigzagged) value takes as a varint."""
     return np.searchsorted(_THRESHOLDS, unsigned, side="right") + 1
@@ -62,14 +67,13 @@ def decode_at(buf: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.nd
     first = buf[positions]
     cont = first >= 0x80
     if not cont.any():
-        return unzigzag(first.astype(np.uint64)), np.ones(positions.shape, dtype=np.int64)
+        return _unzigzag_small(first.astype(np.int64)), np.ones(positions.shape, dtype=np.int64)
     second = buf[positions + 1]
     if not (cont & (second >= 0x80)).any():
         # every varint is 1 or 2 bytes: no (n, 10) gather needed
-        lo = (first & 0x7F).astype(np.uint64)
-        hi = second.astype(np.uint64) << _U7
-        u = np.where(cont, lo | hi, lo)
-        return unzigzag(u), cont.astype(np.int64) + 1
+        lo = (first & 0x7F).astype(np.int64)
+        lo[cont] |= second[cont].astype(np.int64) << 7
+        return _unzigzag_small(lo), cont.astype(np.int64) + 1
     g = buf[positions[:, None] + _ARANGE10]
     ends = (g & 0x80) == 0
     if not ends.any(axis=1).all():
