@@ -12,12 +12,14 @@ behind a consumer's cursor.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 
+import numpy as np
 from sortedcontainers import SortedDict, SortedList
 
 from . import fsio
@@ -31,7 +33,7 @@ from .errors import (
     LogLockedError,
 )
 from .fetch import groups
-from .fetch.merge import batch_records, merge_streams, read_page
+from .fetch.merge import ColumnRun, PendingRun, ResumePoints, batch_records, read_page
 from .log import codec
 from .log.loader import (
     CLEAN_SHUTDOWN_FILE,
@@ -40,7 +42,7 @@ from .log.loader import (
     load_segments,
     write_recovery_point,
 )
-from .log.segment import LogSegment
+from .log.segment import INDEX_SUFFIXES, LogSegment
 from .records import AppendResult, DeliveryKey, FetchedRecord, FetchResult, Record
 
 Clock = Callable[[], int]
@@ -79,6 +81,7 @@ class Log:
         self._unflushed_records = 0
         self._oldest_unflushed: float | None = None
         self._groups = groups.GroupStore(path)
+        self._resume = ResumePoints()
         self._flusher: threading.Thread | None = None
         if config.flush_ms is not None:
             self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
@@ -297,14 +300,19 @@ class Log:
             while True:
                 self._check_open()
                 now = self.now()
-                page = read_page(self._due_stream(cursor, now), cursor, now, max_records,
-                                 max_bytes)
+                runs = self._due_runs(cursor, now)
+                page = read_page(runs, cursor, now, max_records, max_bytes)
+                self._resume.remember(page.next, runs)
                 remaining = deadline - time.monotonic()
                 if page.records or remaining <= 0:
                     return FetchResult(page.records, page.next)
+                # Sleep until the earliest pending deliverAfter anywhere in the log: the
+                # page only sees segments _due_stream kept, and a sealed segment whose
+                # records are all pending is skipped there. Appends wake us via notify_all.
                 wait = remaining
-                if page.next_pending is not None:
-                    wait = min(wait, max(0.001, (page.next_pending - now) / 1000))
+                wake = self._earliest_pending(now)
+                if wake is not None:
+                    wait = min(wait, max(0.001, (wake - now) / 1000))
                 self._appended.wait(wait)
 
     def _resolve_cursor(self, after: DeliveryKey | int | None) -> DeliveryKey | None:
@@ -331,21 +339,34 @@ class Log:
         i = self._segments.bisect_right(offset) - 1
         return None if i < 0 else self._segments.peekitem(i)[1]
 
-    def _due_stream(self, cursor: DeliveryKey | None, now: int):
-        """Merged index entries of every segment that can hold a due record after cursor."""
-        streams = []
+    def _due_runs(self, cursor: DeliveryKey | None, now: int) -> list:
+        """Index runs of every segment that can hold a due record after `cursor`: sealed
+        segments with nothing after the cursor, or nothing due yet, are never touched."""
         key = None if cursor is None else (cursor.deliver_after, cursor.offset)
         candidates = (self._sealed_by_max_key if key is None else
                       self._sealed_by_max_key.irange(minimum=(key[0], key[1], 1 << 63),
                                                      inclusive=(False, True)))
+        resume = self._resume.get(cursor)
+        runs: list = []
         for _, _, base in candidates:
             seg = self._segments[base]
             if seg.min_deliver_after <= now:
-                streams.append((seg.dly_index.entries_after(key), seg))
-        active = self._active
-        if len(active.dly_index):
-            streams.append((active.dly_index.entries_after(key), active))
-        return merge_streams(streams)
+                self._add_runs(runs, seg, key, resume)
+        self._add_runs(runs, self._active, key, resume)
+        return runs
+
+    @staticmethod
+    def _add_runs(runs: list, seg: LogSegment, key, resume: dict) -> None:
+        idx = seg.dly_index
+        cols = idx.disk_columns
+        if len(cols[0]):
+            run_key = (seg.base_offset, idx.generation)
+            start = resume.get(run_key)
+            if start is None:
+                start = idx.start_in_columns(key)
+            runs.append(ColumnRun(seg, run_key, cols, start))
+        if idx.has_pending:
+            runs.append(PendingRun(seg, idx.iter_pending(key)))
 
     # ------------------------------------------------------------------ offset-order read
 
@@ -441,44 +462,83 @@ class Log:
         return self._closed
 
     def metrics(self) -> dict:
+        """Counts and sizes for monitoring. `groups` maps each consumer group with a stored
+        position to its committed key and its lag: records due now and after that key."""
         with self._lock:
             now = self.now()
             pending = pending_batches = 0
-            earliest = None
             index_mem = index_disk = 0
             records = 0
-            for seg in self._segments.values():
+            segs = list(self._segments.values())
+            group_keys = {g: self._groups.committed(g) for g in self._groups.groups()}
+            lag = dict.fromkeys(group_keys, 0)
+            for seg in segs:
                 p, pb = seg.dly_index.count_pending(now)
                 pending += p
                 pending_batches += pb
                 records += seg.next_offset - seg.base_offset
                 for idx in (seg.dly_index, seg.offset_index, seg.time_index):
                     index_mem += idx.memory_bytes()
-                    index_disk += idx.disk_bytes()
-                if p:
-                    first = _first_pending(seg, now)
-                    earliest = first if earliest is None else min(earliest, first)
+                for suffix in INDEX_SUFFIXES:
+                    # what the files really take (header included); the active segment's
+                    # indexes live in memory until it rolls or the log closes cleanly
+                    with contextlib.suppress(FileNotFoundError):
+                        index_disk += os.stat(seg.path(suffix)).st_size
+                if group_keys:
+                    _add_segment_lag(seg, now, group_keys, lag)
             return {
                 "log_start_offset": self.log_start_offset,
                 "log_end_offset": self.log_end_offset,
-                "segments": len(self._segments),
+                "segments": len(segs),
                 "records": records,
-                "bytes": sum(s.size for s in self._segments.values()),
+                "bytes": sum(s.size for s in segs),
                 "pending_records": pending,
                 "pending_batches": pending_batches,
                 "due_records": records - pending,
-                "earliest_pending_deliver_after": earliest,
+                "earliest_pending_deliver_after": self._earliest_pending(now),
                 "index_bytes_in_memory": index_mem,
                 "index_bytes_on_disk": index_disk,
+                "groups": {g: {"committed": k, "lag": lag[g]} for g, k in group_keys.items()},
                 "now": now,
             }
 
+    def _earliest_pending(self, now: int) -> int | None:
+        """The smallest deliverAfter > `now` in the log (None: nothing pending). Sealed
+        segments whose largest key is due are skipped without being touched."""
+        with self._lock:
+            segs = [self._segments[base] for _, _, base in
+                    self._sealed_by_max_key.irange(minimum=(now, 1 << 63, 0))]
+            segs.append(self._active)
+            best = None
+            for seg in segs:
+                first = next(seg.dly_index.entries_after((now, 1 << 62)), None)
+                if first is not None and (best is None or first[0] < best):
+                    best = first[0]
+            return best
 
-def _first_pending(seg: LogSegment, now: int) -> int:
-    for da, *_ in seg.dly_index.entries_after((now, 1 << 62)):
-        if da > now:
-            return da
-    raise AssertionError("count_pending and entries_after disagree")
+
+def _add_segment_lag(seg: LogSegment, now: int, group_keys: dict, lag: dict) -> None:
+    """Add, per group, the records of `seg` that are due at `now` and after the group's
+    committed key: whole batches past the key's deliverAfter, plus the part of each batch
+    at that deliverAfter whose offsets are past the key's offset (vectorised per segment)."""
+    da, off, _, lod, _ = seg.dly_index.columns()
+    j_now = int(np.searchsorted(da, now, side="right"))
+    if j_now == 0:
+        return
+    da = da[:j_now]
+    counts = lod[:j_now].astype(np.int64) + 1
+    ends = off[:j_now].astype(np.int64) + counts  # last offset + 1 of each batch
+    suffix = np.concatenate([np.cumsum(counts[::-1])[::-1], [0]])  # records in [i, j_now)
+    for group, key in group_keys.items():
+        if key is None:
+            lag[group] += int(suffix[0])
+            continue
+        lo = int(np.searchsorted(da, key.deliver_after, side="left"))
+        hi = int(np.searchsorted(da, key.deliver_after, side="right"))
+        partial = 0
+        if hi > lo:
+            partial = int(np.clip(ends[lo:hi] - 1 - key.offset, 0, counts[lo:hi]).sum())
+        lag[group] += partial + int(suffix[hi])
 
 
 def _take_lock(path: str) -> int:
