@@ -1,22 +1,35 @@
 """The due-order read: a k-way heap merge of per-segment DeliverAfterIndex runs.
 
-Each segment contributes its index entries after the cursor, already in (deliverAfter,
-offset) order; `heapq.merge` interleaves them lazily, so a page touches only the entries it
-returns plus one per segment. Work is per batch: each batch is read and verified once, its
-records decoded column-wise, and only the slice the page needs becomes FetchedRecords.
+Each segment contributes runs of index entries after the cursor, already in (deliverAfter,
+offset) order: its persisted (memmap'd, immutable) columns and, for the active segment, the
+SortedList of entries appended since. The merge pops the smallest head, so a page touches
+only the entries it returns plus one head per run. Work is per batch: each batch is read
+and verified once, its records decoded column-wise, and only the slice the page needs
+becomes FetchedRecords.
+
+The immutable runs a page leaves behind are remembered against the page's `next` key
+(ResumePoints): a consumer that follows `next` resumes every segment where it stood, with
+no search and no re-conversion of index entries.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator
+from collections import OrderedDict
+from collections.abc import Iterator
 from itertools import repeat
 from typing import NamedTuple, Protocol
+
+import numpy as np
 
 from ..errors import CorruptLogError
 from ..index.deliver_after_index import Entry
 from ..log import codec
 from ..records import DeliveryKey, FetchedRecord
+
+_FIRST_CHUNK = 8
+_MAX_CHUNK = 2048
+_new_record = tuple.__new__
 
 
 class BatchSource(Protocol):
@@ -27,19 +40,84 @@ class BatchSource(Protocol):
     def read_batch(self, position: int, size: int, expected_base: int) -> bytes: ...
 
 
+class ColumnRun:
+    """Entries of immutable index columns from index `start` on, converted to Python
+    tuples a growing chunk at a time (a short page converts only a few)."""
+
+    __slots__ = ("seg", "key", "cols", "i", "n", "head", "_buf", "_b0", "_chunk")
+
+    def __init__(self, seg: BatchSource, key: tuple, cols: list[np.ndarray], start: int):
+        self.seg, self.key, self.cols = seg, key, cols
+        self.i, self.n = start, len(cols[0])
+        self._chunk = _FIRST_CHUNK
+        self._buf: list[Entry] = []
+        self._b0 = start
+        self.head: Entry | None = None
+        if start < self.n:
+            self._fill()
+
+    def _fill(self) -> None:
+        i, j = self.i, min(self.n, self.i + self._chunk)
+        self._buf = list(zip(*(c[i:j].tolist() for c in self.cols), strict=True))
+        self._b0 = i
+        self._chunk = min(self._chunk * 4, _MAX_CHUNK)
+        self.head = self._buf[0]
+
+    def advance(self) -> None:
+        self.i += 1
+        k = self.i - self._b0
+        if k < len(self._buf):
+            self.head = self._buf[k]
+        elif self.i < self.n:
+            self._fill()
+        else:
+            self.head = None
+
+
+class PendingRun:
+    """Entries of the active segment's in-memory SortedList (mutable: never cached)."""
+
+    __slots__ = ("seg", "head", "_it")
+
+    def __init__(self, seg: BatchSource, entries: Iterator[Entry]):
+        self.seg = seg
+        self._it = entries
+        self.head = next(entries, None)
+
+    def advance(self) -> None:
+        self.head = next(self._it, None)
+
+
 class Page(NamedTuple):
     records: list[FetchedRecord]
     next: DeliveryKey | None
     next_pending: int | None  # deliverAfter of the first entry not yet due (None: none seen)
 
 
-def merge_streams(streams: list[tuple[Iterator[Entry], BatchSource]]
-                  ) -> Iterator[tuple[Entry, BatchSource]]:
-    """One key-ordered stream of (entry, segment) out of per-segment entry streams."""
-    tagged = [zip(entries, repeat(seg)) for entries, seg in streams]
-    if len(tagged) == 1:
-        return tagged[0]
-    return heapq.merge(*tagged)
+class ResumePoints:
+    """The immutable runs of the last pages, as each page left them, keyed by its `next`.
+
+    For a cursor C the right start in a run is its first entry that may hold a key > C.
+    Merge order guarantees every run head left unconsumed by a page ending at C is exactly
+    that entry, so a remembered run resumes correctly for as long as its columns exist.
+    Runs are handed out once (`take`): the fetch that takes them moves them on."""
+
+    def __init__(self, capacity: int = 64):
+        self._points: OrderedDict[DeliveryKey, dict[tuple, ColumnRun]] = OrderedDict()
+        self._capacity = capacity
+
+    def take(self, cursor: DeliveryKey | None) -> dict[tuple, ColumnRun]:
+        if cursor is None:
+            return {}
+        return self._points.pop(cursor, None) or {}
+
+    def remember(self, cursor: DeliveryKey | None, runs: list) -> None:
+        if cursor is None:
+            return
+        self._points[cursor] = {r.key: r for r in runs if type(r) is ColumnRun}
+        self._points.move_to_end(cursor)
+        while len(self._points) > self._capacity:
+            self._points.popitem(last=False)
 
 
 def batch_records(data: bytes, deliver_after: int, skip: int, limit: int,
@@ -53,36 +131,48 @@ def batch_records(data: bytes, deliver_after: int, skip: int, limit: int,
     else:
         ts, keys, values, headers = (c[skip:stop] for c in cols)
     offsets = range(h.base_offset + skip, h.base_offset + stop)
-    return list(map(FetchedRecord._make,
-                    zip(offsets, repeat(deliver_after), ts, keys, values, headers,
-                        repeat(None))))
+    rows = zip(offsets, repeat(deliver_after), ts, keys, values, headers, repeat(None))
+    return list(map(_new_record, repeat(FetchedRecord), rows))
 
 
-def read_page(stream: Iterable[tuple[Entry, BatchSource]], after: DeliveryKey | None,
-              now: int, max_records: int, max_bytes: int) -> Page:
-    """Fill one page from a merged stream: records with key > `after` and deliverAfter <=
-    `now`, at most `max_records`, and `max_bytes` as a soft cap (at least one batch)."""
+def read_page(runs: list, after: DeliveryKey | None, now: int, max_records: int,
+              max_bytes: int) -> Page:
+    """Fill one page by merging `runs`: records with key > `after` and deliverAfter <= `now`,
+    at most `max_records`, and `max_bytes` as a soft cap (at least one batch). Each run is
+    left positioned at its first entry not fully consumed."""
     out: list[FetchedRecord] = []
     taken_bytes = 0
     next_pending = None
-    for (da, base, pos, lod, size), seg in stream:
+    heap = [(r.head[0], r.head[1], k) for k, r in enumerate(runs) if r.head is not None]
+    heapq.heapify(heap)
+    while heap:
+        da, base, k = heap[0]
         if da > now:
             next_pending = da
             break
+        run = runs[k]
+        _, _, pos, lod, size = run.head
         skip = 0
         if after is not None and da == after.deliver_after and base <= after.offset:
             skip = after.offset - base + 1
-            if skip > lod:
-                continue  # the cursor's batch is fully consumed
-        if out and taken_bytes + size > max_bytes:
-            break
-        data = seg.read_batch(pos, size, base)
-        if data[codec.DELIVER_AFTER_OFFSET - 0:codec.DELIVER_AFTER_OFFSET + 8] != \
-                da.to_bytes(8, "big", signed=True):
-            raise CorruptLogError(f"batch deliverAfter disagrees with its index entry ({da})",
-                                  seg.log_path, pos)
-        out.extend(batch_records(data, da, skip, max_records - len(out), seg, pos))
-        taken_bytes += size
+        if skip <= lod:
+            if out and taken_bytes + size > max_bytes:
+                break
+            data = run.seg.read_batch(pos, size, base)
+            if int.from_bytes(data[codec.DELIVER_AFTER_OFFSET:codec.DELIVER_AFTER_OFFSET + 8],
+                              "big", signed=True) != da:
+                raise CorruptLogError(f"batch deliverAfter disagrees with its index ({da})",
+                                      run.seg.log_path, pos)
+            want = max_records - len(out)
+            out.extend(batch_records(data, da, skip, want, run.seg, pos))
+            taken_bytes += size
+            if lod + 1 - skip > want:
+                break  # page full inside this batch: the run stays on it
+        run.advance()
+        if run.head is None:
+            heapq.heappop(heap)
+        else:
+            heapq.heapreplace(heap, (run.head[0], run.head[1], k))
         if len(out) >= max_records:
             break
     nxt = DeliveryKey(out[-1].deliver_after, out[-1].offset) if out else after

@@ -3,11 +3,14 @@ plus entries appended since, held in memory until the segment rolls or the log c
 
 from __future__ import annotations
 
+import itertools
 from typing import ClassVar
 
 import numpy as np
 
 from .index_file import IndexMeta, load_index, write_index
+
+_generations = itertools.count(1)
 
 
 class AbstractIndex:
@@ -18,6 +21,9 @@ class AbstractIndex:
         self.base_offset = base_offset
         # persisted part: memmap'd columns; in-memory part: entries appended since
         self._columns = columns if columns is not None else [np.empty(0, d) for d in self.DTYPES]
+        # changes whenever the persisted columns are replaced: readers that remember
+        # positions in them key those positions by (base_offset, generation)
+        self.generation = next(_generations)
 
     @classmethod
     def load(cls, path: str, *, base_offset: int, log_bytes: int):
@@ -35,6 +41,7 @@ class AbstractIndex:
         write_index(path, self.MAGIC, meta, columns)
         loaded = type(self).load(path, base_offset=self.base_offset, log_bytes=log_bytes)
         self._columns = loaded._columns
+        self.generation = next(_generations)
         self.meta = meta
         self._clear_pending()
 

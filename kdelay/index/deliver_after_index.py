@@ -52,6 +52,10 @@ class DeliverAfterIndex(AbstractIndex):
     def __len__(self) -> int:
         return len(self._columns[0]) + len(self._pending)
 
+    @property
+    def has_pending(self) -> bool:
+        return bool(self._pending)
+
     def columns(self) -> list[np.ndarray]:
         if not self._pending:
             return [np.asarray(c) for c in self._columns]
@@ -104,16 +108,17 @@ class DeliverAfterIndex(AbstractIndex):
         be the batch that holds `after` itself (the caller skips its consumed records)."""
         runs = []
         if len(self._columns[0]):
-            runs.append(self._iter_columns(self._start_in_columns(after)))
+            runs.append(self._iter_columns(self.start_in_columns(after)))
         if self._pending:
-            runs.append(self._iter_pending(after))
+            runs.append(self.iter_pending(after))
         if not runs:
             return iter(())
         if len(runs) == 1:
             return runs[0]
         return heapq.merge(*runs)
 
-    def _start_in_columns(self, after: tuple[int, int] | None) -> int:
+    def start_in_columns(self, after: tuple[int, int] | None) -> int:
+        """Index of the first persisted entry that may hold a record with key > `after`."""
         if after is None:
             return 0
         da_c, off_c = after
@@ -136,7 +141,8 @@ class DeliverAfterIndex(AbstractIndex):
             i = j
             chunk = min(chunk * 4, _MAX_CHUNK)
 
-    def _iter_pending(self, after: tuple[int, int] | None) -> Iterator[Entry]:
+    def iter_pending(self, after: tuple[int, int] | None) -> Iterator[Entry]:
+        """In-memory entries that may hold a record with key > `after`, in key order."""
         sl = self._pending
         if after is None:
             return iter(sl)

@@ -93,7 +93,9 @@ def load_index(path: str, magic: bytes, dtypes: list[np.dtype], *, base_offset: 
         if data_crc != crc32c.crc32c(b""):
             raise IndexFileError(f"{path}: data checksum mismatch")
         return meta, [np.empty(0, dtype=d) for d in dtypes]
-    mm = np.memmap(path, dtype=np.uint8, mode="r", offset=HEADER_SIZE)
+    # a plain ndarray view of the map: np.memmap's Python-level slicing hooks cost more
+    # than the searches themselves
+    mm = np.memmap(path, dtype=np.uint8, mode="r", offset=HEADER_SIZE).view(np.ndarray)
     if crc32c.crc32c(mm) != data_crc:
         raise IndexFileError(f"{path}: data checksum mismatch")
     columns = []
