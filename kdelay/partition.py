@@ -346,7 +346,7 @@ class Log:
         candidates = (self._sealed_by_max_key if key is None else
                       self._sealed_by_max_key.irange(minimum=(key[0], key[1], 1 << 63),
                                                      inclusive=(False, True)))
-        resume = self._resume.get(cursor)
+        resume = self._resume.take(cursor)
         runs: list = []
         for _, _, base in candidates:
             seg = self._segments[base]
@@ -361,10 +361,10 @@ class Log:
         cols = idx.disk_columns
         if len(cols[0]):
             run_key = (seg.base_offset, idx.generation)
-            start = resume.get(run_key)
-            if start is None:
-                start = idx.start_in_columns(key)
-            runs.append(ColumnRun(seg, run_key, cols, start))
+            run = resume.get(run_key)
+            if run is None or run.cols is not cols:
+                run = ColumnRun(seg, run_key, cols, idx.start_in_columns(key))
+            runs.append(run)
         if idx.has_pending:
             runs.append(PendingRun(seg, idx.iter_pending(key)))
 
