@@ -1,8 +1,10 @@
 """Topic: N partition Logs under one root, laid out and keyed as in Kafka.
 
 Partition `i` of topic `name` lives in `root/name-i`. The partition count is stored in
-`root/name.topic.json` (written atomically), so reopening with another count is refused
-instead of silently re-hashing keys onto different partitions.
+`root/.kdelay-topics/name` (JSON, written atomically), so reopening with another count is
+refused instead of silently re-hashing keys onto different partitions. The metadata lives
+in a subdirectory because a 249-character name leaves no room for a suffix (plus the
+atomic write's ".tmp") within the file system's 255-byte name limit.
 
 Every partition Log is opened as a `_TopicPartitionLog`, whose appends also bump the
 topic's `ActivitySignal`: a Consumer long-polling several partitions sleeps on that one
@@ -24,11 +26,11 @@ from .partition import Clock, Log
 from .partitioner import partition_for_key
 from .records import AppendResult, Record
 
-__all__ = ["ActivitySignal", "Topic", "validate_topic_name", "MAX_TOPIC_NAME_LENGTH"]
+__all__ = ["META_DIR", "MAX_TOPIC_NAME_LENGTH", "ActivitySignal", "Topic", "validate_topic_name"]
 
 MAX_TOPIC_NAME_LENGTH = 249  # Kafka's limit (255 minus room for "-<partition>" suffixes)
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
-META_SUFFIX = ".topic.json"
+META_DIR = ".kdelay-topics"
 _META_FORMAT = "kdelay-topic v1"
 
 
@@ -107,7 +109,7 @@ class Topic:
             raise InvalidTopicError(f"partitions must be a positive int, got {partitions!r}")
         root = os.fspath(root)
         os.makedirs(root, exist_ok=True)
-        meta_path = os.path.join(root, name + META_SUFFIX)
+        meta_path = os.path.join(root, META_DIR, name)
         stored = _read_meta(meta_path, name)
         found = _existing_partitions(root, name)
         if stored is not None:
@@ -126,6 +128,9 @@ class Topic:
                 f"topic {name!r} in {root} has {count} partitions; cannot reopen it with "
                 f"{partitions} (keys would map to other partitions)")
         if stored is None:
+            if not os.path.isdir(os.path.dirname(meta_path)):
+                os.makedirs(os.path.dirname(meta_path), exist_ok=True)
+                fsio.fsync_dir(root)
             body = {"format": _META_FORMAT, "name": name, "partitions": count}
             fsio.atomic_write(meta_path, (json.dumps(body) + "\n").encode())
         logs: list[Log] = []
