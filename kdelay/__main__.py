@@ -1,0 +1,7 @@
+"""`python -m kdelay`: the same command line as the `kdelay` script."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
