@@ -7,6 +7,7 @@ publishes it, and the directory is fsync'd after a rename, create or unlink.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 __all__ = [
@@ -48,10 +49,8 @@ def rename(src: str, dst: str) -> None:
 
 
 def unlink(path: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def fsync_dir(path: str) -> None:

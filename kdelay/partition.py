@@ -569,6 +569,12 @@ def _deltas(ts_list: list[int], base: int):
     return np.array(ts_list, dtype=np.int64) - base
 
 
+def _all_of_types(items, exact: set, allowed) -> bool:
+    """True if every item is an instance of `allowed`; the common case (exact types) is
+    decided by one C-level pass over the items."""
+    return set(map(type, items)) <= exact or all(isinstance(x, allowed) for x in items)
+
+
 def _record_columns(records: Sequence[Record]) -> list[tuple]:
     """Validate a batch and transpose it into columns (value, key, headers, timestamp,
     deliver_after) with C-level loops: one type check per column, not per field."""
@@ -577,17 +583,14 @@ def _record_columns(records: Sequence[Record]) -> list[tuple]:
                                  f"got {type(records).__name__}")
     if not records:
         raise InvalidRecordError("an empty batch cannot be appended")
-    if not set(map(type, records)) <= {Record}:
-        if not all(isinstance(r, Record) for r in records):
-            raise InvalidRecordError("every item of records must be a kdelay.Record")
+    if not _all_of_types(records, {Record}, Record):
+        raise InvalidRecordError("every item of records must be a kdelay.Record")
     cols = list(zip(*records, strict=True))
     values, keys, headers, timestamps, das = cols
-    if not set(map(type, values)) <= {bytes}:
-        if not all(isinstance(v, bytes) for v in values):
-            raise InvalidRecordError("every record value must be bytes")
-    if not set(map(type, keys)) <= {bytes, _NONE_TYPE}:
-        if not all(k is None or isinstance(k, bytes) for k in keys):
-            raise InvalidRecordError("every record key must be bytes or None")
+    if not _all_of_types(values, {bytes}, bytes):
+        raise InvalidRecordError("every record value must be bytes")
+    if not _all_of_types(keys, {bytes, _NONE_TYPE}, (bytes, _NONE_TYPE)):
+        raise InvalidRecordError("every record key must be bytes or None")
     if any(headers):
         for hs in headers:
             if not isinstance(hs, (list, tuple)):
