@@ -1,1 +1,31 @@
+"""kdelay: a Kafka-style delayed-topic storage engine.
 
+An append-only, segmented log of Kafka v2 record batches that carry a batch-level
+deliverAfter; fetches return due records in (deliverAfter, offset) order.
+"""
+
+from .config import LogConfig
+from .errors import (
+    CorruptLogError,
+    DelayedDeliveryDisabledError,
+    DeliveryDelayExceededError,
+    InvalidConfigError,
+    InvalidRecordError,
+    InvalidTopicError,
+    KdelayError,
+    LogClosedError,
+    LogLockedError,
+)
+from .fetch.consumer import Consumer
+from .partition import Log, OffsetOutOfRangeError
+from .records import AppendResult, DeliveryKey, FetchedRecord, FetchResult, Record
+from .topic import Topic
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AppendResult", "Consumer", "CorruptLogError", "DelayedDeliveryDisabledError",
+    "DeliveryDelayExceededError", "DeliveryKey", "FetchResult", "FetchedRecord",
+    "InvalidConfigError", "InvalidRecordError", "InvalidTopicError", "KdelayError", "Log", "LogClosedError",
+    "LogConfig", "LogLockedError", "OffsetOutOfRangeError", "Record", "Topic",
+]

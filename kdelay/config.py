@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from .errors import KdelayError
+from .errors import InvalidConfigError
 
 DAY_MS = 86_400_000
 
@@ -27,23 +27,23 @@ class LogConfig:
             value = getattr(self, f.name)
             if f.name == "delayed_delivery_enable":
                 if not isinstance(value, bool):
-                    raise KdelayError(f"LogConfig.{f.name} must be a bool, got {value!r}")
+                    raise InvalidConfigError(f"LogConfig.{f.name} must be a bool, got {value!r}")
                 continue
             if value is None and f.name in ("flush_messages", "flush_ms"):
                 continue
             if not isinstance(value, int) or isinstance(value, bool):
-                raise KdelayError(f"LogConfig.{f.name} must be an int, got {value!r}")
+                raise InvalidConfigError(f"LogConfig.{f.name} must be an int, got {value!r}")
         positive = ("segment_bytes", "segment_ms", "index_interval_bytes", "max_batch_bytes")
         for name in positive:
             if getattr(self, name) <= 0:
-                raise KdelayError(f"LogConfig.{name} must be > 0, got {getattr(self, name)}")
+                raise InvalidConfigError(f"LogConfig.{name} must be > 0, got {getattr(self, name)}")
         if self.max_delivery_delay_ms < 0:
-            raise KdelayError("LogConfig.max_delivery_delay_ms must be >= 0 (0 = no limit)")
+            raise InvalidConfigError("LogConfig.max_delivery_delay_ms must be >= 0 (0 = no limit)")
         for name in ("retention_ms", "retention_bytes"):
             v = getattr(self, name)
             if v < -1:
-                raise KdelayError(f"LogConfig.{name} must be >= 0, or -1 for no limit")
+                raise InvalidConfigError(f"LogConfig.{name} must be >= 0, or -1 for no limit")
         for name in ("flush_messages", "flush_ms"):
             v = getattr(self, name)
             if v is not None and v <= 0:
-                raise KdelayError(f"LogConfig.{name} must be > 0 or None")
+                raise InvalidConfigError(f"LogConfig.{name} must be > 0 or None")

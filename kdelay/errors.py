@@ -19,6 +19,10 @@ class DelayedDeliveryDisabledError(InvalidRecordError):
     """A deliver_after was given to a log with `delayed_delivery_enable=False`."""
 
 
+class InvalidConfigError(KdelayError, ValueError):
+    """A LogConfig setting out of range or of the wrong type."""
+
+
 class InvalidTopicError(KdelayError, ValueError):
     """A topic name outside Kafka's rules, or a topic reopened with another shape."""
 
