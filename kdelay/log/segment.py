@@ -101,9 +101,19 @@ class LogSegment:
         self.offset_index = offset_index
         self.time_index = time_index
         self.dly_index = dly_index
-        self.first_timestamp = first_timestamp  # max timestamp of the first batch (segment_ms)
+        # max timestamp of the first batch, for segment_ms; read lazily so that opening a
+        # sealed segment reads none of its .log
+        self._first_timestamp = first_timestamp
         self._bytes_since_index_entry = 0
         self.max_timestamp = -1 if time_index.last_key() is None else time_index.last_key()
+
+    @property
+    def first_timestamp(self) -> int | None:
+        if self._first_timestamp is None and self.size:
+            head = fsio.pread(self.fd, codec.HEADER_SIZE, 0)
+            self._first_timestamp = codec.parse_header(
+                head, path=self.log_path, file_pos=0, available=self.size).max_timestamp
+        return self._first_timestamp
 
     # ------------------------------------------------------------------ paths
 
@@ -140,14 +150,10 @@ class LogSegment:
                 raise IndexFileError(f"{name}: indexes disagree on the segment's end offset")
             if (len(di) == 0) != (size == 0) or next_offset < base_offset:
                 raise IndexFileError(f"{name}: index does not match its log")
-            first_ts = None
-            if size:
-                first_ts = codec.HEADER.unpack_from(
-                    fsio.pread(fd, codec.HEADER_SIZE, 0))[8]
         except BaseException:
             os.close(fd)
             raise
-        return cls(directory, base_offset, fd, size, next_offset, oi, ti, di, first_ts)
+        return cls(directory, base_offset, fd, size, next_offset, oi, ti, di, None)
 
     @classmethod
     def recover(cls, directory: str, base_offset: int, *, index_interval_bytes: int,
@@ -192,8 +198,8 @@ class LogSegment:
     def _index_batch(self, entry: Entry, max_timestamp: int, interval: int) -> None:
         """Offset and time index upkeep for one batch (the dly index is handled by callers)."""
         _, base, pos, _, size = entry
-        if self.first_timestamp is None:
-            self.first_timestamp = max_timestamp
+        if self._first_timestamp is None:
+            self._first_timestamp = max_timestamp
         if self._bytes_since_index_entry >= interval:
             self.offset_index.add(base, pos)
             if max_timestamp > self.max_timestamp:
