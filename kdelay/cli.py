@@ -294,7 +294,10 @@ def cmd_dump_log(args: argparse.Namespace, out: Out) -> int:
             if isinstance(item, ins.FramingBreak):
                 problems += 1
                 bar.close()
-                err(f"{path} at byte {item.position}: {item.describe()}")
+                what = item.describe()
+                if item.position == 0 and item.resume_at is None:
+                    what = f"not a kdelay log, or damaged from its first byte: {what}"
+                err(f"{path} at byte {item.position}: {what}")
                 if not args.json:
                     out.line(f"{item.position:>12}  !! {item.describe()}")
                 expected = None
@@ -420,6 +423,8 @@ def cmd_dump_index(args: argparse.Namespace, out: Out) -> int:
         raise ins.InspectError(f"{path}: not an index file (expected a .dlyindex, .index or "
                                f".timeindex suffix){hint}")
     idx = ins.read_index_file(path, kind)
+    if idx.wrong_kind is not None:
+        raise ins.InspectError(f"{path}: {idx.problems[0]}")
     if idx.meta is None:  # no trustworthy header: nothing to show
         raise ins.IndexUnreadable(f"{path}: {'; '.join(idx.problems)}")
     current, why = _index_currency(path, idx)
@@ -512,7 +517,8 @@ def _total_log_bytes(directory: str) -> int:
 
 def cmd_verify(args: argparse.Namespace, out: Out) -> int:
     targets = _verify_targets(args.path)
-    total = sum(_total_log_bytes(d) for d, _ in targets)
+    total = sum(s.log_size for d, only in targets for s in ins.list_segments(d)
+                if only is None or s.base_offset == only)
     bar = ProgressBar("verify", total)
     reports = []
     try:

@@ -317,10 +317,19 @@ class IndexFile:
     data_crc_ok: bool = False
     problems: list[str] = field(default_factory=list)
     missing: bool = False
+    wrong_kind: IndexKind | None = None  # set when the file holds another kind of index
 
     @property
     def entries(self) -> int:
         return 0 if self.columns is None else len(self.columns[0])
+
+
+def _a(noun: str) -> str:
+    return ("an " if noun[0] in "aeiouAEIOU" else "a ") + noun
+
+
+def plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 def kind_for_path(path: str) -> IndexKind | None:
@@ -353,7 +362,9 @@ def read_index_file(path: str, kind: IndexKind) -> IndexFile:
     if magic != kind.magic:
         other = _KIND_BY_MAGIC.get(magic)
         if other is not None:
-            out.problems.append(f"holds a {other.name} (magic {magic!r}), not a {kind.name}")
+            out.wrong_kind = other
+            out.problems.append(f"holds {_a(other.name)} (magic {magic!r}), not "
+                                f"{_a(kind.name)}")
         else:
             out.problems.append(f"not a kdelay index: magic {magic!r}, expected "
                                 f"{kind.magic!r}")
@@ -489,12 +500,11 @@ def verify_partition(directory: str, *, only_base: int | None = None,
     prev_path = ""
     for i, seg in enumerate(segments):
         active = i == len(segments) - 1
+        if only_base is not None and seg.base_offset != only_base:
+            continue  # one segment asked for: its neighbours are not read
         scan = _scan_for_verify(seg, active and not clean, progress)
         if scan is None:
             rep.add(False, seg.log_path, None, "segment deleted during the check (retention)")
-            continue
-        if only_base is not None and seg.base_offset != only_base:
-            prev_next, prev_path = scan.next_offset(), seg.log_path
             continue
         rep.segments += 1
         rep.batches += len(scan.batches)
@@ -557,7 +567,11 @@ def _check_batches(rep: VerifyReport, seg: SegmentFiles, scan: SegmentScan, acti
             rep.add(True, path, b.position,
                     f"CRC-32C mismatch in batch of offsets {b.base_offset}..{b.last_offset} "
                     f"({b.size} bytes)")
-        if b.base_offset != expected and not after_break:
+        if after_break and b.base_offset > expected:
+            rep.add(True, path, b.position,
+                    f"offsets {expected}..{b.base_offset - 1} are lost in the damaged bytes "
+                    f"before this batch")
+        elif b.base_offset != expected and not after_break:
             if b.base_offset > expected:
                 msg = (f"offset gap: batch starts at offset {b.base_offset}, expected "
                        f"{expected} (offsets {expected}..{b.base_offset - 1} missing)")
@@ -572,6 +586,9 @@ def _check_batches(rep: VerifyReport, seg: SegmentFiles, scan: SegmentScan, acti
         expected = b.last_offset + 1
 
 
+_REBUILT = " (rebuilt from the .log on next open)"
+
+
 def _index_is_stale_ok(active: bool, clean: bool) -> bool:
     """The active segment's indexes live in memory while the log is open (or was not
     closed cleanly): a missing or stale persisted copy is expected there."""
@@ -584,7 +601,7 @@ def _check_index(rep: VerifyReport, seg: SegmentFiles, scan: SegmentScan, kind: 
     idx = read_index_file(path, kind)
     rep.indexes_checked += 1
     lenient = _index_is_stale_ok(active, clean)
-    rebuilt = " (rebuilt from the .log on next open)"
+    rebuilt = _REBUILT
     if idx.missing:
         if lenient:
             rep.add(False, path, None, "absent (the active segment's indexes are in memory "
@@ -630,25 +647,33 @@ def _check_index(rep: VerifyReport, seg: SegmentFiles, scan: SegmentScan, kind: 
 
 
 def _compare_dly(rep: VerifyReport, path: str, idx: IndexFile, batches: list[Batch]) -> None:
+    """Entry by entry: what the index holds that the log does not, what the log holds that
+    the index lacks, and (when both hold the same entries) whether the order is right."""
     want = expected_dly_columns(batches)
     have = idx.columns
     assert have is not None
-    if len(have[0]) != len(want[0]):
-        rep.add(True, path, 32, f"{len(have[0])} entries, but the log has {len(want[0])} "
-                                f"batches" + " (rebuilt on next open)")
-    n = min(len(have[0]), len(want[0]))
-    diff = np.zeros(n, dtype=bool)
-    for h, w in zip(have, want, strict=True):
-        diff |= h[:n] != w[:n]
-    bad = np.flatnonzero(diff)
-    if len(bad):
-        i = int(bad[0])
-        got = tuple(int(c[i]) for c in have)
-        exp = tuple(int(c[i]) for c in want)
+    have_rows = list(zip(*(c.tolist() for c in have), strict=True))
+    want_rows = list(zip(*(c.tolist() for c in want), strict=True))
+    if have_rows == want_rows:
+        return
+    fields = "(deliver_after, offset, position, last_offset_delta, size)"
+    want_set, have_set = set(want_rows), set(have_rows)
+    extra = [i for i, r in enumerate(have_rows) if r not in want_set]
+    lacking = [r for r in want_rows if r not in have_set]
+    if extra:
+        i = extra[0]
         rep.add(True, path, entry_file_position(idx, i),
-                f"{len(bad)} entries differ from the log; first is entry {i}: "
-                f"(deliver_after, offset, position, last_offset_delta, size) = {got}, "
-                f"the log says {exp}")
+                f"{plural(len(extra), 'entry', 'entries')} not matching any batch of the log; "
+                f"first is entry {i}: {fields} = {have_rows[i]}" + _REBUILT)
+    if lacking:
+        rep.add(True, path, None,
+                f"{plural(len(lacking), 'batch', 'batches')} of the log without an entry; "
+                f"first: {fields} = {lacking[0]}" + _REBUILT)
+    if not extra and not lacking:
+        i = next(i for i, (a, b) in enumerate(zip(have_rows, want_rows, strict=True))
+                 if a != b)
+        rep.add(True, path, entry_file_position(idx, i),
+                f"entries out of (deliver_after, offset) order from entry {i}" + _REBUILT)
 
 
 def _check_sparse(rep: VerifyReport, path: str, idx: IndexFile, batches: list[Batch],
