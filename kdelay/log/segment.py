@@ -7,6 +7,7 @@ persisted indexes are missing, stale or corrupt is rebuilt from a scan of its .l
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -187,7 +188,14 @@ class LogSegment:
                max_timestamp: int, index_interval_bytes: int) -> int:
         """Write one encoded batch at the end; returns its position."""
         pos = self.size
-        fsio.write(self.fd, batch, pos)
+        try:
+            fsio.write(self.fd, batch, pos)
+        except OSError:
+            # a short write (disk full) left part of the batch on disk: cut it off, so that
+            # the file holds only whole batches and the next append lands at `pos`
+            with contextlib.suppress(OSError):  # best effort: recovery cuts a torn tail too
+                fsio.truncate(self.fd, pos)
+            raise
         self.size = pos + len(batch)
         entry = (deliver_after, header_base, pos, last_offset_delta, len(batch))
         self._index_batch(entry, max_timestamp, index_interval_bytes)
