@@ -48,3 +48,8 @@ class CorruptLogError(KdelayError):
 
 class LogClosedError(KdelayError):
     """An operation on a Log that has been closed."""
+
+
+class LogWriteError(KdelayError, OSError):
+    """A file operation failed while writing (ENOSPC: disk full, EIO, ...). `errno` and
+    `filename` are the OSError's. Nothing of a refused append is left for a read to see."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import threading
 import time
@@ -31,6 +32,7 @@ from .errors import (
     KdelayError,
     LogClosedError,
     LogLockedError,
+    LogWriteError,
 )
 from .fetch import groups
 from .fetch.merge import ColumnRun, PendingRun, ResumePoints, batch_records, read_page
@@ -51,6 +53,22 @@ _NONE_TYPE = type(None)
 
 def wall_clock() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _write_errors(method):
+    """Surface an OSError from a writing method (ENOSPC, EIO) as LogWriteError, a
+    KdelayError that keeps errno and filename, so callers catch one hierarchy."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as e:
+            if isinstance(e, KdelayError):
+                raise
+            raise LogWriteError(e.errno, f"{method.__name__} on {self.path} failed: "
+                                f"{e.strerror or e}", e.filename) from e
+    return wrapper
 
 
 class OffsetOutOfRangeError(KdelayError):
@@ -119,6 +137,7 @@ class Log:
             raise
         return cls(path, config, clock or wall_clock, lock_fd, segments, report)
 
+    @_write_errors
     def close(self) -> None:
         """Flush, persist the active segment's indexes, mark the shutdown clean."""
         with self._lock:
@@ -157,6 +176,7 @@ class Log:
 
     # ------------------------------------------------------------------ append
 
+    @_write_errors
     def append(self, records: Sequence[Record], *, deliver_after: int | None = None
                ) -> AppendResult:
         """Write one batch. Its deliverAfter is `deliver_after`, else the max of the records',
@@ -238,6 +258,7 @@ class Log:
         if too_big or too_old:
             self._roll_locked()
 
+    @_write_errors
     def roll(self) -> None:
         """Seal the active segment (if it holds anything) and start a new one."""
         with self._lock:
@@ -263,6 +284,7 @@ class Log:
             seg.min_deliver_after = seg.dly_index.min_deliver_after()
             self._sealed_by_max_key.add((key[0], key[1], seg.base_offset))
 
+    @_write_errors
     def flush(self) -> None:
         """fsync everything appended so far."""
         with self._lock:
@@ -398,6 +420,7 @@ class Log:
 
     # ------------------------------------------------------------------ groups
 
+    @_write_errors
     def commit(self, group: str, key: DeliveryKey | None) -> None:
         """Durably store `group`'s position (the key of the last record it consumed)."""
         if key is not None and not isinstance(key, DeliveryKey):
@@ -413,6 +436,7 @@ class Log:
 
     # ------------------------------------------------------------------ retention
 
+    @_write_errors
     def enforce_retention(self) -> int:
         """Delete the oldest sealed segments whose every record has been due for longer than
         `retention_ms`, and, while the log is over `retention_bytes`, those whose every record
