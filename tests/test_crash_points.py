@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from kdelay import DeliveryKey, Log, LogConfig, Record
-from kdelay.log.segment import scan_log
+from kdelay.testing.checks import check_log
 from kdelay.testing.faults import CRASH_MODES, FaultInjector, SimulatedCrash, close_abandoned
 
 T0 = 1_700_000_000_000
@@ -224,58 +224,16 @@ def check_consistent(path: str, m: Model, config: LogConfig, where: str) -> None
     log = Log.open(path, config=config, clock=clock)
     try:
         assert log.load_report.clean and not log.load_report.problems, where
-        got = {r.offset: (r.value, r.deliver_after) for r in _read_all(log)}
+        got = check_log(log, m2, set(m2), where=where)
         assert got == m2, f"{where}: clean reopen changed the log"
-        _check_indexes(log, where)
     finally:
         log.close()
 
 
-def _read_all(log: Log) -> list:
-    out = log.read(0, max_records=100_000)
-    return out
-
-
 def _check_log(log: Log, m: Model, where: str) -> set[int]:
-    recs = _read_all(log)
-    got = {r.offset: (r.value, r.deliver_after) for r in recs}
-    offsets = sorted(got)
-    assert offsets == list(range(log.log_start_offset, log.log_end_offset)), \
-        f"{where}: offsets not contiguous: {offsets}"
-    for o, v in got.items():
-        assert m.sent.get(o) == v, f"{where}: record {o} is {v}, sent {m.sent.get(o)}"
     floor = m.retention_floor or 0
-    lost = {o for o in m.durable if o >= floor} - set(got)
-    assert not lost, f"{where}: acknowledged records lost: {sorted(lost)}"
-    # due-order fetch over everything agrees with the .log contents
-    fetched, cursor = [], None
-    while True:
-        page = log.fetch(cursor, max_records=7)
-        if not page.records:
-            break
-        fetched.extend(page.records)
-        cursor = page.next
-    assert [(r.deliver_after, r.offset) for r in fetched] == \
-        sorted((v[1], o) for o, v in got.items()), f"{where}: fetch order/content wrong"
-    assert all(got[r.offset] == (r.value, r.deliver_after) for r in fetched)
-    _check_indexes(log, where)
+    got = check_log(log, m.sent, {o for o in m.durable if o >= floor}, where=where)
     return set(got)
-
-
-def _check_indexes(log: Log, where: str) -> None:
-    """Recompute each segment's DeliverAfterIndex from its .log and compare with the index
-    the log serves; offset-index entries must point at batch starts."""
-    for base in log.segments:
-        seg = log._segments[base]
-        scan = scan_log(seg.fd, seg.log_path, base)
-        assert scan.error is None, f"{where}: {scan.error}"
-        assert scan.valid_bytes == seg.size and scan.next_offset == seg.next_offset, where
-        cols = seg.dly_index.columns()
-        served = sorted(zip(*(c.tolist() for c in cols), strict=True))
-        assert served == sorted(scan.entries), f"{where}: dlyindex of {base} disagrees"
-        starts = {(e[1], e[2]) for e in scan.entries}
-        off, pos = (c.tolist() for c in seg.offset_index.columns())
-        assert set(zip(off, pos, strict=True)) <= starts, f"{where}: offset index of {base}"
 
 
 # ---------------------------------------------------------------------- driver

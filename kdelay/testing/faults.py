@@ -147,8 +147,9 @@ class FaultInjector:
         path = _fd_path(fd)
         try:
             self._step("write", path)
-        except SimulatedCrash:
-            # a write the crash interrupted may have reached the page cache in part
+        except (SimulatedCrash, OSError):
+            # a write the crash interrupted may have reached the page cache in part; a disk
+            # that fills up takes a short write first, then refuses the rest
             if self._rng.random() < 0.5 and len(data) > 1:
                 self._saved["write"](fd, bytes(data)[: self._rng.randrange(1, len(data))],
                                      position)

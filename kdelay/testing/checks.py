@@ -1,0 +1,83 @@
+"""Consistency checks the reliability tests share: a log against what was sent to it, and
+every index against a fresh scan of its .log."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Set
+
+from ..log.segment import scan_log
+from ..partition import Log
+
+# offset -> (value, deliver_after)
+Sent = Mapping[int, tuple[bytes, int]]
+
+
+def read_everything(log: Log) -> dict[int, tuple[bytes, int]]:
+    """Every record in offset order via `read`, as offset -> (value, deliver_after)."""
+    out: dict[int, tuple[bytes, int]] = {}
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        page = log.read(offset, max_records=1000)
+        if not page:
+            break
+        for r in page:
+            out[r.offset] = (r.value, r.deliver_after)
+        offset = page[-1].offset + 1
+    return out
+
+
+def fetch_everything(log: Log, page_size: int = 7) -> list:
+    """Every due record via `fetch` pages, following `next`."""
+    fetched, cursor = [], None
+    while True:
+        page = log.fetch(cursor, max_records=page_size)
+        if not page.records:
+            return fetched
+        fetched.extend(page.records)
+        cursor = page.next
+
+
+def check_log(log: Log, sent: Sent, must_have: Set[int] = frozenset(), *,
+              where: str = "", all_due: bool = True) -> dict[int, tuple[bytes, int]]:
+    """The log holds a contiguous offset range, every record in it is one that was sent,
+    byte for byte, every offset in `must_have` at or above the log start is there, a
+    due-order fetch returns exactly the same records in (deliverAfter, offset) order (when
+    `all_due`), and the indexes agree with the .log files. Returns what the log holds."""
+    got = read_everything(log)
+    offsets = sorted(got)
+    assert offsets == list(range(log.log_start_offset, log.log_end_offset)), \
+        f"{where}: offsets not contiguous from {log.log_start_offset} to " \
+        f"{log.log_end_offset}: {offsets[:5]}...{offsets[-5:]}"
+    for o, v in got.items():
+        assert sent.get(o) == v, f"{where}: record {o} is {v!r}, sent {sent.get(o)!r}"
+    lost = {o for o in must_have if o >= log.log_start_offset} - set(got)
+    assert not lost, f"{where}: acknowledged records lost: {sorted(lost)[:20]}"
+    if all_due:
+        fetched = fetch_everything(log)
+        assert [(r.deliver_after, r.offset) for r in fetched] == \
+            sorted((v[1], o) for o, v in got.items()), f"{where}: fetch order/content wrong"
+        for r in fetched:
+            assert got[r.offset] == (r.value, r.deliver_after), f"{where}: fetch {r.offset}"
+    check_indexes(log, where)
+    return got
+
+
+def check_indexes(log: Log, where: str = "") -> None:
+    """Recompute each segment's DeliverAfterIndex from its .log and compare it with what the
+    log serves; offset-index entries must point at batch starts."""
+    for base in log.segments:
+        seg = log._segments[base]
+        scan = scan_log(seg.fd, seg.log_path, base)
+        assert scan.error is None, f"{where}: {scan.error}"
+        file_size = os.fstat(seg.fd).st_size
+        assert file_size == seg.size, \
+            f"{where}: segment {base}: {file_size} bytes on disk, {seg.size} in the log"
+        assert scan.valid_bytes == seg.size, \
+            f"{where}: segment {base}: {seg.size} bytes in memory, {scan.valid_bytes} valid"
+        assert scan.next_offset == seg.next_offset, f"{where}: segment {base} end offset"
+        served = sorted(zip(*(c.tolist() for c in seg.dly_index.columns()), strict=True))
+        assert served == sorted(scan.entries), f"{where}: dlyindex of {base} disagrees"
+        starts = {(e[1], e[2]) for e in scan.entries}
+        off, pos = (c.tolist() for c in seg.offset_index.columns())
+        assert set(zip(off, pos, strict=True)) <= starts, f"{where}: offset index of {base}"
