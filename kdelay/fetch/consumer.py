@@ -30,6 +30,7 @@ from ..topic import Topic
 __all__ = ["ATTEMPT_HEADER", "Consumer", "RetryOutcome", "attempt_of", "backoff_ms"]
 
 ATTEMPT_HEADER = "kdelay.attempt"
+_new_tuple = tuple.__new__
 RETRIED = "retried"
 DEAD_LETTERED = "dead_lettered"
 
@@ -202,7 +203,9 @@ class Consumer:
                 res = self._logs[i].fetch(self._positions[i], max_records=take)
                 if res.records:
                     self._positions[i] = res.next
-                    out.extend(r._replace(partition=i) for r in res.records)
+                    # = r._replace(partition=i), without its per-record overhead (~3 µs)
+                    out += [_new_tuple(FetchedRecord, (o, d, t, k, v, h, i))
+                            for o, d, t, k, v, h, _ in res.records]
                     budget -= len(res.records)
                 if len(res.records) == take:
                     still_full.append(i)  # may hold more
