@@ -587,6 +587,8 @@ def _check_batches(rep: VerifyReport, seg: SegmentFiles, scan: SegmentScan, acti
 
 
 _REBUILT = " (rebuilt from the .log on next open)"
+# content errors under a sound header: Log.open checks only the header and checksums
+_TRUSTED = " (Log.open would trust this index: run kdelay rebuild-index)"
 
 
 def _index_is_stale_ok(active: bool, clean: bool) -> bool:
@@ -639,7 +641,7 @@ def _check_index(rep: VerifyReport, seg: SegmentFiles, scan: SegmentScan, kind: 
     want_next = scan.next_offset(covered)
     if meta.next_offset != want_next:
         rep.add(True, path, 24, f"header says the segment ends before offset "
-                                f"{meta.next_offset}, the log says {want_next}")
+                                f"{meta.next_offset}, the log says {want_next}" + _TRUSTED)
     if kind is DLY:
         _compare_dly(rep, path, idx, batches)
     else:
@@ -664,16 +666,16 @@ def _compare_dly(rep: VerifyReport, path: str, idx: IndexFile, batches: list[Bat
         i = extra[0]
         rep.add(True, path, entry_file_position(idx, i),
                 f"{plural(len(extra), 'entry', 'entries')} not matching any batch of the log; "
-                f"first is entry {i}: {fields} = {have_rows[i]}" + _REBUILT)
+                f"first is entry {i}: {fields} = {have_rows[i]}" + _TRUSTED)
     if lacking:
         rep.add(True, path, None,
                 f"{plural(len(lacking), 'batch', 'batches')} of the log without an entry; "
-                f"first: {fields} = {lacking[0]}" + _REBUILT)
+                f"first: {fields} = {lacking[0]}" + _TRUSTED)
     if not extra and not lacking:
         i = next(i for i, (a, b) in enumerate(zip(have_rows, want_rows, strict=True))
                  if a != b)
         rep.add(True, path, entry_file_position(idx, i),
-                f"entries out of (deliver_after, offset) order from entry {i}" + _REBUILT)
+                f"entries out of (deliver_after, offset) order from entry {i}" + _TRUSTED)
 
 
 def _check_sparse(rep: VerifyReport, path: str, idx: IndexFile, batches: list[Batch],
