@@ -118,15 +118,26 @@ def _clean(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def _noop() -> None:
+    pass
+
+
 def run_once(eng: Engine, work: Workload, expected: array, root: str,
-             profiler: cProfile.Profile | None = None) -> dict[str, Any]:
+             profilers: dict[str, cProfile.Profile] | None = None) -> dict[str, Any]:
     """One round for one engine on one workload: append all, reopen + first page, drain the
-    rest in due order, then (on a fresh store) the interleaved run."""
+    rest in due order, then (on a fresh store) the interleaved run. With `profilers`
+    (phase name -> Profile), each phase's timed regions are profiled separately."""
     n, nb = work.n_records, work.n_batches
     last_due = max(work.deliver_after)
     out: dict[str, Any] = {}
-    prof_on = profiler.enable if profiler else (lambda: None)
-    prof_off = profiler.disable if profiler else (lambda: None)
+
+    def phase(name: str) -> tuple:
+        if profilers is None:
+            return _noop, _noop
+        prof = profilers.setdefault(name, cProfile.Profile())
+        return prof.enable, prof.disable
+
+    prof_on, prof_off = phase("append")
 
     # --- append everything -------------------------------------------------------------
     path = tempfile.mkdtemp(prefix=f"{eng.name}-", dir=root)
@@ -148,6 +159,7 @@ def run_once(eng: Engine, work: Workload, expected: array, root: str,
     # --- reopen + first page, then drain the rest in due order --------------------------
     clock.now = last_due + 1
     check = OrderCheck(work, expected, eng)
+    prof_on, prof_off = phase("reopen + drain")
     gc.collect()
     prof_on()
     t = perf()
@@ -183,6 +195,7 @@ def run_once(eng: Engine, work: Workload, expected: array, root: str,
     clock = FakeClock(T0)
     eng.open(path, clock)
     check = OrderCheck(work, expected, eng)
+    prof_on, prof_off = phase("interleaved")
     steps = array("d")
     delivered = 0
     gc.collect()
@@ -474,16 +487,17 @@ def profile_kdelay(prepared: dict, works: dict, expected: dict, workloads: list[
     """One extra kdelay round under cProfile (profiling only the timed regions)."""
     buf = io.StringIO()
     for w in workloads:
-        prof = cProfile.Profile()
-        run_once(prepared[(w, "kdelay")], works[w], expected[w], root, profiler=prof)
-        buf.write(f"=== kdelay, workload {w}: all timed phases, top 25 by own time ===\n")
-        pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(25)
+        profs: dict[str, cProfile.Profile] = {}
+        run_once(prepared[(w, "kdelay")], works[w], expected[w], root, profilers=profs)
+        for name, prof in profs.items():
+            buf.write(f"=== kdelay, workload {w}, phase {name}: top 20 by own time ===\n")
+            pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(20)
     return buf.getvalue()
 
 
 def machine_info() -> dict:
     info = {"python": platform.python_version(), "platform": platform.platform(),
-            "cpus": os.cpu_count()}
+            "cpus": os.cpu_count(), "loadavg": os.getloadavg()}
     with contextlib.suppress(OSError):
         info["git"] = subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"],
                                      capture_output=True, text=True).stdout.strip()
@@ -495,7 +509,9 @@ def report_notes(a: argparse.Namespace, engines: list[str]) -> str:
     return (
         f"{a.records:,} records per workload (16-byte keys, 100-byte values, 100-record batches, "
         f"pages of 500), median of {a.rounds} round(s) with the engine order rotated each round; "
-        f"Python {mi['python']}, {mi['cpus']} CPUs, commit {mi.get('git', '?')}. "
+        f"Python {mi['python']}, {mi['cpus']} CPUs (1-min load average at the end "
+        f"{mi['loadavg'][0]:.1f}: other work on the machine adds noise), commit "
+        f"{mi.get('git', '?')}. "
         "`(×r)` = this engine's figure / kdelay's (for rec/s and batches/s above 1 means faster "
         "than kdelay; for ms, above 1 means slower). Drain = records after the reopen's first "
         "page, clock past the last deliverAfter. B / pending rec = growth of the process's "
