@@ -81,15 +81,18 @@ def load_segments(directory: str, index_interval_bytes: int) -> tuple[list[LogSe
             unflushed = not report.clean and (i == len(bases) - 1 or base >= recovery_point)
             cut = 0
             if unflushed:
-                seg, cut = _recover(directory, base, index_interval_bytes, report, truncate=True)
+                seg, cut, _ = _recover(directory, base, index_interval_bytes, report,
+                                       truncate=True)
             else:
                 try:
                     seg = LogSegment.load(directory, base)
                 except IndexFileError as e:
                     report.problems.append(f"rebuilding indexes: {e}")
-                    seg, _ = _recover(directory, base, index_interval_bytes, report,
-                                      truncate=False)
-                    if i < len(bases) - 1:
+                    seg, _, damaged = _recover(directory, base, index_interval_bytes, report,
+                                               truncate=False)
+                    # Persisting an index of a damaged segment would make the next open
+                    # trust it and hide the damage: keep it in memory, rebuild next time.
+                    if i < len(bases) - 1 and not damaged:
                         seg.persist_indexes()
             segments.append(seg)
             if cut and i < len(bases) - 1:
@@ -106,8 +109,9 @@ def load_segments(directory: str, index_interval_bytes: int) -> tuple[list[LogSe
 
 
 def _recover(directory: str, base: int, interval: int, report: LoadReport, *,
-             truncate: bool) -> tuple[LogSegment, int]:
-    """Rebuild a segment's indexes from its .log; returns it and how many bytes were cut."""
+             truncate: bool) -> tuple[LogSegment, int, bool]:
+    """Rebuild a segment's indexes from its .log; returns it, how many bytes were cut, and
+    whether the scan stopped at damage."""
     path = os.path.join(directory, f"{base:020d}{LOG_SUFFIX}")
     before = os.path.getsize(path)
     seg, error = LogSegment.recover(directory, base, index_interval_bytes=interval,
@@ -124,7 +128,7 @@ def _recover(directory: str, base: int, interval: int, report: LoadReport, *,
         else:
             report.problems.append(f"damaged flushed segment (not truncated): {error}")
         log.warning("kdelay recovery: %s", report.problems[-1])
-    return seg, cut
+    return seg, cut, error is not None
 
 
 def _tidy_directory(directory: str, report: LoadReport) -> list[int]:
