@@ -124,7 +124,10 @@ class Log:
                 segments = [LogSegment.create(path, 0)]
                 fsio.fsync_dir(path)
             marker = os.path.join(path, CLEAN_SHUTDOWN_FILE)
+            floor = 0
             if os.path.exists(marker):
+                # the log clock must not run backwards across a clean restart either
+                floor = _read_clock_floor(marker)
                 # from here on a crash must be treated as unclean
                 fsio.unlink(marker)
                 fsio.fsync_dir(path)
@@ -135,7 +138,9 @@ class Log:
         except BaseException:
             os.close(lock_fd)
             raise
-        return cls(path, config, clock or wall_clock, lock_fd, segments, report)
+        log = cls(path, config, clock or wall_clock, lock_fd, segments, report)
+        log._now_floor = floor
+        return log
 
     @_write_errors
     def close(self) -> None:
@@ -147,7 +152,8 @@ class Log:
             try:
                 self._active.persist_indexes()
                 write_recovery_point(self.path, self._active.next_offset)
-                fsio.atomic_write(os.path.join(self.path, CLEAN_SHUTDOWN_FILE), b"")
+                fsio.atomic_write(os.path.join(self.path, CLEAN_SHUTDOWN_FILE),
+                                  str(self._now_floor).encode("ascii"))
             finally:
                 for seg in self._segments.values():
                     seg.close()
@@ -563,6 +569,15 @@ def _add_segment_lag(seg: LogSegment, now: int, group_keys: dict, lag: dict) -> 
         if hi > lo:
             partial = int(np.clip(ends[lo:hi] - 1 - key.offset, 0, counts[lo:hi]).sum())
         lag[group] += partial + int(suffix[hi])
+
+
+def _read_clock_floor(marker: str) -> int:
+    """The log clock at the last clean close (0 if the marker predates this field)."""
+    raw = fsio.read_small(marker) or b""
+    try:
+        return max(0, int(raw.decode("ascii").strip() or 0))
+    except (UnicodeDecodeError, ValueError):
+        return 0
 
 
 def _take_lock(path: str) -> int:
