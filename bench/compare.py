@@ -46,6 +46,7 @@ WORKLOADS = {
 }
 DEFAULT_ENGINES = ["kdelay", "sqlite", "heapq", "rocksdb", "redis", "rawfile"]
 perf = time.perf_counter
+cpu = time.process_time  # CPU seconds of this process, all threads
 
 
 def generate(name: str, n_records: int, seed: int) -> Workload:
@@ -145,14 +146,18 @@ def run_once(eng: Engine, work: Workload, expected: array, root: str,
     eng.open(path, clock)
     at = work.append_time
     gc.collect()
+    x = eng.external_cpu()
     prof_on()
+    c = cpu()
     t = perf()
     for i in range(nb):
         clock.now = at[i]
         eng.append(i)
     dt = perf() - t
+    dc = cpu() - c
     prof_off()
     out["append_rec_s"] = n / dt
+    out["append_rec_cpu_s"] = n / (dc + eng.external_cpu() - x)
     eng.close()
     out["disk_bytes_per_rec"] = eng.disk_bytes(path) / n
 
@@ -171,13 +176,16 @@ def run_once(eng: Engine, work: Workload, expected: array, root: str,
     if eng.count(page) != min(PAGE, n):
         raise AssertionError(f"{eng.name}: first page after reopen has {eng.count(page)} records")
     check.page(page, clock.now)
-    drained, dt = 0, 0.0
+    drained, dt, dc = 0, 0.0, 0.0
     gc.collect()
+    x = eng.external_cpu()
     while True:
         prof_on()
+        c = cpu()
         t = perf()
         page = eng.fetch(PAGE)
         dt += perf() - t
+        dc += cpu() - c
         prof_off()
         c = eng.count(page)
         if not c:
@@ -185,7 +193,9 @@ def run_once(eng: Engine, work: Workload, expected: array, root: str,
         drained += c
         check.page(page, clock.now)
     check.complete()
+    dc += eng.external_cpu() - x
     out["drain_rec_s"] = drained / dt if dt else float("nan")
+    out["drain_rec_cpu_s"] = drained / dc if dc else float("nan")
     out["drained_in_drain_phase"] = drained
     eng.close()
     _clean(path)
@@ -197,11 +207,13 @@ def run_once(eng: Engine, work: Workload, expected: array, root: str,
     check = OrderCheck(work, expected, eng)
     prof_on, prof_off = phase("interleaved")
     steps = array("d")
-    delivered = 0
+    delivered, dc = 0, 0.0
     gc.collect()
+    x = eng.external_cpu()
     for i in range(nb):
         pages = []
         prof_on()
+        c = cpu()
         t = perf()
         clock.now = at[i]
         eng.append(i)
@@ -211,10 +223,12 @@ def run_once(eng: Engine, work: Workload, expected: array, root: str,
             if eng.count(page) < PAGE:
                 break
         steps.append(perf() - t)
+        dc += cpu() - c
         prof_off()
         for p in pages:
             delivered += eng.count(p)
             check.page(p, clock.now)
+    dc += eng.external_cpu() - x
     clock.now = last_due + 1  # untimed: deliver the rest so the whole sequence is checked
     while True:
         page = eng.fetch(PAGE)
@@ -227,6 +241,7 @@ def run_once(eng: Engine, work: Workload, expected: array, root: str,
     total = sum(steps)
     srt = sorted(steps)
     out["interleaved_batches_s"] = nb / total
+    out["interleaved_batches_cpu_s"] = nb / dc
     out["interleaved_p50_ms"] = srt[len(srt) // 2] * 1000
     out["interleaved_p99_ms"] = srt[min(len(srt) - 1, int(len(srt) * 0.99))] * 1000
     out["interleaved_delivered_while_running"] = delivered
@@ -296,6 +311,11 @@ METRICS = [
     ("interleaved_batches_s", "interleaved batches/s", True, "rate"),
     ("interleaved_p99_ms", "interleaved p99 step ms", False, "ms"),
 ]
+CPU_METRICS = [
+    ("append_rec_cpu_s", "append rec/CPU-s", True, "rate"),
+    ("drain_rec_cpu_s", "drain rec/CPU-s", True, "rate"),
+    ("interleaved_batches_cpu_s", "interleaved batches/CPU-s", True, "rate"),
+]
 
 
 def fmt_rate(v: float) -> str:
@@ -354,6 +374,23 @@ def build_tables(summary: dict, memory: dict, engines: list[str], workloads: lis
             row.append(cell)
             row.append(f"{med[e]['disk_bytes_per_rec']:.0f}")
             row.append("ok" if ENGINES[e].ordered else "n/a (count only)")
+            lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
+        lines.append(f"CPU time instead of wall time (`{w}`; this process's CPU seconds, all "
+                     "threads, plus redis-server's; less sensitive to other load on the machine):\n")
+        head = ["engine"] + [m[1] for m in CPU_METRICS]
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("|" + "---|" * len(head))
+        for e in engines:
+            if e not in med:
+                continue
+            row = [e]
+            for key, _h, _hib, kind in CPU_METRICS:
+                v = med[e].get(key)
+                cell = fmt(v, kind)
+                if ref and e != "kdelay" and v is not None and ref.get(key):
+                    cell += f" (×{v / ref[key]:.2f})"
+                row.append(cell)
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
     return "\n".join(lines)
@@ -463,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
         f.write(md + "\n")
     ratios = {
         w: {e: {k: (summary[w][e][k] / summary[w]["kdelay"][k])
-                for k, *_ in METRICS if summary[w]["kdelay"].get(k)}
+                for k, *_ in METRICS + CPU_METRICS if summary[w]["kdelay"].get(k)}
             for e in summary[w]} for w in workloads if "kdelay" in summary[w]
     }
     with open(os.path.join(a.out, "compare.json"), "w") as f:

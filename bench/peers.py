@@ -126,6 +126,10 @@ class Engine:
         """Bytes held outside this process for the pending records (Redis), else None."""
         return None
 
+    def external_cpu(self) -> float:
+        """CPU seconds used so far by helper processes (a server), 0.0 when there are none."""
+        return 0.0
+
     def shutdown(self) -> None:
         """Release anything that outlives close() (servers); called once at the end."""
 
@@ -506,6 +510,13 @@ class RedisEngine(Engine):
 
     def external_memory(self) -> int | None:
         return int(self.r.info("memory")["used_memory"])
+
+    def external_cpu(self) -> float:
+        if self.proc is None:
+            return 0.0
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
     def close(self) -> None:
         if self.proc is None:
