@@ -546,3 +546,43 @@ def test_lag_matches_brute_force(tmp_path_factory, batches, now_step, cuts):
         for g, key in groups.items():
             want = sum(1 for k in everything if (key is None or k > key) and k[0] <= clock.t)
             assert lags[g] == want
+
+
+# ---------------------------------------------------------------------- group store
+
+
+@pytest.mark.parametrize("group", ["a\nb", "\n", "x\n\nnone", "g 1 2", "é" * 60, "\x00"])
+def test_any_group_name_round_trips(log_dir, clock, group):
+    # names used to be stored as one line: a newline in one made its file "corrupt"
+    with Log.open(log_dir, clock=clock) as log:
+        _fill(log, 3)
+        c = Consumer(log, group)
+        c.poll(max_records=2)
+        c.commit()
+    with Log.open(log_dir, clock=clock) as log:
+        assert log.committed(group) == DeliveryKey(clock.t, 1)
+        assert log._groups.groups() == [group]
+        assert [r.offset for r in Consumer(log, group).poll()] == [2]
+
+
+def test_group_name_limits(open_log):
+    log = open_log()
+    log.commit("x" * 120, None)
+    for bad in ("x" * 121, "é" * 61, "\ud800"):
+        with pytest.raises(KdelayError):
+            log.commit(bad, None)
+    assert log._groups.groups() == ["x" * 120]
+
+
+def test_corrupt_group_file_is_detected(log_dir, clock):
+    with Log.open(log_dir, clock=clock) as log:
+        log.commit("g", DeliveryKey(5, 6))
+    gdir = os.path.join(log_dir, "groups")
+    (path,) = [os.path.join(gdir, f) for f in os.listdir(gdir)]
+    with open(path, "rb") as f:
+        good = f.read()
+    for bad in (good.replace(b"5 6", b"5 7"), good[:-3], b"", good + b"x"):
+        with open(path, "wb") as f:
+            f.write(bad)
+        with Log.open(log_dir, clock=clock) as log, pytest.raises(KdelayError, match="corrupt"):
+            log.committed("g")

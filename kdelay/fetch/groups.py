@@ -17,6 +17,8 @@ from ..records import DeliveryKey
 
 GROUPS_DIR = "groups"
 _TAG = "kdelay-group v1"
+# hex doubles the name, and atomic_write adds ".tmp": 2 * 120 + len(".pos.tmp") <= 255
+MAX_GROUP_NAME_BYTES = 120
 
 
 class GroupStore:
@@ -28,7 +30,14 @@ class GroupStore:
     def _file(self, group: str) -> str:
         if not isinstance(group, str) or not group:
             raise KdelayError(f"group must be a non-empty str, got {group!r}")
-        return os.path.join(self.directory, group.encode("utf-8").hex() + ".pos")
+        try:
+            raw = group.encode("utf-8")
+        except UnicodeEncodeError:
+            raise KdelayError(f"group name {group!r} is not valid Unicode") from None
+        if len(raw) > MAX_GROUP_NAME_BYTES:
+            raise KdelayError(f"group name is {len(raw)} bytes in UTF-8; the maximum is "
+                              f"{MAX_GROUP_NAME_BYTES}")
+        return os.path.join(self.directory, raw.hex() + ".pos")
 
     def commit(self, group: str, key: DeliveryKey | None) -> None:
         path = self._file(group)
@@ -48,7 +57,7 @@ class GroupStore:
             if group in self._cache:
                 return self._cache[group]
             raw = fsio.read_small(path)
-            key = None if raw is None else _parse(raw, path)
+            key = None if raw is None else _parse(raw, path, group)
             self._cache[group] = key
             return key
 
@@ -67,15 +76,21 @@ class GroupStore:
         return sorted(out)
 
 
-def _parse(raw: bytes, path: str) -> DeliveryKey | None:
+def _parse(raw: bytes, path: str, group: str) -> DeliveryKey | None:
+    """Read a position file: tag, group name (which may itself hold newlines), position,
+    then the CRC of all of that. Parsed from both ends so the name can be anything."""
     try:
-        lines = raw.decode("utf-8").split("\n")
-        text = "\n".join(lines[:3]) + "\n"
-        if lines[0] != _TAG or f"{crc32c.crc32c(text.encode('utf-8')):08x}" != lines[3]:
+        body, crc_line, end = raw.decode("utf-8").rsplit("\n", 2)
+        text = body + "\n"
+        if end or f"{crc32c.crc32c(text.encode('utf-8')):08x}" != crc_line:
             raise ValueError("checksum")
-        if lines[2] == "none":
+        tag, rest = body.split("\n", 1)
+        name, position = rest.rsplit("\n", 1)
+        if tag != _TAG or name != group:
+            raise ValueError("tag or name")
+        if position == "none":
             return None
-        da, off = lines[2].split(" ")
+        da, off = position.split(" ")
         return DeliveryKey(int(da), int(off))
-    except (ValueError, IndexError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError):
         raise KdelayError(f"group position file {path} is corrupt") from None
