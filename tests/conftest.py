@@ -1,0 +1,50 @@
+"""Shared fixtures: a controllable clock and throwaway log directories."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from kdelay import Log, LogConfig
+
+T0 = 1_700_000_000_000  # a fixed, realistic epoch-ms start for fake clocks
+
+
+class FakeClock:
+    """A settable ms clock; `Log` only ever calls it."""
+
+    def __init__(self, t: int = T0):
+        self.t = t
+
+    def __call__(self) -> int:
+        return self.t
+
+    def advance(self, ms: int) -> int:
+        self.t += ms
+        return self.t
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def log_dir(tmp_path) -> str:
+    return os.fspath(tmp_path / "p-0")
+
+
+@pytest.fixture
+def open_log(log_dir, clock):
+    """open_log(**config) -> Log in `log_dir` with the fake clock; closed at teardown."""
+    opened: list[Log] = []
+
+    def _open(path: str | None = None, **cfg) -> Log:
+        log = Log.open(path or log_dir, config=LogConfig(**cfg), clock=clock)
+        opened.append(log)
+        return log
+
+    yield _open
+    for log in opened:
+        log.close()
