@@ -13,6 +13,7 @@ import shutil
 import tempfile
 
 import hypothesis.strategies as st
+from conftest import T0, FakeClock
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -23,7 +24,6 @@ from hypothesis.stateful import (
 )
 
 from kdelay import DeliveryKey, Log, LogConfig, Record, fsio
-from conftest import T0, FakeClock
 
 DA_MODES = ["none", "past", "future", "explicit_past", "explicit_future", "records",
             "records_mixed", "explicit_and_records"]
