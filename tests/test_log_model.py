@@ -38,8 +38,10 @@ class LogModel(RuleBasedStateMachine):
         self.floor = 0  # the model's log clock: max of every clock reading the log has made
         self.clock_min = 0  # see reopen_unclean_copy
         self.records: dict[int, tuple] = {}  # offset -> (key, value, headers, ts, da)
+        self.next_offset = 0
         self.delivered: list[tuple[int, int]] = []  # (da, offset) in delivery order
         self.cursor: DeliveryKey | None = None
+        self.dropped: set[int] = set()  # offsets deleted by retention before delivery
         self.log: Log | None = None
         # durability is not what this test is about (the copy sees the page cache), and with
         # tiny segments every append rolls: skip the fsyncs so many more steps fit
@@ -61,10 +63,13 @@ class LogModel(RuleBasedStateMachine):
         return [k for k in keys if k[0] <= now and (cur is None or k > cur)]
 
     @initialize(segment_bytes=st.sampled_from([150, 400, 1 << 20]),
-                index_interval_bytes=st.sampled_from([1, 64, 4096]))
-    def open_first(self, segment_bytes: int, index_interval_bytes: int) -> None:
+                index_interval_bytes=st.sampled_from([1, 64, 4096]),
+                retention_ms=st.sampled_from([0, 3000, 7 * 86_400_000]))
+    def open_first(self, segment_bytes: int, index_interval_bytes: int,
+                   retention_ms: int) -> None:
         self.config = LogConfig(segment_bytes=segment_bytes,
-                                index_interval_bytes=index_interval_bytes)
+                                index_interval_bytes=index_interval_bytes,
+                                retention_ms=retention_ms)
         self.log = Log.open(self._path(), config=self.config, clock=self.clock)
 
     def teardown(self) -> None:
@@ -107,7 +112,7 @@ class LogModel(RuleBasedStateMachine):
         if mode == "none":
             rec_das = [None] * n
         for i in range(n):
-            off_hint = len(self.records) + i
+            off_hint = self.next_offset + i
             value = b"v%d-" % off_hint + b"x" * data.draw(st.sampled_from([0, 3, 40, 130]))
             key = data.draw(st.one_of(st.none(), st.binary(max_size=5)))
             headers = data.draw(st.sampled_from([(), (("h", b"1"),), (("a", None), ("b", b""))]))
@@ -122,20 +127,21 @@ class LogModel(RuleBasedStateMachine):
         want_da = now if requested is None else max(requested, now)
         assert res.append_time == now
         assert res.deliver_after == want_da, (res, requested, now)
-        assert res.base_offset == len(self.records)
+        assert res.base_offset == self.next_offset
         assert res.last_offset == res.base_offset + n - 1
         for i, r in enumerate(recs):
             ts = now if all(x.timestamp is None for x in recs) else (
                 now if r.timestamp is None else r.timestamp)
             self.records[res.base_offset + i] = (r.key, r.value, list(r.headers), ts, want_da)
-        assert self.log.log_end_offset == len(self.records)
+        self.next_offset += n
+        assert self.log.log_end_offset == self.next_offset
 
     @rule(max_records=st.sampled_from([1, 2, 3, 7, 500]),
           max_bytes=st.sampled_from([1, 100, 300, 1 << 20]),
           use_int=st.booleans())
     def fetch(self, max_records: int, max_bytes: int, use_int: bool) -> None:
         after = self.cursor
-        if use_int and after is not None:
+        if use_int and after is not None and after.offset >= self.log.log_start_offset:
             after = after.offset  # the KIP's form: the offset of the last consumed record
         now = self._now()
         res = self.log.fetch(after, max_records=max_records, max_bytes=max_bytes)
@@ -163,7 +169,8 @@ class LogModel(RuleBasedStateMachine):
     @rule(offset=st.integers(0, 60), max_records=st.sampled_from([1, 4, 500]))
     def read(self, offset: int, max_records: int) -> None:
         got = self.log.read(offset, max_records=max_records)
-        want = [o for o in sorted(self.records) if o >= offset][:max_records]
+        start = max(offset, self.log.log_start_offset)
+        want = [o for o in sorted(self.records) if o >= start][:max_records]
         assert [r.offset for r in got] == want
         for r in got:
             key, value, headers, ts, da = self.records[r.offset]
@@ -179,6 +186,21 @@ class LogModel(RuleBasedStateMachine):
         self.clock.t = max(self.clock_min, self.clock.t - ms)
 
     @rule()
+    def enforce_retention(self) -> None:
+        now = self._now()
+        start_before = self.log.log_start_offset
+        self.log.enforce_retention()
+        start = self.log.log_start_offset
+        assert start >= start_before
+        gone = [o for o in self.records if start_before <= o < start]
+        for o in gone:
+            # only records due for longer than retention_ms may go
+            assert now - self.records[o][4] > self.config.retention_ms, (o, self.records[o])
+            self.dropped.add(o)
+        # model: deleted records are simply never delivered
+        self.records = {o: r for o, r in self.records.items() if o >= start}
+
+    @rule()
     def roll(self) -> None:
         before = self.log.segments
         self.log.roll()
@@ -190,7 +212,7 @@ class LogModel(RuleBasedStateMachine):
     def reopen_clean(self) -> None:
         self.log.close()
         self.log = Log.open(self._path(), config=self.config, clock=self.clock)
-        assert self.log.log_end_offset == len(self.records)
+        assert self.log.log_end_offset == self.next_offset
         assert self.log.load_report.clean
 
     @precondition(lambda self: self.generation < 3)
@@ -208,7 +230,7 @@ class LogModel(RuleBasedStateMachine):
         # after a crash a clock that is behind it could date new appends behind the cursor.
         self.clock.t = max(self.clock.t, self.floor)
         self.clock_min = self.floor
-        assert self.log.log_end_offset == len(self.records)
+        assert self.log.log_end_offset == self.next_offset
 
     @rule()
     def drain(self) -> None:
@@ -220,7 +242,10 @@ class LogModel(RuleBasedStateMachine):
             self.fetch(500, 1 << 20, False)
             if len(self.delivered) == before:
                 break
-        assert sorted(o for _, o in self.delivered) == sorted(self.records)
+        delivered = [o for _, o in self.delivered]
+        assert len(delivered) == len(set(delivered))
+        assert set(self.records) <= set(delivered)
+        assert set(delivered) | self.dropped >= set(self.records)
 
     # ------------------------------------------------------------------ invariants
 
