@@ -139,7 +139,8 @@ class Log:
             os.close(lock_fd)
             raise
         log = cls(path, config, clock or wall_clock, lock_fd, segments, report)
-        log._now_floor = floor
+        # ... nor across a crash: commits record the clock they saw
+        log._now_floor = max(floor, log._groups.max_clock())
         return log
 
     @_write_errors
@@ -435,7 +436,7 @@ class Log:
             else:
                 raise KdelayError(f"commit needs a DeliveryKey, got {key!r}")
         self._check_open()
-        self._groups.commit(group, key)
+        self._groups.commit(group, key, self.now())
 
     def committed(self, group: str) -> DeliveryKey | None:
         return self._groups.committed(group)

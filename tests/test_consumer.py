@@ -586,3 +586,23 @@ def test_corrupt_group_file_is_detected(log_dir, clock):
             f.write(bad)
         with Log.open(log_dir, clock=clock) as log, pytest.raises(KdelayError, match="corrupt"):
             log.committed("g")
+
+
+def test_log_clock_resumes_above_committed_clock_after_a_crash(tmp_path):
+    """After an unclean shutdown with the clock stepped back, an append must still not be
+    dated behind a group's committed position (the commit recorded the clock it saw)."""
+    import shutil
+
+    t = [10_000]
+    src = str(tmp_path / "live")
+    log = Log.open(src, clock=lambda: t[0])
+    log.append([Record(b"a")])
+    page = log.fetch(None)
+    log.commit("g", page.next)
+    shutil.copytree(src, str(tmp_path / "crashed"), ignore=shutil.ignore_patterns(".lock"))
+    log.close()
+    t[0] = 5_000  # the wall clock stepped back across the crash
+    with Log.open(str(tmp_path / "crashed"), clock=lambda: t[0]) as log2:
+        res = log2.append([Record(b"b")])
+        assert res.deliver_after >= page.next.deliver_after
+        assert [r.value for r in log2.fetch(log2.committed("g")).records] == [b"b"]

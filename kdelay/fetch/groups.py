@@ -1,11 +1,14 @@
 """Consumer-group positions: one small file per group, replaced atomically on commit.
 
-A position is the DeliveryKey of the last record the group consumed. Group names are
-hex-encoded into file names, so no name can reach outside the log directory.
+A position is the DeliveryKey of the last record the group consumed, stored with the log
+clock at commit time: after any restart, clean or not, the log clock resumes at or above
+every clock a commit saw, so no append can be dated behind a committed position. Group
+names are hex-encoded into file names, so no name can reach outside the log directory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 
@@ -39,9 +42,9 @@ class GroupStore:
                               f"{MAX_GROUP_NAME_BYTES}")
         return os.path.join(self.directory, raw.hex() + ".pos")
 
-    def commit(self, group: str, key: DeliveryKey | None) -> None:
+    def commit(self, group: str, key: DeliveryKey | None, clock: int) -> None:
         path = self._file(group)
-        body = "none" if key is None else f"{key.deliver_after} {key.offset}"
+        body = ("none" if key is None else f"{key.deliver_after} {key.offset}") + f" {clock}"
         text = f"{_TAG}\n{group}\n{body}\n"
         data = f"{text}{crc32c.crc32c(text.encode('utf-8')):08x}\n".encode()
         with self._lock:
@@ -57,9 +60,21 @@ class GroupStore:
             if group in self._cache:
                 return self._cache[group]
             raw = fsio.read_small(path)
-            key = None if raw is None else _parse(raw, path, group)
+            key = None if raw is None else _parse(raw, path, group)[0]
             self._cache[group] = key
             return key
+
+    def max_clock(self) -> int:
+        """The largest log clock any stored commit saw (0 if none). A corrupt position file
+        is skipped here: it is reported when that group's position is asked for."""
+        best = 0
+        for group in self.groups():
+            path = self._file(group)
+            raw = fsio.read_small(path)
+            if raw is not None:
+                with contextlib.suppress(KdelayError):
+                    best = max(best, _parse(raw, path, group)[1])
+        return best
 
     def groups(self) -> list[str]:
         try:
@@ -76,7 +91,7 @@ class GroupStore:
         return sorted(out)
 
 
-def _parse(raw: bytes, path: str, group: str) -> DeliveryKey | None:
+def _parse(raw: bytes, path: str, group: str) -> tuple[DeliveryKey | None, int]:
     """Read a position file: tag, group name (which may itself hold newlines), position,
     then the CRC of all of that. Parsed from both ends so the name can be anything."""
     try:
@@ -88,9 +103,10 @@ def _parse(raw: bytes, path: str, group: str) -> DeliveryKey | None:
         name, position = rest.rsplit("\n", 1)
         if tag != _TAG or name != group:
             raise ValueError("tag or name")
-        if position == "none":
-            return None
-        da, off = position.split(" ")
-        return DeliveryKey(int(da), int(off))
+        *key, clock = position.split(" ")
+        if key == ["none"]:
+            return None, int(clock)
+        da, off = key
+        return DeliveryKey(int(da), int(off)), int(clock)
     except (ValueError, UnicodeDecodeError):
         raise KdelayError(f"group position file {path} is corrupt") from None
