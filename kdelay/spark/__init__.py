@@ -1,0 +1,81 @@
+"""kdelay on PySpark 4: read logs as DataFrames, run offline checks, forecast due load.
+
+    import kdelay.spark
+    kdelay.spark.register(spark)                       # short name "kdelay"
+    df = kdelay.spark.read_log(spark, "/data/orders")  # or spark.read.format("kdelay").load(...)
+    report = kdelay.spark.verify(spark, "/data/orders")
+    kdelay.spark.forecast(spark, "/data/orders", window="1 minute").show()
+
+Needs the `spark` extra (pyspark >= 4.0, pyarrow; matplotlib for `--png`). The workers
+must be able to import kdelay (install the package; don't rely on a driver-only sys.path).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from .checks import VerifyReport
+
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+__all__ = ["PUSHDOWN_CONF", "cli_forecast", "cli_spark_verify", "forecast", "local_session",
+           "read_log", "register", "verify"]
+
+
+def register(spark: SparkSession) -> None:
+    """Register the `kdelay` data source with `spark` and enable Python filter pushdown
+    (`spark.sql.python.filterPushdown.enabled=true`, without which Spark refuses any Python
+    reader that can take pushed filters)."""
+    from .source import KdelayDataSource
+
+    spark.conf.set(PUSHDOWN_CONF, "true")
+    spark.dataSource.register(KdelayDataSource)
+
+
+def read_log(spark: SparkSession, path: str, **options: str) -> DataFrame:
+    """One row per record of the log at `path` (a partition directory, or a directory of
+    `name-i` partition directories, which adds `topic` and `partition` columns)."""
+    register(spark)
+    reader = spark.read.format("kdelay")
+    for k, v in options.items():
+        reader = reader.option(k, str(v))
+    return reader.load(str(path))
+
+
+def verify(spark: SparkSession, path: str) -> VerifyReport:
+    """Offline checks of every segment under `path`; see kdelay.spark.checks."""
+    from .checks import verify as _verify
+
+    return _verify(spark, path)
+
+
+def forecast(spark: SparkSession, path: str, window: str = "1 minute", *,
+             after: int | None = None) -> DataFrame:
+    """Records coming due per time window: (window_start, window_end, count)."""
+    from .forecasting import forecast as _forecast
+
+    return _forecast(spark, path, window, after=after)
+
+
+def local_session(cores: int = 2) -> SparkSession:
+    """A quiet local SparkSession for the command line (UTC session time zone)."""
+    from .cli import local_session as _local
+
+    return _local(cores)
+
+
+def cli_spark_verify(argv: list[str] | None = None) -> int:
+    """`kdelay spark-verify PATH [--json]`: exit 0 when healthy, 1 when not."""
+    from .cli import cli_spark_verify as _cli
+
+    return _cli(argv)
+
+
+def cli_forecast(argv: list[str] | None = None) -> int:
+    """`kdelay forecast PATH [--window W] [--png OUT] [--pending]`."""
+    from .cli import cli_forecast as _cli
+
+    return _cli(argv)

@@ -1,0 +1,360 @@
+"""Finding partitions and segments on disk, and reading a segment's batches in chunks.
+
+No Spark here: the data source (source.py) calls these on the driver (planning) and in the
+Python workers (reading). A segment is read without the log's lock, as the offline tools
+do; reading a log that another process is appending to sees some prefix of it.
+
+Pushdown (`Bounds`): inclusive ranges on `deliver_after` and `offset`. When a segment's
+persisted .dlyindex is valid for its .log (same size, checksums good) it lists every batch
+with its deliverAfter, offsets, position and size, so only the batches in range are read.
+Otherwise the segment's batch headers are walked (69 bytes each) and a batch out of range
+is skipped without a CRC check or decode. Either way the rows returned are a superset of
+what the filters keep (Spark re-applies them), never a subset.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import CorruptLogError
+from ..index.deliver_after_index import DeliverAfterIndex
+from ..index.index_file import IndexFileError
+from ..index.offset_index import OffsetIndex
+from ..log import codec
+from ..log.loader import CLEAN_SHUTDOWN_FILE
+from ..log.segment import DLYINDEX_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, parse_segment_name
+from .columnar import PAD, ChunkBatch
+
+CHUNK_BYTES = 8 << 20  # bytes of .log per read (and per Arrow batch, roughly)
+_MAX_GAP = 64 << 10  # selected batches closer than this are read together
+_PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>\d+)$")
+_LONG_MIN = -(1 << 63)
+_LONG_MAX = (1 << 63) - 1
+
+
+# ---------------------------------------------------------------------------- layout
+
+
+@dataclass(frozen=True)
+class PartitionDir:
+    path: str
+    topic: str | None = None
+    partition: int | None = None
+
+
+def segment_bases(directory: str) -> list[int]:
+    bases = []
+    for name in os.listdir(directory):
+        parsed = parse_segment_name(name)
+        if parsed is not None and parsed[1] == LOG_SUFFIX:
+            bases.append(parsed[0])
+    return sorted(bases)
+
+
+def discover(path: str) -> tuple[bool, list[PartitionDir]]:
+    """(topic layout?, partition directories). `path` is a partition directory (it holds
+    .log segments, or nothing at all) or a directory of Kafka-style `name-i` partition
+    directories."""
+    path = os.path.abspath(path)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"kdelay: no such directory: {path}")
+    if segment_bases(path):
+        return False, [PartitionDir(path)]
+    parts = []
+    for name in sorted(os.listdir(path)):
+        m = _PARTITION_DIR.match(name)
+        full = os.path.join(path, name)
+        if m and os.path.isdir(full):
+            parts.append(PartitionDir(full, m["topic"], int(m["partition"])))
+    if not parts:
+        return False, [PartitionDir(path)]
+    parts.sort(key=lambda p: (p.topic, p.partition))
+    return True, parts
+
+
+def log_path(directory: str, base: int) -> str:
+    return os.path.join(directory, f"{base:020d}{LOG_SUFFIX}")
+
+
+def cleanly_closed(directory: str) -> bool:
+    return os.path.exists(os.path.join(directory, CLEAN_SHUTDOWN_FILE))
+
+
+# ---------------------------------------------------------------------------- bounds
+
+
+@dataclass
+class Bounds:
+    """Inclusive ranges the pushed filters allow, plus topic/partition sets (None: any)."""
+
+    deliver_after: tuple[int, int] = (_LONG_MIN, _LONG_MAX)
+    offset: tuple[int, int] = (_LONG_MIN, _LONG_MAX)
+    topics: frozenset[str] | None = None
+    partitions: frozenset[int] | None = None
+    empty: bool = False  # contradictory filters: nothing can match
+
+    @property
+    def restricts_batches(self) -> bool:
+        return self.empty or self.deliver_after != (_LONG_MIN, _LONG_MAX) or \
+            self.offset != (_LONG_MIN, _LONG_MAX)
+
+    def narrow(self, column: str, lo: int, hi: int) -> None:
+        cur = getattr(self, column)
+        new = (max(cur[0], lo), min(cur[1], hi))
+        if new[0] > new[1]:
+            self.empty = True
+        setattr(self, column, new)
+
+    def keep_partition(self, p: PartitionDir) -> bool:
+        if self.empty:
+            return False
+        if self.topics is not None and p.topic not in self.topics:
+            return False
+        return self.partitions is None or p.partition in self.partitions
+
+    def keep_batch(self, deliver_after: int, first: int, last: int) -> bool:
+        dlo, dhi = self.deliver_after
+        olo, ohi = self.offset
+        return not self.empty and dlo <= deliver_after <= dhi and last >= olo and first <= ohi
+
+
+# ---------------------------------------------------------------------------- planning
+
+
+@dataclass
+class SegmentPlan:
+    """What the driver decided about one segment (picklable: it travels to a worker)."""
+
+    part: PartitionDir
+    base: int
+    next_base: int | None  # the following segment's base offset (None: last segment)
+
+
+def load_dly_index(directory: str, base: int, log_bytes: int) -> DeliverAfterIndex | None:
+    try:
+        return DeliverAfterIndex.load(os.path.join(directory, f"{base:020d}{DLYINDEX_SUFFIX}"),
+                                      base_offset=base, log_bytes=log_bytes)
+    except (IndexFileError, ValueError, OSError):
+        return None
+
+
+def plan_segments(parts: list[PartitionDir], bounds: Bounds) -> list[SegmentPlan]:
+    """Every segment that may hold a row the bounds allow. A segment is skipped whole when
+    its offset range (from its name and the next segment's) misses the offset bounds, or its
+    valid .dlyindex shows no batch in range."""
+    plans = []
+    for part in parts:
+        if not bounds.keep_partition(part):
+            continue
+        bases = segment_bases(part.path)
+        for i, base in enumerate(bases):
+            nxt = bases[i + 1] if i + 1 < len(bases) else None
+            if bounds.restricts_batches and not _segment_may_match(part.path, base, nxt, bounds):
+                continue
+            plans.append(SegmentPlan(part, base, nxt))
+    return plans
+
+
+def _segment_may_match(directory: str, base: int, nxt: int | None, bounds: Bounds) -> bool:
+    olo, ohi = bounds.offset
+    if ohi < base or (nxt is not None and olo >= nxt):
+        return False
+    try:
+        size = os.path.getsize(log_path(directory, base))
+    except OSError:
+        return True  # let the reader report it
+    idx = load_dly_index(directory, base, size)
+    if idx is None:
+        return True
+    da = idx.disk_columns[0]
+    if len(da) == 0:
+        return size != 0
+    if idx.meta.next_offset <= olo:
+        return False
+    dlo, dhi = bounds.deliver_after
+    return int(da[-1]) >= dlo and int(da[0]) <= dhi
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+@dataclass
+class ScanStats:
+    segment: int = 0
+    log: str = ""
+    mode: str = "scan"  # "index": batches chosen from the .dlyindex; "scan": headers walked
+    batches_seen: int = 0  # headers looked at (or index entries)
+    batches_read: int = 0  # batches whose bytes were read, CRC-checked and handed on
+    bytes_read: int = 0
+    records: int = 0
+    error: str | None = None
+    error_position: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Chunk:
+    """A buffer of .log bytes (padded) and the wanted batches that lie wholly inside it."""
+
+    buf: bytearray
+    file_pos: int
+    batches: list[ChunkBatch]
+
+
+class SegmentReader:
+    """Yields the wanted batches of one segment as Chunks, in file order. A framing error
+    (bad magic, impossible length, truncation) ends the segment: it is recorded in
+    `stats.error`/`stats.error_position` and nothing after it is yielded."""
+
+    def __init__(self, directory: str, base: int, bounds: Bounds | None = None, *,
+                 use_index: bool = True, chunk_bytes: int = CHUNK_BYTES):
+        self.directory = directory
+        self.base = base
+        self.path = log_path(directory, base)
+        self.bounds = bounds if bounds is not None else Bounds()
+        self.use_index = use_index
+        self.chunk_bytes = chunk_bytes
+        self.stats = ScanStats(segment=base, log=self.path)
+
+    def chunks(self) -> Iterator[Chunk]:
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            idx = None
+            if self.use_index and self.bounds.restricts_batches:
+                idx = load_dly_index(self.directory, self.base, size)
+            if idx is not None:
+                self.stats.mode = "index"
+                done: set[int] = set()
+                mismatch = yield from self._from_index(fd, idx, done)
+                if mismatch is None:
+                    return
+                # the index disagrees with the log: fall back to walking every header
+                self.stats.notes.append(mismatch)
+                self.stats.mode = "index+scan"
+                yield from self._scan(fd, size, 0, skip=done)
+            else:
+                yield from self._scan(fd, size, self._scan_start(size))
+        finally:
+            os.close(fd)
+
+    def _scan_start(self, size: int) -> int:
+        """Where a header walk may start: the offset index's entry at or below the lower
+        offset bound, when that index is valid."""
+        olo = self.bounds.offset[0]
+        if olo <= self.base:
+            return 0
+        try:
+            oi = OffsetIndex.load(os.path.join(self.directory, f"{self.base:020d}{INDEX_SUFFIX}"),
+                                  base_offset=self.base, log_bytes=size)
+        except (IndexFileError, ValueError, OSError):
+            return 0
+        pos = oi.lookup(olo)
+        return pos if 0 <= pos < size else 0
+
+    def _read(self, fd: int, pos: int, length: int) -> bytearray:
+        buf = bytearray(length + PAD)
+        got = os.preadv(fd, [memoryview(buf)[:length]], pos)
+        self.stats.bytes_read += got
+        if got < length:
+            del buf[got:]
+            buf.extend(bytes(PAD))
+        return buf
+
+    def _fail(self, err: CorruptLogError) -> None:
+        self.stats.error = str(err)
+        self.stats.error_position = err.position
+
+    def _scan(self, fd: int, size: int, start: int,
+              skip: set[int] | None = None) -> Iterator[Chunk]:
+        pos = start
+        while pos < size:
+            want = min(self.chunk_bytes, size - pos)
+            buf = self._read(fd, pos, want)
+            avail = len(buf) - PAD
+            rel = 0
+            batches: list[ChunkBatch] = []
+            while pos + rel < size:
+                if avail - rel < codec.HEADER_SIZE and pos + avail < size:
+                    break  # header straddles the chunk end: next chunk
+                try:
+                    h = codec.parse_header(buf, rel, path=self.path, file_pos=pos + rel,
+                                           available=size - (pos + rel))
+                except CorruptLogError as e:
+                    if batches:
+                        yield Chunk(buf, pos, batches)
+                    self._fail(e)
+                    return
+                if rel + h.size > avail:
+                    if rel == 0:  # one batch bigger than a chunk: read it whole
+                        buf = self._read(fd, pos, h.size)
+                        avail = len(buf) - PAD
+                        if avail < h.size:
+                            self._fail(CorruptLogError("truncated batch", self.path, pos))
+                            return
+                    else:
+                        break
+                self.stats.batches_seen += 1
+                fp = pos + rel
+                if (skip is None or fp not in skip) and \
+                        self.bounds.keep_batch(h.deliver_after, h.base_offset, h.last_offset):
+                    batches.append(self._take(buf, rel, fp, h))
+                rel += h.size
+            if batches:
+                yield Chunk(buf, pos, batches)
+            pos += rel
+
+    def _take(self, buf: bytearray, rel: int, file_pos: int, h: codec.BatchHeader) -> ChunkBatch:
+        self.stats.batches_read += 1
+        self.stats.records += h.record_count
+        return ChunkBatch(rel, file_pos, h, codec.crc_ok(buf, rel, h))
+
+    def _from_index(self, fd: int, idx: DeliverAfterIndex, done: set[int]):
+        """Read the batches the index puts in range; returns None, or a message when the
+        log disagrees with the index (the caller then walks the headers instead)."""
+        da, base, pos, lod, size = (np.asarray(c) for c in idx.disk_columns)
+        self.stats.batches_seen += len(da)
+        dlo, dhi = self.bounds.deliver_after
+        olo, ohi = self.bounds.offset
+        sel = (da >= dlo) & (da <= dhi) & (base + lod >= olo) & (base <= ohi)
+        if self.bounds.empty:
+            sel[:] = False
+        order = np.flatnonzero(sel)
+        order = order[np.argsort(pos[order], kind="stable")]
+        want = list(zip(pos[order].tolist(), size[order].tolist(), base[order].tolist(),
+                        da[order].tolist(), strict=True))
+        i = 0
+        while i < len(want):
+            # one read covers a run of nearby batches, up to chunk_bytes
+            j = i + 1
+            start = want[i][0]
+            while j < len(want) and want[j][0] - (want[j - 1][0] + want[j - 1][1]) <= _MAX_GAP \
+                    and want[j][0] + want[j][1] - start <= self.chunk_bytes:
+                j += 1
+            end = want[j - 1][0] + want[j - 1][1]
+            buf = self._read(fd, start, end - start)
+            batches = []
+            for p, sz, b, d in want[i:j]:
+                rel = p - start
+                try:
+                    h = codec.parse_header(buf, rel, path=self.path, file_pos=p,
+                                           available=len(buf) - PAD - rel)
+                except CorruptLogError as e:
+                    h = None
+                    problem = str(e)
+                if h is None or h.base_offset != b or h.size != sz or h.deliver_after != d:
+                    if batches:
+                        yield Chunk(buf, start, batches)
+                    return problem if h is None else (
+                        f"{self.path}: batch at byte {p} does not match its .dlyindex entry")
+                batches.append(self._take(buf, rel, p, h))
+                done.add(p)
+            if batches:
+                yield Chunk(buf, start, batches)
+            i = j
+        return None

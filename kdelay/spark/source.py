@@ -1,0 +1,288 @@
+"""The `kdelay` PySpark (4.x) Python Data Source: one input partition per segment.
+
+    spark.read.format("kdelay").load(path)                      # one row per record
+    spark.read.format("kdelay").option("mode", "batches")...     # one row per batch
+    spark.read.format("kdelay").option("mode", "dlyindex")...    # persisted index entries
+
+Options:
+  mode       records (default) | batches | dlyindex (the last two serve verify/forecast)
+  pushdown   true (default) | false: use pushed filters to skip segments and batches
+  useIndex   true (default) | false: may the reader trust a valid .dlyindex to pick batches
+  statsDir   a directory: each input partition writes a small JSON file there with how many
+             batches it looked at and read (a debug aid; tests use it to prove pushdown)
+
+Pushed filters on `deliver_after` and `offset` (=, <, <=, >, >=, IN) and on `topic` and
+`partition` narrow what is read; every filter is also handed back to Spark, which applies
+it exactly, so pushdown can only change speed, never results. A reader that defines
+`pushFilters` needs `spark.sql.python.filterPushdown.enabled=true`; `register()` sets it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
+from pyspark.sql.types import StructType
+
+from . import columnar, scan
+from .columnar import TOPIC_FIELDS
+
+MODES = ("records", "batches", "dlyindex")
+
+BATCH_FIELDS: list[tuple[str, pa.DataType]] = [
+    ("segment", pa.int64()),
+    ("position", pa.int64()),
+    ("base_offset", pa.int64()),
+    ("last_offset", pa.int64()),
+    ("deliver_after", pa.int64()),
+    ("base_timestamp", pa.int64()),
+    ("max_timestamp", pa.int64()),
+    ("size", pa.int64()),
+    ("record_count", pa.int64()),
+    ("crc_valid", pa.bool_()),
+    ("error", pa.string()),  # set on the one row that reports a framing error
+]
+INDEX_FIELDS: list[tuple[str, pa.DataType]] = [
+    ("segment", pa.int64()),
+    ("rank", pa.int64()),  # entry number in the file
+    ("deliver_after", pa.int64()),
+    ("base_offset", pa.int64()),
+    ("position", pa.int64()),
+    ("last_offset_delta", pa.int64()),
+    ("size", pa.int64()),
+    ("status", pa.string()),  # null: a valid entry; else why the file is unusable
+]
+_SPARK_TYPES = {pa.int64(): "bigint", pa.int32(): "int", pa.string(): "string",
+                pa.binary(): "binary", pa.bool_(): "boolean"}
+
+
+def _fields(mode: str, with_topic: bool) -> list[tuple[str, pa.DataType]]:
+    body = {"records": columnar.RECORD_FIELDS, "batches": BATCH_FIELDS,
+            "dlyindex": INDEX_FIELDS}[mode]
+    return (TOPIC_FIELDS if with_topic else []) + body
+
+
+def _ddl(fields: list[tuple[str, pa.DataType]]) -> str:
+    return ", ".join(f"`{n}` {_SPARK_TYPES[t]}" for n, t in fields)
+
+
+def _arrow_schema(fields: list[tuple[str, pa.DataType]]) -> pa.Schema:
+    return pa.schema([pa.field(n, t, nullable=True) for n, t in fields])
+
+
+def _flag(options, name: str, default: bool) -> bool:
+    v = options.get(name)
+    return default if v is None else str(v).strip().lower() in ("1", "true", "yes", "on")
+
+
+class KdelayDataSource(DataSource):
+    """Reads a kdelay partition directory or a directory of `name-i` partition directories."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "kdelay"
+
+    def _mode(self) -> str:
+        mode = str(self.options.get("mode", "records")).lower()
+        if mode not in MODES:
+            raise ValueError(f"kdelay: mode must be one of {MODES}, got {mode!r}")
+        return mode
+
+    def _path(self) -> str:
+        path = self.options.get("path")
+        if not path:
+            raise ValueError("kdelay: a path is required: spark.read.format('kdelay').load(path)")
+        return path
+
+    def schema(self) -> str:
+        with_topic, _ = scan.discover(self._path())
+        return _ddl(_fields(self._mode(), with_topic))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        options = {str(k).lower(): v for k, v in self.options.items()}  # names are case-insensitive
+        return KdelayReader(self._path(), self._mode(), options)
+
+
+class SegmentPartition(InputPartition):
+    def __init__(self, plan: scan.SegmentPlan):
+        super().__init__(plan.base)
+        self.plan = plan
+
+
+class KdelayReader(DataSourceReader):
+    def __init__(self, path: str, mode: str, options: dict):
+        self.path = path
+        self.mode = mode
+        self.pushdown = _flag(options, "pushdown", True)
+        self.use_index = _flag(options, "useindex", True)
+        self.stats_dir = options.get("statsdir")
+        self.with_topic, self.parts = scan.discover(path)
+        self.bounds = scan.Bounds()
+
+    # ------------------------------------------------------------------ planning
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        for f in filters:
+            if self.pushdown and self.mode != "dlyindex":
+                _narrow(self.bounds, f)
+            yield f  # Spark still applies every filter: ours only skip whole batches
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [SegmentPartition(p) for p in scan.plan_segments(self.parts, self.bounds)]
+
+    # ------------------------------------------------------------------ reading
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        plan: scan.SegmentPlan | None = getattr(partition, "plan", None)
+        if plan is None:
+            return  # Spark reads one InputPartition(None) when partitions() returned none
+        fields = _fields(self.mode, self.with_topic)
+        schema = _arrow_schema(fields)
+        if self.mode == "dlyindex":
+            yield _index_batch(plan, schema, self.with_topic)
+            return
+        reader = scan.SegmentReader(plan.part.path, plan.base, self.bounds,
+                                    use_index=self.use_index)
+        topic, part = plan.part.topic, plan.part.partition
+        if self.mode == "records":
+            for chunk in reader.chunks():
+                yield from columnar.records_to_arrow(chunk.buf, chunk.batches, segment=plan.base,
+                                                     topic=topic, partition=part,
+                                                     log_path=reader.path)
+        else:
+            for chunk in reader.chunks():
+                yield _batch_rows(plan, schema, self.with_topic, chunk.batches)
+            if reader.stats.error is not None:
+                yield _error_row(plan, schema, self.with_topic, reader.stats)
+        if self.stats_dir:
+            _write_stats(self.stats_dir, plan, reader.stats)
+
+
+def _narrow(bounds: scan.Bounds, f: Filter) -> None:
+    """Fold one pushed filter into the bounds (anything not understood is left to Spark)."""
+    attr = getattr(f, "attribute", None)  # Not(...) has a child instead: left to Spark
+    col = attr[0] if attr is not None and len(attr) == 1 else None
+    if col in ("deliver_after", "offset"):
+        if isinstance(f, In):
+            vals = [v for v in f.value if _is_int(v)]
+            if vals and len(vals) == len(f.value):
+                bounds.narrow(col, min(vals), max(vals))
+            return
+        v = getattr(f, "value", None)
+        if not _is_int(v):
+            return
+        if isinstance(f, EqualTo):
+            bounds.narrow(col, v, v)
+        elif isinstance(f, GreaterThan):
+            bounds.narrow(col, v + 1, scan._LONG_MAX)
+        elif isinstance(f, GreaterThanOrEqual):
+            bounds.narrow(col, v, scan._LONG_MAX)
+        elif isinstance(f, LessThan):
+            bounds.narrow(col, scan._LONG_MIN, v - 1)
+        elif isinstance(f, LessThanOrEqual):
+            bounds.narrow(col, scan._LONG_MIN, v)
+    elif col in ("topic", "partition"):
+        kind = str if col == "topic" else int
+        if isinstance(f, EqualTo):
+            vals = [f.value]
+        elif isinstance(f, In):
+            vals = list(f.value)
+        else:
+            return
+        if not all(isinstance(v, kind) and not isinstance(v, bool) for v in vals):
+            return
+        attr = "topics" if col == "topic" else "partitions"
+        cur = getattr(bounds, attr)
+        new = frozenset(vals) if cur is None else cur & frozenset(vals)
+        setattr(bounds, attr, new)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _topic_cols(plan: scan.SegmentPlan, n: int, with_topic: bool) -> list:
+    if not with_topic:
+        return []
+    return [pa.repeat(pa.scalar(plan.part.topic, pa.string()), n),
+            pa.repeat(pa.scalar(plan.part.partition, pa.int32()), n)]
+
+
+def _batch_rows(plan: scan.SegmentPlan, schema: pa.Schema, with_topic: bool,
+                batches: list[columnar.ChunkBatch]) -> pa.RecordBatch:
+    hs = [b.header for b in batches]
+    n = len(hs)
+    cols = _topic_cols(plan, n, with_topic) + [
+        pa.repeat(pa.scalar(plan.base, pa.int64()), n),
+        pa.array([b.file_pos for b in batches], pa.int64()),
+        pa.array([h.base_offset for h in hs], pa.int64()),
+        pa.array([h.last_offset for h in hs], pa.int64()),
+        pa.array([h.deliver_after for h in hs], pa.int64()),
+        pa.array([h.base_timestamp for h in hs], pa.int64()),
+        pa.array([h.max_timestamp for h in hs], pa.int64()),
+        pa.array([h.size for h in hs], pa.int64()),
+        pa.array([h.record_count for h in hs], pa.int64()),
+        pa.array([b.crc_ok for b in batches], pa.bool_()),
+        pa.nulls(n, pa.string()),
+    ]
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def _error_row(plan: scan.SegmentPlan, schema: pa.Schema, with_topic: bool,
+               stats: scan.ScanStats) -> pa.RecordBatch:
+    cols = _topic_cols(plan, 1, with_topic) + [pa.array([plan.base], pa.int64()),
+                                                pa.array([stats.error_position], pa.int64())]
+    cols += [pa.nulls(1, t) for _, t in BATCH_FIELDS[2:-1]]
+    cols.append(pa.array([stats.error], pa.string()))
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def _index_batch(plan: scan.SegmentPlan, schema: pa.Schema, with_topic: bool) -> pa.RecordBatch:
+    """The persisted .dlyindex of one segment as rows, or one row saying why it is unusable."""
+    from ..index.deliver_after_index import DeliverAfterIndex
+    from ..index.index_file import IndexFileError
+
+    directory, base = plan.part.path, plan.base
+    path = os.path.join(directory, f"{base:020d}.dlyindex")
+    try:
+        size = os.path.getsize(scan.log_path(directory, base))
+        idx = DeliverAfterIndex.load(path, base_offset=base, log_bytes=size)
+        status = None
+    except (IndexFileError, OSError, ValueError) as e:
+        idx, status = None, str(e)
+    if idx is None:
+        cols = _topic_cols(plan, 1, with_topic) + [pa.array([base], pa.int64())]
+        cols += [pa.nulls(1, pa.int64()) for _ in range(6)] + [pa.array([status], pa.string())]
+        return pa.RecordBatch.from_arrays(cols, schema=schema)
+    da, bo, pos, lod, sz = (np.asarray(c).astype(np.int64) for c in idx.disk_columns)
+    n = len(da)
+    cols = _topic_cols(plan, n, with_topic) + [
+        pa.repeat(pa.scalar(base, pa.int64()), n), pa.array(np.arange(n, dtype=np.int64)),
+        pa.array(da), pa.array(bo), pa.array(pos), pa.array(lod), pa.array(sz),
+        pa.nulls(n, pa.string())]
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def _write_stats(directory: str, plan: scan.SegmentPlan, stats: scan.ScanStats) -> None:
+    os.makedirs(directory, exist_ok=True)
+    doc = dict(vars(stats), topic=plan.part.topic, partition=plan.part.partition)
+    tmp = os.path.join(directory, f".{uuid.uuid4().hex}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(doc, f)
+    os.replace(tmp, os.path.join(directory, f"{plan.base:020d}-{uuid.uuid4().hex}.json"))
