@@ -413,8 +413,12 @@ class Log:
             while seg is not None and len(out) < max_records:
                 found = seg.find_batch(offset)
                 start = found[0] if found else seg.size
+                expected = found[1].base_offset if found else seg.next_offset
                 for pos, h in seg.batch_headers(start):
-                    data = seg.read_batch(pos, h.size, h.base_offset)
+                    # offsets must run on without a gap: a header's own base offset is
+                    # no check of itself
+                    data = seg.read_batch(pos, h.size, expected)
+                    expected = h.last_offset + 1
                     skip = max(0, offset - h.base_offset)
                     out.extend(batch_records(data, h.deliver_after, skip,
                                              max_records - len(out), seg, pos))

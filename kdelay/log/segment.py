@@ -272,9 +272,15 @@ class LogSegment:
         """The batch holding `offset`, found via the sparse offset index."""
         if not (self.base_offset <= offset < self.next_offset):
             return None
-        for pos, h in self.batch_headers(self.offset_index.lookup(offset)):
+        entry = self.offset_index.floor(offset)
+        expected, start = (self.base_offset, 0) if entry is None else entry
+        for pos, h in self.batch_headers(start):
+            # the index entry (or the segment base) says which offset each batch must start
+            # at; a damaged base offset would otherwise be believed
+            if h.base_offset != expected:
+                raise CorruptLogError(f"batch base offset {h.base_offset}, expected {expected}",
+                                      self.log_path, pos)
             if h.last_offset >= offset:
-                if h.base_offset > offset:
-                    raise CorruptLogError(f"offset {offset} is missing", self.log_path, pos)
                 return pos, h
+            expected = h.last_offset + 1
         return None
