@@ -769,6 +769,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(handler=cmd_stats)
 
     sub.add_parser("demo", help="run the demo (options: kdelay demo --help)", add_help=False)
+    # Spark commands (kdelay.spark; need the spark extra) parse their own options
+    sub.add_parser("spark-verify", help="offline checks run in Spark (kdelay spark-verify --help)",
+                   add_help=False)
+    sub.add_parser("forecast", help="records coming due per time window, via Spark "
+                                    "(kdelay forecast --help)", add_help=False)
     return p
 
 
@@ -777,6 +782,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "demo":
         # the demo parses its own options; pass them through untouched
         return run_demo(argv[1:])
+    if argv and argv[0] in ("spark-verify", "forecast"):
+        from . import spark as kspark  # imported lazily: pyspark is an optional extra
+
+        run = kspark.cli_spark_verify if argv[0] == "spark-verify" else kspark.cli_forecast
+        return run(argv[1:])
     args = build_parser().parse_args(argv)
     out = Out()
     try:
