@@ -88,8 +88,11 @@ def load_segments(directory: str, index_interval_bytes: int) -> tuple[list[LogSe
                     seg = LogSegment.load(directory, base)
                 except IndexFileError as e:
                     report.problems.append(f"rebuilding indexes: {e}")
+                    # The last segment takes the appends: a damaged tail left there would
+                    # sit in front of every new batch (unreadable by offset, and cut off by
+                    # the next crash recovery together with the acknowledged batches).
                     seg, _, damaged = _recover(directory, base, index_interval_bytes, report,
-                                               truncate=False)
+                                               truncate=i == len(bases) - 1)
                     # Persisting an index of a damaged segment would make the next open
                     # trust it and hide the damage: keep it in memory, rebuild next time.
                     if i < len(bases) - 1 and not damaged:
