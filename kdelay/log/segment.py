@@ -52,9 +52,11 @@ class ScanResult(NamedTuple):
 
 
 def scan_log(fd: int, path: str, base_offset: int, *, start: int = 0, end: int | None = None,
-             check_crc: bool = True, expected_offset: int | None = None) -> ScanResult:
+             check_crc: bool = True, expected_offset: int | None = None,
+             index_bad_crc: bool = False) -> ScanResult:
     """Walk the batches of a .log from `start`, checking framing, offset continuity and
-    (optionally) CRCs; stops at the first problem. Reads in large chunks, so a scan costs
+    (optionally) CRCs; stops at the first problem (with `index_bad_crc`, a batch whose
+    framing is sound but whose CRC fails is listed and the walk goes on). Reads in large chunks, so a scan costs
     one syscall per few MiB, and per batch only a header parse and a CRC."""
     if end is None:
         end = os.fstat(fd).st_size
@@ -79,9 +81,14 @@ def scan_log(fd: int, path: str, base_offset: int, *, start: int = 0, end: int |
                 raise CorruptLogError(
                     f"batch base offset {h.base_offset}, expected {next_offset}", path, pos)
             if check_crc:
-                codec.check_crc(buf, rel, h, path=path, file_pos=pos)
+                try:
+                    codec.check_crc(buf, rel, h, path=path, file_pos=pos)
+                except CorruptLogError as e:
+                    if not index_bad_crc:
+                        raise
+                    error = error or e
         except CorruptLogError as e:
-            error = e
+            error = error or e
             break
         entries.append((h.deliver_after, h.base_offset, pos, h.last_offset_delta, h.size))
         max_ts.append(h.max_timestamp)
@@ -165,7 +172,11 @@ class LogSegment:
         path = os.path.join(directory, segment_name(base_offset) + LOG_SUFFIX)
         fd = fsio.open_append(path)
         try:
-            result = scan_log(fd, path, base_offset, check_crc=check_crc)
+            # Not truncating (a flushed segment): index a batch that fails only its CRC, so
+            # that reads reaching it raise CorruptLogError and the intact batches behind it
+            # stay fetchable, rather than silently dropping them from the index.
+            result = scan_log(fd, path, base_offset, check_crc=check_crc,
+                              index_bad_crc=not truncate)
             size = os.fstat(fd).st_size
             if truncate and result.valid_bytes < size:
                 fsio.truncate(fd, result.valid_bytes)
