@@ -67,7 +67,7 @@ def cli_forecast(argv: list[str] | None = None) -> int:
     if not os.path.isdir(args.path):
         print(f"kdelay forecast: no such directory: {args.path}", file=sys.stderr)
         return 2
-    from .forecasting import forecast, plot
+    from .forecasting import as_utc, forecast, plot
 
     spark, owned = _session(args.cores)
     try:
@@ -77,7 +77,7 @@ def cli_forecast(argv: list[str] | None = None) -> int:
         if owned:
             spark.stop()
     for r in rows:
-        print(f"{r['window_start'].isoformat()}\t{r['count']}")
+        print(f"{as_utc(r['window_start']).isoformat()}\t{r['count']}")
     if args.png:
         what = "pending records" if args.pending else "records"
         plot(rows, args.png, f"{what} coming due per {args.window}: "

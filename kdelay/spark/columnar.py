@@ -37,7 +37,6 @@ from ..log import codec, varint
 # Padding after the last byte of a chunk, so vectorised varint reads at clipped positions
 # (at most 10 bytes from a record's end) never run off the buffer.
 PAD = 32
-_ARANGE4 = np.arange(4)
 _ARANGE12 = np.arange(12)
 _MAX_INLINE = 12  # Arrow binary_view keeps payloads of <= 12 bytes inside the view itself
 
@@ -81,20 +80,45 @@ def binary_column(buf: np.ndarray, arrow_buf: pa.Buffer, starts: np.ndarray,
     """A `binary` array whose i-th value is buf[starts[i]: starts[i] + lengths[i]] (null
     where lengths[i] < 0), built from Arrow views into `buf`: no Python work per value."""
     n = len(starts)
+    if n and lengths.min() == lengths.max() >= 0:
+        # the common case (fixed-size keys or values): gather the slices as rows of a
+        # strided window view straight into one data buffer, no views and no cast
+        width = int(lengths[0])
+        offsets = np.arange(n + 1, dtype=np.int32) * np.int32(width)
+        if width == 0:
+            data = np.empty(0, dtype=np.uint8)
+        else:
+            data = np.lib.stride_tricks.sliding_window_view(buf, width)[starts]
+        return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
+                                                      pa.py_buffer(data)])
     ln = np.maximum(lengths, 0).astype(np.int32)
     views = np.zeros((n, 4), dtype=np.int32)  # 16 bytes per view: length, then 12 bytes
     views[:, 0] = ln
+    # windows[i] is buf[i: i + 12] without a copy: one fancy index gathers n small slices
+    windows = np.lib.stride_tricks.sliding_window_view(buf, _MAX_INLINE)
     long_ = ln > _MAX_INLINE
-    if long_.any():
-        at = starts[long_]
-        views[long_, 1] = buf[at[:, None] + _ARANGE4].view("<i4").ravel()  # 4-byte prefix
-        views[long_, 3] = at  # buffer index (column 2) stays 0
+    every_long = bool(long_.all())
+    if every_long or long_.any():
+        at = starts if every_long else starts[long_]
+        prefix = np.ascontiguousarray(windows[at, :4]).view("<i4").ravel()  # 4-byte prefix
+        if every_long:
+            views[:, 1] = prefix
+            views[:, 3] = at  # buffer index (column 2) stays 0
+        else:
+            views[long_, 1] = prefix
+            views[long_, 3] = at
     short = (ln > 0) & ~long_
-    if short.any():
-        at = starts[short]
-        inline = buf[at[:, None] + _ARANGE12]
-        inline[_ARANGE12[None, :] >= ln[short][:, None]] = 0  # zero the bytes past the end
-        views.view(np.uint8).reshape(n, 16)[short, 4:] = inline
+    if not every_long and short.any():
+        every_short = bool(short.all())
+        at = starts if every_short else starts[short]
+        inline = windows[at]
+        sl = ln if every_short else ln[short]
+        if (sl < _MAX_INLINE).any():
+            inline = inline * (_ARANGE12[None, :] < sl[:, None])  # zero the bytes past the end
+        if every_short:
+            views.view(np.uint8).reshape(n, 16)[:, 4:] = inline
+        else:
+            views.view(np.uint8).reshape(n, 16)[short, 4:] = inline
     validity = None
     nulls = int((lengths < 0).sum())
     if nulls:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -27,6 +29,11 @@ def forecast(spark: SparkSession, path: str, window: str = "1 minute", *,
             .orderBy("window_start"))
 
 
+def as_utc(ts: datetime) -> datetime:
+    """PySpark hands back timestamps as naive local-time datetimes; the same instant in UTC."""
+    return datetime.fromtimestamp(ts.timestamp(), tz=UTC)
+
+
 def plot(rows: list, png: str, title: str) -> None:
     """A bar chart of (window_start, window_end, count) rows, written to `png`."""
     import matplotlib
@@ -37,7 +44,7 @@ def plot(rows: list, png: str, title: str) -> None:
 
     fig, ax = plt.subplots(figsize=(10, 4.5), dpi=100)
     if rows:
-        starts = [r["window_start"] for r in rows]
+        starts = [as_utc(r["window_start"]) for r in rows]
         width = (rows[0]["window_end"] - rows[0]["window_start"]).total_seconds() / 86400
         ax.bar(starts, [r["count"] for r in rows], width=width * 0.9, align="edge",
                color="#3b75af", edgecolor="#1f4e79")
