@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import heapq
 import os
 import threading
 import time
@@ -35,7 +36,14 @@ from .errors import (
     LogWriteError,
 )
 from .fetch import groups
-from .fetch.merge import ColumnRun, PendingRun, ResumePoints, batch_records, read_page
+from .fetch.merge import (
+    ColumnRun,
+    PendingRun,
+    ResumePoints,
+    SealedRuns,
+    batch_records,
+    read_page,
+)
 from .log import codec
 from .log.loader import (
     CLEAN_SHUTDOWN_FILE,
@@ -329,9 +337,10 @@ class Log:
             while True:
                 self._check_open()
                 now = self.now()
-                runs = self._due_runs(cursor, now)
+                sealed = self._sealed_runs(cursor, now)
+                runs = sealed.runs + self._active_runs(cursor)
                 page = read_page(runs, cursor, now, max_records, max_bytes)
-                self._resume.remember(page.next, runs)
+                self._resume.remember(page.next, sealed)
                 remaining = deadline - time.monotonic()
                 if page.records or remaining <= 0:
                     return FetchResult(page.records, page.next)
@@ -368,34 +377,52 @@ class Log:
         i = self._segments.bisect_right(offset) - 1
         return None if i < 0 else self._segments.peekitem(i)[1]
 
-    def _due_runs(self, cursor: DeliveryKey | None, now: int) -> list:
-        """Index runs of every segment that can hold a due record after `cursor`: sealed
-        segments with nothing after the cursor, or nothing due yet, are never touched."""
+    def _sealed_runs(self, cursor: DeliveryKey | None, now: int) -> SealedRuns:
+        """The sealed segments' merge state for `cursor`: resumed from the page that ended
+        there when possible, else built. Segments with nothing after the cursor are never
+        touched; segments with nothing due yet are parked until `now` reaches them."""
         key = None if cursor is None else (cursor.deliver_after, cursor.offset)
-        candidates = (self._sealed_by_max_key if key is None else
-                      self._sealed_by_max_key.irange(minimum=(key[0], key[1], 1 << 63),
-                                                     inclusive=(False, True)))
-        resume = self._resume.take(cursor)
-        runs: list = []
-        for _, _, base in candidates:
-            seg = self._segments[base]
-            if seg.min_deliver_after <= now:
-                self._add_runs(runs, seg, key, resume)
-        self._add_runs(runs, self._active, key, resume)
-        return runs
+        state = self._resume.take(cursor)
+        active_base = self._active.base_offset
+        if state is None or state.log_start != self.log_start_offset:
+            state = SealedRuns(active_base, self.log_start_offset)
+            candidates = (self._sealed_by_max_key if key is None else
+                          self._sealed_by_max_key.irange(minimum=(key[0], key[1], 1 << 63),
+                                                         inclusive=(False, True)))
+            for _, _, base in candidates:
+                self._plan_segment(state, self._segments[base], key, now)
+        elif state.sealed_upto != active_base:  # rolled since: consider the new segments
+            for base in self._segments.irange(state.sealed_upto, active_base,
+                                              inclusive=(True, False)):
+                seg = self._segments[base]
+                max_key = seg.dly_index.max_key()
+                if max_key is not None and (key is None or max_key > key):
+                    self._plan_segment(state, seg, key, now)
+            state.sealed_upto = active_base
+        parked = state.parked
+        while parked and parked[0][0] <= now:
+            _, _, seg = heapq.heappop(parked)
+            state.runs.append(_column_run(seg, key))
+        return state
 
     @staticmethod
-    def _add_runs(runs: list, seg: LogSegment, key, resume: dict) -> None:
-        idx = seg.dly_index
-        cols = idx.disk_columns
-        if len(cols[0]):
-            run_key = (seg.base_offset, idx.generation)
-            run = resume.get(run_key)
-            if run is None or run.cols is not cols:
-                run = ColumnRun(seg, run_key, cols, idx.start_in_columns(key))
-            runs.append(run)
+    def _plan_segment(state: SealedRuns, seg: LogSegment, key, now: int) -> None:
+        if seg.min_deliver_after <= now:
+            state.runs.append(_column_run(seg, key))
+        else:
+            heapq.heappush(state.parked, (seg.min_deliver_after, seg.base_offset, seg))
+
+    def _active_runs(self, cursor: DeliveryKey | None) -> list:
+        """Runs of the active segment, built afresh: its in-memory part changes with every
+        append (and its persisted part, present after a clean reopen, is one search)."""
+        key = None if cursor is None else (cursor.deliver_after, cursor.offset)
+        idx = self._active.dly_index
+        runs: list = []
+        if len(idx.disk_columns[0]):
+            runs.append(_column_run(self._active, key))
         if idx.has_pending:
-            runs.append(PendingRun(seg, idx.iter_pending(key)))
+            runs.append(PendingRun(self._active, idx.iter_pending(key)))
+        return runs
 
     # ------------------------------------------------------------------ offset-order read
 
@@ -583,6 +610,12 @@ def _read_clock_floor(marker: str) -> int:
         return max(0, int(raw.decode("ascii").strip() or 0))
     except (UnicodeDecodeError, ValueError):
         return 0
+
+
+def _column_run(seg: LogSegment, key: tuple[int, int] | None) -> ColumnRun:
+    idx = seg.dly_index
+    return ColumnRun(seg, (seg.base_offset, idx.generation), idx.disk_columns,
+                     idx.start_in_columns(key))
 
 
 def _take_lock(path: str) -> int:

@@ -7,9 +7,10 @@ only the entries it returns plus one head per run. Work is per batch: each batch
 and verified once, its records decoded column-wise, and only the slice the page needs
 becomes FetchedRecords.
 
-The immutable runs a page leaves behind are remembered against the page's `next` key
-(ResumePoints): a consumer that follows `next` resumes every segment where it stood, with
-no search and no re-conversion of index entries.
+The sealed segments' runs a page leaves behind are remembered against the page's `next`
+key (ResumePoints): a consumer that follows `next` resumes every segment where it stood,
+with no search and no re-conversion of index entries, and segments with nothing due yet
+stay parked until the clock reaches them, so a page costs O(runs with due records).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ..log import codec
 from ..records import DeliveryKey, FetchedRecord
 
 _FIRST_CHUNK = 8
-_MAX_CHUNK = 2048
+_MAX_CHUNK = 64  # bounds the Python tuples a remembered run holds
 _new_record = tuple.__new__
 
 
@@ -94,27 +95,45 @@ class Page(NamedTuple):
     next_pending: int | None  # deliverAfter of the first entry not yet due (None: none seen)
 
 
+class SealedRuns:
+    """The merge state of every sealed segment for one cursor: a run per segment that can
+    hold a due record after it, and the segments parked because nothing in them is due
+    yet (a heap by earliest deliverAfter, unparked as the clock reaches them).
+
+    `sealed_upto` is the active segment's base when this was built (every segment below
+    it was considered) and `log_start` the log start then (a deletion forces a rebuild)."""
+
+    __slots__ = ("runs", "parked", "sealed_upto", "log_start")
+
+    def __init__(self, sealed_upto: int, log_start: int):
+        self.runs: list[ColumnRun] = []
+        self.parked: list[tuple[int, int, BatchSource]] = []
+        self.sealed_upto = sealed_upto
+        self.log_start = log_start
+
+
 class ResumePoints:
-    """The immutable runs of the last pages, as each page left them, keyed by its `next`.
+    """The sealed-segment merge state each recent page left behind, keyed by its `next`.
 
     For a cursor C the right start in a run is its first entry that may hold a key > C.
     Merge order guarantees every run head left unconsumed by a page ending at C is exactly
-    that entry, so a remembered run resumes correctly for as long as its columns exist.
-    Runs are handed out once (`take`): the fetch that takes them moves them on."""
+    that entry, so a remembered run resumes correctly for as long as its segment exists.
+    A state is handed out once (`take`): the fetch that takes it moves its runs on."""
 
-    def __init__(self, capacity: int = 64):
-        self._points: OrderedDict[DeliveryKey, dict[tuple, ColumnRun]] = OrderedDict()
+    def __init__(self, capacity: int = 16):
+        self._points: OrderedDict[DeliveryKey, SealedRuns] = OrderedDict()
         self._capacity = capacity
 
-    def take(self, cursor: DeliveryKey | None) -> dict[tuple, ColumnRun]:
+    def take(self, cursor: DeliveryKey | None) -> SealedRuns | None:
         if cursor is None:
-            return {}
-        return self._points.pop(cursor, None) or {}
+            return None
+        return self._points.pop(cursor, None)
 
-    def remember(self, cursor: DeliveryKey | None, runs: list) -> None:
+    def remember(self, cursor: DeliveryKey | None, state: SealedRuns) -> None:
         if cursor is None:
             return
-        self._points[cursor] = {r.key: r for r in runs if type(r) is ColumnRun}
+        state.runs = [r for r in state.runs if r.head is not None]
+        self._points[cursor] = state
         self._points.move_to_end(cursor)
         while len(self._points) > self._capacity:
             self._points.popitem(last=False)
