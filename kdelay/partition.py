@@ -444,11 +444,10 @@ class Log:
                 for pos, h in seg.batch_headers(start):
                     # offsets must run on without a gap: a header's own base offset is
                     # no check of itself
-                    data = seg.read_batch(pos, h.size, expected)
+                    h, data = seg.read_verified(pos, h.size, expected)
                     expected = h.last_offset + 1
                     skip = max(0, offset - h.base_offset)
-                    out.extend(batch_records(data, h.deliver_after, skip,
-                                             max_records - len(out), seg, pos))
+                    out.extend(batch_records(h, data, skip, max_records - len(out), seg, pos))
                     if len(out) >= max_records:
                         break
                 offset = seg.next_offset

@@ -38,7 +38,8 @@ class BatchSource(Protocol):
 
     log_path: str
 
-    def read_batch(self, position: int, size: int, expected_base: int) -> bytes: ...
+    def read_verified(self, position: int, size: int, expected_base: int
+                      ) -> tuple[codec.BatchHeader, bytes]: ...
 
 
 class ColumnRun:
@@ -139,10 +140,9 @@ class ResumePoints:
             self._points.popitem(last=False)
 
 
-def batch_records(data: bytes, deliver_after: int, skip: int, limit: int,
+def batch_records(h: codec.BatchHeader, data: bytes, skip: int, limit: int,
                   source: BatchSource, position: int) -> list[FetchedRecord]:
     """Records `skip` .. `skip + limit` of a verified batch as FetchedRecords."""
-    h = codec.parse_header(data)
     cols = codec.decode_records(data, h, path=source.log_path, file_pos=position)
     stop = min(h.record_count, skip + limit)
     if skip == 0 and stop == h.record_count:
@@ -150,7 +150,7 @@ def batch_records(data: bytes, deliver_after: int, skip: int, limit: int,
     else:
         ts, keys, values, headers = (c[skip:stop] for c in cols)
     offsets = range(h.base_offset + skip, h.base_offset + stop)
-    rows = zip(offsets, repeat(deliver_after), ts, keys, values, headers, repeat(None))
+    rows = zip(offsets, repeat(h.deliver_after), ts, keys, values, headers, repeat(None))
     return list(map(_new_record, repeat(FetchedRecord), rows))
 
 
@@ -177,13 +177,12 @@ def read_page(runs: list, after: DeliveryKey | None, now: int, max_records: int,
         if skip <= lod:
             if out and taken_bytes + size > max_bytes:
                 break
-            data = run.seg.read_batch(pos, size, base)
-            if int.from_bytes(data[codec.DELIVER_AFTER_OFFSET:codec.DELIVER_AFTER_OFFSET + 8],
-                              "big", signed=True) != da:
-                raise CorruptLogError(f"batch deliverAfter disagrees with its index ({da})",
+            h, data = run.seg.read_verified(pos, size, base)
+            if h.deliver_after != da or h.last_offset_delta != lod:
+                raise CorruptLogError(f"batch disagrees with its index entry ({da}, {base})",
                                       run.seg.log_path, pos)
             want = max_records - len(out)
-            out.extend(batch_records(data, da, skip, want, run.seg, pos))
+            out.extend(batch_records(h, data, skip, want, run.seg, pos))
             taken_bytes += size
             if lod + 1 - skip > want:
                 break  # page full inside this batch: the run stays on it

@@ -102,6 +102,7 @@ class LogSegment:
                  offset_index: OffsetIndex, time_index: TimeIndex,
                  dly_index: DeliverAfterIndex, first_timestamp: int | None):
         self.directory = directory
+        self.log_path = os.path.join(directory, segment_name(base_offset) + LOG_SUFFIX)
         self.base_offset = base_offset
         self.fd = fd
         self.size = size
@@ -128,9 +129,6 @@ class LogSegment:
     def path(self, suffix: str) -> str:
         return os.path.join(self.directory, segment_name(self.base_offset) + suffix)
 
-    @property
-    def log_path(self) -> str:
-        return self.path(LOG_SUFFIX)
 
     # ------------------------------------------------------------------ opening
 
@@ -258,8 +256,13 @@ class LogSegment:
     # ------------------------------------------------------------------ reading
 
     def read_batch(self, position: int, size: int, expected_base: int) -> bytes:
-        """The verified bytes of the batch at `position`: header sane, base offset as the
-        index said, size as the index said, CRC good. Raises CorruptLogError."""
+        """The verified bytes of the batch at `position` (see read_verified)."""
+        return self.read_verified(position, size, expected_base)[1]
+
+    def read_verified(self, position: int, size: int, expected_base: int
+                      ) -> tuple[codec.BatchHeader, bytes]:
+        """Header and bytes of the batch at `position`, verified: header sane, base offset
+        and size as the index said, CRC good. Raises CorruptLogError."""
         data = fsio.pread(self.fd, size, position)
         h = codec.parse_header(data, path=self.log_path, file_pos=position)
         if h.base_offset != expected_base or h.size != size:
@@ -267,7 +270,7 @@ class LogSegment:
                 f"batch at this position has base offset {h.base_offset} and {h.size} bytes; "
                 f"the index expected {expected_base} and {size}", self.log_path, position)
         codec.check_crc(data, 0, h, path=self.log_path, file_pos=position)
-        return data
+        return h, data
 
     def batch_headers(self, start: int = 0) -> Iterator[tuple[int, codec.BatchHeader]]:
         """(position, header) of each batch from byte `start`, reading headers only."""
