@@ -19,6 +19,7 @@ then rebuilds the index from its .log.
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 from typing import NamedTuple
@@ -61,6 +62,10 @@ def read_meta(path: str, magic: bytes) -> tuple[IndexMeta, int]:
         raise IndexFileError(f"{path}: missing") from None
     except OSError as e:
         raise IndexFileError(f"{path}: {e}") from None
+    return _parse_header(head, path, magic)
+
+
+def _parse_header(head: bytes, path: str, magic: bytes) -> tuple[IndexMeta, int]:
     if len(head) < HEADER_SIZE:
         raise IndexFileError(f"{path}: truncated header")
     fields = HEADER.unpack(head)
@@ -77,31 +82,41 @@ def read_meta(path: str, magic: bytes) -> tuple[IndexMeta, int]:
 def load_index(path: str, magic: bytes, dtypes: list[np.dtype], *, base_offset: int,
                log_bytes: int) -> tuple[IndexMeta, list[np.ndarray]]:
     """Map a persisted index, verifying it belongs to this segment, covers exactly
-    `log_bytes` of its .log, and that its data checksum matches."""
-    meta, data_crc = read_meta(path, magic)
-    if meta.base_offset != base_offset:
-        raise IndexFileError(f"{path}: base offset {meta.base_offset}, expected {base_offset}")
-    if meta.log_bytes != log_bytes:
-        raise IndexFileError(
-            f"{path}: stale (covers {meta.log_bytes} log bytes, the log has {log_bytes})")
-    widths = [np.dtype(d).itemsize for d in dtypes]
-    expected = HEADER_SIZE + meta.entries * sum(widths)
-    size = os.path.getsize(path)
-    if size != expected:
-        raise IndexFileError(f"{path}: {size} bytes, header implies {expected}")
-    if meta.entries == 0:
-        if data_crc != crc32c.crc32c(b""):
-            raise IndexFileError(f"{path}: data checksum mismatch")
-        return meta, [np.empty(0, dtype=d) for d in dtypes]
-    # a plain ndarray view of the map: np.memmap's Python-level slicing hooks cost more
-    # than the searches themselves
-    mm = np.memmap(path, dtype=np.uint8, mode="r", offset=HEADER_SIZE).view(np.ndarray)
-    if crc32c.crc32c(mm) != data_crc:
+    `log_bytes` of its .log, and that its data checksum matches. The file is opened once:
+    header read, size checked and data mapped through the same descriptor."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below; the map outlives it
+    except FileNotFoundError:
+        raise IndexFileError(f"{path}: missing") from None
+    except OSError as e:
+        raise IndexFileError(f"{path}: {e}") from None
+    with f:
+        meta, data_crc = _parse_header(f.read(HEADER_SIZE), path, magic)
+        if meta.base_offset != base_offset:
+            raise IndexFileError(
+                f"{path}: base offset {meta.base_offset}, expected {base_offset}")
+        if meta.log_bytes != log_bytes:
+            raise IndexFileError(
+                f"{path}: stale (covers {meta.log_bytes} log bytes, the log has {log_bytes})")
+        widths = [np.dtype(d).itemsize for d in dtypes]
+        expected = HEADER_SIZE + meta.entries * sum(widths)
+        size = os.fstat(f.fileno()).st_size
+        if size != expected:
+            raise IndexFileError(f"{path}: {size} bytes, header implies {expected}")
+        if meta.entries == 0:
+            if data_crc != crc32c.crc32c(b""):
+                raise IndexFileError(f"{path}: data checksum mismatch")
+            return meta, [np.empty(0, dtype=d) for d in dtypes]
+        # a plain ndarray over an mmap: np.memmap's Python-level hooks cost more than the
+        # searches themselves
+        data = np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ),
+                             dtype=np.uint8)[HEADER_SIZE:]
+    if crc32c.crc32c(data) != data_crc:
         raise IndexFileError(f"{path}: data checksum mismatch")
     columns = []
     pos = 0
     for d, w in zip(dtypes, widths, strict=True):
         n = meta.entries * w
-        columns.append(mm[pos:pos + n].view(d))
+        columns.append(data[pos:pos + n].view(d))
         pos += n
     return meta, columns
