@@ -455,3 +455,18 @@ def test_retention_survives_reopen(open_log, clock, log_dir):
     assert log.log_start_offset == 1 and log.log_end_offset == 2
     assert _vals(log.fetch().records) == [b"b"]
     assert _vals(log.read(0)) == [b"b"]
+
+
+def test_no_duplicate_after_roll_mid_batch(open_log, clock):
+    """Seen once (against an in-progress fetch-resume change) by the model test: a cursor
+    inside a batch, a roll that seals it, then pages that cross into the new segment."""
+    log = open_log(segment_bytes=150, index_interval_bytes=1)
+    log.append([Record(b"v0-"), Record(b"v1-")])
+    res = log.fetch(max_records=1, max_bytes=1)
+    log.append([Record(b"v2-")])
+    log.roll()
+    seen = [r.offset for r in res.records]
+    for max_records, max_bytes in ((1, 1), (2, 300), (5, 1 << 20)):
+        res = log.fetch(res.next, max_records=max_records, max_bytes=max_bytes)
+        seen += [r.offset for r in res.records]
+    assert seen == [0, 1, 2]
