@@ -69,56 +69,60 @@ def verify(spark: SparkSession, path: str) -> VerifyReport:
     register(spark)
     path = os.path.abspath(str(path))
     with_topic, parts = scan.discover(path)
-    dirs = {(p.topic, p.partition): p.path for p in parts}
     keys = ["topic", "partition"] if with_topic else []
 
     def load(mode: str) -> DataFrame:
         return spark.read.format("kdelay").option("mode", mode).load(path)
 
+    # Every check becomes rows of one "findings" DataFrame, collected in a single action:
+    # each Spark action re-plans the Python data sources, which costs far more than the
+    # checks themselves on a small log.
+    # both small (a row per batch / index entry) and used by several checks: scan once
     batches = load("batches").cache()
+    index = load("dlyindex").cache()
     try:
-        return _verify(spark, batches, load("dlyindex"),
-                       spark.read.format("kdelay").load(path), keys, dirs, parts)
+        rows = _findings(batches, index, load("records"), keys).collect()
     finally:
         batches.unpersist()
+        index.unpersist()
+    return _report(rows, with_topic, parts)
 
 
-def _file(dirs: dict, row, suffix: str, with_topic: bool) -> str:
-    d = dirs[(row["topic"], row["partition"])] if with_topic else dirs[(None, None)]
-    return os.path.join(d, f"{row['segment']:020d}{suffix}")
+# (kind, topic, partition, segment, position, a, b, c, text): a/b/c/text mean what the kind says
+_COLUMNS = ["kind", "topic", "partition", "segment", "position", "a", "b", "c", "text"]
 
 
-def _verify(spark: SparkSession, batches: DataFrame, index: DataFrame, records: DataFrame,
-            keys: list[str], dirs: dict, parts: list[scan.PartitionDir]) -> VerifyReport:
-    with_topic = bool(keys)
-    problems: list[Problem] = []
-    warnings: list[Problem] = []
+def _row(df: DataFrame, keys: list[str], kind: str, *, position="position", a=None, b=None,
+         c=None, text=None) -> DataFrame:
+    def col(x, t):
+        if x is None:
+            return F.lit(None).cast(t)
+        return (F.col(x) if isinstance(x, str) else x).cast(t)
 
-    def take(df: DataFrame, kind: str, suffix: str, message) -> int:
-        # one Spark job when healthy (nothing to collect); a count only when truncated
-        rows = df.limit(MAX_PROBLEMS_PER_CHECK + 1).collect()
-        total = len(rows) if len(rows) <= MAX_PROBLEMS_PER_CHECK else df.count()
-        for row in rows[:MAX_PROBLEMS_PER_CHECK]:
-            problems.append(Problem(kind if isinstance(kind, str) else kind(row),
-                                    _file(dirs, row, suffix, with_topic), row["position"],
-                                    message(row)))
-        return total
+    topic = [F.col("topic"), F.col("partition")] if keys else \
+        [F.lit(None).cast("string"), F.lit(None).cast("int")]
+    return df.select(F.lit(kind).alias("kind"), topic[0].alias("topic"),
+                     topic[1].alias("partition"), F.col("segment").cast("bigint"),
+                     col(position, "bigint").alias("position"), col(a, "bigint").alias("a"),
+                     col(b, "bigint").alias("b"), col(c, "bigint").alias("c"),
+                     col(text, "string").alias("text"))
 
+
+def _findings(batches: DataFrame, index: DataFrame, records: DataFrame,
+              keys: list[str]) -> DataFrame:
     framed = batches.where(F.col("error").isNull())
-    counts: dict[str, int] = {"partitions": len(parts)}
-    summary = framed.agg(F.count(F.lit(1)).alias("b"),
-                         F.coalesce(F.sum("record_count"), F.lit(0)).alias("r")).first()
-    counts["segments"] = sum(len(scan.segment_bases(p.path)) for p in parts)
-    counts["batches"] = summary["b"]
-    counts["records"] = summary["r"]
+    parts = []
 
-    # framing and CRC
-    take(batches.where(F.col("error").isNotNull() | ~F.col("crc_valid")),
-         lambda r: "crc" if r["error"] is None else "framing", ".log",
-         lambda r: r["error"] or (f"CRC-32C mismatch in batch {r['base_offset']}.."
-                                  f"{r['last_offset']}"))
-    counts["framing_errors"] = sum(p.kind == "framing" for p in problems)
-    counts["crc_errors"] = sum(p.kind == "crc" for p in problems)
+    # summary: batches and records per segment (tiny: one row per segment)
+    parts.append(_row(framed.groupBy(*keys, "segment").agg(
+        F.count(F.lit(1)).alias("nb"), F.sum("record_count").alias("nr")),
+        keys, "summary", position=None, a="nb", b="nr"))
+
+    # framing errors and CRC mismatches
+    parts.append(_row(batches.where(F.col("error").isNotNull()), keys, "framing",
+                      text="error"))
+    parts.append(_row(framed.where(~F.col("crc_valid")), keys, "crc", a="base_offset",
+                      b="last_offset"))
 
     # offset continuity per partition, in file order
     w = Window.partitionBy(*keys).orderBy("segment", "position") if keys else \
@@ -126,31 +130,16 @@ def _verify(spark: SparkSession, batches: DataFrame, index: DataFrame, records: 
     cont = framed.select(*keys, "segment", "position", "base_offset",
                          F.lag("last_offset").over(w).alias("prev_last"),
                          F.lag("segment").over(w).alias("prev_segment"))
-    first_in_segment = F.col("prev_segment").isNull() | (F.col("prev_segment") != F.col("segment"))
-    bad = cont.where(
-        (F.col("prev_last").isNotNull() & (F.col("base_offset") != F.col("prev_last") + 1))
-        | (first_in_segment & (F.col("base_offset") != F.col("segment"))))
-    counts["offset_errors"] = take(
-        bad, "offset", ".log",
-        lambda r: (f"batch starts at offset {r['base_offset']}, expected "
-                   + (f"{r['prev_last'] + 1} (previous batch ends at {r['prev_last']})"
-                      if r["prev_last"] is not None and r["base_offset"] != r["prev_last"] + 1
-                      else f"the segment base offset {r['segment']}")))
+    new_segment = F.col("prev_segment").isNull() | (F.col("prev_segment") != F.col("segment"))
+    gap = F.col("prev_last").isNotNull() & (F.col("base_offset") != F.col("prev_last") + 1)
+    parts.append(_row(cont.where(gap | (new_segment & (F.col("base_offset") != F.col("segment")))),
+                      keys, "offset", a="base_offset", b="prev_last",
+                      c=F.when(gap, F.lit(1)).otherwise(F.lit(0))))
 
-    # persisted .dlyindex == index recomputed from the .log
+    # persisted .dlyindex == the index recomputed from the .log, entry for entry
     seg_keys = [*keys, "segment"]
-    status = index.where(F.col("status").isNotNull()).select(*seg_keys, "status").collect()
-    last_segment = {(p.topic, p.partition): (scan.segment_bases(p.path) or [None])[-1]
-                    for p in parts}
-    clean = {(p.topic, p.partition): scan.cleanly_closed(p.path) for p in parts}
-    for row in status:
-        pk = (row["topic"], row["partition"]) if with_topic else (None, None)
-        prob = Problem("index", _file(dirs, row, ".dlyindex", with_topic), None, row["status"])
-        if row["segment"] == last_segment[pk] and not clean[pk]:
-            warnings.append(prob)
-        else:
-            problems.append(prob)
-    counts["index_files_unusable"] = len(status)
+    parts.append(_row(index.where(F.col("status").isNotNull()), keys, "index-file",
+                      position=None, text="status"))
     rw = Window.partitionBy(*seg_keys).orderBy("deliver_after", "base_offset")
     recomputed = framed.select(
         *seg_keys, (F.row_number().over(rw) - 1).alias("rank"),
@@ -161,31 +150,88 @@ def _verify(spark: SparkSession, batches: DataFrame, index: DataFrame, records: 
     recomputed = recomputed.join(unusable, on=seg_keys, how="left_anti")
     persisted = index.where(F.col("status").isNull())
     joined = persisted.join(recomputed, on=[*seg_keys, "rank"], how="full_outer")
-    differs = ~(F.coalesce(
+    differs = ~F.coalesce(
         (F.col("deliver_after") == F.col("r_da")) & (F.col("base_offset") == F.col("r_base"))
         & (F.col("position") == F.col("r_pos")) & (F.col("last_offset_delta") == F.col("r_lod"))
-        & (F.col("size") == F.col("r_size")), F.lit(False)))
+        & (F.col("size") == F.col("r_size")), F.lit(False))
     per_segment = joined.where(differs).groupBy(*seg_keys).agg(
         F.count(F.lit(1)).alias("entries"),
-        F.min(F.coalesce("r_pos", "position")).alias("position"))
-    counts["index_mismatches"] = take(
-        per_segment, "index", ".dlyindex",
-        lambda r: f"{r['entries']} entries differ from the index recomputed from the .log "
-                  f"(first differing batch at .log byte {r['position']})")
-    counts["index_files_checked"] = counts["segments"] - len(status)
+        F.min(F.coalesce("r_pos", "position")).alias("first_bad"))
+    parts.append(_row(per_segment, keys, "index", position="first_bad", a="entries"))
 
-    # due order: every (deliver_after, offset) key once per partition
+    # due order: each (deliver_after, offset) key once per partition
     dup = records.groupBy(*keys, "deliver_after", "offset").agg(
         F.count(F.lit(1)).alias("n"), F.min("segment").alias("segment"),
         F.min("position").alias("position")).where(F.col("n") > 1)
-    counts["duplicate_keys"] = take(
-        dup, "due-order", ".log",
-        lambda r: f"key (deliver_after={r['deliver_after']}, offset={r['offset']}) occurs "
-                  f"{r['n']} times")
+    parts.append(_row(dup, keys, "due-order", a="deliver_after", b="offset", c="n"))
 
-    failing = ("framing_errors", "crc_errors", "offset_errors", "index_mismatches",
-               "duplicate_keys")
-    ok = not any(counts[k] for k in failing) and not problems
-    counts["problems"] = len(problems)
-    counts["warnings"] = len(warnings)
-    return VerifyReport(ok, problems, warnings, counts)
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.unionByName(p)
+    # keep at most MAX_PROBLEMS_PER_CHECK rows of each kind, but count them all
+    kw = Window.partitionBy("kind")
+    ranked = out.select(*_COLUMNS, F.count(F.lit(1)).over(kw).alias("total"),
+                        F.row_number().over(kw.orderBy("topic", "partition", "segment",
+                                                       "position")).alias("rn"))
+    return ranked.where((F.col("kind") == "summary") | (F.col("rn") <= MAX_PROBLEMS_PER_CHECK))
+
+
+def _message(r) -> str:
+    kind = r["kind"]
+    if kind == "crc":
+        return f"CRC-32C mismatch in batch {r['a']}..{r['b']}"
+    if kind == "offset":
+        if r["c"]:
+            return (f"batch starts at offset {r['a']}, expected {r['b'] + 1} (previous batch "
+                    f"ends at {r['b']})")
+        return f"batch starts at offset {r['a']}, expected the segment base offset {r['segment']}"
+    if kind == "index":
+        return (f"{r['a']} entries differ from the index recomputed from the .log (first "
+                f"differing batch at .log byte {r['position']})")
+    if kind == "due-order":
+        return f"key (deliver_after={r['a']}, offset={r['b']}) occurs {r['c']} times"
+    return r["text"]
+
+
+def _report(rows: list, with_topic: bool, parts: list[scan.PartitionDir]) -> VerifyReport:
+    dirs = {(p.topic, p.partition): p.path for p in parts}
+    last_segment = {(p.topic, p.partition): (scan.segment_bases(p.path) or [None])[-1]
+                    for p in parts}
+    clean = {(p.topic, p.partition): scan.cleanly_closed(p.path) for p in parts}
+    problems: list[Problem] = []
+    warnings: list[Problem] = []
+    totals: dict[str, int] = {}
+    batches = records = 0
+    for r in sorted(rows, key=lambda r: (r["kind"], r["topic"] or "", r["partition"] or 0,
+                                         r["segment"], r["position"] or 0)):
+        kind = r["kind"]
+        if kind == "summary":
+            batches += r["a"]
+            records += r["b"] or 0
+            continue
+        totals[kind] = r["total"]
+        pk = (r["topic"], r["partition"]) if with_topic else (None, None)
+        suffix = ".dlyindex" if kind.startswith("index") else ".log"
+        file = os.path.join(dirs[pk], f"{r['segment']:020d}{suffix}")
+        if kind == "index-file":
+            prob = Problem("index", file, None, r["text"])
+            # the active segment of a log that was not closed cleanly has no current index yet
+            if r["segment"] == last_segment[pk] and not clean[pk]:
+                warnings.append(prob)
+            else:
+                problems.append(prob)
+            continue
+        problems.append(Problem(kind, file, r["position"], _message(r)))
+    order = {k: i for i, k in enumerate(("framing", "crc", "offset", "index", "due-order"))}
+    problems.sort(key=lambda p: (order[p.kind], p.file, p.position or 0))
+    segments = sum(len(scan.segment_bases(p.path)) for p in parts)
+    unusable = totals.get("index-file", 0)
+    counts = {
+        "partitions": len(parts), "segments": segments, "batches": batches, "records": records,
+        "framing_errors": totals.get("framing", 0), "crc_errors": totals.get("crc", 0),
+        "offset_errors": totals.get("offset", 0), "index_files_unusable": unusable,
+        "index_mismatches": totals.get("index", 0), "index_files_checked": segments - unusable,
+        "duplicate_keys": totals.get("due-order", 0),
+        "problems": len(problems), "warnings": len(warnings),
+    }
+    return VerifyReport(not problems, problems, warnings, counts)

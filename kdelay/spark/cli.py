@@ -26,6 +26,7 @@ def local_session(cores: int = 2) -> SparkSession:
              .config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.session.timeZone", "UTC")
+             .config("spark.sql.shuffle.partitions", str(max(2, 2 * cores)))
              .config("spark.sql.python.filterPushdown.enabled", "true")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
