@@ -171,7 +171,8 @@ def _layout(n: int, klen: int, vlen: int) -> tuple[list[_Group], int]:
 
 
 class _Template:
-    __slots__ = ("n", "klen", "vlen", "size", "groups", "image", "key_slices", "val_slices")
+    __slots__ = ("n", "klen", "vlen", "size", "groups", "image", "key_slices", "val_slices",
+                 "fixed_idx", "fixed_bytes")
 
     def __init__(self, n: int, klen: int, vlen: int):
         self.n = n
@@ -187,6 +188,14 @@ class _Template:
             raise AssertionError("template layout disagrees with the encoder")
         self.key_slices = _payload_slices(self.groups, klen, "key_off")
         self.val_slices = _payload_slices(self.groups, vlen, "val_off")
+        # every non-payload byte of the records section, as positions and expected values:
+        # a decode checks them all with one gather and one memcmp
+        fixed = np.ones(self.size, dtype=bool)
+        fixed[:HEADER_SIZE] = False
+        for sl in (self.key_slices or []) + (self.val_slices or []):
+            fixed[sl] = False
+        self.fixed_idx = np.flatnonzero(fixed).astype(np.int32)
+        self.fixed_bytes = np.frombuffer(self.image, dtype=np.uint8)[self.fixed_idx].tobytes()
 
 
 def _payload_slices(groups: list[_Group], length: int, field: str) -> list[slice] | None:
@@ -474,19 +483,9 @@ def _decode_template(data: bytes, n: int, end: int, base_ts: int) -> RecordColum
             return None
     if t.size != end:
         return None
-    work = bytearray(memoryview(data)[:end])
-    work[:HEADER_SIZE] = _ZERO_HEADER
-    arr = np.frombuffer(work, dtype=np.uint8)
-    for g in t.groups:
-        cnt = g.stop - g.first
-        recs = arr[g.start: g.start + cnt * g.rec_size].reshape(cnt, g.rec_size)
-        if klen > 0:
-            recs[:, g.key_off: g.key_off + klen] = 0
-        if vlen > 0:
-            recs[:, g.val_off: g.val_off + vlen] = 0
-    del arr, recs
-    if work != t.image:  # one memcmp checks every non-payload byte of every record
-        return None
+    arr = np.frombuffer(data, dtype=np.uint8, count=end)
+    if arr[t.fixed_idx].tobytes() != t.fixed_bytes:
+        return None  # some non-payload byte differs: not this shape (or damaged)
     keys = _template_payloads(data, t.key_slices, klen, n)
     values = _template_payloads(data, t.val_slices, vlen, n)
     return RecordColumns([base_ts] * n, keys, values, [[] for _ in range(n)])
