@@ -7,6 +7,24 @@ from typing import NamedTuple
 Header = tuple[str, bytes | None]
 
 
+class _NoHeaders(list):
+    """The headers of a fetched record that has none: one empty list shared by all such
+    records (a fresh list per record costs an allocation and GC work per record on the
+    fetch path), so it refuses changes: copy it first, `list(record.headers)`."""
+
+    __slots__ = ()
+
+    def _read_only(self, *args, **kwargs):
+        raise TypeError("a fetched record's empty headers list is shared and read-only; "
+                        "copy it with list(record.headers)")
+
+    append = extend = insert = remove = pop = clear = sort = reverse = _read_only
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _read_only
+
+
+NO_HEADERS: list[Header] = _NoHeaders()
+
+
 class Record(NamedTuple):
     """One record to append. `timestamp` defaults to the append time; `deliver_after`
     (ms) is the record's own wish, folded into the batch's deliverAfter."""

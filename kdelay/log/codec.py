@@ -28,6 +28,7 @@ import crc32c
 import numpy as np
 
 from ..errors import CorruptLogError, InvalidRecordError
+from ..records import NO_HEADERS
 from . import varint
 
 HEADER = struct.Struct(">qiibIhiqqqqhii")
@@ -488,7 +489,7 @@ def _decode_template(data: bytes, n: int, end: int, base_ts: int) -> RecordColum
         return None  # some non-payload byte differs: not this shape (or damaged)
     keys = _template_payloads(data, t.key_slices, klen, n)
     values = _template_payloads(data, t.val_slices, vlen, n)
-    return RecordColumns([base_ts] * n, keys, values, [[] for _ in range(n)])
+    return RecordColumns([base_ts] * n, keys, values, [NO_HEADERS] * n)
 
 
 def _template_payloads(data: bytes, slices: list[slice] | None, length: int, n: int) -> list:
@@ -575,7 +576,7 @@ def _decode_general(data: bytes, n: int, end: int, base_ts: int) -> RecordColumn
     else:
         if (hpos != rec_end).any():
             raise ValueError("record length disagrees with its fields")
-        headers = [[] for _ in range(n)]
+        headers = [NO_HEADERS] * n
     # Python ints: a corrupt delta cannot wrap around int64
     timestamps = [base_ts + d for d in ts_delta.tolist()] if ts_delta.any() else [base_ts] * n
     return RecordColumns(timestamps, keys, values, headers)
