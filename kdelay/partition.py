@@ -96,6 +96,7 @@ class Log:
         self._lock = threading.RLock()
         self._appended = threading.Condition(self._lock)
         self._closed = False
+        self._marker_present = False  # see _mark_dirty
         self._now_floor = 0
         self._segments: SortedDict = SortedDict((s.base_offset, s) for s in segments)
         # sealed segments keyed by the largest (deliverAfter, offset) they hold, so a fetch
@@ -133,12 +134,13 @@ class Log:
                 fsio.fsync_dir(path)
             marker = os.path.join(path, CLEAN_SHUTDOWN_FILE)
             floor = 0
-            if os.path.exists(marker):
+            marker_present = os.path.exists(marker)
+            if marker_present:
                 # the log clock must not run backwards across a clean restart either
                 floor = _read_clock_floor(marker)
-                # from here on a crash must be treated as unclean
-                fsio.unlink(marker)
-                fsio.fsync_dir(path)
+                # The marker stays until the first change to the segments (_mark_dirty):
+                # until then the directory is exactly as the clean close left it, so a
+                # crash is still a clean shutdown, and opening costs no write or fsync.
             elif not report.clean:
                 # recovered segments are whole and fsync'd from here on
                 segments[-1].flush()
@@ -147,9 +149,18 @@ class Log:
             os.close(lock_fd)
             raise
         log = cls(path, config, clock or wall_clock, lock_fd, segments, report)
+        log._marker_present = marker_present
         # ... nor across a crash: commits record the clock they saw
         log._now_floor = max(floor, log._groups.max_clock())
         return log
+
+    def _mark_dirty(self) -> None:
+        """Before the first change to segments after a clean open: remove the clean-shutdown
+        marker (durably), so that a crash from here on is recovered as one."""
+        if self._marker_present:
+            fsio.unlink(os.path.join(self.path, CLEAN_SHUTDOWN_FILE))
+            fsio.fsync_dir(self.path)
+            self._marker_present = False
 
     @_write_errors
     def close(self) -> None:
@@ -159,8 +170,9 @@ class Log:
                 return
             self._closed = True
             try:
-                self._active.persist_indexes()
-                write_recovery_point(self.path, self._active.next_offset)
+                if not self._marker_present:  # else nothing changed since the clean open
+                    self._active.persist_indexes()
+                    write_recovery_point(self.path, self._active.next_offset)
                 fsio.atomic_write(os.path.join(self.path, CLEAN_SHUTDOWN_FILE),
                                   str(self._now_floor).encode("ascii"))
             finally:
@@ -230,6 +242,7 @@ class Log:
                 raise InvalidRecordError(
                     f"batch of {len(batch)} bytes exceeds max_batch_bytes "
                     f"({self.config.max_batch_bytes})")
+            self._mark_dirty()
             self._maybe_roll(len(batch), now)
             n = len(values)
             self._active.append(batch, base, n - 1, batch_da, max_ts,
@@ -279,6 +292,7 @@ class Log:
         with self._lock:
             self._check_open()
             if self._active.size:
+                self._mark_dirty()
                 self._roll_locked()
 
     def _roll_locked(self) -> None:
@@ -493,6 +507,7 @@ class Log:
                             and last_due <= now)
                 if not (expired or oversize):
                     break
+                self._mark_dirty()
                 if key is not None:
                     self._sealed_by_max_key.discard((key[0], key[1], seg.base_offset))
                 del self._segments[seg.base_offset]

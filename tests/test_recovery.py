@@ -157,12 +157,15 @@ def test_clean_reopen_reads_no_log_data_and_rebuilds_nothing(built, clock, monke
 # ---------------------------------------------------------------------------- unclean tail
 
 def _unclean_copy(src: str, dst: str, clock) -> str:
-    """A copy of a log taken while it is open (after flush): a crash image."""
+    """A copy of a log taken while it is open and has been written to (after flush): a
+    crash image. (Opened but unwritten, it would still carry its clean-shutdown marker.)"""
     log = Log.open(src, clock=clock)
     log.flush()
     shutil.copytree(src, dst)
     log.close()
-    assert not os.path.exists(os.path.join(dst, ".kdelay_cleanshutdown"))
+    marker = os.path.join(dst, ".kdelay_cleanshutdown")
+    assert os.path.exists(marker)  # nothing was written since the clean open
+    os.unlink(marker)  # what a crash after the first write would leave
     return dst
 
 
