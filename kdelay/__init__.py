@@ -15,6 +15,7 @@ from .errors import (
     KdelayError,
     LogClosedError,
     LogLockedError,
+    LogWriteError,
 )
 from .fetch.consumer import Consumer
 from .partition import Log, OffsetOutOfRangeError
@@ -27,5 +28,5 @@ __all__ = [
     "AppendResult", "Consumer", "CorruptLogError", "DelayedDeliveryDisabledError",
     "DeliveryDelayExceededError", "DeliveryKey", "FetchResult", "FetchedRecord",
     "InvalidConfigError", "InvalidRecordError", "InvalidTopicError", "KdelayError", "Log", "LogClosedError",
-    "LogConfig", "LogLockedError", "OffsetOutOfRangeError", "Record", "Topic",
+    "LogConfig", "LogLockedError", "LogWriteError", "OffsetOutOfRangeError", "Record", "Topic",
 ]
