@@ -57,6 +57,7 @@ from .records import AppendResult, DeliveryKey, FetchedRecord, FetchResult, Reco
 
 Clock = Callable[[], int]
 _NONE_TYPE = type(None)
+_NEVER = 1 << 63
 
 
 def wall_clock() -> int:
@@ -97,6 +98,9 @@ class Log:
         self._appended = threading.Condition(self._lock)
         self._closed = False
         self._marker_present = False  # see _mark_dirty
+        # (cursor, until) from the last empty page: nothing after `cursor` is due before
+        # `until`; appends lower `until`. Lets an empty poll skip the merge entirely.
+        self._quiet: tuple[DeliveryKey | None, int] | None = None
         self._now_floor = 0
         self._segments: SortedDict = SortedDict((s.base_offset, s) for s in segments)
         # sealed segments keyed by the largest (deliverAfter, offset) they hold, so a fetch
@@ -248,6 +252,8 @@ class Log:
             self._active.append(batch, base, n - 1, batch_da, max_ts,
                                 self.config.index_interval_bytes)
             self._after_append(n)
+            if self._quiet is not None and batch_da < self._quiet[1]:
+                self._quiet = (self._quiet[0], batch_da)
             self._appended.notify_all()
             return AppendResult(base, base + n - 1, batch_da, now)
 
@@ -351,21 +357,31 @@ class Log:
             while True:
                 self._check_open()
                 now = self.now()
-                sealed = self._sealed_runs(cursor, now)
-                runs = sealed.runs + self._active_runs(cursor)
-                page = read_page(runs, cursor, now, max_records, max_bytes)
-                self._resume.remember(page.next, sealed)
+                quiet = self._quiet
+                if quiet is not None and quiet[0] == cursor and now < quiet[1]:
+                    records: list[FetchedRecord] = []  # known: nothing after cursor is due
+                    until = quiet[1]
+                else:
+                    sealed = self._sealed_runs(cursor, now)
+                    runs = sealed.runs + self._active_runs(cursor)
+                    page = read_page(runs, cursor, now, max_records, max_bytes)
+                    self._resume.remember(page.next, sealed)
+                    records = page.records
+                    if records:
+                        until = None
+                    else:
+                        # every record after the cursor is due at `until` or later: the
+                        # smallest run head, or parked segment, not yet due
+                        until = _NEVER if page.next_pending is None else page.next_pending
+                        if sealed.parked:
+                            until = min(until, sealed.parked[0][0])
+                        self._quiet = (cursor, until)
                 remaining = deadline - time.monotonic()
-                if page.records or remaining <= 0:
-                    return FetchResult(page.records, page.next)
-                # Sleep until the earliest pending deliverAfter anywhere in the log: the
-                # page only sees segments _due_stream kept, and a sealed segment whose
-                # records are all pending is skipped there. Appends wake us via notify_all.
-                wait = remaining
-                wake = self._earliest_pending(now)
-                if wake is not None:
-                    wait = min(wait, max(0.001, (wake - now) / 1000))
-                self._appended.wait(wait)
+                if records or remaining <= 0:
+                    return FetchResult(records, page.next if records else cursor)
+                # Sleep until the first record after the cursor comes due, or an append
+                # (which lowers `until` if it is due sooner) wakes us.
+                self._appended.wait(min(remaining, max(0.001, (until - now) / 1000)))
 
     def _resolve_cursor(self, after: DeliveryKey | int | None) -> DeliveryKey | None:
         if after is None:

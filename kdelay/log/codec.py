@@ -173,7 +173,7 @@ def _layout(n: int, klen: int, vlen: int) -> tuple[list[_Group], int]:
 
 class _Template:
     __slots__ = ("n", "klen", "vlen", "size", "groups", "image", "key_slices", "val_slices",
-                 "fixed_idx", "fixed_bytes")
+                 "fixed_idx", "fixed_bytes", "parts")
 
     def __init__(self, n: int, klen: int, vlen: int):
         self.n = n
@@ -197,6 +197,17 @@ class _Template:
             fixed[sl] = False
         self.fixed_idx = np.flatnonzero(fixed).astype(np.int32)
         self.fixed_bytes = np.frombuffer(self.image, dtype=np.uint8)[self.fixed_idx].tobytes()
+        # the batch as join-able pieces: header, then per record [prefix, key, middle, value,
+        # suffix], with keys and values left empty to be slotted in (see _fill_template)
+        kb, vb = max(klen, 0), max(vlen, 0)
+        parts = [_ZERO_HEADER]
+        for g in self.groups:
+            for i in range(g.stop - g.first):
+                rs = g.start + i * g.rec_size
+                parts += [self.image[rs: rs + g.key_off], b"",
+                          self.image[rs + g.key_off + kb: rs + g.val_off], b"",
+                          self.image[rs + g.val_off + vb: rs + g.rec_size]]
+        self.parts = parts
 
 
 def _payload_slices(groups: list[_Group], length: int, field: str) -> list[slice] | None:
@@ -314,23 +325,15 @@ def encode_batch(
 
 
 def _fill_template(t: _Template, keys: list, values: list) -> bytearray:
-    """The template's bytes with the payloads written in: per group of equal-size records,
-    one strided assignment for all keys and one for all values."""
-    out = bytearray(t.image)
-    arr = np.frombuffer(out, dtype=np.uint8)
-    kb = t.klen
-    vb = t.vlen
-    kbuf = np.frombuffer(b"".join(keys), dtype=np.uint8) if kb > 0 else None
-    vbuf = np.frombuffer(b"".join(values), dtype=np.uint8) if vb > 0 else None
-    for g in t.groups:
-        cnt = g.stop - g.first
-        recs = arr[g.start: g.start + cnt * g.rec_size].reshape(cnt, g.rec_size)
-        if kbuf is not None:
-            recs[:, g.key_off: g.key_off + kb] = kbuf[g.first * kb: g.stop * kb].reshape(cnt, kb)
-        if vbuf is not None:
-            recs[:, g.val_off: g.val_off + vb] = vbuf[g.first * vb: g.stop * vb].reshape(cnt, vb)
-    del arr, recs  # release the buffer export so the bytearray can be used freely
-    return out
+    """The template's bytes with the payloads written in: the keys and values are slotted
+    into a copy of the template's piece list (two C-level slice assignments) and everything
+    is joined once."""
+    parts = t.parts.copy()
+    if t.klen > 0:
+        parts[2::5] = keys
+    if t.vlen > 0:
+        parts[4::5] = values
+    return bytearray().join(parts)
 
 
 def _lengths(items: list, n: int) -> tuple[np.ndarray, bool]:
