@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import json
 import os
 import sys
@@ -556,16 +555,14 @@ def cmd_verify(args: argparse.Namespace, out: Out) -> int:
 
 
 def _lock(directory: str) -> int:
-    from .log.loader import LOCK_FILE
+    from .errors import LogLockedError
+    from .log.loader import take_lock
 
-    fd = os.open(os.path.join(directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o666)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
+        return take_lock(directory)
+    except LogLockedError:
         raise LockedError(f"{directory}: locked by a running writer (an open Log); "
                           f"close it before rebuilding indexes") from None
-    return fd
 
 
 def cmd_rebuild_index(args: argparse.Namespace, out: Out) -> int:

@@ -13,7 +13,6 @@ behind a consumer's cursor.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import heapq
 import os
@@ -32,7 +31,6 @@ from .errors import (
     InvalidRecordError,
     KdelayError,
     LogClosedError,
-    LogLockedError,
     LogWriteError,
 )
 from .fetch import groups
@@ -47,9 +45,9 @@ from .fetch.merge import (
 from .log import codec
 from .log.loader import (
     CLEAN_SHUTDOWN_FILE,
-    LOCK_FILE,
     LoadReport,
     load_segments,
+    take_lock,
     write_recovery_point,
 )
 from .log.segment import INDEX_SUFFIXES, LogSegment
@@ -130,7 +128,7 @@ class Log:
             raise KdelayError(f"config must be a LogConfig, got {type(config).__name__}")
         path = os.fspath(path)
         os.makedirs(path, exist_ok=True)
-        lock_fd = _take_lock(path)
+        lock_fd = take_lock(path)
         try:
             segments, report = load_segments(path, config.index_interval_bytes)
             if not segments:
@@ -646,16 +644,6 @@ def _column_run(seg: LogSegment, key: tuple[int, int] | None) -> ColumnRun:
     idx = seg.dly_index
     return ColumnRun(seg, (seg.base_offset, idx.generation), idx.disk_columns,
                      idx.start_in_columns(key))
-
-
-def _take_lock(path: str) -> int:
-    fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise LogLockedError(f"log directory {path} is locked by another open Log") from None
-    return fd
 
 
 def _is_int(x) -> bool:

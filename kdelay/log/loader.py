@@ -9,12 +9,13 @@ missing, stale or corrupt is rebuilt from its .log and persisted again.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 from dataclasses import dataclass, field
 
 from .. import fsio
-from ..errors import CorruptLogError
+from ..errors import CorruptLogError, LogLockedError
 from ..index.index_file import IndexFileError
 from .segment import (
     INDEX_SUFFIXES,
@@ -40,6 +41,19 @@ class LoadReport:
     indexes_rebuilt: int = 0
     orphans_removed: int = 0
     problems: list[str] = field(default_factory=list)
+
+
+def take_lock(directory: str) -> int:
+    """Take the directory's exclusive lock (flock on .lock, released by the kernel when the
+    holder dies); returns the descriptor that holds it. Raises LogLockedError if taken."""
+    fd = os.open(os.path.join(directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise LogLockedError(f"log directory {directory} is locked by another open Log"
+                             ) from None
+    return fd
 
 
 def read_recovery_point(directory: str) -> int:
