@@ -237,7 +237,7 @@ class Log:
             base = self._active.next_offset
             batch = codec.encode_batch(
                 base_offset=base, base_timestamp=base_ts, deliver_after=batch_da,
-                keys=list(keys), values=list(values),
+                keys=keys, values=values,
                 timestamp_deltas=None if ts_list is None else _deltas(ts_list, base_ts),
                 headers=None if not any(headers) else list(headers))
             if len(batch) > self.config.max_batch_bytes:
@@ -680,7 +680,7 @@ def _record_columns(records: Sequence[Record]) -> list[tuple]:
         raise InvalidRecordError("an empty batch cannot be appended")
     if not _all_of_types(records, {Record}, Record):
         raise InvalidRecordError("every item of records must be a kdelay.Record")
-    cols = list(zip(*records, strict=True))
+    cols = list(zip(*records, strict=False))  # all Records: five fields each
     values, keys, headers, timestamps, das = cols
     if not _all_of_types(values, {bytes}, bytes):
         raise InvalidRecordError("every record value must be bytes")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import struct
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import crc32c
@@ -280,8 +281,8 @@ def encode_batch(
     base_offset: int,
     base_timestamp: int,
     deliver_after: int,
-    keys: list[bytes | None],
-    values: list[bytes | None],
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes | None],
     timestamp_deltas: np.ndarray | None = None,
     headers: list | None = None,
     leader_epoch: int = 0,
