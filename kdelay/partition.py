@@ -585,14 +585,14 @@ class Log:
                 "pending_records": pending,
                 "pending_batches": pending_batches,
                 "due_records": records - pending,
-                "earliest_pending_deliver_after": self._earliest_pending(now),
+                "earliest_pending_deliver_after": self.earliest_pending(now),
                 "index_bytes_in_memory": index_mem,
                 "index_bytes_on_disk": index_disk,
                 "groups": {g: {"committed": k, "lag": lag[g]} for g, k in group_keys.items()},
                 "now": now,
             }
 
-    def _earliest_pending(self, now: int) -> int | None:
+    def earliest_pending(self, now: int) -> int | None:
         """The smallest deliverAfter > `now` in the log (None: nothing pending). Sealed
         segments whose largest key is due are skipped without being touched."""
         with self._lock:

@@ -179,7 +179,7 @@ class Consumer:
             for log in self._logs:
                 # sleep no later than the earliest record that will become due
                 now = log.now()
-                wake = log._earliest_pending(now)
+                wake = log.earliest_pending(now)
                 if wake is not None:
                     wait = min(wait, max(0.001, (wake - now) / 1000))
             signal.wait(seen, wait)
