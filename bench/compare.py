@@ -343,6 +343,18 @@ def medians(runs: list[dict]) -> dict[str, float]:
     return {k: statistics.median(r[k] for r in runs) for k in keys}
 
 
+def metric_cells(figures: dict, ref: dict | None, is_ref: bool, metrics: list) -> list[str]:
+    """One table cell per metric: the value, and its ratio to kdelay's."""
+    cells = []
+    for key, _h, _hib, kind in metrics:
+        v = figures.get(key)
+        cell = fmt(v, kind)
+        if ref and not is_ref and v is not None and ref.get(key):
+            cell += f" (×{v / ref[key]:.2f})"
+        cells.append(cell)
+    return cells
+
+
 def build_tables(summary: dict, memory: dict, engines: list[str], workloads: list[str]) -> str:
     lines = []
     for w in workloads:
@@ -355,13 +367,7 @@ def build_tables(summary: dict, memory: dict, engines: list[str], workloads: lis
         for e in engines:
             if e not in med:
                 continue
-            row = [e]
-            for key, _h, _hib, kind in METRICS:
-                v = med[e].get(key)
-                cell = fmt(v, kind)
-                if ref and e != "kdelay" and v is not None and ref.get(key):
-                    cell += f" (×{v / ref[key]:.2f})"
-                row.append(cell)
+            row = [e, *metric_cells(med[e], ref, e == "kdelay", METRICS)]
             mem = memory.get(w, {}).get(e)
             if mem and "bytes_per_pending_record" in mem:
                 cell = f"{mem['bytes_per_pending_record']:.0f}"
@@ -384,13 +390,7 @@ def build_tables(summary: dict, memory: dict, engines: list[str], workloads: lis
         for e in engines:
             if e not in med:
                 continue
-            row = [e]
-            for key, _h, _hib, kind in CPU_METRICS:
-                v = med[e].get(key)
-                cell = fmt(v, kind)
-                if ref and e != "kdelay" and v is not None and ref.get(key):
-                    cell += f" (×{v / ref[key]:.2f})"
-                row.append(cell)
+            row = [e, *metric_cells(med[e], ref, e == "kdelay", CPU_METRICS)]
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
     return "\n".join(lines)
