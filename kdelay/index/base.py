@@ -4,6 +4,8 @@ plus entries appended since, held in memory until the segment rolls or the log c
 from __future__ import annotations
 
 import itertools
+from array import array
+from bisect import bisect_right
 from typing import ClassVar
 
 import numpy as np
@@ -64,46 +66,42 @@ class AbstractIndex:
 
 
 class AppendOnlyIndex(AbstractIndex):
-    """An index whose keys only grow (offset index, time index): new entries go on a list."""
+    """An index whose keys only grow (offset index, time index): entries appended since the
+    last persist go into one int64 array per column (8 bytes a field, no tuple per entry)."""
 
     def __init__(self, base_offset: int, columns: list[np.ndarray] | None = None):
         super().__init__(base_offset, columns)
-        self._pending: list[tuple[int, ...]] = []
+        self._clear_pending()
 
     def add(self, *entry: int) -> None:
-        self._pending.append(entry)
+        for col, value in zip(self._pending, entry, strict=True):
+            col.append(value)
 
     def _clear_pending(self) -> None:
-        self._pending = []
+        self._pending = [array("q") for _ in self.DTYPES]
 
     def __len__(self) -> int:
-        return len(self._columns[0]) + len(self._pending)
+        return len(self._columns[0]) + len(self._pending[0])
 
     def columns(self) -> list[np.ndarray]:
-        if not self._pending:
+        if not self._pending[0]:
             return [np.asarray(c) for c in self._columns]
-        fresh = list(zip(*self._pending, strict=True))
-        return [np.concatenate([c, np.array(f, dtype=d)])
-                for c, f, d in zip(self._columns, fresh, self.DTYPES, strict=True)]
+        return [np.concatenate([c, np.frombuffer(f, dtype=np.int64).astype(d)])
+                for c, f, d in zip(self._columns, self._pending, self.DTYPES, strict=True)]
 
     def last_key(self) -> int | None:
-        if self._pending:
-            return self._pending[-1][0]
+        keys = self._pending[0]
+        if keys:
+            return keys[-1]
         if len(self._columns[0]):
             return int(self._columns[0][-1])
         return None
 
     def floor(self, key: int) -> tuple[int, ...] | None:
         """The entry with the greatest key <= `key`, or None."""
-        if self._pending and self._pending[0][0] <= key:
-            lo, hi = 0, len(self._pending)
-            while hi - lo > 1:  # bisect on the first field
-                mid = (lo + hi) // 2
-                if self._pending[mid][0] <= key:
-                    lo = mid
-                else:
-                    hi = mid
-            return self._pending[lo]
+        i = bisect_right(self._pending[0], key) - 1
+        if i >= 0:
+            return tuple(col[i] for col in self._pending)
         keys = self._columns[0]
         i = int(np.searchsorted(keys, key, side="right")) - 1
         if i < 0:
@@ -111,4 +109,4 @@ class AppendOnlyIndex(AbstractIndex):
         return tuple(int(c[i]) for c in self._columns)
 
     def memory_bytes(self) -> int:
-        return len(self._pending) * 120  # a 2-tuple of ints plus the list slot, roughly
+        return len(self._pending[0]) * 8 * len(self.DTYPES)
