@@ -56,8 +56,9 @@ def scan_log(fd: int, path: str, base_offset: int, *, start: int = 0, end: int |
              index_bad_crc: bool = False) -> ScanResult:
     """Walk the batches of a .log from `start`, checking framing, offset continuity and
     (optionally) CRCs; stops at the first problem (with `index_bad_crc`, a batch whose
-    framing is sound but whose CRC fails is listed and the walk goes on). Reads in large chunks, so a scan costs
-    one syscall per few MiB, and per batch only a header parse and a CRC."""
+    framing is sound but whose CRC fails is listed and the walk goes on). Reads in large
+    chunks, so a scan costs one syscall per few MiB, and per batch only a header parse and
+    a CRC."""
     if end is None:
         end = os.fstat(fd).st_size
     entries: list[Entry] = []
