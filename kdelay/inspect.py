@@ -18,8 +18,7 @@ import crc32c
 import numpy as np
 
 from .errors import CorruptLogError, KdelayError
-from .fetch.groups import GROUPS_DIR
-from .fetch.groups import _parse as _parse_group_file
+from .fetch.groups import GroupStore
 from .index.deliver_after_index import DeliverAfterIndex
 from .index.index_file import HEADER, HEADER_SIZE, IndexMeta
 from .index.offset_index import OffsetIndex
@@ -719,20 +718,12 @@ def _check_sparse(rep: VerifyReport, path: str, idx: IndexFile, batches: list[Ba
 
 
 def _check_groups(rep: VerifyReport, directory: str) -> None:
-    gdir = os.path.join(directory, GROUPS_DIR)
-    try:
-        names = sorted(os.listdir(gdir))
-    except (FileNotFoundError, NotADirectoryError):
-        return
-    for name in names:
-        if not name.endswith(".pos"):
-            continue
-        path = os.path.join(gdir, name)
+    store = GroupStore(directory)  # reads only: a store creates nothing until a commit
+    for group in store.groups():
         try:
-            with open(path, "rb") as f:
-                _parse_group_file(f.read(), path)
-        except (KdelayError, OSError) as e:
-            rep.add(True, path, 0, f"consumer group position unreadable: {e}")
+            store.committed(group)
+        except KdelayError as e:
+            rep.add(True, store.path(group), 0, f"consumer group position unreadable: {e}")
 
 
 # ---------------------------------------------------------------------------- stats
@@ -832,20 +823,13 @@ def _records_after(key: tuple[int, int], da: np.ndarray, base: np.ndarray,
 
 
 def _read_groups(directory: str) -> list[tuple[str, tuple[int, int] | None]]:
-    gdir = os.path.join(directory, GROUPS_DIR)
-    try:
-        names = sorted(os.listdir(gdir))
-    except (FileNotFoundError, NotADirectoryError):
-        return []
+    """Every readable group position (unreadable ones are verify's business)."""
+    store = GroupStore(directory)
     out = []
-    for name in names:
-        if not name.endswith(".pos"):
-            continue
+    for group in store.groups():
         try:
-            group = bytes.fromhex(name[:-4]).decode("utf-8")
-            with open(os.path.join(gdir, name), "rb") as f:
-                key = _parse_group_file(f.read(), name)
-        except (ValueError, KdelayError, OSError):
+            key = store.committed(group)
+        except KdelayError:
             continue
         out.append((group, None if key is None else (key.deliver_after, key.offset)))
     return out

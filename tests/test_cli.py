@@ -562,3 +562,23 @@ def test_engine_keeps_damage_visible_after_rebuilding_a_damaged_sealed_segment(c
         assert any("damaged" in p for p in log.load_report.problems)
     rep = ins.verify_partition(copy)
     assert any(f.path == path and f.position == victim["position"] for f in rep.problems)
+
+
+def test_stats_and_verify_read_committed_group_positions(tmp_path):
+    path = os.fspath(tmp_path / "g")
+    with Log.open(path, clock=lambda: T0) as log:
+        log.append([Record(b"a"), Record(b"b")])
+        log.append([Record(b"c")])
+        log.commit("billing", log.fetch(max_records=2).next)
+    r = kdelay("stats", path, "--json", "--now", str(T0))
+    assert r.returncode == 0, r.stderr
+    groups = json.loads(r.stdout)["groups"]
+    assert [g["group"] for g in groups] == ["billing"]
+    assert groups[0]["due_not_consumed"] == 1
+    assert kdelay("verify", path).returncode == 0
+    (gfile,) = [os.path.join(path, "groups", n) for n in os.listdir(os.path.join(path, "groups"))]
+    with open(gfile, "ab") as f:
+        f.write(b"junk")
+    r = kdelay("verify", path)
+    assert r.returncode == 1
+    assert gfile in r.stdout and "unreadable" in r.stdout

@@ -30,6 +30,10 @@ class GroupStore:
         self._cache: dict[str, DeliveryKey | None] = {}
         self._lock = threading.Lock()
 
+    def path(self, group: str) -> str:
+        """The file holding `group`'s position."""
+        return self._file(group)
+
     def _file(self, group: str) -> str:
         if not isinstance(group, str) or not group:
             raise KdelayError(f"group must be a non-empty str, got {group!r}")
