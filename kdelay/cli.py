@@ -14,7 +14,6 @@ Everything but rebuild-index only reads and takes no lock, so it is safe on a li
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -26,6 +25,7 @@ from . import inspect as ins
 from .errors import KdelayError
 from .log import codec
 from .log.segment import LOG_SUFFIX, parse_segment_name
+from .progress import ProgressBar, fmt_size
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 
@@ -47,16 +47,6 @@ def fmt_time(ms: int | None) -> str:
 def iso_or_none(ms: int | None) -> str | None:
     s = fmt_time(ms)
     return None if s in ("-", "?") else s
-
-
-def fmt_size(n: int) -> str:
-    if n < 1024:
-        return f"{n} B"
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        n /= 1024
-        if n < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}"
-    raise AssertionError
 
 
 def fmt_duration(ms: int) -> str:
@@ -118,61 +108,6 @@ class Out:
 
 def err(msg: str) -> None:
     sys.stderr.write(f"kdelay: {msg}\n")
-
-
-# ---------------------------------------------------------------------------- progress
-
-
-class ProgressBar:
-    """A one-line progress bar on stderr for scans that take a while: drawn only after
-    about a second has passed, and never when stderr is not a terminal
-    (KDELAY_PROGRESS=always forces it, KDELAY_PROGRESS=0 turns it off)."""
-
-    WIDTH = 28
-
-    def __init__(self, label: str, total: int, stream=None):
-        self.stream = stream if stream is not None else sys.stderr
-        mode = os.environ.get("KDELAY_PROGRESS", "auto")
-        tty = False
-        with contextlib.suppress(AttributeError, ValueError):  # closed or odd streams
-            tty = self.stream.isatty()
-        self.enabled = total > 0 and mode != "0" and (mode == "always" or tty)
-        try:
-            self.delay = float(os.environ.get("KDELAY_PROGRESS_DELAY", "1.0"))
-        except ValueError:
-            self.delay = 1.0
-        self.label = label
-        self.total = total
-        self.done = 0
-        self.start = time.monotonic()
-        self.last_draw = 0.0
-        self.drawn = 0
-
-    def __call__(self, n: int) -> None:
-        self.done += n
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if now - self.start >= self.delay and now - self.last_draw >= 0.1:
-            self.last_draw = now
-            self._draw(now)
-
-    def _draw(self, now: float) -> None:
-        frac = min(1.0, self.done / self.total)
-        k = int(frac * self.WIDTH)
-        rate = self.done / max(now - self.start, 1e-9)
-        text = (f"{self.label} [{'#' * k}{'.' * (self.WIDTH - k)}] {frac * 100:3.0f}%  "
-                f"{fmt_size(self.done)} / {fmt_size(self.total)}  {fmt_size(int(rate))}/s")
-        pad = " " * max(0, self.drawn - len(text))
-        self.stream.write("\r" + text + pad)
-        self.stream.flush()
-        self.drawn = len(text)
-
-    def close(self) -> None:
-        if self.drawn:
-            self.stream.write("\r" + " " * self.drawn + "\r")
-            self.stream.flush()
-            self.drawn = 0
 
 
 # ---------------------------------------------------------------------------- paths

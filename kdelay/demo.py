@@ -19,37 +19,15 @@ import zlib
 
 from .config import LogConfig
 from .partition import Log
+from .progress import ProgressBar
 from .records import Record
 
 HOUR_MS = 3_600_000
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z: a fixed, simulated epoch
 
 
-class Progress:
-    """One status line on stderr, redrawn in place on a terminal; plain lines otherwise."""
-
-    def __init__(self, label: str, total: int):
-        self.label, self.total = label, total
-        self.tty = sys.stderr.isatty()
-        self.started = self.last = time.monotonic()
-
-    def update(self, done: int) -> None:
-        now = time.monotonic()
-        if now - self.last < (0.1 if self.tty else 1.0):
-            return
-        self.last = now
-        pct = 100 * done / max(1, self.total)
-        line = f"  {self.label}: {done:,}/{self.total:,} ({pct:4.1f}%)"
-        if self.tty:
-            sys.stderr.write("\r" + line)
-        elif now - self.started >= 1.0:
-            sys.stderr.write(line + "\n")
-        sys.stderr.flush()
-
-    def done(self) -> None:
-        if self.tty:
-            sys.stderr.write("\r" + " " * 60 + "\r")
-            sys.stderr.flush()
+def _count(n: int) -> str:
+    return f"{n:,}"
 
 
 def expected_value(offset: int) -> bytes:
@@ -89,16 +67,15 @@ def run(records: int, batch_size: int, segment_bytes: int, workdir: str, seed: i
         recs = [Record(expected_value(base + j), key=b"%s-%06d" % (kind.encode(), (base + j) % 5000))
                 for j in range(batch_size)]
         plan.append((recs, delay))
-    bar = Progress("append", batches * batch_size)
+    bar = ProgressBar("append", batches * batch_size, fmt=_count)
     t0 = time.perf_counter()
-    for i, (recs, delay) in enumerate(plan):
+    for recs, delay in plan:
         res = log.append(recs, deliver_after=None if delay is None else clock[0] + delay)
         due_of_batch.append(res.deliver_after)
         clock[0] += 1  # a batch every simulated millisecond
-        if i % 256 == 0:
-            bar.update(i * batch_size)
+        bar(batch_size)
     append_s = time.perf_counter() - t0
-    bar.done()
+    bar.close()
     log.flush()
     segments = len(log.segments)
     # A crash: copy the live directory while the log is open. The copy has no clean-shutdown
@@ -128,7 +105,7 @@ def drain_and_check(log: Log, clock: list[int], total: int, batch_size: int,
     seen = 0
     cursor = None
     last_key = (-1, -1)
-    bar = Progress("drain", total)
+    bar = ProgressBar("drain", total, fmt=_count)
 
     def check(page_records) -> None:
         nonlocal seen, last_key
@@ -144,7 +121,7 @@ def drain_and_check(log: Log, clock: list[int], total: int, batch_size: int,
                 raise AssertionError(f"record {r.offset} came back with other bytes")
             last_key = key
         seen += len(page_records)
-        bar.update(seen)
+        bar(len(page_records))
 
     # Phase 1: a simulated minute in 100 ms steps; records come due as time passes.
     stepped_until = clock[0] + 60_000
@@ -171,7 +148,7 @@ def drain_and_check(log: Log, clock: list[int], total: int, batch_size: int,
     drain_s = time.perf_counter() - t0
     for recs in pages:
         check(recs)
-    bar.done()
+    bar.close()
     if seen != total:
         raise AssertionError(f"delivered {seen} records, appended {total}")
     return {"drain_s": drain_s, "drained_at_speed": total - stepped, "stepped": stepped}
