@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from . import inspect as ins
 from .errors import KdelayError
 from .log import codec
-from .log.segment import LOG_SUFFIX, parse_segment_name
+from .log.segment import LOG_SUFFIX, parse_segment_name, segment_file
 from .progress import ProgressBar, fmt_size
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
@@ -440,7 +440,7 @@ def _verify_targets(path: str) -> list[tuple[str, int | None]]:
                                f"directory, or a <20-digit offset>.log/.index/.timeindex/"
                                f".dlyindex file)")
     directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.exists(os.path.join(directory, f"{parsed[0]:020d}{LOG_SUFFIX}")):
+    if not os.path.exists(segment_file(directory, parsed[0], LOG_SUFFIX)):
         raise ins.InspectError(f"{path}: its segment has no .log file")
     return [(os.path.dirname(path) or ".", parsed[0])]
 

@@ -22,6 +22,7 @@ from .segment import (
     LOG_SUFFIX,
     LogSegment,
     parse_segment_name,
+    segment_file,
 )
 
 log = logging.getLogger("kdelay")
@@ -88,7 +89,7 @@ def load_segments(directory: str, index_interval_bytes: int) -> tuple[list[LogSe
                 if base < segments[-1].next_offset:
                     raise CorruptLogError(
                         f"segment {base} overlaps the previous one (which ends at "
-                        f"{segments[-1].next_offset})", os.path.join(directory, f"{base:020d}.log"))
+                        f"{segments[-1].next_offset})", segment_file(directory, base, LOG_SUFFIX))
                 report.problems.append(
                     f"offset gap: {segments[-1].next_offset}..{base - 1} missing before "
                     f"segment {base}")
@@ -129,7 +130,7 @@ def _recover(directory: str, base: int, interval: int, report: LoadReport, *,
              truncate: bool) -> tuple[LogSegment, int, bool]:
     """Rebuild a segment's indexes from its .log; returns it, how many bytes were cut, and
     whether the scan stopped at damage."""
-    path = os.path.join(directory, f"{base:020d}{LOG_SUFFIX}")
+    path = segment_file(directory, base, LOG_SUFFIX)
     before = os.path.getsize(path)
     seg, error = LogSegment.recover(directory, base, index_interval_bytes=interval,
                                     check_crc=True, truncate=truncate)
@@ -174,6 +175,6 @@ def _tidy_directory(directory: str, report: LoadReport) -> list[int]:
 
 
 def _delete_files(directory: str, base: int) -> None:
-    fsio.unlink(os.path.join(directory, f"{base:020d}{LOG_SUFFIX}"))
+    fsio.unlink(segment_file(directory, base, LOG_SUFFIX))
     for suffix in INDEX_SUFFIXES:
-        fsio.unlink(os.path.join(directory, f"{base:020d}{suffix}"))
+        fsio.unlink(segment_file(directory, base, suffix))

@@ -33,6 +33,11 @@ def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
+def segment_file(directory: str, base_offset: int, suffix: str) -> str:
+    """The path of one of a segment's files, e.g. `segment_file(d, 0, LOG_SUFFIX)`."""
+    return os.path.join(directory, segment_name(base_offset) + suffix)
+
+
 def parse_segment_name(filename: str) -> tuple[int, str] | None:
     stem, dot, suffix = filename.partition(".")
     if not dot or len(stem) != 20 or not stem.isdigit():
@@ -103,7 +108,7 @@ class LogSegment:
                  offset_index: OffsetIndex, time_index: TimeIndex,
                  dly_index: DeliverAfterIndex, first_timestamp: int | None):
         self.directory = directory
-        self.log_path = os.path.join(directory, segment_name(base_offset) + LOG_SUFFIX)
+        self.log_path = segment_file(directory, base_offset, LOG_SUFFIX)
         self.base_offset = base_offset
         self.fd = fd
         self.size = size
@@ -128,7 +133,7 @@ class LogSegment:
     # ------------------------------------------------------------------ paths
 
     def path(self, suffix: str) -> str:
-        return os.path.join(self.directory, segment_name(self.base_offset) + suffix)
+        return segment_file(self.directory, self.base_offset, suffix)
 
 
     # ------------------------------------------------------------------ opening

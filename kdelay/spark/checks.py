@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from ..log.segment import segment_file
 from . import register, scan
 
 MAX_PROBLEMS_PER_CHECK = 1000  # a badly damaged log would otherwise flood the report
@@ -212,7 +213,7 @@ def _report(rows: list, with_topic: bool, parts: list[scan.PartitionDir]) -> Ver
         totals[kind] = r["total"]
         pk = (r["topic"], r["partition"]) if with_topic else (None, None)
         suffix = ".dlyindex" if kind.startswith("index") else ".log"
-        file = os.path.join(dirs[pk], f"{r['segment']:020d}{suffix}")
+        file = segment_file(dirs[pk], r["segment"], suffix)
         if kind == "index-file":
             prob = Problem("index", file, None, r["text"])
             # the active segment of a log that was not closed cleanly has no current index yet

@@ -27,7 +27,13 @@ from ..index.index_file import IndexFileError
 from ..index.offset_index import OffsetIndex
 from ..log import codec
 from ..log.loader import CLEAN_SHUTDOWN_FILE
-from ..log.segment import DLYINDEX_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, parse_segment_name
+from ..log.segment import (
+    DLYINDEX_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    parse_segment_name,
+    segment_file,
+)
 from .columnar import PAD, ChunkBatch
 
 CHUNK_BYTES = 8 << 20  # bytes of .log per read (and per Arrow batch, roughly)
@@ -78,7 +84,7 @@ def discover(path: str) -> tuple[bool, list[PartitionDir]]:
 
 
 def log_path(directory: str, base: int) -> str:
-    return os.path.join(directory, f"{base:020d}{LOG_SUFFIX}")
+    return segment_file(directory, base, LOG_SUFFIX)
 
 
 def cleanly_closed(directory: str) -> bool:
@@ -137,7 +143,7 @@ class SegmentPlan:
 
 def load_dly_index(directory: str, base: int, log_bytes: int) -> DeliverAfterIndex | None:
     try:
-        return DeliverAfterIndex.load(os.path.join(directory, f"{base:020d}{DLYINDEX_SUFFIX}"),
+        return DeliverAfterIndex.load(segment_file(directory, base, DLYINDEX_SUFFIX),
                                       base_offset=base, log_bytes=log_bytes)
     except (IndexFileError, ValueError, OSError):
         return None
@@ -250,7 +256,7 @@ class SegmentReader:
         if olo <= self.base:
             return 0
         try:
-            oi = OffsetIndex.load(os.path.join(self.directory, f"{self.base:020d}{INDEX_SUFFIX}"),
+            oi = OffsetIndex.load(segment_file(self.directory, self.base, INDEX_SUFFIX),
                                   base_offset=self.base, log_bytes=size)
         except (IndexFileError, ValueError, OSError):
             return 0

@@ -40,6 +40,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from ..log.segment import DLYINDEX_SUFFIX, segment_file
 from . import columnar, scan
 from .columnar import TOPIC_FIELDS
 
@@ -259,7 +260,7 @@ def _index_batch(plan: scan.SegmentPlan, schema: pa.Schema, with_topic: bool) ->
     from ..index.index_file import IndexFileError
 
     directory, base = plan.part.path, plan.base
-    path = os.path.join(directory, f"{base:020d}.dlyindex")
+    path = segment_file(directory, base, DLYINDEX_SUFFIX)
     try:
         size = os.path.getsize(scan.log_path(directory, base))
         idx = DeliverAfterIndex.load(path, base_offset=base, log_bytes=size)
