@@ -238,8 +238,9 @@ class Log:
             batch = codec.encode_batch(
                 base_offset=base, base_timestamp=base_ts, deliver_after=batch_da,
                 keys=keys, values=values,
-                timestamp_deltas=None if ts_list is None else _deltas(ts_list, base_ts),
-                headers=None if not any(headers) else list(headers))
+                timestamp_deltas=(None if ts_list is None else
+                                  np.array(ts_list, dtype=np.int64) - base_ts),
+                headers=headers)  # the codec treats all-empty headers as none
             if len(batch) > self.config.max_batch_bytes:
                 raise InvalidRecordError(
                     f"batch of {len(batch)} bytes exceeds max_batch_bytes "
@@ -656,12 +657,6 @@ def _is_non_negative_int(x) -> bool:
 
 def _is_positive_int(x) -> bool:
     return _is_int(x) and x > 0
-
-
-def _deltas(ts_list: list[int], base: int):
-    import numpy as np
-
-    return np.array(ts_list, dtype=np.int64) - base
 
 
 def _all_of_types(items, exact: set, allowed) -> bool:

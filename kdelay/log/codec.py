@@ -284,7 +284,7 @@ def encode_batch(
     keys: Sequence[bytes | None],
     values: Sequence[bytes | None],
     timestamp_deltas: np.ndarray | None = None,
-    headers: list | None = None,
+    headers: Sequence | None = None,
     leader_epoch: int = 0,
 ) -> bytes:
     """Encode one batch. Keys and values are bytes (or None for null). `timestamp_deltas`
