@@ -602,9 +602,9 @@ class Log:
             segs.append(self._active)
             best = None
             for seg in segs:
-                first = next(seg.dly_index.entries_after((now, 1 << 62)), None)
-                if first is not None and (best is None or first[0] < best):
-                    best = first[0]
+                first = seg.dly_index.first_after(now)
+                if first is not None and (best is None or first < best):
+                    best = first
             return best
 
 

@@ -217,3 +217,19 @@ def test_persist_is_atomic_and_reloads(tmp_path):
     assert list(again.entries_after(None)) == sorted(entries + [(5, 106, 4321, 0, 80)])
     with pytest.raises(IndexFileError):
         DeliverAfterIndex.load(path, base_offset=100, log_bytes=4321)  # now stale
+
+
+@settings(max_examples=100, deadline=None)
+@given(spec=entry_specs, split=st.integers(0, 25), now=st.integers(-1, 7))
+def test_first_after_matches_brute_force(tmp_path_factory, spec, split, now):
+    entries = _batches(spec)
+    idx = DeliverAfterIndex(100)
+    for e in entries[:split]:
+        idx.add(*e)
+    if split:
+        path = os.fspath(tmp_path_factory.mktemp("f") / "00000000000000000100.dlyindex")
+        idx.persist(path, log_bytes=10**6, next_offset=10**3)
+    for e in entries[split:]:
+        idx.add(*e)
+    late = [e[0] for e in entries if e[0] > now]
+    assert idx.first_after(now) == (min(late) if late else None)

@@ -148,6 +148,18 @@ class DeliverAfterIndex(AbstractIndex):
             cands.append((e[0], e[1] + e[3]))
         return max(cands) if cands else None
 
+    def first_after(self, now: int) -> int | None:
+        """The smallest deliverAfter > `now` (None if no entry is that late)."""
+        cands = []
+        da = self._columns[0]
+        j = int(np.searchsorted(da, now, side="right"))
+        if j < len(da):
+            cands.append(int(da[j]))
+        for key in self._pending.keys.irange(minimum=(now + 1) << _SEQ_BITS):
+            cands.append(key >> _SEQ_BITS)
+            break
+        return min(cands) if cands else None
+
     def count_pending(self, now: int) -> tuple[int, int]:
         """(records not yet due at `now`, batches not yet due)."""
         da, _, _, lod, _ = self._columns
