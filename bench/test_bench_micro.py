@@ -34,15 +34,17 @@ def _general_batch() -> tuple[list, list, list]:
     return keys, values, headers
 
 
+def _batch_columns(std_batch, path: str):
+    """Keys, values, headers of a batch for the codec's template path or its general path."""
+    if path == "template":
+        return [r.key for r in std_batch], [r.value for r in std_batch], None
+    return _general_batch()
+
+
 @pytest.mark.benchmark(group="codec")
 @pytest.mark.parametrize("path", ["template", "general"])
 def test_encode_batch(benchmark, std_batch, path):
-    if path == "template":
-        keys = [r.key for r in std_batch]
-        values = [r.value for r in std_batch]
-        headers = None
-    else:
-        keys, values, headers = _general_batch()
+    keys, values, headers = _batch_columns(std_batch, path)
     batch = benchmark(codec.encode_batch, base_offset=1000, base_timestamp=T0,
                       deliver_after=T0 + 60_000, keys=keys, values=values, headers=headers)
     h = codec.parse_header(batch)
@@ -52,12 +54,7 @@ def test_encode_batch(benchmark, std_batch, path):
 @pytest.mark.benchmark(group="codec")
 @pytest.mark.parametrize("path", ["template", "general"])
 def test_decode_batch(benchmark, std_batch, path):
-    if path == "template":
-        keys = [r.key for r in std_batch]
-        values = [r.value for r in std_batch]
-        headers = None
-    else:
-        keys, values, headers = _general_batch()
+    keys, values, headers = _batch_columns(std_batch, path)
     batch = codec.encode_batch(base_offset=1000, base_timestamp=T0, deliver_after=T0,
                                keys=keys, values=values, headers=headers)
     h = codec.parse_header(batch)
