@@ -17,6 +17,7 @@ from .errors import (
     LogLockedError,
     LogWriteError,
 )
+from .clients.queue import QueueConsumer, QueueRecord
 from .fetch.consumer import Consumer
 from .partition import Log, OffsetOutOfRangeError
 from .records import AppendResult, DeliveryKey, FetchedRecord, FetchResult, Record
@@ -28,5 +29,5 @@ __all__ = [
     "AppendResult", "Consumer", "CorruptLogError", "DelayedDeliveryDisabledError",
     "DeliveryDelayExceededError", "DeliveryKey", "FetchResult", "FetchedRecord",
     "InvalidConfigError", "InvalidRecordError", "InvalidTopicError", "KdelayError", "Log", "LogClosedError",
-    "LogConfig", "LogLockedError", "LogWriteError", "OffsetOutOfRangeError", "Record", "Topic",
+    "LogConfig", "LogLockedError", "LogWriteError", "OffsetOutOfRangeError", "QueueConsumer", "QueueRecord", "Record", "Topic",
 ]

@@ -1,0 +1,428 @@
+"""The durable state of one queue group on one partition: a snapshot plus a delta journal.
+
+What is stored (Kafka's share-partition state, with a delay per released record):
+
+- the *cursor*: a DeliveryKey in the log's due order. Every record at or before it has been
+  acquired by the group at least once and is either finished (acked or rejected) or in the
+  in-flight set; nothing after it has been delivered yet;
+- the *in-flight set*: offset -> (delivery count, available-at time). The time is where the
+  record sits in the group's order when it is next offered: its deliverAfter, or the time a
+  release made it available again;
+- two counters, acked and rejected, for metrics.
+
+Records that are acquired when the process dies are not locked by anybody after a restart:
+they are offered again at their available-at time, with their count. So a lock needs no
+storage, and the state is O(records in flight), never O(log).
+
+Files, in `<partition dir>/queues/` (all integers big-endian):
+
+`<group>.snapshot`, replaced atomically (temp file, fsync, rename, fsync dir):
+
+    magic "KDQS" | version u16 = 1 | flags u16 (bit 0: a cursor is stored) |
+    generation u64 | cursor deliverAfter i64 | cursor offset i64 | acked u64 |
+    rejected u64 | count u32 | count x (offset i64, delivery count u32, available-at i64) |
+    crc32c u32 of every byte before it
+
+`<group>.journal`, append-only; a 24-byte header, then entries:
+
+    header: magic "KDQJ" | version u16 = 1 | reserved u16 | generation u64 |
+            reserved u32 | crc32c u32 of the 20 bytes before it
+    entry:  length u32 (of the body) | crc32c u32 (of the body) | body
+    body:   type u8 | synced u64 | payload
+      synced: the journal length known to be fsync'd before this entry was written, so a
+      damaged byte below it is real damage, not the torn tail a crash leaves
+      1 ACQUIRE  flags u8 (bit 0: cursor) | cursor da i64 | cursor offset i64 | n u32 |
+                 n x (offset i64, delivery count u32, available-at i64)
+      2 ACK      n u32 | n x offset i64      (finished: never delivered again)
+      3 REJECT   n u32 | n x offset i64      (finished, dead-lettered if configured)
+      4 RELEASE  n u32 | n x (offset i64, available-at i64)
+      5 DROP     n u32 | n x offset i64      (gone from the log: retention removed it)
+
+A journal applies to the snapshot of the same generation. Compaction writes the state as a
+new snapshot of generation g + 1, then replaces the journal with an empty one of g + 1; a
+crash between the two leaves an older journal, which is ignored (the snapshot holds it).
+
+Durability. ACK, REJECT and RELEASE entries are fsync'd before the call returns (one write
+and one fsync per call, whatever the number of records). ACQUIRE entries (one per poll) are
+written but not fsync'd: a kill -9 keeps them (the page cache survives), so after it every
+unfinished record comes back with its exact delivery count; after a power loss, the
+acquisitions since the last fsync may be lost, and those records come back with the count
+they had at the last ack/release/reject of the group (never lower than a count a finished
+call returned with, so the dead-letter limit can only be reached later, never earlier).
+
+Recovery (`load`) reads the snapshot, replays the journal, and finds the end of the valid
+entries. A damaged entry with no valid entry after it that vouches for it is a torn tail
+(unsynced acquisitions): it is dropped and reported. Damage inside the synced part of the
+journal, a damaged snapshot or journal header, or a journal without its snapshot is
+`CorruptQueueStateError`: the group does not open, and nothing is rewritten, so no ack is
+silently lost (`kdelay verify` names the file and byte). Deleting both files of the group
+restarts it from the beginning of the log (everything delivered again).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import struct
+from dataclasses import dataclass, field
+
+import crc32c
+
+from .. import fsio
+from ..errors import CorruptLogError, KdelayError, LogWriteError
+from ..records import DeliveryKey
+
+__all__ = [
+    "QUEUES_DIR", "CorruptQueueStateError", "LoadedState", "StateStore", "group_names",
+    "load", "validate_group",
+]
+
+QUEUES_DIR = "queues"
+SNAPSHOT_SUFFIX = ".snapshot"
+JOURNAL_SUFFIX = ".journal"
+MAX_GROUP_NAME = 200  # + ".snapshot.tmp" stays under the 255-byte file-name limit
+_SAFE = re.compile(r"[A-Za-z0-9._-]+")
+
+ACQUIRE, ACK, REJECT, RELEASE, DROP = 1, 2, 3, 4, 5
+ENTRY_NAMES = {ACQUIRE: "acquire", ACK: "ack", REJECT: "reject", RELEASE: "release",
+               DROP: "drop"}
+
+_SNAP_HEAD = struct.Struct(">4sHHQqqQQI")
+_SNAP_ITEM = struct.Struct(">qIq")
+_JOURNAL_HEAD = struct.Struct(">4sHHQI")
+JOURNAL_HEADER_SIZE = _JOURNAL_HEAD.size + 4
+_ENTRY_FRAME = struct.Struct(">II")
+_BODY_HEAD = struct.Struct(">BQ")
+_ACQ_HEAD = struct.Struct(">BqqI")
+_COUNT = struct.Struct(">I")
+_OFFSET = struct.Struct(">q")
+_RELEASE_ITEM = struct.Struct(">qq")
+_MIN_BODY = _BODY_HEAD.size + _COUNT.size
+SNAP_MAGIC, JOURNAL_MAGIC, VERSION = b"KDQS", b"KDQJ", 1
+MAX_ENTRY = 64 << 20
+
+
+class CorruptQueueStateError(CorruptLogError):
+    """A queue group's snapshot or journal is damaged where a crash cannot have left it."""
+
+
+def validate_group(group: object) -> str:
+    """Queue group names are file names: ASCII letters, digits, '.', '_' and '-', at most
+    200 characters, not '.' or '..'. Anything else is refused (KdelayError)."""
+    if not isinstance(group, str) or not group:
+        raise KdelayError(f"queue group must be a non-empty str, got {group!r}")
+    if len(group) > MAX_GROUP_NAME or not _SAFE.fullmatch(group) or group in (".", ".."):
+        raise KdelayError(f"queue group name {group!r} is not safe: use at most "
+                          f"{MAX_GROUP_NAME} ASCII letters, digits, '.', '_' or '-'")
+    return group
+
+
+def group_names(log_path: str) -> list[str]:
+    """The queue groups with state files in a partition directory."""
+    try:
+        names = os.listdir(os.path.join(log_path, QUEUES_DIR))
+    except FileNotFoundError:
+        return []
+    out = set()
+    for name in names:
+        for suffix in (SNAPSHOT_SUFFIX, JOURNAL_SUFFIX):
+            if name.endswith(suffix) and _SAFE.fullmatch(name[:-len(suffix)]):
+                out.add(name[:-len(suffix)])
+    return sorted(g for g in out if g not in (".", ".."))
+
+
+@dataclass
+class LoadedState:
+    """What `load` found. `journal_end` is where valid entries end (the append position);
+    `torn` is (position, bytes) of a dropped torn tail; `stale_journal` means the journal
+    predates the snapshot (a crash during compaction) and must be replaced."""
+
+    cursor: DeliveryKey | None = None
+    inflight: dict[int, tuple[int, int]] = field(default_factory=dict)
+    acked: int = 0
+    rejected: int = 0
+    generation: int = 0
+    exists: bool = False
+    journal_exists: bool = False
+    journal_end: int = JOURNAL_HEADER_SIZE
+    journal_entries: int = 0
+    torn: tuple[int, int] | None = None
+    stale_journal: bool = False
+
+
+def paths(log_path: str, group: str) -> tuple[str, str]:
+    d = os.path.join(log_path, QUEUES_DIR)
+    return os.path.join(d, group + SNAPSHOT_SUFFIX), os.path.join(d, group + JOURNAL_SUFFIX)
+
+
+# ---------------------------------------------------------------------- encoding
+
+def encode_snapshot(generation: int, cursor: DeliveryKey | None, acked: int, rejected: int,
+                    items: list[tuple[int, int, int]]) -> bytes:
+    """O(items): one struct pack per in-flight record."""
+    da, off = (0, 0) if cursor is None else cursor
+    parts = [_SNAP_HEAD.pack(SNAP_MAGIC, VERSION, 0 if cursor is None else 1, generation,
+                             da, off, acked, rejected, len(items))]
+    pack = _SNAP_ITEM.pack
+    parts += [pack(o, c, a) for o, c, a in items]
+    data = b"".join(parts)
+    return data + _COUNT.pack(crc32c.crc32c(data))
+
+
+def _journal_header(generation: int) -> bytes:
+    head = _JOURNAL_HEAD.pack(JOURNAL_MAGIC, VERSION, 0, generation, 0)
+    return head + _COUNT.pack(crc32c.crc32c(head))
+
+
+def _frame(kind: int, synced: int, payload: bytes) -> bytes:
+    body = _BODY_HEAD.pack(kind, synced) + payload
+    return _ENTRY_FRAME.pack(len(body), crc32c.crc32c(body)) + body
+
+
+def acquire_payload(cursor: DeliveryKey | None, items: list[tuple[int, int, int]]) -> bytes:
+    da, off = (0, 0) if cursor is None else cursor
+    head = _ACQ_HEAD.pack(0 if cursor is None else 1, da, off, len(items))
+    pack = _SNAP_ITEM.pack
+    return head + b"".join([pack(o, c, a) for o, c, a in items])
+
+
+def offsets_payload(offsets: list[int]) -> bytes:
+    return _COUNT.pack(len(offsets)) + struct.pack(f">{len(offsets)}q", *offsets)
+
+
+def release_payload(items: list[tuple[int, int]]) -> bytes:
+    pack = _RELEASE_ITEM.pack
+    return _COUNT.pack(len(items)) + b"".join([pack(o, a) for o, a in items])
+
+
+# ---------------------------------------------------------------------- decoding
+
+def _parse_snapshot(data: bytes, path: str) -> LoadedState:
+    if len(data) < _SNAP_HEAD.size + 4:
+        raise CorruptQueueStateError("queue snapshot is truncated", path, 0)
+    if _COUNT.unpack_from(data, len(data) - 4)[0] != crc32c.crc32c(data[:-4]):
+        raise CorruptQueueStateError("queue snapshot fails its checksum", path, 0)
+    magic, version, flags, gen, da, off, acked, rejected, n = _SNAP_HEAD.unpack_from(data)
+    if magic != SNAP_MAGIC or version != VERSION:
+        raise CorruptQueueStateError("not a queue snapshot (magic or version)", path, 0)
+    if len(data) != _SNAP_HEAD.size + n * _SNAP_ITEM.size + 4:
+        raise CorruptQueueStateError("queue snapshot length disagrees with its count", path, 0)
+    st = LoadedState(cursor=DeliveryKey(da, off) if flags & 1 else None, acked=acked,
+                     rejected=rejected, generation=gen, exists=True)
+    st.inflight = {o: (c, a) for o, c, a in _SNAP_ITEM.iter_unpack(
+        data[_SNAP_HEAD.size:len(data) - 4])}
+    return st
+
+
+def _entry_at(data: bytes, pos: int) -> tuple[int, int, bytes] | None:
+    """(kind, synced, payload) of a valid entry starting at `pos`, else None."""
+    if pos + _ENTRY_FRAME.size > len(data):
+        return None
+    length, crc = _ENTRY_FRAME.unpack_from(data, pos)
+    start = pos + _ENTRY_FRAME.size
+    if length < _MIN_BODY or length > MAX_ENTRY or start + length > len(data):
+        return None
+    body = data[start:start + length]
+    if crc32c.crc32c(body) != crc:
+        return None
+    kind, synced = _BODY_HEAD.unpack_from(body)
+    if kind not in ENTRY_NAMES:
+        return None
+    return kind, synced, body[_BODY_HEAD.size:]
+
+
+def _apply(st: LoadedState, kind: int, payload: bytes) -> None:
+    if kind == ACQUIRE:
+        flags, da, off, n = _ACQ_HEAD.unpack_from(payload)
+        if flags & 1:
+            st.cursor = DeliveryKey(da, off)
+        items = payload[_ACQ_HEAD.size:_ACQ_HEAD.size + n * _SNAP_ITEM.size]
+        for o, c, a in _SNAP_ITEM.iter_unpack(items):
+            st.inflight[o] = (c, a)
+        return
+    n = _COUNT.unpack_from(payload)[0]
+    if kind == RELEASE:
+        for o, a in _RELEASE_ITEM.iter_unpack(payload[4:4 + n * _RELEASE_ITEM.size]):
+            if o in st.inflight:
+                st.inflight[o] = (st.inflight[o][0], a)
+        return
+    offsets = struct.unpack_from(f">{n}q", payload, 4)
+    for o in offsets:
+        st.inflight.pop(o, None)
+    if kind == ACK:
+        st.acked += n
+    elif kind == REJECT:
+        st.rejected += n
+
+
+def _payload_ok(kind: int, payload: bytes) -> bool:
+    """The payload's own length agrees with its count (the CRC already matched)."""
+    if kind == ACQUIRE:
+        return (len(payload) >= _ACQ_HEAD.size and len(payload) == _ACQ_HEAD.size
+                + _ACQ_HEAD.unpack_from(payload)[3] * _SNAP_ITEM.size)
+    item = _RELEASE_ITEM.size if kind == RELEASE else _OFFSET.size
+    return len(payload) == 4 + _COUNT.unpack_from(payload)[0] * item
+
+
+def load(log_path: str, group: str) -> LoadedState:
+    """Read a group's state without changing anything. O(snapshot + journal), and both are
+    kept O(records in flight) by compaction. Raises CorruptQueueStateError on damage that a
+    crash cannot explain (see the module docstring)."""
+    snap_path, journal_path = paths(log_path, group)
+    snap = fsio.read_small(snap_path)
+    journal = fsio.read_small(journal_path)
+    if snap is None:
+        if journal is not None:
+            raise CorruptQueueStateError("queue journal without its snapshot", journal_path, 0)
+        return LoadedState()
+    st = _parse_snapshot(snap, snap_path)
+    if journal is None:
+        return st  # a crash while creating the group, after its empty snapshot
+    st.journal_exists = True
+    head = journal[:JOURNAL_HEADER_SIZE]
+    if len(head) < JOURNAL_HEADER_SIZE or \
+            _COUNT.unpack_from(head, _JOURNAL_HEAD.size)[0] != crc32c.crc32c(
+                head[:_JOURNAL_HEAD.size]):
+        raise CorruptQueueStateError("queue journal header is damaged", journal_path, 0)
+    magic, version, _, gen, _ = _JOURNAL_HEAD.unpack_from(head)
+    if magic != JOURNAL_MAGIC or version != VERSION:
+        raise CorruptQueueStateError("not a queue journal (magic or version)", journal_path, 0)
+    if gen < st.generation:
+        st.stale_journal = True  # compaction crashed before replacing it: already applied
+        return st
+    if gen > st.generation:
+        raise CorruptQueueStateError(
+            f"queue journal generation {gen} is newer than its snapshot's "
+            f"({st.generation}): the snapshot is an old copy", journal_path, 0)
+    pos = JOURNAL_HEADER_SIZE
+    while pos < len(journal):
+        entry = _entry_at(journal, pos)
+        if entry is None or not _payload_ok(entry[0], entry[2]):
+            break
+        _apply(st, entry[0], entry[2])
+        st.journal_entries += 1
+        pos += _ENTRY_FRAME.size + _BODY_HEAD.size + len(entry[2])
+    st.journal_end = pos
+    if pos < len(journal):
+        vouched = _synced_claim_after(journal, pos)
+        if vouched > pos:
+            raise CorruptQueueStateError(
+                f"queue journal entry is damaged inside the synced part (a later entry "
+                f"says {vouched} bytes were on disk)", journal_path, pos)
+        st.torn = (pos, len(journal) - pos)
+    return st
+
+
+def _synced_claim_after(data: bytes, pos: int) -> int:
+    """The largest `synced` length claimed by any valid entry found after a damaged one at
+    `pos` (0 if none): a search byte by byte, only run when a journal has a bad entry."""
+    best = 0
+    find = data.find
+    q = pos + 1
+    while True:
+        # a body starts with a valid kind byte at q + 8: skip positions where it cannot
+        q = min((i for i in (find(bytes([k]), q + 8) for k in ENTRY_NAMES) if i >= 0),
+                default=-1)
+        if q < 0:
+            return best
+        q -= 8
+        entry = _entry_at(data, q)
+        if entry is not None and _payload_ok(entry[0], entry[2]):
+            best = max(best, entry[1])
+        q += 1
+
+
+# ---------------------------------------------------------------------- the writer
+
+class StateStore:
+    """Appends a group's journal entries and compacts it. Not thread-safe: the queue's
+    partition state calls it under its own lock."""
+
+    def __init__(self, log_path: str, group: str, *, compact_min_bytes: int = 1 << 20):
+        self.log_path = log_path
+        self.group = validate_group(group)
+        self.snapshot_path, self.journal_path = paths(log_path, group)
+        self.compact_min_bytes = compact_min_bytes
+        self._fd = -1
+        self._end = JOURNAL_HEADER_SIZE
+        self._synced = JOURNAL_HEADER_SIZE
+        self.generation = 0
+        self.loaded: LoadedState | None = None
+
+    def open(self) -> LoadedState:
+        """Load (raising on damage); drop a torn tail or a stale journal durably."""
+        st = load(self.log_path, self.group)
+        self.loaded = st
+        for leftover in (self.snapshot_path + ".tmp", self.journal_path + ".tmp"):
+            fsio.unlink(leftover)  # an interrupted atomic_write
+        self.generation = st.generation
+        if not st.exists:
+            return st  # files are made at the first write
+        if st.stale_journal or not st.journal_exists:
+            fsio.atomic_write(self.journal_path, _journal_header(st.generation))
+            st.journal_end = JOURNAL_HEADER_SIZE
+        self._fd = fsio.open_append(self.journal_path)
+        if st.torn is not None:
+            fsio.truncate(self._fd, st.journal_end)
+            fsio.fsync(self._fd)
+        self._end = self._synced = st.journal_end
+        return st
+
+    @property
+    def journal_bytes(self) -> int:
+        return self._end
+
+    def _create(self) -> None:
+        d = os.path.dirname(self.snapshot_path)
+        if not os.path.isdir(d):
+            os.makedirs(d, exist_ok=True)
+            fsio.fsync_dir(self.log_path)
+        fsio.atomic_write(self.snapshot_path, encode_snapshot(0, None, 0, 0, []))
+        fsio.atomic_write(self.journal_path, _journal_header(0))
+        self._fd = fsio.open_append(self.journal_path)
+        self._end = self._synced = JOURNAL_HEADER_SIZE
+
+    def append(self, entries: list[tuple[int, bytes]], *, sync: bool) -> None:
+        """Write entries (kind, payload) as one write; fsync when `sync`. On failure the
+        journal is cut back to where it was, so a refused call leaves no entry behind."""
+        if self._fd < 0:
+            self._create()
+        data = b"".join(_frame(kind, self._synced, payload) for kind, payload in entries)
+        start = self._end
+        try:
+            fsio.write(self._fd, data, start)
+            if sync:
+                fsio.fsync(self._fd)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                fsio.truncate(self._fd, start)
+            raise LogWriteError(e.errno, f"queue journal write to {self.journal_path} failed: "
+                                f"{e.strerror or e}", e.filename) from e
+        self._end = start + len(data)
+        if sync:
+            self._synced = self._end
+
+    def should_compact(self, inflight: int) -> bool:
+        """The journal has outgrown a snapshot of the in-flight set (2x, and a floor so a
+        small set is not rewritten on every call)."""
+        return self._end > max(self.compact_min_bytes, 2 * (64 + inflight * _SNAP_ITEM.size))
+
+    def compact(self, cursor: DeliveryKey | None, acked: int, rejected: int,
+                items: list[tuple[int, int, int]]) -> None:
+        """Write the state as snapshot g + 1, then an empty journal of g + 1. O(items)."""
+        gen = self.generation + 1
+        fsio.atomic_write(self.snapshot_path, encode_snapshot(gen, cursor, acked, rejected,
+                                                              items))
+        self.generation = gen
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        fsio.atomic_write(self.journal_path, _journal_header(gen))
+        self._fd = fsio.open_append(self.journal_path)
+        self._end = self._synced = JOURNAL_HEADER_SIZE
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
