@@ -62,6 +62,7 @@ restarts it from the beginning of the log (everything delivered again).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import struct
@@ -101,6 +102,7 @@ _RELEASE_ITEM = struct.Struct(">qq")
 _MIN_BODY = _BODY_HEAD.size + _COUNT.size
 SNAP_MAGIC, JOURNAL_MAGIC, VERSION = b"KDQS", b"KDQJ", 1
 MAX_ENTRY = 64 << 20
+_log = logging.getLogger("kdelay")
 
 
 class CorruptQueueStateError(CorruptLogError):
@@ -364,6 +366,9 @@ class StateStore:
             st.journal_end = JOURNAL_HEADER_SIZE
         self._fd = fsio.open_append(self.journal_path)
         if st.torn is not None:
+            _log.warning("kdelay queue group %r: dropped %d bytes of torn journal tail at "
+                         "byte %d (%s): acquisitions not yet fsync'd when the process died",
+                         self.group, st.torn[1], st.torn[0], self.journal_path)
             fsio.truncate(self._fd, st.journal_end)
             fsio.fsync(self._fd)
         self._end = self._synced = st.journal_end
