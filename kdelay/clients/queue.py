@@ -608,6 +608,16 @@ class QueueConsumer:
             raise KdelayError("QueueConsumer is closed")
 
 
+def _due_after(log: Log, cursor: DeliveryKey | None, now: int) -> int:
+    """Records due at `now` after `cursor` in due order: never delivered, so available."""
+    from ..partition import _add_segment_lag
+    lag = {"q": 0}
+    with log._lock:
+        for seg in list(log._segments.values()):
+            _add_segment_lag(seg, now, {"q": cursor}, lag)
+    return lag["q"]
+
+
 def queue_metrics(log: Log, now: int) -> dict[str, dict]:
     """Per queue group with state on `log`: acquired, available (due now: released, expired
     or never delivered), delayed (released with a delay, not yet due), acked, rejected. An
@@ -628,5 +638,6 @@ def queue_metrics(log: Log, now: int) -> dict[str, dict]:
             counts = {"acquired": 0, "available": len(st.inflight) - delayed,
                       "delayed": delayed, "acked": st.acked, "rejected": st.rejected,
                       "in_flight": len(st.inflight), "cursor": st.cursor}
+        counts["available"] += _due_after(log, counts["cursor"], now)
         out[group] = counts
     return out
