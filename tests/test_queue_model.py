@@ -137,8 +137,13 @@ class QueueModel(RuleBasedStateMachine):
                 if self.holder.get(off, (None,))[0] == c and self._lock_live(off, now)]
         if not live:
             return []
-        return data.draw(st.lists(st.sampled_from(live), unique_by=lambda r: r.offset,
-                                  max_size=len(live)))
+        how = data.draw(st.sampled_from(["all", "one", "some"]))
+        if how == "all":
+            return live
+        if how == "one":
+            return [data.draw(st.sampled_from(live))]
+        keep = data.draw(st.lists(st.booleans(), min_size=len(live), max_size=len(live)))
+        return [r for r, k in zip(live, keep, strict=True) if k]
 
     @rule(c=st.integers(0, 1), data=st.data())
     def ack(self, c: int, data) -> None:
