@@ -204,7 +204,7 @@ def test_random_journal_damage_never_loses_a_vouched_ack(tmp_path, seed, caplog)
     for start, end, _ in entries:
         e = queue_state._entry_at(data, start)
         if end <= pos and e[0] == queue_state.ACK:
-            kept_acks |= set(struct.unpack_from(">%dq" % (len(e[2]) // 8), e[2], 4))
+            kept_acks |= set(struct.unpack_from(f">{len(e[2]) // 8}q", e[2], 4))
     with caplog.at_level("WARNING", logger="kdelay"):
         got = _drain(path)
     assert "torn journal tail" in caplog.text

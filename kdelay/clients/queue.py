@@ -76,6 +76,7 @@ class _Entry:
         self.version = version
 
 
+_READ_SPAN = 256  # redeliveries closer than this share one read
 _REGISTRY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Log -> {group: part}
 _REGISTRY_LOCK = threading.Lock()
 
@@ -183,17 +184,20 @@ class _GroupPartition:
             picked: list[tuple[int, int, FetchedRecord | None]] = []
             popped = []
             i = 0
+            head = self._live_avail_head()
             while len(picked) < budget:
-                head = self._live_avail_head()
                 if head is not None and head[0] > now:
                     head = None
-                rec = page[i] if i < len(page) else None
-                if head is None and rec is None:
+                if head is None:  # the rest comes from the page, in one slice
+                    take = page[i:i + budget - len(picked)]
+                    picked += [(r.offset, r.deliver_after, r) for r in take]
+                    i += len(take)
                     break
-                if rec is None or (head is not None
-                                   and (head[0], head[1]) < (rec.deliver_after, rec.offset)):
+                rec = page[i] if i < len(page) else None
+                if rec is None or (head[0], head[1]) < (rec.deliver_after, rec.offset):
                     popped.append(heapq.heappop(self._avail))
                     picked.append((head[1], head[0], None))
+                    head = self._live_avail_head()
                 else:
                     picked.append((rec.offset, rec.deliver_after, rec))
                     i += 1
@@ -214,10 +218,11 @@ class _GroupPartition:
         taken: list[tuple[int, int, FetchedRecord]] = []
         rejects: list[tuple[int, FetchedRecord]] = []
         dropped: list[int] = []
+        contents = self._read_many(sorted(off for off, _, rec in picked if rec is None))
         for off, at, rec in picked:
             e = inflight.get(off)
             if rec is None:
-                rec = self._read(off)
+                rec = contents.get(off)
                 if rec is None:  # removed by retention while in flight
                     dropped.append(off)
                     continue
@@ -264,9 +269,21 @@ class _GroupPartition:
         self._maybe_compact()
         return out
 
-    def _read(self, offset: int) -> FetchedRecord | None:
-        got = self.log.read(offset, max_records=1)
-        return got[0] if got and got[0].offset == offset else None
+    def _read_many(self, offsets: list[int]) -> dict[int, FetchedRecord]:
+        """The records at sorted `offsets`, read in runs of nearby offsets (one read per
+        run, not per record: a read decodes whole batches)."""
+        out: dict[int, FetchedRecord] = {}
+        i = 0
+        while i < len(offsets):
+            j = i
+            while j + 1 < len(offsets) and offsets[j + 1] - offsets[i] < _READ_SPAN:
+                j += 1
+            wanted = set(offsets[i:j + 1])
+            for rec in self.log.read(offsets[i], max_records=offsets[j] - offsets[i] + 1):
+                if rec.offset in wanted:
+                    out[rec.offset] = rec
+            i = j + 1
+        return out
 
     # ------------------------------------------------------------------ finish
 
