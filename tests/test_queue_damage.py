@@ -209,3 +209,39 @@ def test_random_journal_damage_never_loses_a_vouched_ack(tmp_path, seed, caplog)
         got = _drain(path)
     assert "torn journal tail" in caplog.text
     assert not got & kept_acks
+
+
+def test_log_losing_an_unflushed_tail_the_group_had_seen(tmp_path):
+    """flush_messages=None and a power loss: the log loses records the group (fsync'd)
+    already acked or held. The group forgets them, and new records at those offsets are
+    delivered as new ones."""
+    from kdelay import LogConfig
+    from kdelay.testing.faults import close_abandoned
+    path = str(tmp_path / "p")
+    clock = FakeClock(T0)
+    log = Log.open(path, config=LogConfig(), clock=clock)
+    for i in range(10):
+        log.append([Record(b"v%d" % i)])
+    log.flush()
+    seg = os.path.join(path, f"{log.segments[-1]:020d}.log")
+    durable = os.path.getsize(seg)
+    for i in range(10, 15):
+        log.append([Record(b"v%d" % i)])
+    q = QueueConsumer(log, "g")
+    recs = q.poll()
+    q.ack([r for r in recs if r.offset >= 10 or r.offset < 3])
+    assert queue_state.verify_group(path, "g", 10)[0][3].startswith("the group has seen")
+    for part in q._parts:
+        part.store.close()
+    close_abandoned(log)
+    with open(seg, "r+b") as f:  # what the power loss left of the log
+        f.truncate(durable)
+    log = Log.open(path, config=LogConfig(), clock=clock)
+    assert log.log_end_offset == 10
+    q = QueueConsumer(log, "g")
+    assert [(r.offset, r.delivery_count) for r in q.poll()] == [(o, 2) for o in range(3, 10)]
+    for i in range(3):
+        log.append([Record(b"new%d" % i)])
+    assert [(r.offset, r.value) for r in q.poll()] == [(10 + i, b"new%d" % i) for i in range(3)]
+    q.close()
+    log.close()

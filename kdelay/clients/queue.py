@@ -105,6 +105,7 @@ class _GroupPartition:
             e = self.inflight[off] = _Entry(count, at, next(self._ver))
             self._avail.append((at, off, e.version))
         heapq.heapify(self._avail)
+        self._forget_lost_tail(st)
         self.refs = 0
         self.closed = False
         self._subscribers: set[ActivitySignal] = set()
@@ -113,6 +114,23 @@ class _GroupPartition:
         if add is not None:
             ref = weakref.ref(self)
             add(lambda _result: _notify_ref(ref))
+
+    def _forget_lost_tail(self, st) -> None:
+        """The log can lose an unflushed tail in a power loss (flush_messages=None) that
+        the group, fsync'd, had already seen: forget those offsets (new appends will reuse
+        them) and pull the cursor back below the log end, durably, before anything else."""
+        end = self.log.log_end_offset
+        lost = sorted(o for o in self.inflight if o >= end)
+        cursor = self.cursor
+        if not lost and (cursor is None or cursor.offset < end):
+            return
+        if cursor is not None and cursor.offset >= end:
+            cursor = DeliveryKey(cursor.deliver_after, end - 1)
+        self.store.append([(DROP, queue_state.offsets_payload(lost)),
+                           (ACQUIRE, queue_state.acquire_payload(cursor, []))], sync=True)
+        for o in lost:
+            del self.inflight[o]
+        self.cursor = cursor
 
     # ------------------------------------------------------------------ wake-ups
 

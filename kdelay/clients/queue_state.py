@@ -431,3 +431,32 @@ class StateStore:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def verify_group(log_path: str, group: str, log_end: int | None = None
+                 ) -> list[tuple[bool, str, int | None, str]]:
+    """Read-only check of a group's files for `kdelay verify`: (is a problem, path, byte
+    position, message) per finding. Damage `load` refuses is a problem; a torn tail (what a
+    power loss leaves; dropped at the next open) and offsets past `log_end` (the log lost
+    an unflushed tail the group had seen; forgotten at the next open) are notes."""
+    snap_path, journal_path = paths(log_path, group)
+    try:
+        st = load(log_path, group)
+    except CorruptQueueStateError as e:
+        return [(True, e.path or snap_path, e.position, str(e).split(" (")[0])]
+    out: list[tuple[bool, str, int | None, str]] = []
+    if st.torn is not None:
+        out.append((False, journal_path, st.torn[0],
+                    f"torn tail of {st.torn[1]} bytes (acquisitions not fsync'd before a "
+                    f"crash); dropped when the group next opens"))
+    if st.stale_journal:
+        out.append((False, journal_path, 0, "journal predates the snapshot (compaction was "
+                    "interrupted); replaced when the group next opens"))
+    if log_end is not None:
+        beyond = sum(1 for o in st.inflight if o >= log_end)
+        if beyond or (st.cursor is not None and st.cursor.offset >= log_end):
+            out.append((False, journal_path, None,
+                        f"the group has seen offsets at or past the log end {log_end} "
+                        f"({beyond} in flight): the log lost an unflushed tail; they are "
+                        f"forgotten when the group next opens"))
+    return out
