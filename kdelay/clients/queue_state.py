@@ -36,7 +36,8 @@ Files, in `<partition dir>/queues/` (all integers big-endian):
       2 ACK      n u32 | n x offset i64      (finished: never delivered again)
       3 REJECT   n u32 | n x offset i64      (finished, dead-lettered if configured)
       4 RELEASE  n u32 | n x (offset i64, available-at i64)
-      5 DROP     n u32 | n x offset i64      (gone from the log: retention removed it)
+      5 DROP     n u32 | n x offset i64      (gone from the log: retention, compaction,
+                                              or an unflushed tail lost in a power loss)
 
 A journal applies to the snapshot of the same generation. Compaction writes the state as a
 new snapshot of generation g + 1, then replaces the journal with an empty one of g + 1; a
@@ -55,8 +56,10 @@ entries. A damaged entry with no valid entry after it that vouches for it is a t
 (unsynced acquisitions): it is dropped and reported. Damage inside the synced part of the
 journal, a damaged snapshot or journal header, or a journal without its snapshot is
 `CorruptQueueStateError`: the group does not open, and nothing is rewritten, so no ack is
-silently lost (`kdelay verify` names the file and byte). Deleting both files of the group
-restarts it from the beginning of the log (everything delivered again).
+silently lost (`kdelay verify` names the file and byte). Damage to the very last fsync'd
+write cannot be told from a torn write (nothing after it vouches for it): it is dropped
+with the same warning. Deleting both files of the group restarts it from the beginning of
+the log (everything delivered again).
 """
 
 from __future__ import annotations
