@@ -317,14 +317,17 @@ class _GroupPartition:
                 raise KdelayError(f"the lock on offset {off} ran out at {e.lock_until} "
                                   f"(log clock now {now})")
 
-    def finish(self, kind: int, offsets: list[int], avail_at: int | None) -> None:
-        """Durably ack/reject (remove) or release (make available at `avail_at`); one
-        journal write and one fsync, then the change in memory."""
+    def finish(self, kind: int, offsets: list[int], avail_at: int | None) -> int:
+        """Ack/reject (remove) or release (make available at `avail_at`): one journal
+        write, then the change in memory. Returns the sequence number the caller must
+        `store.sync_to` (after letting go of the lock, so that concurrent calls share an
+        fsync) before it returns: until then the call has not happened, and a crash may
+        undo it, which is all a caller that has not returned can tell."""
         if kind == RELEASE:
             payload = queue_state.release_payload([(o, avail_at) for o in offsets])
         else:
             payload = queue_state.offsets_payload(offsets)
-        self.store.append([(kind, payload)], sync=True)
+        lsn = self.store.append([(kind, payload)], sync=False)
         inflight = self.inflight
         if kind == RELEASE:
             for off in offsets:
@@ -339,6 +342,7 @@ class _GroupPartition:
             else:
                 self.rejected += len(offsets)
         self._maybe_compact()
+        return lsn
 
     def renew(self, offsets: list[int], until: int) -> None:
         for off in offsets:
@@ -365,6 +369,7 @@ class _GroupPartition:
     def _check_open(self) -> None:
         if self.closed:
             raise KdelayError(f"queue group {self.group!r} on {self.log.path} is closed")
+        self.store._check_failed()
 
     # ------------------------------------------------------------------ metrics
 
@@ -555,15 +560,19 @@ class QueueConsumer:
                 part.check_held(self, [(o, c) for o, c, _ in by_part[i]], nows[i])
             if kind == REJECT:
                 self._dead_letter([r for i in parts for _, _, r in by_part[i]])
+            pending = []
             for i in parts:
                 offsets = [o for o, _, _ in by_part[i]]
                 if kind is None:
                     self._parts[i].renew(offsets, nows[i] + self.lock_ms)
                 else:
-                    self._parts[i].finish(kind, offsets, nows[i] + delay_ms)
+                    lsn = self._parts[i].finish(kind, offsets, nows[i] + delay_ms)
+                    pending.append((self._parts[i].store, lsn))
         finally:
             for lk in locks:
                 lk.release()
+        for store, lsn in pending:  # group commit: outside the locks
+            store.sync_to(lsn)
         if kind == RELEASE:
             for i in parts:
                 self._parts[i].notify()

@@ -69,6 +69,7 @@ import logging
 import os
 import re
 import struct
+import threading
 from dataclasses import dataclass, field
 
 import crc32c
@@ -341,8 +342,10 @@ def _synced_claim_after(data: bytes, pos: int) -> int:
 # ---------------------------------------------------------------------- the writer
 
 class StateStore:
-    """Appends a group's journal entries and compacts it. Not thread-safe: the queue's
-    partition state calls it under its own lock."""
+    """Appends a group's journal entries and compacts it. `append` and `compact` run under
+    the caller's lock (the queue's partition state); `sync_to` may run outside it, so that
+    calls of several threads share one fsync (group commit): an fsync makes durable every
+    entry written before it started, whoever wrote it."""
 
     def __init__(self, log_path: str, group: str, *, compact_min_bytes: int = 1 << 20):
         self.log_path = log_path
@@ -354,6 +357,12 @@ class StateStore:
         self._synced = JOURNAL_HEADER_SIZE
         self.generation = 0
         self.loaded: LoadedState | None = None
+        # sequence numbers: bytes ever written to the journal (over all generations), and
+        # how many of them are known durable
+        self._lsn = 0
+        self._durable_lsn = 0
+        self._sync_lock = threading.Lock()
+        self.failed: LogWriteError | None = None
 
     def open(self) -> LoadedState:
         """Load (raising on damage); drop a torn tail or a stale journal durably."""
@@ -391,25 +400,51 @@ class StateStore:
         self._fd = fsio.open_append(self.journal_path)
         self._end = self._synced = JOURNAL_HEADER_SIZE
 
-    def append(self, entries: list[tuple[int, bytes]], *, sync: bool) -> None:
-        """Write entries (kind, payload) as one write; fsync when `sync`. On failure the
-        journal is cut back to where it was, so a refused call leaves no entry behind."""
+    def append(self, entries: list[tuple[int, bytes]], *, sync: bool) -> int:
+        """Write entries (kind, payload) as one write; with `sync`, also make them durable.
+        Returns the sequence number to hand to `sync_to`. A failed write is cut back off
+        the journal, so a refused call leaves no entry behind."""
+        self._check_failed()
         if self._fd < 0:
             self._create()
         data = b"".join(_frame(kind, self._synced, payload) for kind, payload in entries)
         start = self._end
         try:
             fsio.write(self._fd, data, start)
-            if sync:
-                fsio.fsync(self._fd)
         except OSError as e:
             with contextlib.suppress(OSError):
                 fsio.truncate(self._fd, start)
-            raise LogWriteError(e.errno, f"queue journal write to {self.journal_path} failed: "
-                                f"{e.strerror or e}", e.filename) from e
+            raise _write_error(e, self.journal_path) from e
         self._end = start + len(data)
+        self._lsn += len(data)
+        lsn = self._lsn
         if sync:
-            self._synced = self._end
+            self.sync_to(lsn)
+        return lsn
+
+    def sync_to(self, lsn: int) -> None:
+        """Return once every journal byte up to sequence number `lsn` is durable: at most
+        one fsync, shared with any caller that arrives while it runs. A failed fsync
+        leaves the page cache in an unknown state: the store refuses all further work
+        (reopen the group to recover from what is on disk)."""
+        with self._sync_lock:
+            if self._durable_lsn >= lsn:
+                return
+            self._check_failed()
+            # read before the fsync: everything written by then is covered by it
+            target_lsn, target_end = self._lsn, self._end
+            try:
+                fsio.fsync(self._fd)
+            except OSError as e:
+                self.failed = _write_error(e, self.journal_path)
+                raise self.failed from e
+            self._durable_lsn = target_lsn
+            self._synced = max(self._synced, target_end)
+
+    def _check_failed(self) -> None:
+        if self.failed is not None:
+            raise LogWriteError(self.failed.errno, f"queue group {self.group!r}: an earlier "
+                                f"journal fsync failed; reopen the group", self.journal_path)
 
     def should_compact(self, inflight: int) -> bool:
         """The journal has outgrown a snapshot of the in-flight set (2x, and a floor so a
@@ -418,22 +453,33 @@ class StateStore:
 
     def compact(self, cursor: DeliveryKey | None, acked: int, rejected: int,
                 items: list[tuple[int, int, int]]) -> None:
-        """Write the state as snapshot g + 1, then an empty journal of g + 1. O(items)."""
+        """Write the state as snapshot g + 1, then an empty journal of g + 1. O(items).
+        The snapshot holds every change applied so far, so it makes all of them durable;
+        the sync lock keeps a concurrent group-commit fsync off the descriptor swapped."""
+        self._check_failed()
         gen = self.generation + 1
-        fsio.atomic_write(self.snapshot_path, encode_snapshot(gen, cursor, acked, rejected,
-                                                              items))
-        self.generation = gen
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-        fsio.atomic_write(self.journal_path, _journal_header(gen))
-        self._fd = fsio.open_append(self.journal_path)
-        self._end = self._synced = JOURNAL_HEADER_SIZE
+        with self._sync_lock:
+            fsio.atomic_write(self.snapshot_path, encode_snapshot(gen, cursor, acked,
+                                                                  rejected, items))
+            self.generation = gen
+            self._durable_lsn = self._lsn
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+            fsio.atomic_write(self.journal_path, _journal_header(gen))
+            self._fd = fsio.open_append(self.journal_path)
+            self._end = self._synced = JOURNAL_HEADER_SIZE
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        with self._sync_lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+
+def _write_error(e: OSError, path: str) -> LogWriteError:
+    return LogWriteError(e.errno, f"queue journal write to {path} failed: {e.strerror or e}",
+                         e.filename)
 
 
 def verify_group(log_path: str, group: str, log_end: int | None = None
