@@ -339,3 +339,21 @@ def test_metrics_counts(env):
     # acquired: offset 3; available: 2 released + 4, 5 never delivered; delayed: 1
     assert {k: m[k] for k in ("acquired", "available", "delayed", "acked")} == \
         {"acquired": 1, "available": 3, "delayed": 1, "acked": 1}
+
+
+@pytest.mark.skipif(not hasattr(Log, "cancel"), reason="cancellation is not in this tree yet")
+def test_cancelled_records_are_never_polled(env):
+    clock, open_log = env
+    log = open_log()
+    log.append([Record(b"a")], deliver_after=T0 + 100)
+    log.append([Record(b"b")], deliver_after=T0 + 100)
+    assert log.cancel(0) == 1
+    clock.t = T0 + 100
+    q = QueueConsumer(log, "g")
+    recs = q.poll()
+    assert offs(recs) == [1]
+    q.release(recs, delay_ms=50)
+    assert log.cancel(1) == 0  # due in the log already: a released record cannot be cancelled
+    clock.t += 50
+    assert offs(q.poll()) == [1]
+    q.close()
