@@ -11,7 +11,9 @@ from conftest import T0
 from kdelay import CorruptLogError
 from kdelay.index.index_file import IndexFileError
 from kdelay.log import codec
-from kdelay.log.segment import LogSegment, parse_segment_name, scan_log, segment_name
+from kdelay.log.files import parse_segment_name, segment_name
+from kdelay.log.segment import LogSegment
+from kdelay.log.walker import scan_log
 
 
 def _batch(base: int, n: int, da: int, value: bytes = b"v") -> bytes:

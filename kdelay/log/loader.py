@@ -17,19 +17,19 @@ from dataclasses import dataclass, field
 from .. import fsio
 from ..errors import CorruptLogError, LogLockedError
 from ..index.index_file import IndexFileError
-from .segment import (
+from .files import (
+    CLEAN_SHUTDOWN_FILE,
     INDEX_SUFFIXES,
+    LOCK_FILE,
     LOG_SUFFIX,
-    LogSegment,
-    parse_segment_name,
+    RECOVERY_POINT_FILE,
+    inventory,
     segment_file,
 )
+from .segment import LogSegment
 
 log = logging.getLogger("kdelay")
 
-CLEAN_SHUTDOWN_FILE = ".kdelay_cleanshutdown"
-RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
-LOCK_FILE = ".lock"
 _CHECKPOINT_TAG = "kdelay-recovery-point v1"
 
 
@@ -151,27 +151,11 @@ def _recover(directory: str, base: int, interval: int, report: LoadReport, *,
 
 def _tidy_directory(directory: str, report: LoadReport) -> list[int]:
     """Remove leftovers (temp files, indexes without a .log); return the segment bases."""
-    names = os.listdir(directory)
-    logs = set()
-    others = []
-    for name in names:
-        if name.endswith(".tmp") or name.endswith(".deleted"):
-            fsio.unlink(os.path.join(directory, name))
-            report.orphans_removed += 1
-            continue
-        parsed = parse_segment_name(name)
-        if parsed is None:
-            continue
-        base, suffix = parsed
-        if suffix == LOG_SUFFIX:
-            logs.add(base)
-        elif suffix in INDEX_SUFFIXES:
-            others.append((base, name))
-    for base, name in others:
-        if base not in logs:
-            fsio.unlink(os.path.join(directory, name))
-            report.orphans_removed += 1
-    return sorted(logs)
+    bases, leftovers = inventory(directory)
+    for name in leftovers:
+        fsio.unlink(os.path.join(directory, name))
+        report.orphans_removed += 1
+    return bases
 
 
 def _delete_files(directory: str, base: int) -> None:
