@@ -10,7 +10,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .index_file import IndexMeta, load_index, write_index
+from .index_file import IndexMeta, IndexReading, load_index, read_lenient, write_index
 
 _generations = itertools.count(1)
 
@@ -18,6 +18,8 @@ _generations = itertools.count(1)
 class AbstractIndex:
     MAGIC: ClassVar[bytes]
     DTYPES: ClassVar[list[np.dtype]]
+    NAME: ClassVar[str]  # how tools call it
+    COLUMNS: ClassVar[tuple[str, ...]]  # the column names, in DTYPES' order
 
     def __init__(self, base_offset: int, columns: list[np.ndarray] | None = None):
         self.base_offset = base_offset
@@ -35,6 +37,15 @@ class AbstractIndex:
         index = cls(base_offset, columns)
         index.meta = meta
         return index
+
+    @classmethod
+    def read_lenient(cls, path: str) -> IndexReading:
+        """For tools: whatever the file holds, and why it is unreadable (see index_file)."""
+        return read_lenient(path, cls.MAGIC, cls.DTYPES)
+
+    @classmethod
+    def entry_size(cls) -> int:
+        return sum(d.itemsize for d in cls.DTYPES)
 
     def persist(self, path: str, *, log_bytes: int, next_offset: int) -> None:
         """Write every entry atomically, then serve them from the mapped file."""

@@ -89,6 +89,8 @@ class DeliverAfterIndex(AbstractIndex):
     MAGIC = b"KDLYIDX1"
     DTYPES = [np.dtype("<i8"), np.dtype("<i8"), np.dtype("<i8"), np.dtype("<i4"),
               np.dtype("<i4")]
+    NAME = "DeliverAfterIndex"
+    COLUMNS = ("deliver_after", "offset", "position", "last_offset_delta", "size")
 
     def __init__(self, base_offset: int, columns: list[np.ndarray] | None = None):
         super().__init__(base_offset, columns)

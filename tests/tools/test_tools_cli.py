@@ -18,8 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kdelay import Log, LogConfig, Record
-from kdelay import inspect as ins
-from kdelay.log.segment import segment_name
+from kdelay.log.files import SegmentFiles, segment_name
+from kdelay.tools.scanning import scan_segment
+from kdelay.tools.verify import verify_partition
 
 T0 = 1_700_000_000_000
 CFG = LogConfig(segment_bytes=2500, index_interval_bytes=300)
@@ -465,12 +466,12 @@ def test_usage_errors_exit_2(built):
 
 
 def test_demo_passes_arguments_through(tmp_path):
-    """`kdelay demo ...` hands every later argument to kdelay.demo.main untouched."""
+    """`kdelay demo ...` hands every later argument to kdelay.tools.demo.main untouched."""
     code = ("import sys, types\n"
-            "fake = types.ModuleType('kdelay.demo')\n"
+            "fake = types.ModuleType('kdelay.tools.demo')\n"
             "fake.main = lambda argv: print('ARGS', argv) or 7\n"
-            "sys.modules['kdelay.demo'] = fake\n"
-            "from kdelay.cli import main\n"
+            "sys.modules['kdelay.tools.demo'] = fake\n"
+            "from kdelay.tools.cli import main\n"
             "sys.exit(main(['demo', '--records', '5', '-x', 'pos']))\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 7
@@ -528,14 +529,14 @@ def test_any_flipped_byte_in_a_sealed_segment_is_reported(built, tmp_path_factor
     size = os.path.getsize(path)
     pos = data.draw(st.integers(0, size - 1))
     bit = data.draw(st.integers(0, 7))
-    starts = [b.position for b in ins.scan_segment(ins.SegmentFiles(d, base, size)).batches]
+    starts = [b.position for b in scan_segment(SegmentFiles(d, base, size)).batches]
     batch_start = max(s for s in starts if s <= pos)
     with open(path, "r+b") as f:
         f.seek(pos)
         byte = f.read(1)[0]
         f.seek(pos)
         f.write(bytes([byte ^ (1 << bit)]))
-    rep = ins.verify_partition(d)
+    rep = verify_partition(d)
     stem = os.path.join(d, segment_name(base))
     if 12 <= pos - batch_start < 16:
         assert rep.ok
@@ -560,7 +561,7 @@ def test_engine_keeps_damage_visible_after_rebuilding_a_damaged_sealed_segment(c
     # file: the next open has to find the damage again, and verify must still see it.
     with Log.open(copy, config=CFG) as log:
         assert any("damaged" in p for p in log.load_report.problems)
-    rep = ins.verify_partition(copy)
+    rep = verify_partition(copy)
     assert any(f.path == path and f.position == victim["position"] for f in rep.problems)
 
 

@@ -17,10 +17,10 @@ import tempfile
 import time
 import zlib
 
-from .config import LogConfig
-from .partition import Log
+from ..config import LogConfig
+from ..partition import Log
+from ..records import Record
 from .progress import ProgressBar
-from .records import Record
 
 HOUR_MS = 3_600_000
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z: a fixed, simulated epoch
