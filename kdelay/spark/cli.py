@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 from pyspark.sql import SparkSession
+
+from ..clock import wall_clock
 
 
 def _session(cores: int) -> tuple[SparkSession, bool]:
@@ -72,7 +73,7 @@ def cli_forecast(argv: list[str] | None = None) -> int:
 
     spark, owned = _session(args.cores)
     try:
-        after = time.time_ns() // 1_000_000 if args.pending else None
+        after = wall_clock() if args.pending else None
         rows = forecast(spark, args.path, args.window, after=after).collect()
     finally:
         if owned:

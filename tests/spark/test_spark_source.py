@@ -22,6 +22,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from kdelay import Log, LogConfig, Record  # noqa: E402
 from kdelay.log import codec  # noqa: E402
+from kdelay.log.files import segment_bases, segment_file, segment_name  # noqa: E402
 from kdelay.spark import columnar, scan  # noqa: E402
 
 T0 = 1_700_000_000_000
@@ -181,7 +182,7 @@ def test_columnar_damaged_batch_is_flagged_not_fatal():
 
 def test_scan_stops_at_framing_error(tmp_path):
     path = _copy_log_with(tmp_path, lambda p: _truncate(p, -10))
-    base = scan.segment_bases(path)[-1]
+    base = segment_bases(path)[-1]
     reader = scan.SegmentReader(path, base)
     n = sum(len(c.batches) for c in reader.chunks())
     assert reader.stats.error is not None and "truncated" in reader.stats.error
@@ -195,7 +196,7 @@ def _rewrite_last_deliver_after(path: str, base: int) -> str:
 
     from kdelay.index.index_file import HEADER_SIZE, IndexMeta, read_meta, write_index
 
-    dly = os.path.join(path, f"{base:020d}.dlyindex")
+    dly = os.path.join(path, segment_name(base) + ".dlyindex")
     meta, _ = read_meta(dly, b"KDLYIDX1")
     raw = np.fromfile(dly, dtype=np.uint8)[HEADER_SIZE:]
     n = meta.entries
@@ -215,7 +216,7 @@ def _truncate(path: str, delta: int) -> None:
 def _copy_log_with(tmp_path, damage) -> str:
     path = str(tmp_path / "log")
     _write_log(path, segment_bytes=1 << 20)
-    damage(scan.log_path(path, scan.segment_bases(path)[-1]))
+    damage(segment_file(path, segment_bases(path)[-1], ".log"))
     return path
 
 
@@ -267,7 +268,7 @@ class TestSpark:
             ("key", "binary"), ("value", "binary"), ("crc_valid", "boolean")]
         rows = df.collect()
         assert all(r["crc_valid"] for r in rows)
-        assert len({r["segment"] for r in rows}) == len(scan.segment_bases(path)) > 2
+        assert len({r["segment"] for r in rows}) == len(segment_bases(path)) > 2
         assert _rows(df) == _engine_rows(path)
         # the format name works too
         assert spark.read.format("kdelay").load(path).count() == len(rows)
@@ -326,7 +327,7 @@ class TestSpark:
         assert report.ok, str(report)
         assert report.problems == [] and report.warnings == []
         assert report.counts["batches"] == 120 and report.counts["crc_errors"] == 0
-        assert report.counts["index_files_checked"] == len(scan.segment_bases(path))
+        assert report.counts["index_files_checked"] == len(segment_bases(path))
         assert report.counts["records"] == len(_engine_rows(path))
 
     def test_verify_catches_damage(self, spark, data_root, tmp_path):
@@ -335,14 +336,14 @@ class TestSpark:
         import kdelay.spark
 
         path = _copy(os.path.join(data_root, "log"), str(tmp_path / "log"))
-        bases = scan.segment_bases(path)
+        bases = segment_bases(path)
         assert len(bases) >= 5
 
         # 1. a flipped byte inside a value of a batch in segment 1
         batches = [b for c in scan.SegmentReader(path, bases[1]).chunks() for b in c.batches]
         victim = next(b for b in batches
                       if (b.header.size - codec.HEADER_SIZE) / b.header.record_count > 100)
-        flipped_log = scan.log_path(path, bases[1])
+        flipped_log = segment_file(path, bases[1], ".log")
         with open(flipped_log, "r+b") as f:
             at = victim.file_pos + victim.header.size - 2  # last value byte of the batch
             f.seek(at)
@@ -354,12 +355,12 @@ class TestSpark:
         wrong_dly = _rewrite_last_deliver_after(path, bases[2])
 
         # 3. segment 3 missing: offsets jump from segment 2's end to segment 4's base
-        for f in glob.glob(os.path.join(path, f"{bases[3]:020d}.*")):
+        for f in glob.glob(os.path.join(path, segment_name(bases[3]) + ".*")):
             os.remove(f)
 
         # 4. the last segment loses its last 5 bytes (torn tail), which also makes
         # 5. its .dlyindex stale
-        last_log = scan.log_path(path, bases[-1])
+        last_log = segment_file(path, bases[-1], ".log")
         _truncate(last_log, -5)
 
         report = kdelay.spark.verify(spark, path)
@@ -371,13 +372,13 @@ class TestSpark:
         assert [(p.file, p.position) for p in by_kind["crc"]] == [(flipped_log,
                                                                    victim.file_pos)]
         (gap,) = by_kind["offset"]
-        assert (gap.file, gap.position) == (scan.log_path(path, bases[4]), 0)
+        assert (gap.file, gap.position) == (segment_file(path, bases[4], ".log"), 0)
         assert f"expected {bases[3]}" in gap.message
         (torn,) = by_kind["framing"]
         assert torn.file == last_log and torn.position is not None
         assert "truncated" in torn.message
         index_problems = {p.file: p for p in by_kind["index"]}
-        last_dly = os.path.join(path, f"{bases[-1]:020d}.dlyindex")
+        last_dly = os.path.join(path, segment_name(bases[-1]) + ".dlyindex")
         assert set(index_problems) == {wrong_dly, last_dly}
         assert "stale" in index_problems[last_dly].message
         assert index_problems[wrong_dly].position is not None

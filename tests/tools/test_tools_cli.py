@@ -417,9 +417,9 @@ def test_rebuild_index_leaves_a_damaged_segment_alone(copy, built):
 
 @pytest.fixture
 def junk(tmp_path, built) -> dict:
-    garbage = tmp_path / f"{0:020d}.log"
+    garbage = tmp_path / (segment_name(0) + ".log")
     garbage.write_bytes(bytes(range(256)) * 20)
-    trunc_idx = tmp_path / f"{0:020d}.dlyindex"
+    trunc_idx = tmp_path / (segment_name(0) + ".dlyindex")
     trunc_idx.write_bytes(Path(seg_file(built["path"], 0, ".dlyindex")).read_bytes()[:30])
     wrong = tmp_path / "wrong.dlyindex"
     wrong.write_bytes(Path(seg_file(built["path"], 0, ".index")).read_bytes())
