@@ -18,12 +18,12 @@ import crc32c
 import numpy as np
 
 from .errors import CorruptLogError, KdelayError
-from .fetch.groups import GroupStore
 from .index.deliver_after_index import DeliverAfterIndex
 from .index.index_file import HEADER, HEADER_SIZE, IndexMeta
 from .index.offset_index import OffsetIndex
 from .index.time_index import TimeIndex
 from .log import codec
+from .log.groups import GroupStore
 from .log.loader import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE, read_recovery_point
 from .log.segment import (
     DLYINDEX_SUFFIX,

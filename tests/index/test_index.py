@@ -10,10 +10,11 @@ import crc32c
 import hypothesis.strategies as st
 import numpy as np
 import pytest
+from conftest import entries_after
 from hypothesis import given, settings
 
+from kdelay.errors import IndexFileError
 from kdelay.index.deliver_after_index import DeliverAfterIndex
-from kdelay.index.index_file import IndexFileError
 from kdelay.index.offset_index import OffsetIndex
 from kdelay.index.time_index import TimeIndex
 
@@ -75,7 +76,7 @@ def test_deliver_after_index_orders_by_key():
     idx = DeliverAfterIndex(100)
     for e in entries:
         idx.add(*e)
-    assert list(idx.entries_after(None)) == sorted(entries)
+    assert entries_after(idx, None) == sorted(entries)
     assert idx.min_deliver_after() == 10
     last = max(entries)
     assert idx.max_key() == (50, last[1] + last[3])
@@ -88,11 +89,11 @@ def test_deliver_after_index_orders_by_key():
 def test_entries_after_cursor_inside_a_batch():
     entries = _batches([(10, 3), (10, 2), (20, 1)])  # offsets 100-102, 103-104, 105
     idx = DeliverAfterIndex.from_entries(100, entries)
-    assert [e[1] for e in idx.entries_after((10, 101))] == [100, 103, 105]
-    assert [e[1] for e in idx.entries_after((10, 102))] == [103, 105]
-    assert [e[1] for e in idx.entries_after((10, 104))] == [105]
-    assert [e[1] for e in idx.entries_after((15, 0))] == [105]
-    assert list(idx.entries_after((20, 105))) == []
+    assert [e[1] for e in entries_after(idx, (10, 101))] == [100, 103, 105]
+    assert [e[1] for e in entries_after(idx, (10, 102))] == [103, 105]
+    assert [e[1] for e in entries_after(idx, (10, 104))] == [105]
+    assert [e[1] for e in entries_after(idx, (15, 0))] == [105]
+    assert entries_after(idx, (20, 105)) == []
 
 
 entry_specs = st.lists(st.tuples(st.integers(0, 6), st.integers(1, 4)), min_size=0,
@@ -113,7 +114,7 @@ def test_entries_after_matches_brute_force(tmp_path_factory, spec, split, cursor
         idx.persist(path, log_bytes=10**6, next_offset=10**3)
     for e in pending:
         idx.add(*e)
-    assert list(idx.entries_after(cursor)) == _brute_after(entries, cursor)
+    assert entries_after(idx, cursor) == _brute_after(entries, cursor)
     assert [tuple(int(x) for x in row) for row in zip(*idx.columns(), strict=True)] == \
         sorted(entries)
     if entries:
@@ -214,7 +215,7 @@ def test_persist_is_atomic_and_reloads(tmp_path):
     idx.add(5, 106, 4321, 0, 80)
     idx.persist(path, log_bytes=4401, next_offset=107)
     again = DeliverAfterIndex.load(path, base_offset=100, log_bytes=4401)
-    assert list(again.entries_after(None)) == sorted(entries + [(5, 106, 4321, 0, 80)])
+    assert entries_after(again, None) == sorted(entries + [(5, 106, 4321, 0, 80)])
     with pytest.raises(IndexFileError):
         DeliverAfterIndex.load(path, base_offset=100, log_bytes=4321)  # now stale
 
