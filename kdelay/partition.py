@@ -69,7 +69,7 @@ class Log:
         self._closed = False
         self._marker_present = False  # see _mark_dirty
         self._now_floor = 0
-        self._segments = SegmentSet(segments)
+        self._segments = SegmentSet(path, segments)
         self._flush_policy = FlushPolicy(config)
         self._groups = groups.GroupStore(path)
         self._due_order = DueOrderReader()
@@ -186,7 +186,9 @@ class Log:
                     f"batch of {len(batch)} bytes exceeds max_batch_bytes "
                     f"({self.config.max_batch_bytes})")
             self._mark_dirty()
-            self._maybe_roll(len(batch), now)
+            cfg = self.config
+            if self._segments.should_roll(len(batch), now, cfg.segment_bytes, cfg.segment_ms):
+                self._roll_locked()
             n = len(values)
             self._segments.active.append(batch, base, n - 1, batch_da, max_ts,
                                          self.config.index_interval_bytes)
@@ -201,16 +203,6 @@ class Log:
 
     # ------------------------------------------------------------------ roll / flush
 
-    def _maybe_roll(self, incoming: int, now: int) -> None:
-        seg = self._segments.active
-        if seg.size == 0:
-            return
-        too_big = seg.size + incoming > self.config.segment_bytes
-        too_old = (seg.first_timestamp is not None
-                   and now - seg.first_timestamp >= self.config.segment_ms)
-        if too_big or too_old:
-            self._roll_locked()
-
     @write_errors
     def roll(self) -> None:
         """Seal the active segment (if it holds anything) and start a new one."""
@@ -221,12 +213,7 @@ class Log:
                 self._roll_locked()
 
     def _roll_locked(self) -> None:
-        old = self._segments.active
-        old.persist_indexes()  # fsyncs the .log first
-        new = LogSegment.create(self.path, old.next_offset)
-        fsio.fsync_dir(self.path)
-        self._segments.roll(new)
-        write_recovery_point(self.path, new.base_offset)
+        self._segments.roll()
         self._flush_policy.flushed()
 
     @write_errors
@@ -278,13 +265,12 @@ class Log:
         if key is not None:
             return key
         if is_int(after):
-            seg = self._segments.segment_for(after)
-            found = seg.find_batch(after) if seg is not None else None
-            if found is None:
+            da = self._segments.deliver_after_of(after)
+            if da is None:
                 raise OffsetOutOfRangeError(
                     f"offset {after} is not in the log [{self.log_start_offset}, "
                     f"{self.log_end_offset})")
-            return DeliveryKey(found[1].deliver_after, after)
+            return DeliveryKey(da, after)
         raise KdelayError(f"after must be None, an int offset or a DeliveryKey, got {after!r}")
 
     def read(self, offset: int, *, max_records: int = 500) -> list[FetchedRecord]:
@@ -351,15 +337,7 @@ class Log:
         with self._lock:
             now = self.now()
             group_keys = {g: self._groups.committed(g) for g in self._groups.groups()}
-            m = metrics.collect(self._segments, group_keys, now)
-            return {"log_start_offset": self.log_start_offset,
-                    "log_end_offset": self.log_end_offset,
-                    **{k: m[k] for k in ("segments", "records", "bytes", "pending_records",
-                                         "pending_batches", "due_records")},
-                    "earliest_pending_deliver_after": self.earliest_pending(now),
-                    **{k: m[k] for k in ("index_bytes_in_memory", "index_bytes_on_disk",
-                                         "groups")},
-                    "now": now}
+            return metrics.collect(self._segments, group_keys, now, self.earliest_pending(now))
 
     def earliest_pending(self, now: int) -> int | None:
         """The smallest deliverAfter > `now` in the log (None: nothing pending). Sealed

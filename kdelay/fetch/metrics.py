@@ -11,9 +11,10 @@ from ..records import DeliveryKey
 from .lag import due_after
 
 
-def collect(segments: SegmentSet, group_keys: dict[str, DeliveryKey | None], now: int
-            ) -> dict:
-    """Counts, sizes and per-group lag over every segment. O(segments + batches due)."""
+def collect(segments: SegmentSet, group_keys: dict[str, DeliveryKey | None], now: int,
+            earliest_pending: int | None) -> dict:
+    """Counts, sizes and per-group lag over every segment (see Log.metrics).
+    O(segments + batches due)."""
     pending = pending_batches = index_mem = index_disk = records = size = 0
     groups = list(group_keys)
     keys = [group_keys[g] for g in groups]
@@ -36,14 +37,18 @@ def collect(segments: SegmentSet, group_keys: dict[str, DeliveryKey | None], now
             for i, n in enumerate(due_after(da, off, lod, now, keys)):
                 lag[i] += n
     return {
+        "log_start_offset": segments.oldest.base_offset,
+        "log_end_offset": segments.active.next_offset,
         "segments": len(segments),
         "records": records,
         "bytes": size,
         "pending_records": pending,
         "pending_batches": pending_batches,
         "due_records": records - pending,
+        "earliest_pending_deliver_after": earliest_pending,
         "index_bytes_in_memory": index_mem,
         "index_bytes_on_disk": index_disk,
         "groups": {g: {"committed": k, "lag": n} for g, k, n in zip(groups, keys, lag,
                                                                       strict=True)},
+        "now": now,
     }

@@ -15,13 +15,16 @@ from collections.abc import Iterator
 
 from sortedcontainers import SortedDict, SortedList
 
+from .. import fsio
+from .loader import write_recovery_point
 from .segment import LogSegment
 
 _MAX = 1 << 63
 
 
 class SegmentSet:
-    def __init__(self, segments: list[LogSegment]):
+    def __init__(self, directory: str, segments: list[LogSegment]):
+        self.directory = directory
         if not segments:
             raise ValueError("a SegmentSet needs at least the active segment")
         self._by_base: SortedDict = SortedDict((s.base_offset, s) for s in segments)
@@ -38,12 +41,29 @@ class SegmentSet:
 
     # ------------------------------------------------------------------ changes
 
-    def roll(self, new: LogSegment) -> None:
-        """Seal the active segment and make `new` (which starts where it ends) active."""
+    def should_roll(self, incoming: int, now: int, segment_bytes: int, segment_ms: int
+                    ) -> bool:
+        """True if a batch of `incoming` bytes appended at `now` must go to a new segment:
+        the active one would pass `segment_bytes`, or its first batch is `segment_ms` old.
+        An empty active segment never rolls."""
+        seg = self.active
+        if seg.size == 0:
+            return False
+        first = seg.first_timestamp
+        return (seg.size + incoming > segment_bytes
+                or first is not None and now - first >= segment_ms)
+
+    def roll(self) -> None:
+        """Seal the active segment (its .log fsync'd, its indexes persisted), start a new
+        one where it ends, and move the recovery point to the new one."""
         old = self.active
+        old.persist_indexes()  # fsyncs the .log first
+        new = LogSegment.create(self.directory, old.next_offset)
+        fsio.fsync_dir(self.directory)
         self._by_base[new.base_offset] = new
         self.active = new
         self._add_sealed(old)
+        write_recovery_point(self.directory, new.base_offset)
 
     def remove_oldest(self) -> LogSegment:
         """Forget the oldest sealed segment (the caller deletes its files)."""
@@ -79,6 +99,12 @@ class SegmentSet:
         """The segment whose range starts at or below `offset` (None: before the log)."""
         i = self._by_base.bisect_right(offset) - 1
         return None if i < 0 else self._by_base.peekitem(i)[1]
+
+    def deliver_after_of(self, offset: int) -> int | None:
+        """The deliverAfter of the batch holding `offset` (None: not in the log)."""
+        seg = self.segment_for(offset)
+        found = seg.find_batch(offset) if seg is not None else None
+        return None if found is None else found[1].deliver_after
 
     def next_after(self, seg: LogSegment) -> LogSegment | None:
         i = self._by_base.bisect_right(seg.base_offset)

@@ -49,7 +49,7 @@ def test_offset_index_floor_and_lookup(tmp_path):
         [0, 0, 100, 100, 400, 400, 900, 900]
     path = os.fspath(tmp_path / "00000000000000000010.index")
     idx.persist(path, log_bytes=1000, next_offset=40)
-    idx.add(45, 1000)  # pending after persisted
+    idx.add(45, 1000)  # recent, after the persisted entries
     assert [idx.lookup(o) for o in (11, 20, 44, 45, 99)] == [0, 400, 900, 1000, 1000]
     again = OffsetIndex.load(path, base_offset=10, log_bytes=1000)
     assert len(again) == 3 and again.meta.next_offset == 40
@@ -105,14 +105,14 @@ entry_specs = st.lists(st.tuples(st.integers(0, 6), st.integers(1, 4)), min_size
     st.none(), st.tuples(st.integers(-1, 7), st.integers(95, 200))), data=st.data())
 def test_entries_after_matches_brute_force(tmp_path_factory, spec, split, cursor, data):
     entries = _batches(spec)
-    persisted, pending = entries[:split], entries[split:]
+    persisted, recent = entries[:split], entries[split:]
     idx = DeliverAfterIndex(100)
     for e in persisted:
         idx.add(*e)
     if persisted and data.draw(st.booleans()):
         path = os.fspath(tmp_path_factory.mktemp("d") / "00000000000000000100.dlyindex")
         idx.persist(path, log_bytes=10**6, next_offset=10**3)
-    for e in pending:
+    for e in recent:
         idx.add(*e)
     assert entries_after(idx, cursor) == _brute_after(entries, cursor)
     assert [tuple(int(x) for x in row) for row in zip(*idx.columns(), strict=True)] == \
