@@ -29,14 +29,11 @@ import crc32c
 import numpy as np
 
 from .. import fsio
+from ..errors import IndexFileError
 
 HEADER = struct.Struct("<8sqqqqqqII")
 HEADER_SIZE = HEADER.size
 assert HEADER_SIZE == 64
-
-
-class IndexFileError(Exception):
-    """A persisted index is missing, stale or corrupt (internal: triggers a rebuild)."""
 
 
 class IndexMeta(NamedTuple):

@@ -12,9 +12,8 @@ import os
 from collections.abc import Iterator
 
 from .. import fsio
-from ..errors import CorruptLogError
+from ..errors import CorruptLogError, IndexFileError
 from ..index.deliver_after_index import DeliverAfterIndex, Entry
-from ..index.index_file import IndexFileError
 from ..index.offset_index import OffsetIndex
 from ..index.time_index import TimeIndex
 from . import codec
@@ -61,7 +60,6 @@ class LogSegment:
 
     def path(self, suffix: str) -> str:
         return segment_file(self.directory, self.base_offset, suffix)
-
 
     # ------------------------------------------------------------------ opening
 
@@ -169,10 +167,6 @@ class LogSegment:
         self.time_index.persist(self.path(TIMEINDEX_SUFFIX), **kw)
         self.dly_index.persist(self.path(DLYINDEX_SUFFIX), **kw)
 
-    def truncate_to(self, size: int) -> None:
-        fsio.truncate(self.fd, size)
-        self.size = size
-
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
@@ -187,10 +181,6 @@ class LogSegment:
             fsio.unlink(self.path(suffix))
 
     # ------------------------------------------------------------------ reading
-
-    def read_batch(self, position: int, size: int, expected_base: int) -> bytes:
-        """The verified bytes of the batch at `position` (see read_verified)."""
-        return self.read_verified(position, size, expected_base)[1]
 
     def read_verified(self, position: int, size: int, expected_base: int
                       ) -> tuple[codec.BatchHeader, bytes]:

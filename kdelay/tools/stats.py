@@ -14,9 +14,10 @@ import numpy as np
 
 from ..clock import wall_clock
 from ..errors import KdelayError
-from ..fetch.groups import GroupStore
+from ..fetch.lag import due_after
 from ..index.index_file import currency_mismatches
 from ..log.files import CLEAN_SHUTDOWN_FILE, SegmentFiles
+from ..log.groups import GroupStore
 from ..log.loader import read_recovery_point
 from ..log.walker import Progress
 from .formatting import Out, fmt_duration, fmt_time
@@ -83,12 +84,12 @@ def partition_stats(directory: str, now: int, progress: Progress | None = None) 
                 for name, ms in FORECAST}
     forecast["beyond_1d"] = int(counts[da > now + FORECAST[-1][1]].sum())
     groups = []
-    for name, key in _read_groups(directory):
-        lag = None
-        if key is not None:
-            lag = _records_after(key, da, base, counts, now)
-        else:
-            lag = int(counts[~pending_mask].sum())
+    positions = _read_groups(directory)
+    # lag as the facade's metrics count it, over all segments' batches in key order
+    order = np.lexsort((base, da))
+    lags = due_after(da[order], base[order], counts[order] - 1, now,
+                     [key for _, key in positions])
+    for (name, key), lag in zip(positions, lags, strict=True):
         groups.append({"group": name,
                        "deliver_after": None if key is None else key[0],
                        "offset": None if key is None else key[1],
@@ -116,19 +117,6 @@ def partition_stats(directory: str, now: int, progress: Progress | None = None) 
         "recovery_point": read_recovery_point(directory),
         "groups": groups,
     }
-
-
-def _records_after(key: tuple[int, int], da: np.ndarray, base: np.ndarray,
-                   counts: np.ndarray, now: int) -> int:
-    """Due records whose (deliver_after, offset) is after `key`."""
-    kda, koff = key
-    due = da <= now
-    later = due & (da > kda)
-    n = int(counts[later].sum())
-    same = due & (da == kda)
-    last = base + counts - 1
-    n += int(np.clip(last[same] - np.maximum(base[same], koff + 1) + 1, 0, None).sum())
-    return n
 
 
 def _read_groups(directory: str) -> list[tuple[str, tuple[int, int] | None]]:

@@ -8,9 +8,9 @@ import argparse
 import os
 
 from ..errors import KdelayError
-from ..fetch.groups import GroupStore
 from ..log import files
 from ..log.files import LOG_SUFFIX, SegmentFiles, parse_segment_name, segment_file
+from ..log.groups import GroupStore
 from ..log.walker import Batch, FramingBreak, Progress
 from .formatting import Out
 from .progress import ProgressBar, fmt_size

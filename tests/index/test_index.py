@@ -10,10 +10,11 @@ import crc32c
 import hypothesis.strategies as st
 import numpy as np
 import pytest
+from conftest import entries_after
 from hypothesis import given, settings
 
+from kdelay.errors import IndexFileError
 from kdelay.index.deliver_after_index import DeliverAfterIndex
-from kdelay.index.index_file import IndexFileError
 from kdelay.index.offset_index import OffsetIndex
 from kdelay.index.time_index import TimeIndex
 
@@ -48,7 +49,7 @@ def test_offset_index_floor_and_lookup(tmp_path):
         [0, 0, 100, 100, 400, 400, 900, 900]
     path = os.fspath(tmp_path / "00000000000000000010.index")
     idx.persist(path, log_bytes=1000, next_offset=40)
-    idx.add(45, 1000)  # pending after persisted
+    idx.add(45, 1000)  # recent, after the persisted entries
     assert [idx.lookup(o) for o in (11, 20, 44, 45, 99)] == [0, 400, 900, 1000, 1000]
     again = OffsetIndex.load(path, base_offset=10, log_bytes=1000)
     assert len(again) == 3 and again.meta.next_offset == 40
@@ -75,7 +76,7 @@ def test_deliver_after_index_orders_by_key():
     idx = DeliverAfterIndex(100)
     for e in entries:
         idx.add(*e)
-    assert list(idx.entries_after(None)) == sorted(entries)
+    assert entries_after(idx, None) == sorted(entries)
     assert idx.min_deliver_after() == 10
     last = max(entries)
     assert idx.max_key() == (50, last[1] + last[3])
@@ -88,11 +89,11 @@ def test_deliver_after_index_orders_by_key():
 def test_entries_after_cursor_inside_a_batch():
     entries = _batches([(10, 3), (10, 2), (20, 1)])  # offsets 100-102, 103-104, 105
     idx = DeliverAfterIndex.from_entries(100, entries)
-    assert [e[1] for e in idx.entries_after((10, 101))] == [100, 103, 105]
-    assert [e[1] for e in idx.entries_after((10, 102))] == [103, 105]
-    assert [e[1] for e in idx.entries_after((10, 104))] == [105]
-    assert [e[1] for e in idx.entries_after((15, 0))] == [105]
-    assert list(idx.entries_after((20, 105))) == []
+    assert [e[1] for e in entries_after(idx, (10, 101))] == [100, 103, 105]
+    assert [e[1] for e in entries_after(idx, (10, 102))] == [103, 105]
+    assert [e[1] for e in entries_after(idx, (10, 104))] == [105]
+    assert [e[1] for e in entries_after(idx, (15, 0))] == [105]
+    assert entries_after(idx, (20, 105)) == []
 
 
 entry_specs = st.lists(st.tuples(st.integers(0, 6), st.integers(1, 4)), min_size=0,
@@ -104,16 +105,16 @@ entry_specs = st.lists(st.tuples(st.integers(0, 6), st.integers(1, 4)), min_size
     st.none(), st.tuples(st.integers(-1, 7), st.integers(95, 200))), data=st.data())
 def test_entries_after_matches_brute_force(tmp_path_factory, spec, split, cursor, data):
     entries = _batches(spec)
-    persisted, pending = entries[:split], entries[split:]
+    persisted, recent = entries[:split], entries[split:]
     idx = DeliverAfterIndex(100)
     for e in persisted:
         idx.add(*e)
     if persisted and data.draw(st.booleans()):
         path = os.fspath(tmp_path_factory.mktemp("d") / "00000000000000000100.dlyindex")
         idx.persist(path, log_bytes=10**6, next_offset=10**3)
-    for e in pending:
+    for e in recent:
         idx.add(*e)
-    assert list(idx.entries_after(cursor)) == _brute_after(entries, cursor)
+    assert entries_after(idx, cursor) == _brute_after(entries, cursor)
     assert [tuple(int(x) for x in row) for row in zip(*idx.columns(), strict=True)] == \
         sorted(entries)
     if entries:
@@ -214,7 +215,7 @@ def test_persist_is_atomic_and_reloads(tmp_path):
     idx.add(5, 106, 4321, 0, 80)
     idx.persist(path, log_bytes=4401, next_offset=107)
     again = DeliverAfterIndex.load(path, base_offset=100, log_bytes=4401)
-    assert list(again.entries_after(None)) == sorted(entries + [(5, 106, 4321, 0, 80)])
+    assert entries_after(again, None) == sorted(entries + [(5, 106, 4321, 0, 80)])
     with pytest.raises(IndexFileError):
         DeliverAfterIndex.load(path, base_offset=100, log_bytes=4321)  # now stale
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.partitioner import murmur2 as kafka_murmur2
 
-from kdelay.partitioner import murmur2, partition_for_key, to_positive
+from kdelay.clients.partitioner import murmur2, partition_for_key, to_positive
 
 # org.apache.kafka.common.utils.UtilsTest.testMurmur2 (Java's signed int results)
 JAVA_VECTORS = {

@@ -6,10 +6,10 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import T0
+from conftest import T0, entries_after
 
 from kdelay import CorruptLogError
-from kdelay.index.index_file import IndexFileError
+from kdelay.errors import IndexFileError
 from kdelay.log import codec
 from kdelay.log.files import parse_segment_name, segment_name
 from kdelay.log.segment import LogSegment
@@ -46,16 +46,16 @@ def test_append_read_find(tmp_path):
     placed = _fill(seg, [(2, T0 + 5), (1, T0), (3, T0 + 5)])
     assert seg.next_offset == 16 and seg.size == sum(s for _, s in placed)
     for (pos, size), base in zip(placed, (10, 12, 13), strict=True):
-        assert len(seg.read_batch(pos, size, base)) == size
+        assert len(seg.read_verified(pos, size, base)[1]) == size
     assert [seg.find_batch(o)[0] for o in range(10, 16)] == \
         [placed[0][0]] * 2 + [placed[1][0]] + [placed[2][0]] * 3
     assert seg.find_batch(9) is None and seg.find_batch(16) is None
     assert [h.base_offset for _, h in seg.batch_headers()] == [10, 12, 13]
     with pytest.raises(CorruptLogError):
-        seg.read_batch(placed[1][0], placed[1][1], 11)  # wrong expected base
+        seg.read_verified(placed[1][0], placed[1][1], 11)  # wrong expected base
     with pytest.raises(CorruptLogError):
-        seg.read_batch(placed[1][0], placed[1][1] - 1, 12)  # wrong size
-    keys = [(e[0], e[1]) for e in seg.dly_index.entries_after(None)]
+        seg.read_verified(placed[1][0], placed[1][1] - 1, 12)  # wrong size
+    keys = [(e[0], e[1]) for e in entries_after(seg.dly_index, None)]
     assert keys == [(T0, 12), (T0 + 5, 10), (T0 + 5, 13)]
     seg.close()
 
@@ -65,12 +65,12 @@ def test_persist_then_load_reads_indexes(tmp_path):
     seg = LogSegment.create(d, 0)
     _fill(seg, [(2, T0 + 9), (4, T0), (1, T0 + 3)])
     seg.persist_indexes()
-    want = list(seg.dly_index.entries_after(None))
+    want = entries_after(seg.dly_index, None)
     seg.close()
     loaded = LogSegment.load(d, 0)
     assert loaded.next_offset == 7 and loaded.size == os.path.getsize(
         os.path.join(d, "00000000000000000000.log"))
-    assert list(loaded.dly_index.entries_after(None)) == want
+    assert entries_after(loaded.dly_index, None) == want
     assert loaded.find_batch(5)[1].base_offset == 2
     loaded.close()
 
@@ -104,12 +104,12 @@ def test_recover_rebuilds_same_indexes(tmp_path):
     d = os.fspath(tmp_path)
     seg = LogSegment.create(d, 5)
     _fill(seg, [(2, T0 + 9), (4, T0), (1, T0 + 3), (3, T0)], interval=1)
-    want_dly = list(seg.dly_index.entries_after(None))
+    want_dly = entries_after(seg.dly_index, None)
     want_off = [c.tolist() for c in seg.offset_index.columns()]
     seg.close()
     rec, err = LogSegment.recover(d, 5, index_interval_bytes=1, check_crc=True, truncate=True)
     assert err is None
-    assert list(rec.dly_index.entries_after(None)) == want_dly
+    assert entries_after(rec.dly_index, None) == want_dly
     assert [c.tolist() for c in rec.offset_index.columns()] == want_off
     assert rec.next_offset == 15
     rec.close()

@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kdelay import Consumer, DeliveryKey, KdelayError, Log, LogConfig, Record, Topic
+from kdelay.clients.consumer import ATTEMPT_HEADER, attempt_of, backoff_ms
 from kdelay.errors import DelayedDeliveryDisabledError, InvalidRecordError
-from kdelay.fetch.consumer import ATTEMPT_HEADER, attempt_of, backoff_ms
 
 # ---------------------------------------------------------------------- positions and groups
 

@@ -40,7 +40,7 @@ class Model:
 
     sent: dict[int, tuple[bytes, int]] = field(default_factory=dict)
     durable: set[int] = field(default_factory=set)
-    pending: set[int] = field(default_factory=set)
+    unflushed: set[int] = field(default_factory=set)
     next_offset: int = 0
     commits: dict[str, list[DeliveryKey | None]] = field(default_factory=dict)
     committed_ok: dict[str, DeliveryKey | None] = field(default_factory=dict)
@@ -59,12 +59,12 @@ class Model:
         self.next_offset += n
         res = log.append(recs, deliver_after=da)
         assert (res.base_offset, res.last_offset) == (i, i + n - 1)
-        (self.durable if flushed else self.pending).update(offsets)
+        (self.durable if flushed else self.unflushed).update(offsets)
 
     def flush(self, log: Log) -> None:
         log.flush()
-        self.durable |= self.pending
-        self.pending.clear()
+        self.durable |= self.unflushed
+        self.unflushed.clear()
 
     def commit(self, log: Log, group: str, key: DeliveryKey | None) -> None:
         # while the commit runs, a crash may leave either position

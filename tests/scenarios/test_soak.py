@@ -6,7 +6,7 @@ record survived every kill, byte for byte.
 
 Durations: KDELAY_SOAK_SECONDS (default 25 for the thread phase; the kill -9 phase gets
 the same). The long variant (test_soak_long, marked slow) runs only when that variable is
-set, e.g. KDELAY_SOAK_SECONDS=600 pytest -m slow tests/test_soak.py.
+set, e.g. KDELAY_SOAK_SECONDS=600 pytest -m slow tests/scenarios/test_soak.py.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from typing import NamedTuple
 from ..errors import InvalidRecordError, KdelayError
 from ..partition import Log
 from ..records import AppendResult, DeliveryKey, FetchedRecord, Record
-from ..topic import Topic
+from .topic import Topic
 
 __all__ = ["ATTEMPT_HEADER", "Consumer", "RetryOutcome", "attempt_of", "backoff_ms"]
 

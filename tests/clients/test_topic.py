@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from kafka.partitioner import murmur2 as kafka_murmur2
 
 from kdelay import InvalidRecordError, InvalidTopicError, KdelayError, Log, LogConfig, Record, Topic
+from kdelay.clients.topic import META_DIR, validate_topic_name
 from kdelay.errors import LogClosedError
-from kdelay.topic import META_DIR, validate_topic_name
 
 
 def test_layout_is_kafkas(tmp_path, clock):

@@ -6,9 +6,9 @@ refused instead of silently re-hashing keys onto different partitions. The metad
 in a subdirectory because a 249-character name leaves no room for a suffix (plus the
 atomic write's ".tmp") within the file system's 255-byte name limit.
 
-Every partition Log is opened as a `_TopicPartitionLog`, whose appends also bump the
-topic's `ActivitySignal`: a Consumer long-polling several partitions sleeps on that one
-signal (and on a timer to the earliest pending deliverAfter) instead of polling.
+Every partition Log gets an append listener that bumps the topic's `ActivitySignal`: a
+Consumer long-polling several partitions sleeps on that one signal (and on a timer to the
+earliest pending deliverAfter) instead of polling.
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ import re
 import threading
 from collections.abc import Sequence
 
-from . import fsio
-from .config import LogConfig
-from .errors import InvalidRecordError, InvalidTopicError, KdelayError
-from .partition import Clock, Log
+from .. import fsio
+from ..clock import Clock
+from ..config import LogConfig
+from ..errors import InvalidRecordError, InvalidTopicError, KdelayError
+from ..partition import Log
+from ..records import AppendResult, Record
 from .partitioner import partition_for_key
-from .records import AppendResult, Record
 
 __all__ = ["META_DIR", "MAX_TOPIC_NAME_LENGTH", "ActivitySignal", "Topic", "validate_topic_name"]
 
@@ -71,19 +72,6 @@ class ActivitySignal:
                 self._cond.wait(timeout)
 
 
-class _TopicPartitionLog(Log):
-    """A partition Log that tells its topic about every append (however it is made)."""
-
-    _signal: ActivitySignal | None = None
-
-    def append(self, records: Sequence[Record], *, deliver_after: int | None = None
-               ) -> AppendResult:
-        result = super().append(records, deliver_after=deliver_after)
-        if self._signal is not None:
-            self._signal.bump()
-        return result
-
-
 class Topic:
     """Open with `Topic.open(root, name, partitions=N, config=..., clock=...)`."""
 
@@ -93,7 +81,8 @@ class Topic:
         self._logs = logs
         self.signal = ActivitySignal()
         for log in logs:
-            log._signal = self.signal  # type: ignore[attr-defined]
+            # every append wakes waiting consumers, however it is made
+            log.add_append_listener(self._wake)
         self._rr_lock = threading.Lock()
         self._next_keyless = 0
         self._closed = False
@@ -136,13 +125,16 @@ class Topic:
         logs: list[Log] = []
         try:
             for i in range(count):
-                logs.append(_TopicPartitionLog.open(os.path.join(root, f"{name}-{i}"),
-                                                    config=config, clock=clock))
+                logs.append(Log.open(os.path.join(root, f"{name}-{i}"), config=config,
+                                     clock=clock))
         except BaseException:
             for log in logs:
                 log.close()
             raise
         return cls(root, name, logs)
+
+    def _wake(self, _result: AppendResult) -> None:
+        self.signal.bump()
 
     # ------------------------------------------------------------------ access
 

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kdelay import KdelayError, Log, LogConfig, Record
+from kdelay.errors import IndexFileError
 from kdelay.index.deliver_after_index import DeliverAfterIndex
-from kdelay.index.index_file import IndexFileError
 from kdelay.index.offset_index import OffsetIndex
 from kdelay.index.time_index import TimeIndex
 from kdelay.testing.faults import close_abandoned
