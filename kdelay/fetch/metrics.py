@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from ..log.segment import INDEX_SUFFIXES
+from ..log.files import INDEX_SUFFIXES
 from ..log.segment_set import SegmentSet
 from ..records import DeliveryKey
 from .lag import due_after

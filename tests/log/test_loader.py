@@ -16,7 +16,8 @@ from kdelay.index.deliver_after_index import DeliverAfterIndex
 from kdelay.index.offset_index import OffsetIndex
 from kdelay.index.time_index import TimeIndex
 from kdelay.log import loader
-from kdelay.log.segment import INDEX_SUFFIXES, LOG_SUFFIX, LogSegment, segment_file
+from kdelay.log.files import INDEX_SUFFIXES, LOG_SUFFIX, segment_file
+from kdelay.log.segment import LogSegment
 
 CFG = LogConfig(index_interval_bytes=1)
 KINDS = {".index": OffsetIndex, ".timeindex": TimeIndex, ".dlyindex": DeliverAfterIndex}

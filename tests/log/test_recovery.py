@@ -15,13 +15,14 @@ from conftest import T0
 
 from kdelay import CorruptLogError, DeliveryKey, Log, LogConfig, LogLockedError, Record, fsio
 from kdelay.log import codec
+from kdelay.log.files import segment_name
 
 FAR = T0 + 10**9  # a clock at which everything in these logs is due
 SEG = [0, 6, 12]  # base offsets of the fixture log's segments (the last one is active)
 
 
 def _name(base: int, suffix: str) -> str:
-    return f"{base:020d}{suffix}"
+    return segment_name(base) + suffix
 
 
 def _batch_positions(log_path: str) -> list[tuple[int, codec.BatchHeader]]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from kdelay import DeliveryKey, Log, LogConfig, Record
+from kdelay.log.files import segment_name
 from kdelay.testing.checks import check_log
 from kdelay.testing.faults import CRASH_MODES, FaultInjector, SimulatedCrash, close_abandoned
 
@@ -136,9 +137,9 @@ def _prep_recovery(path: str, m: Model, config: LogConfig) -> None:
     m.append(log, 2, flushed=True)
     segs = log.segments
     close_abandoned(log)
-    with open(os.path.join(path, f"{segs[-1]:020d}.log"), "ab") as f:
+    with open(os.path.join(path, segment_name(segs[-1]) + ".log"), "ab") as f:
         f.write(b"\x00\x00\x00\x00\x00\x00\x00\x08\x00\x00\x01\x00torn")
-    os.unlink(os.path.join(path, f"{segs[1]:020d}.dlyindex"))
+    os.unlink(os.path.join(path, segment_name(segs[1]) + ".dlyindex"))
     return None
 
 

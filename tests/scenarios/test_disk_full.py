@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kdelay import DeliveryKey, KdelayError, Log, LogConfig, Record
+from kdelay.log.files import segment_name
 from kdelay.testing.checks import check_log
 from kdelay.testing.faults import FaultInjector
 
@@ -118,11 +119,11 @@ def test_append_refused_writes_nothing(tmp_path) -> None:
     with FaultInjector([h.path], enospc=disk, seed=1):
         for _ in range(3):
             assert h.append(2)
-        size = os.path.getsize(os.path.join(h.path, f"{0:020d}.log"))
+        size = os.path.getsize(os.path.join(h.path, segment_name(0) + ".log"))
         disk.full = True
         for _ in range(6):  # short writes half the time (seeded)
             assert not h.append(3)
-            assert os.path.getsize(os.path.join(h.path, f"{0:020d}.log")) == size
+            assert os.path.getsize(os.path.join(h.path, segment_name(0) + ".log")) == size
         h.check("while full")
         disk.full = False
         for _ in range(3):

@@ -20,6 +20,7 @@ from kdelay.errors import IndexFileError
 from kdelay.index.deliver_after_index import DeliverAfterIndex
 from kdelay.index.offset_index import OffsetIndex
 from kdelay.index.time_index import TimeIndex
+from kdelay.log.files import segment_name
 from kdelay.testing.faults import close_abandoned
 
 T0 = 1_700_000_000_000
@@ -176,8 +177,8 @@ def test_index_loader_rejects_every_damage(templates, tmp_path_factory, cls, suf
     loads to exactly the persisted entries."""
     _, files = templates[True]
     base = 0
-    name = f"{base:020d}{suffix}"
-    log_bytes = len(files[f"{base:020d}.log"])
+    name = segment_name(base) + suffix
+    log_bytes = len(files[segment_name(base) + ".log"])
     original = files[name]
     damaged = mutate({name: original}, [(m[0], 0, *m[2:]) for m in mutations])[name]
     path = str(tmp_path_factory.mktemp("idx") / name)
@@ -292,7 +293,7 @@ def test_append_after_damaged_tail_of_last_segment_is_not_lost(tmp_path) -> None
     with Log.open(path, config=cfg, clock=lambda: T0) as log:
         for i in range(5):
             log.append([Record(b"v%d" % i)])
-    with open(os.path.join(path, f"{0:020d}.log"), "ab") as f:
+    with open(os.path.join(path, segment_name(0) + ".log"), "ab") as f:
         f.write(b"\x01" * 100)
     log = Log.open(path, config=cfg, clock=lambda: T0)
     res = log.append([Record(b"acked")])
