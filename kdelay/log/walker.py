@@ -52,24 +52,27 @@ def frames(read: Reader, start: int, end: int, *, path: str | None = None,
     buf: bytes | bytearray = b""
     buf_pos = pos = start
     avail = 0  # file bytes in buf
+    header_size = codec.HEADER_SIZE
+    parse = codec.parse_header
+    make = tuple.__new__  # a Frame without NamedTuple's Python-level __new__ (hot loop)
     while pos < end:
         rel = pos - buf_pos
-        if avail - rel < codec.HEADER_SIZE:
-            want = codec.HEADER_SIZE if headers_only else chunk
-            buf = read(pos, min(max(want, codec.HEADER_SIZE), end - pos))
+        if avail - rel < header_size:
+            want = header_size if headers_only else chunk
+            buf = read(pos, min(max(want, header_size), end - pos))
             buf_pos, rel, avail = pos, 0, len(buf) - pad
         # a batch may run past the buffer (read again below), not past `end`; a buffer
         # short of a whole header means the file ended early
-        short = avail - rel < codec.HEADER_SIZE
-        h = codec.parse_header(buf, rel, path=path, file_pos=pos,
-                               available=avail - rel if short else end - pos)
-        if not headers_only and avail - rel < h.size:
+        room = avail - rel
+        h = parse(buf, rel, path=path, file_pos=pos,
+                  available=room if room < header_size else end - pos)
+        if not headers_only and room < h.size:
             buf = read(pos, min(max(chunk, h.size), end - pos))
             buf_pos, rel, avail = pos, 0, len(buf) - pad
             if avail < h.size:  # the file shrank under us
                 raise CorruptLogError(f"truncated batch: batchLength says {h.size} bytes, "
                                       f"{avail} remain", path, pos)
-        yield Frame(pos, h, buf, rel)
+        yield make(Frame, (pos, h, buf, rel))
         pos += h.size
 
 

@@ -259,17 +259,17 @@ class SegmentReader:
         buf_pos = 0
         batches: list[ChunkBatch] = []
         try:
-            for f in walker.frames(read, start, size, path=self.path, chunk=self.chunk_bytes,
-                                   pad=PAD):
-                if f.buf is not buf:  # a new read: hand on what the previous one held
+            keep = self.bounds.keep_batch
+            for fpos, h, fbuf, rel in walker.frames(read, start, size, path=self.path,
+                                                    chunk=self.chunk_bytes, pad=PAD):
+                if fbuf is not buf:  # a new read: hand on what the previous one held
                     if batches:
                         yield Chunk(buf, buf_pos, batches)
-                    buf, buf_pos, batches = f.buf, f.position - f.rel, []
+                    buf, buf_pos, batches = fbuf, fpos - rel, []
                 self.stats.batches_seen += 1
-                h = f.header
-                if (skip is None or f.position not in skip) and \
-                        self.bounds.keep_batch(h.deliver_after, h.base_offset, h.last_offset):
-                    batches.append(self._take(f.buf, f.rel, f.position, h))
+                if (skip is None or fpos not in skip) and \
+                        keep(h.deliver_after, h.base_offset, h.last_offset):
+                    batches.append(self._take(fbuf, rel, fpos, h))
         except CorruptLogError as e:
             error: CorruptLogError | None = e
         else:
