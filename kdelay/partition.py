@@ -34,9 +34,8 @@ from .errors import (
 from .fetch import metrics, offset_order
 from .fetch.due_order import DueOrderReader
 from .log import codec, groups, retention
-from .log.files import CLEAN_SHUTDOWN_FILE
 from .log.flushing import FlushPolicy
-from .log.loader import LoadReport, open_directory, write_recovery_point
+from .log.loader import CLEAN_SHUTDOWN_FILE, LoadReport, open_directory, write_recovery_point
 from .log.segment import LogSegment
 from .log.segment_set import SegmentSet
 from .records import AppendResult, DeliveryKey, FetchedRecord, FetchResult, Record
