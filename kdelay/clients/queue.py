@@ -35,11 +35,11 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from ..errors import KdelayError
-from ..partition import Log
+from ..partition import METRICS_SECTIONS, Log
 from ..records import DeliveryKey, FetchedRecord, Header, Record
-from ..topic import ActivitySignal, Topic
 from . import queue_state
 from .queue_state import ACK, ACQUIRE, DROP, REJECT, RELEASE, StateStore
+from .topic import ActivitySignal, Topic
 
 __all__ = ["QueueConsumer", "QueueRecord", "queue_metrics"]
 
@@ -110,10 +110,8 @@ class _GroupPartition:
         self.closed = False
         self._subscribers: set[ActivitySignal] = set()
         self._sub_lock = threading.Lock()
-        add = getattr(log, "add_append_listener", None)
-        if add is not None:
-            ref = weakref.ref(self)
-            add(lambda _result: _notify_ref(ref))
+        ref = weakref.ref(self)  # the log outlives this state: hold it weakly
+        log.add_append_listener(lambda _result: _notify_ref(ref))
 
     def _forget_lost_tail(self, st) -> None:
         """The log can lose an unflushed tail in a power loss (flush_messages=None) that
@@ -652,16 +650,6 @@ class QueueConsumer:
             raise KdelayError("QueueConsumer is closed")
 
 
-def _due_after(log: Log, cursor: DeliveryKey | None, now: int) -> int:
-    """Records due at `now` after `cursor` in due order: never delivered, so available."""
-    from ..partition import _add_segment_lag
-    lag = {"q": 0}
-    with log._lock:
-        for seg in list(log._segments.values()):
-            _add_segment_lag(seg, now, {"q": cursor}, lag)
-    return lag["q"]
-
-
 def queue_metrics(log: Log, now: int) -> dict[str, dict]:
     """Per queue group with state on `log`: acquired, available (due now: released, expired
     or never delivered), delayed (released with a delay, not yet due), acked, rejected. An
@@ -682,6 +670,9 @@ def queue_metrics(log: Log, now: int) -> dict[str, dict]:
             counts = {"acquired": 0, "available": len(st.inflight) - delayed,
                       "delayed": delayed, "acked": st.acked, "rejected": st.rejected,
                       "in_flight": len(st.inflight), "cursor": st.cursor}
-        counts["available"] += _due_after(log, counts["cursor"], now)
+        counts["available"] += log.due_after([counts["cursor"]], now)[0]
         out[group] = counts
     return out
+
+
+METRICS_SECTIONS["queues"] = queue_metrics

@@ -75,7 +75,7 @@ from dataclasses import dataclass, field
 import crc32c
 
 from .. import fsio
-from ..errors import CorruptLogError, KdelayError, LogWriteError
+from ..errors import CorruptQueueStateError, KdelayError, LogWriteError
 from ..records import DeliveryKey
 
 __all__ = [
@@ -107,10 +107,6 @@ _MIN_BODY = _BODY_HEAD.size + _COUNT.size
 SNAP_MAGIC, JOURNAL_MAGIC, VERSION = b"KDQS", b"KDQJ", 1
 MAX_ENTRY = 64 << 20
 _log = logging.getLogger("kdelay")
-
-
-class CorruptQueueStateError(CorruptLogError):
-    """A queue group's snapshot or journal is damaged where a crash cannot have left it."""
 
 
 def validate_group(group: object) -> str:
