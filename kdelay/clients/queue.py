@@ -26,6 +26,7 @@ or pending record comes due on the log clock.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import threading
@@ -38,7 +39,7 @@ from ..errors import KdelayError
 from ..partition import METRICS_SECTIONS, Log
 from ..records import DeliveryKey, FetchedRecord, Header, Record
 from . import queue_state
-from .queue_state import ACK, ACQUIRE, DROP, REJECT, RELEASE, StateStore
+from .queue_state import ACK, ACQUIRE, ACQUIRED_BIT, DROP, REJECT, RELEASE, StateStore
 from .topic import ActivitySignal, Topic
 
 __all__ = ["QueueConsumer", "QueueRecord", "queue_metrics"]
@@ -349,20 +350,26 @@ class _GroupPartition:
             heapq.heappush(self._locks, (until, off, e.version))
 
     def release_all(self, q: QueueConsumer) -> int:
-        """Make every record `q` holds available again at its place (close): O(in-flight),
-        memory only (after a restart they are available anyway)."""
-        n = 0
+        """Make every record `q` holds available again at its place (close): O(in-flight).
+        The journal notes it without an fsync: it only keeps `kdelay stats` from showing
+        them as held (after a restart they are available anyway)."""
+        items = []
         for off, e in self.inflight.items():
             if e.holder is q:
                 e.holder, e.version = None, next(self._ver)
                 heapq.heappush(self._avail, (e.avail_at, off, e.version))
-                n += 1
-        return n
+                items.append((off, e.avail_at))
+        if items and not self.store.failed:
+            with contextlib.suppress(KdelayError):  # best effort: closing must not fail
+                self.store.append([(RELEASE, queue_state.release_payload(items))],
+                                  sync=False)
+        return len(items)
 
     def _maybe_compact(self) -> None:
         if self.store.should_compact(len(self.inflight)):
             self.store.compact(self.cursor, self.acked, self.rejected,
-                               [(o, e.count, e.avail_at) for o, e in self.inflight.items()])
+                               [(o, e.count | (0 if e.holder is None else ACQUIRED_BIT),
+                                 e.avail_at) for o, e in self.inflight.items()])
 
     def _check_open(self) -> None:
         if self.closed:

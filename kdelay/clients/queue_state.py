@@ -22,6 +22,8 @@ Files, in `<partition dir>/queues/` (all integers big-endian):
     generation u64 | cursor deliverAfter i64 | cursor offset i64 | acked u64 |
     rejected u64 | count u32 | count x (offset i64, delivery count u32, available-at i64) |
     crc32c u32 of every byte before it
+    (the delivery count's top bit says the record was held when the snapshot was taken;
+    only `kdelay stats` reads it: after a restart nothing is held)
 
 `<group>.journal`, append-only; a 24-byte header, then entries:
 
@@ -95,6 +97,8 @@ ENTRY_NAMES = {ACQUIRE: "acquire", ACK: "ack", REJECT: "reject", RELEASE: "relea
 
 _SNAP_HEAD = struct.Struct(">4sHHQqqQQI")
 _SNAP_ITEM = struct.Struct(">qIq")
+ACQUIRED_BIT = 1 << 31  # in a snapshot item's count: held when the snapshot was taken
+_COUNT_MASK = ACQUIRED_BIT - 1
 _JOURNAL_HEAD = struct.Struct(">4sHHQI")
 JOURNAL_HEADER_SIZE = _JOURNAL_HEAD.size + 4
 _ENTRY_FRAME = struct.Struct(">II")
@@ -142,6 +146,7 @@ class LoadedState:
 
     cursor: DeliveryKey | None = None
     inflight: dict[int, tuple[int, int]] = field(default_factory=dict)
+    acquired: set[int] = field(default_factory=set)  # last event an acquisition (stats only)
     acked: int = 0
     rejected: int = 0
     generation: int = 0
@@ -212,8 +217,10 @@ def _parse_snapshot(data: bytes, path: str) -> LoadedState:
         raise CorruptQueueStateError("queue snapshot length disagrees with its count", path, 0)
     st = LoadedState(cursor=DeliveryKey(da, off) if flags & 1 else None, acked=acked,
                      rejected=rejected, generation=gen, exists=True)
-    st.inflight = {o: (c, a) for o, c, a in _SNAP_ITEM.iter_unpack(
-        data[_SNAP_HEAD.size:len(data) - 4])}
+    for o, c, a in _SNAP_ITEM.iter_unpack(data[_SNAP_HEAD.size:len(data) - 4]):
+        st.inflight[o] = (c & _COUNT_MASK, a)
+        if c & ACQUIRED_BIT:
+            st.acquired.add(o)
     return st
 
 
@@ -242,16 +249,19 @@ def _apply(st: LoadedState, kind: int, payload: bytes) -> None:
         items = payload[_ACQ_HEAD.size:_ACQ_HEAD.size + n * _SNAP_ITEM.size]
         for o, c, a in _SNAP_ITEM.iter_unpack(items):
             st.inflight[o] = (c, a)
+            st.acquired.add(o)
         return
     n = _COUNT.unpack_from(payload)[0]
     if kind == RELEASE:
         for o, a in _RELEASE_ITEM.iter_unpack(payload[4:4 + n * _RELEASE_ITEM.size]):
             if o in st.inflight:
                 st.inflight[o] = (st.inflight[o][0], a)
+                st.acquired.discard(o)
         return
     offsets = struct.unpack_from(f">{n}q", payload, 4)
     for o in offsets:
         st.inflight.pop(o, None)
+        st.acquired.discard(o)
     if kind == ACK:
         st.acked += n
     elif kind == REJECT:
@@ -476,6 +486,24 @@ class StateStore:
 def _write_error(e: OSError, path: str) -> LogWriteError:
     return LogWriteError(e.errno, f"queue journal write to {path} failed: {e.strerror or e}",
                          e.filename)
+
+
+def offline_counts(st: LoadedState, now: int) -> dict:
+    """A group's counts from its files alone (kdelay stats): `acquired` are the records
+    whose last recorded event is an acquisition (held by a live process, or by one that
+    died: those are available again at its next open); `available` and `delayed` split the
+    rest of the in-flight set at `now` (records after the cursor are not counted here)."""
+    acquired = available = delayed = 0
+    for off, (_, at) in st.inflight.items():
+        if off in st.acquired:
+            acquired += 1
+        elif at <= now:
+            available += 1
+        else:
+            delayed += 1
+    return {"acquired": acquired, "available": available, "delayed": delayed,
+            "acked": st.acked, "rejected": st.rejected, "in_flight": len(st.inflight),
+            "cursor": st.cursor}
 
 
 def verify_group(log_path: str, group: str, log_end: int | None = None
