@@ -87,3 +87,30 @@ def test_stats_on_a_live_group_shows_what_it_holds(tmp_path):
         assert (g["acquired"], g["available"], g["acked"]) == (3, 2, 0)
         q.ack(held)
         q.close()
+
+
+def test_demo_worker_pool(tmp_path):
+    from collections import Counter
+
+    import pytest
+
+    from kdelay.tools import queue_demo
+    r = queue_demo.run_pool(os.fspath(tmp_path), 400, 3, seed=5)
+    plan = queue_demo.plan_failures(400, 5)
+    poison = sum(1 for f in plan if f >= queue_demo.MAX_DELIVERIES)
+    assert (r["acked"], r["dead_lettered"]) == (400 - poison, poison) and poison > 0
+    assert r["released"] >= sum(min(f, queue_demo.MAX_DELIVERIES) for f in plan)
+    # the check itself catches a job acked twice, or dead-lettered too early
+    acks = Counter({j: 1 for j in range(400) if plan[j] < queue_demo.MAX_DELIVERIES})
+    fails = Counter({j: min(f, queue_demo.MAX_DELIVERIES) for j, f in enumerate(plan)})
+    dead = [j for j in range(400) if plan[j] >= queue_demo.MAX_DELIVERIES]
+    m = {"acked": sum(acks.values()), "rejected": len(dead)}
+    queue_demo._check(400, plan, acks, fails, dead, m)
+    twice = acks.copy()
+    twice[next(iter(acks))] += 1
+    with pytest.raises(AssertionError, match="acked 2 times"):
+        queue_demo._check(400, plan, twice, fails, dead, m)
+    early = fails.copy()
+    early[dead[0]] -= 1
+    with pytest.raises(AssertionError, match="after"):
+        queue_demo._check(400, plan, acks, early, dead, m)
