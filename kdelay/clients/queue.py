@@ -96,6 +96,17 @@ class _GroupPartition:
         self.lock = threading.Lock()
         self.store = StateStore(log.path, group, compact_min_bytes=compact_min_bytes)
         st = self.store.open()
+        try:
+            self._load(st)
+        except BaseException:
+            self.store.close()
+            raise
+        self.refs = 0
+        self.closed = False
+        self._subscribers: set[ActivitySignal] = set()
+        self._sub_lock = threading.Lock()
+
+    def _load(self, st: queue_state.LoadedState) -> None:
         self.cursor = st.cursor
         self.acked, self.rejected, self.dropped = st.acked, st.rejected, 0
         self._ver = itertools.count(1)
@@ -107,12 +118,6 @@ class _GroupPartition:
             self._avail.append((at, off, e.version))
         heapq.heapify(self._avail)
         self._forget_lost_tail(st)
-        self.refs = 0
-        self.closed = False
-        self._subscribers: set[ActivitySignal] = set()
-        self._sub_lock = threading.Lock()
-        ref = weakref.ref(self)  # the log outlives this state: hold it weakly
-        log.add_append_listener(lambda _result: _notify_ref(ref))
 
     def _forget_lost_tail(self, st) -> None:
         """The log can lose an unflushed tail in a power loss (flush_messages=None) that
@@ -394,15 +399,25 @@ class _GroupPartition:
                     "in_flight": len(self.inflight), "cursor": self.cursor}
 
 
-def _notify_ref(ref: weakref.ref) -> None:
-    part = ref()
-    if part is not None and not part.closed:
+def _on_append(log_ref: weakref.ref) -> None:
+    """A Log's append listener (one per Log, whatever the number of groups): wake the
+    consumers of every queue group open on it."""
+    log = log_ref()
+    if log is None:
+        return
+    with _REGISTRY_LOCK:
+        parts = list(_REGISTRY.get(log, {}).values())
+    for part in parts:
         part.notify()
 
 
 def _attach(log: Log, group: str, compact_min_bytes: int) -> _GroupPartition:
     with _REGISTRY_LOCK:
-        groups = _REGISTRY.setdefault(log, {})
+        groups = _REGISTRY.get(log)
+        if groups is None:
+            groups = _REGISTRY[log] = {}
+            ref = weakref.ref(log)  # the listener must not keep the log alive
+            log.add_append_listener(lambda _result: _on_append(ref))
         part = groups.get(group)
         if part is None or part.closed:
             if log.closed:
