@@ -27,6 +27,7 @@ or pending record comes due on the log clock.
 from __future__ import annotations
 
 import contextlib
+import gc
 import heapq
 import itertools
 import threading
@@ -95,12 +96,18 @@ class _GroupPartition:
         self.group = group
         self.lock = threading.Lock()
         self.store = StateStore(log.path, group, compact_min_bytes=compact_min_bytes)
-        st = self.store.open()
+        gc_was_on = gc.isenabled()
+        gc.disable()  # building O(in flight) objects at once: collections would rescan them
         try:
-            self._load(st)
-        except BaseException:
-            self.store.close()
-            raise
+            st = self.store.open()
+            try:
+                self._load(st)
+            except BaseException:
+                self.store.close()
+                raise
+        finally:
+            if gc_was_on:
+                gc.enable()
         self.refs = 0
         self.closed = False
         self._subscribers: set[ActivitySignal] = set()
@@ -113,9 +120,10 @@ class _GroupPartition:
         self.inflight: dict[int, _Entry] = {}
         self._avail: list[tuple[int, int, int]] = []
         self._locks: list[tuple[int, int, int]] = []
-        for off, (count, at) in st.inflight.items():
-            e = self.inflight[off] = _Entry(count, at, next(self._ver))
-            self._avail.append((at, off, e.version))
+        # version 0 for all: versions only have to change when an entry does
+        items = st.inflight.items()
+        self.inflight = {off: _Entry(count, at, 0) for off, (count, at) in items}
+        self._avail = [(at, off, 0) for off, (_, at) in items]
         heapq.heapify(self._avail)
         self._forget_lost_tail(st)
 

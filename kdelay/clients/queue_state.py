@@ -75,6 +75,7 @@ import threading
 from dataclasses import dataclass, field
 
 import crc32c
+import numpy as np
 
 from .. import fsio
 from ..errors import CorruptQueueStateError, KdelayError, LogWriteError
@@ -99,6 +100,7 @@ _SNAP_HEAD = struct.Struct(">4sHHQqqQQI")
 _SNAP_ITEM = struct.Struct(">qIq")
 ACQUIRED_BIT = 1 << 31  # in a snapshot item's count: held when the snapshot was taken
 _COUNT_MASK = ACQUIRED_BIT - 1
+_ITEM_DTYPE = np.dtype([("offset", ">i8"), ("count", ">u4"), ("at", ">i8")])  # = _SNAP_ITEM
 _JOURNAL_HEAD = struct.Struct(">4sHHQI")
 JOURNAL_HEADER_SIZE = _JOURNAL_HEAD.size + 4
 _ENTRY_FRAME = struct.Struct(">II")
@@ -217,10 +219,12 @@ def _parse_snapshot(data: bytes, path: str) -> LoadedState:
         raise CorruptQueueStateError("queue snapshot length disagrees with its count", path, 0)
     st = LoadedState(cursor=DeliveryKey(da, off) if flags & 1 else None, acked=acked,
                      rejected=rejected, generation=gen, exists=True)
-    for o, c, a in _SNAP_ITEM.iter_unpack(data[_SNAP_HEAD.size:len(data) - 4]):
-        st.inflight[o] = (c & _COUNT_MASK, a)
-        if c & ACQUIRED_BIT:
-            st.acquired.add(o)
+    items = np.frombuffer(data, _ITEM_DTYPE, n, _SNAP_HEAD.size)
+    offsets, counts = items["offset"].tolist(), items["count"]
+    st.inflight = dict(zip(offsets, zip((counts & _COUNT_MASK).tolist(), items["at"].tolist(),
+                                        strict=True), strict=True))
+    st.acquired = {o for o, held in zip(offsets, (counts & ACQUIRED_BIT).tolist(),
+                                        strict=True) if held}
     return st
 
 
@@ -246,10 +250,11 @@ def _apply(st: LoadedState, kind: int, payload: bytes) -> None:
         flags, da, off, n = _ACQ_HEAD.unpack_from(payload)
         if flags & 1:
             st.cursor = DeliveryKey(da, off)
-        items = payload[_ACQ_HEAD.size:_ACQ_HEAD.size + n * _SNAP_ITEM.size]
-        for o, c, a in _SNAP_ITEM.iter_unpack(items):
-            st.inflight[o] = (c, a)
-            st.acquired.add(o)
+        items = np.frombuffer(payload, _ITEM_DTYPE, n, _ACQ_HEAD.size)
+        offsets = items["offset"].tolist()
+        st.inflight.update(zip(offsets, zip(items["count"].tolist(),
+                                            items["at"].tolist(), strict=True), strict=True))
+        st.acquired.update(offsets)
         return
     n = _COUNT.unpack_from(payload)[0]
     if kind == RELEASE:
