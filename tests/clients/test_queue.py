@@ -357,3 +357,65 @@ def test_cancelled_records_are_never_polled(env):
     clock.t += 50
     assert offs(q.poll()) == [1]
     q.close()
+
+
+def test_long_poll_wakes_when_a_lock_runs_out_or_a_release_comes_due(tmp_path):
+    """On the wall clock: a waiting poll sleeps until the earliest lock expiry or delayed
+    release, not until its timeout (60 s here)."""
+    log = Log.open(str(tmp_path / "p-0"))
+    try:
+        log.append([Record(b"a"), Record(b"b")])
+        holder = QueueConsumer(log, "g", lock_ms=150)
+        waiter = QueueConsumer(log, "g")
+        held = holder.poll()
+        holder.release(held[1:], delay_ms=300)
+        got: list = []
+
+        def wait_twice() -> None:
+            got.append(waiter.poll(timeout_ms=60_000))
+            got.append(waiter.poll(timeout_ms=60_000))
+        t = threading.Thread(target=wait_twice)
+        t.start()
+        t.join(timeout=30)
+        assert not t.is_alive()
+        assert [offs(g) for g in got] == [[0], [1]]
+        assert [g[0].delivery_count for g in got] == [2, 2]
+    finally:
+        log.close()
+
+
+def test_a_waiting_poll_does_not_spin(env, monkeypatch):
+    """Nothing due and nothing coming: the poll sleeps through its timeout in a few rounds."""
+    clock, open_log = env
+    log = open_log()
+    log.append([Record(b"far")], deliver_after=T0 + 10**9)
+    q = QueueConsumer(log, "g")
+    rounds = []
+    real = QueueConsumer._poll_round
+    monkeypatch.setattr(QueueConsumer, "_poll_round",
+                        lambda self, n: rounds.append(1) or real(self, n))
+    assert q.poll(timeout_ms=400) == []
+    assert len(rounds) <= 3
+
+
+def test_topic_dead_letter_topic_and_limit(env, tmp_path):
+    clock, _ = env
+    with Topic.open(str(tmp_path), "jobs", partitions=2, clock=clock) as topic, \
+            Topic.open(str(tmp_path), "dead", partitions=2, clock=clock) as dead:
+        for i in range(6):
+            topic.send([Record(b"v%d" % i, key=b"k%d" % i)])
+        q = QueueConsumer(topic, "g", max_delivery_count=1, dead_letter=dead)
+        recs = q.poll()
+        assert sorted(r.value for r in recs) == [b"v%d" % i for i in range(6)]
+        q.reject([r for r in recs if r.value == b"v0"])
+        q.release([r for r in recs if r.value != b"v0"])
+        assert q.poll() == []  # the second delivery would pass the limit: all dead-lettered
+        copies = sorted(r.value for p in range(2) for r in dead.partition(p).read(0))
+        assert copies == [b"v%d" % i for i in range(6)]
+        # each copy went to the partition its key maps to, as a send does
+        for p in range(2):
+            for r in dead.partition(p).read(0):
+                assert dead.partition_for(r.key) == p
+        m = topic.partition(0).metrics()["queues"]["g"]
+        assert m["in_flight"] == 0
+        q.close()
