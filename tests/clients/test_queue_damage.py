@@ -13,7 +13,7 @@ import pytest
 from conftest import T0, FakeClock
 
 from kdelay import KdelayError, Log, QueueConsumer, Record
-from kdelay.clients import queue_state
+from kdelay.clients import queue_format, queue_state
 from kdelay.clients.queue_state import JOURNAL_HEADER_SIZE, CorruptQueueStateError
 
 
@@ -49,7 +49,7 @@ def _files(path: str) -> tuple[str, str]:
 def _entries(journal: bytes) -> list[tuple[int, int, int]]:
     """(start, end, synced claim) of each valid entry."""
     out, pos = [], JOURNAL_HEADER_SIZE
-    while (e := queue_state._entry_at(journal, pos)) is not None:
+    while (e := queue_format.entry_at(journal, pos)) is not None:
         end = pos + 8 + 9 + len(e[2])
         out.append((pos, end, e[1]))
         pos = end
@@ -202,7 +202,7 @@ def test_random_journal_damage_never_loses_a_vouched_ack(tmp_path, seed, caplog)
         return
     kept_acks = set()
     for start, end, _ in entries:
-        e = queue_state._entry_at(data, start)
+        e = queue_format.entry_at(data, start)
         if end <= pos and e[0] == queue_state.ACK:
             kept_acks |= set(struct.unpack_from(f">{len(e[2]) // 8}q", e[2], 4))
     with caplog.at_level("WARNING", logger="kdelay"):
