@@ -245,3 +245,51 @@ def test_log_losing_an_unflushed_tail_the_group_had_seen(tmp_path):
     assert [(r.offset, r.value) for r in q.poll()] == [(10 + i, b"new%d" % i) for i in range(3)]
     q.close()
     log.close()
+
+
+def test_disk_full_during_ack_changes_nothing(tmp_path):
+    """ENOSPC on the journal write: the ack raises LogWriteError, the records stay held,
+    the journal is cut back, and the same ack succeeds once there is room."""
+    from kdelay import LogWriteError
+    from kdelay.testing.faults import FaultInjector
+    path = str(tmp_path / "p")
+    with Log.open(path, clock=FakeClock(T0)) as log:
+        for i in range(4):
+            log.append([Record(b"v%d" % i)])
+        q = QueueConsumer(log, "g")
+        recs = q.poll()
+        _, journal = _files(path)
+        size = os.path.getsize(journal)
+        full = FaultInjector([path], enospc=lambda op, p: op == "write" and p == journal)
+        with full, pytest.raises(LogWriteError):
+            q.ack(recs[:2])
+        assert os.path.getsize(journal) == size
+        q.release(recs[:2])  # still held by q: a release works, then an ack of the others
+        q.ack(recs[2:])
+        q.close()
+    assert _drain(path) == {0, 1}
+
+
+def test_failed_fsync_fails_the_group_until_it_reopens(tmp_path):
+    from kdelay import LogWriteError
+    from kdelay.testing.faults import FaultInjector
+    path = str(tmp_path / "p")
+    with Log.open(path, clock=FakeClock(T0)) as log:
+        for i in range(3):
+            log.append([Record(b"v%d" % i)])
+        q = QueueConsumer(log, "g")
+        recs = q.poll()
+        _, journal = _files(path)
+        eio = FaultInjector([path], enospc=lambda op, p: op == "fsync" and p == journal)
+        with eio, pytest.raises(LogWriteError):
+            q.ack(recs[:1])
+        with pytest.raises(LogWriteError, match="reopen"):
+            q.ack(recs[1:])
+        with pytest.raises(LogWriteError):
+            q.poll()
+        q.close()
+        q = QueueConsumer(log, "g")  # a fresh group state from the files
+        got = q.poll()
+        assert {r.offset for r in got} in ({1, 2}, {0, 1, 2})  # the failed ack: either way
+        q.ack(got)
+        q.close()
