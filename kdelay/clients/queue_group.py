@@ -106,14 +106,13 @@ class GroupPartition:
         self.cursor = st.cursor
         self.acked, self.rejected, self.dropped = st.acked, st.rejected, 0
         self._ver = itertools.count(1)
-        self.inflight: dict[int, _Entry] = {}
-        self._avail: list[tuple[int, int, int]] = []
-        self._locks: list[tuple[int, int, int]] = []
         # version 0 for all: versions only have to change when an entry does
         items = st.inflight.items()
-        self.inflight = {off: _Entry(count, at, 0) for off, (count, at) in items}
-        self._avail = [(at, off, 0) for off, (_, at) in items]
+        self.inflight: dict[int, _Entry] = {off: _Entry(count, at, 0)
+                                             for off, (count, at) in items}
+        self._avail: list[tuple[int, int, int]] = [(at, off, 0) for off, (_, at) in items]
         heapq.heapify(self._avail)
+        self._locks: list[tuple[int, int, int]] = []
         self._forget_lost_tail(st)
 
     def _forget_lost_tail(self, st) -> None:
