@@ -81,3 +81,12 @@ def write_errors(method):
             raise LogWriteError(e.errno, f"{method.__name__} on {self.path} failed: "
                                 f"{e.strerror or e}", e.filename) from e
     return wrapper
+
+
+class InspectError(KdelayError):
+    """Input the inspector cannot work on: a missing path, a directory that is not a log,
+    a file of the wrong kind. Its message is one line meant for a person."""
+
+
+class IndexUnreadable(KdelayError):
+    """An index file too damaged to show (bad magic, header checksum, truncated)."""

@@ -17,12 +17,11 @@ import argparse
 import os
 import sys
 
-from ..errors import KdelayError
+from ..errors import InspectError, KdelayError
 from .dump_index import cmd_dump_index
 from .dump_log import cmd_dump_log
 from .formatting import Out, err
 from .rebuild_index import cmd_rebuild_index
-from .scanning import InspectError
 from .stats import cmd_stats
 from .verify import cmd_verify
 

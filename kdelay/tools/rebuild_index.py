@@ -6,12 +6,12 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..errors import LogLockedError
+from ..errors import InspectError, LogLockedError
 from ..log.loader import take_lock
 from ..log.segment import LogSegment
 from .formatting import Out, err
 from .progress import ProgressBar
-from .scanning import InspectError, existing, list_segments, partition_dirs
+from .scanning import existing, list_segments, partition_dirs
 
 EXIT_OK, EXIT_PROBLEMS = 0, 1
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import KdelayError
+from ..errors import InspectError
 from ..index.base import AbstractIndex
 from ..index.deliver_after_index import DeliverAfterIndex
 from ..index.index_file import HEADER_SIZE, IndexReading
@@ -24,16 +24,6 @@ from ..index.time_index import TimeIndex
 from ..log import files
 from ..log.files import SegmentFiles
 from ..log.walker import Batch, FramingBreak, Progress, walk
-
-
-class InspectError(KdelayError):
-    """Input the inspector cannot work on: a missing path, a directory that is not a log,
-    a file of the wrong kind. Its message is one line meant for a person."""
-
-
-class IndexUnreadable(KdelayError):
-    """An index file too damaged to show (bad magic, header checksum, truncated)."""
-
 
 # ---------------------------------------------------------------------------- index kinds
 
