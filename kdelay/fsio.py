@@ -11,7 +11,7 @@ import contextlib
 import os
 
 __all__ = [
-    "atomic_write", "fsync", "fsync_dir", "open_append", "pread", "rename", "truncate",
+    "atomic_write", "fsync", "fsync_dir", "open_append", "open_read", "pread", "rename", "truncate",
     "unlink", "write", "read_small",
 ]
 
@@ -21,6 +21,12 @@ O_BINARY = getattr(os, "O_BINARY", 0)
 def open_append(path: str) -> int:
     """Open (creating if needed) a file for appending; returns the descriptor."""
     return os.open(path, os.O_RDWR | os.O_CREAT | O_BINARY, 0o666)
+
+
+def open_read(path: str) -> int:
+    """Open an existing file read-only (a reader that must outlive a concurrent unlink or
+    rename of the name keeps reading the same file through it)."""
+    return os.open(path, os.O_RDONLY | O_BINARY)
 
 
 def write(fd: int, data: bytes, position: int) -> None:
