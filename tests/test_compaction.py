@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 
 import numpy as np
+from compaction_helpers import HOUR, T0, Clock, Model, compact_offline, read_dir, records
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compaction_helpers import HOUR, T0, Clock, Model, compact_offline, read_dir, records
 from kdelay import Log, LogConfig
 from kdelay.log import compaction, swap
 

@@ -23,9 +23,9 @@ The protocol (`install`), each step through kdelay.fsio:
 3. every `.swap` is renamed over its final name, the `.log` last; the directory is fsync'd.
 
 `recover` repeats steps 2-3 for every `base` that has a `.log.swap` (the end offset comes from
-the marker; if the marker is unreadable it is taken from the rewritten log itself, which is
-safe: a segment kept that way held no surviving record), and removes every other `.cleaned`
-or `.swap` file.
+the marker; if the marker is unreadable, from the new indexes' headers; if those are
+unreadable too, from the rewritten log itself, which is safe: a segment kept that way held
+no surviving record), and removes every other `.cleaned` or `.swap` file.
 
 The marker `<base>.compacted` says that the segment was rewritten by compaction, so gaps in
 its offsets are expected (`kdelay verify` treats a gap anywhere else as damage), and which
@@ -48,6 +48,10 @@ import crc32c
 
 from .. import fsio
 from ..errors import CorruptLogError
+from ..index.deliver_after_index import DeliverAfterIndex
+from ..index.index_file import IndexFileError, read_meta
+from ..index.offset_index import OffsetIndex
+from ..index.time_index import TimeIndex
 from . import codec
 from .segment import INDEX_SUFFIXES, LOG_SUFFIX, parse_segment_name, segment_file
 
@@ -183,6 +187,18 @@ def _swap_end(directory: str, base: int) -> tuple[int, str]:
         marker = read_marker(directory, base, suffix)
         if marker is not None:
             return marker.end_offset, "marker"
+    # the new indexes hold the same end offset in their checksummed headers
+    for suffix, index in zip(INDEX_SUFFIXES, (OffsetIndex, TimeIndex, DeliverAfterIndex),
+                             strict=True):
+        path = segment_file(directory, base, suffix + SWAP)
+        if not os.path.exists(path):  # step 3 renamed it already
+            path = segment_file(directory, base, suffix)
+        try:
+            meta, _ = read_meta(path, index.MAGIC)
+        except IndexFileError:
+            continue
+        if meta.base_offset == base:
+            return meta.next_offset, "index header"
     # Every surviving record of each replaced segment is in the new log, so a replaced
     # segment starting after the new log's last offset held no survivor: keeping it
     # (it then ends the merged range) loses nothing and duplicates nothing.
