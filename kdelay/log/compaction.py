@@ -29,6 +29,7 @@ sources, one sequential write.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ from .segment import DLYINDEX_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX
 # sequence; numpy int64 preferred). The cancel feature answers it from its own storage.
 Cancelled = Callable[[int, int], Sequence[int]]
 
+_log = logging.getLogger("kdelay")
 _READ_CHUNK = 8 << 20
 _WRITE_CHUNK = 4 << 20
 NO_HORIZON = -(1 << 63)  # retention_ms = -1: nothing becomes removable by age
@@ -55,12 +57,15 @@ NO_HORIZON = -(1 << 63)  # retention_ms = -1: nothing becomes removable by age
 
 @dataclass(frozen=True)
 class CompactionResult:
-    """What `Log.compact()` did: segments rewritten (a merge of n segments counts n), and
-    the bytes of all the log's .log files before and after."""
+    """What `Log.compact()` did: segments rewritten (a merge of n segments counts n), the
+    bytes of all the log's .log files before and after, and the .log bytes the rewrite
+    read (the rewritten segments' sizes) and wrote (their replacements' sizes)."""
 
     segments_rewritten: int = 0
     bytes_before: int = 0
     bytes_after: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
 
 
 def horizon(now: int, retention_ms: int) -> int:
@@ -315,3 +320,79 @@ class _ChunkReader:
                 raise CorruptLogError(f"truncated batch: {size} bytes expected, "
                                       f"{len(self.buf)} remain", None, pos)
         return self.buf, rel
+
+
+# ---------------------------------------------------------------------------- the driver
+
+
+@dataclass
+class Settings:
+    retention_ms: int
+    min_ratio: float
+    segment_bytes: int
+    index_interval_bytes: int
+
+
+def run(directory: str, segments, lock, settings: Settings, *, now: Callable[[], int],
+        cancelled: Cancelled | None = None, before_change: Callable[[], None] = lambda: None,
+        after_change: Callable[[], None] = lambda: None,
+        is_closed: Callable[[], bool] = lambda: False) -> CompactionResult:
+    """Compact a live log's sealed segments. `segments` is its SegmentSet and `lock` the
+    lock guarding it: held only to take a snapshot of the sealed segments and, per group,
+    for the swap (a few renames and two directory fsyncs); planning and rewriting read
+    immutable sealed files through their own descriptors while appends and fetches go on.
+    A group whose segments changed meanwhile (retention deleted one) is dropped, as is one
+    whose source turns out damaged (logged; verify reports the damage). Call with the
+    caller's compaction lock held (one compaction at a time per log)."""
+    with lock:
+        if settings.min_ratio <= 0 or is_closed():
+            total = sum(s.size for s in segments)
+            return CompactionResult(0, total, total)
+        hz = horizon(now(), settings.retention_ms)
+        live = {s.base_offset: s for s in segments if s is not segments.active}
+        sources = [Source.of(s) for s in live.values()]
+        before = sum(s.size for s in segments)
+    groups = plan(sources, horizon_ms=hz, min_ratio=settings.min_ratio,
+                  segment_bytes=settings.segment_bytes, cancelled=cancelled)
+    rewritten = read = written = 0
+    for group in groups:
+        try:
+            rw = rewrite(directory, group, horizon_ms=hz, cancelled=cancelled,
+                         index_interval_bytes=settings.index_interval_bytes)
+        except CorruptLogError as e:
+            _log.warning("kdelay compaction: segment group at %d left as it is: %s",
+                         group[0].base_offset, e)
+            swap.discard_cleaned(directory, group[0].base_offset)
+            continue
+        with lock:
+            olds = [_current(segments, live, src) for src in group]
+            if is_closed() or any(o is None for o in olds):
+                rw.segment.close()
+                swap.discard_cleaned(directory, group[0].base_offset)
+                continue
+            before_change()
+            try:
+                swap.install(directory, rw.segment.base_offset, rw.replaced)
+            except BaseException:
+                rw.segment.close()
+                raise
+            segments.replace(olds, rw.segment)
+            for old in olds:
+                old.close()
+            after_change()
+            rewritten += len(olds)
+            read += rw.bytes_before
+            written += rw.segment.size
+    with lock:
+        after = sum(s.size for s in segments)
+    return CompactionResult(rewritten, before, after, read, written)
+
+
+def _current(segments, live: dict, src: Source) -> LogSegment | None:
+    """The segment object `src` was taken from, if it is still in the log unchanged."""
+    seg = live.get(src.base_offset)
+    try:
+        still = segments[src.base_offset] is seg
+    except KeyError:
+        return None
+    return seg if still and seg.size == src.size else None
