@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -42,8 +43,10 @@ from ..errors import CorruptLogError
 from ..index.deliver_after_index import DeliverAfterIndex, Entry
 from ..index.offset_index import OffsetIndex
 from ..index.time_index import TimeIndex
+from ..records import CompactionResult
 from . import codec, swap
-from .segment import DLYINDEX_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, LogSegment
+from .files import DLYINDEX_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX
+from .segment import LogSegment
 
 # (first offset, end offset) -> the cancelled offsets in [first, end), sorted (any int
 # sequence; numpy int64 preferred). The cancel feature answers it from its own storage.
@@ -53,19 +56,6 @@ _log = logging.getLogger("kdelay")
 _READ_CHUNK = 8 << 20
 _WRITE_CHUNK = 4 << 20
 NO_HORIZON = -(1 << 63)  # retention_ms = -1: nothing becomes removable by age
-
-
-@dataclass(frozen=True)
-class CompactionResult:
-    """What `Log.compact()` did: segments rewritten (a merge of n segments counts n), the
-    bytes of all the log's .log files before and after, and the .log bytes the rewrite
-    read (the rewritten segments' sizes) and wrote (their replacements' sizes)."""
-
-    segments_rewritten: int = 0
-    bytes_before: int = 0
-    bytes_after: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
 
 
 def horizon(now: int, retention_ms: int) -> int:
@@ -355,6 +345,7 @@ def run(directory: str, segments, lock, settings: Settings, *, now: Callable[[],
     groups = plan(sources, horizon_ms=hz, min_ratio=settings.min_ratio,
                   segment_bytes=settings.segment_bytes, cancelled=cancelled)
     rewritten = read = written = 0
+    longest = 0.0
     for group in groups:
         try:
             rw = rewrite(directory, group, horizon_ms=hz, cancelled=cancelled,
@@ -365,6 +356,7 @@ def run(directory: str, segments, lock, settings: Settings, *, now: Callable[[],
             swap.discard_cleaned(directory, group[0].base_offset)
             continue
         with lock:
+            held = time.perf_counter()
             olds = [_current(segments, live, src) for src in group]
             if is_closed() or any(o is None for o in olds):
                 rw.segment.close()
@@ -383,9 +375,10 @@ def run(directory: str, segments, lock, settings: Settings, *, now: Callable[[],
             rewritten += len(olds)
             read += rw.bytes_before
             written += rw.segment.size
+            longest = max(longest, time.perf_counter() - held)
     with lock:
         after = sum(s.size for s in segments)
-    return CompactionResult(rewritten, before, after, read, written)
+    return CompactionResult(rewritten, before, after, read, written, longest * 1000)
 
 
 def _current(segments, live: dict, src: Source) -> LogSegment | None:

@@ -47,17 +47,24 @@ from typing import NamedTuple
 import crc32c
 
 from .. import fsio
-from ..errors import CorruptLogError
+from ..errors import CorruptLogError, IndexFileError
 from ..index.deliver_after_index import DeliverAfterIndex
-from ..index.index_file import IndexFileError, read_meta
+from ..index.index_file import read_meta
 from ..index.offset_index import OffsetIndex
 from ..index.time_index import TimeIndex
 from . import codec
-from .segment import INDEX_SUFFIXES, LOG_SUFFIX, parse_segment_name, segment_file
+from .files import (
+    CLEANED_SUFFIX,
+    INDEX_SUFFIXES,
+    LOG_SUFFIX,
+    MARKER_SUFFIX,
+    SWAP_SUFFIX,
+    parse_segment_name,
+    segment_file,
+)
 
-MARKER_SUFFIX = ".compacted"
-CLEANED = ".cleaned"
-SWAP = ".swap"
+CLEANED = CLEANED_SUFFIX
+SWAP = SWAP_SUFFIX
 # every file a segment may have; the .log is installed last, so it comes last here
 SEGMENT_SUFFIXES = (*INDEX_SUFFIXES, MARKER_SUFFIX, LOG_SUFFIX)
 _MARKER_TAG = "kdelay-compacted v1"

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 
 from kdelay import Log, LogConfig, Record
 from kdelay.log import codec, compaction, swap
-from kdelay.log.segment import LogSegment, parse_segment_name
+from kdelay.log.files import parse_segment_name
+from kdelay.log.segment import LogSegment
 
 T0 = 1_700_000_000_000
 HOUR = 3_600_000

@@ -9,10 +9,18 @@ import os
 import shutil
 
 import pytest
-from compaction_helpers import HOUR, T0, Clock, Model, compact_offline, read_dir, records
 
 from kdelay import Log, LogConfig
 from kdelay.log import swap
+from kdelay.testing.compaction_model import (
+    HOUR,
+    T0,
+    Clock,
+    Model,
+    compact_offline,
+    read_dir,
+    records,
+)
 from kdelay.testing.faults import CRASH_MODES, FaultInjector, SimulatedCrash
 
 CFG = LogConfig(segment_bytes=600, index_interval_bytes=64, retention_ms=HOUR)

@@ -5,12 +5,20 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from compaction_helpers import HOUR, T0, Clock, Model, compact_offline, read_dir, records
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kdelay import Log, LogConfig
 from kdelay.log import compaction, swap
+from kdelay.testing.compaction_model import (
+    HOUR,
+    T0,
+    Clock,
+    Model,
+    compact_offline,
+    read_dir,
+    records,
+)
 
 CFG = LogConfig(segment_bytes=2000, index_interval_bytes=100, retention_ms=HOUR)
 
