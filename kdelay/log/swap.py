@@ -19,7 +19,8 @@ The protocol (`install`), each step through kdelay.fsio:
    fsync'd. The `.log.swap` rename is the commit point: before it, the replacement does not
    exist (recovery deletes any `.cleaned`/`.swap` file of `base`); from it on, it is the
    segment (recovery finishes the swap).
-2. every replaced segment other than `base` is deleted, its `.log` first.
+2. the `.log` of every replaced segment other than `base` is deleted (their indexes and
+   markers, orphans from then on, are removed after the swap, or by the next open).
 3. every `.swap` is renamed over its final name, the `.log` last; the directory is fsync'd.
 
 `recover` repeats steps 2-3 for every `base` that has a `.log.swap` (the end offset comes from
@@ -110,25 +111,39 @@ def cleaned_path(directory: str, base_offset: int, suffix: str) -> str:
     return segment_file(directory, base_offset, suffix + CLEANED)
 
 
-def install(directory: str, base_offset: int, replaced: Iterable[int]) -> None:
+def install(directory: str, base_offset: int, replaced: Iterable[int]) -> list[int]:
     """Swap the `.cleaned` files of `base_offset` in for the segments `replaced` (base
-    offsets, `base_offset` among them): steps 1-3 of the protocol above."""
+    offsets, `base_offset` among them): steps 1-3 of the protocol above. Step 2 removes
+    only the other segments' .log files (what makes them segments); their indexes and
+    markers are left for `remove_companions`, which the caller may run later, outside
+    its lock (orphans are harmless: the loader removes any it finds). Returns the other
+    replaced bases."""
     for suffix in SEGMENT_SUFFIXES:  # step 1; the .log rename commits
         fsio.rename(cleaned_path(directory, base_offset, suffix),
                     segment_file(directory, base_offset, suffix + SWAP))
     fsio.fsync_dir(directory)
-    _finish(directory, base_offset, [b for b in replaced if b != base_offset])
+    others = [b for b in replaced if b != base_offset]
+    _finish(directory, base_offset, others)
+    return others
 
 
 def _finish(directory: str, base_offset: int, others: Iterable[int]) -> None:
-    """Steps 2 and 3: delete the other replaced segments, then rename the swaps into place."""
+    """Steps 2 and 3: delete the other replaced segments' .log files, then rename the swaps
+    into place."""
     for other in others:
-        delete_segment_files(directory, other)
+        fsio.unlink(segment_file(directory, other, LOG_SUFFIX))
     for suffix in SEGMENT_SUFFIXES:
         swap = segment_file(directory, base_offset, suffix + SWAP)
         if os.path.exists(swap):  # recovery: an earlier attempt may have moved some
             fsio.rename(swap, segment_file(directory, base_offset, suffix))
     fsio.fsync_dir(directory)
+
+
+def remove_companions(directory: str, bases: Iterable[int]) -> None:
+    """Remove the indexes and markers of segments whose .log is gone."""
+    for base in bases:
+        for suffix in (*INDEX_SUFFIXES, MARKER_SUFFIX):
+            fsio.unlink(segment_file(directory, base, suffix))
 
 
 def delete_segment_files(directory: str, base_offset: int) -> None:
@@ -176,6 +191,7 @@ def recover(directory: str) -> list[str]:
         bases = _segment_bases(directory)
         others = [b for b in bases if base < b < end]
         _finish(directory, base, others)
+        remove_companions(directory, others)
         if how != "marker":
             # the marker was unreadable: install a correct one for the loader and verify
             fsio.atomic_write(segment_file(directory, base, MARKER_SUFFIX),

@@ -173,3 +173,25 @@ def test_model_of_survivors(tmp_path_factory, rows, cancel_seed, ratio, later, s
         compact_offline(path, cfg, now, cancelled=cancelled, min_ratio=ratio)
         assert read_dir(path) == after
     del listing
+
+
+def test_removable_bytes_agrees_with_batch_plan():
+    """The planner's sort-free count equals the rewriter's per-batch plan."""
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        n = int(rng.integers(1, 30))
+        counts = rng.integers(1, 6, n)
+        base = np.concatenate([[0], np.cumsum(counts)[:-1]]) + 100
+        pos = np.cumsum(rng.integers(70, 200, n))
+        size = rng.integers(70, 400, n)
+        da = rng.integers(0, 50, n)
+        order = np.lexsort((base, da))
+        cols = [da[order].astype(np.int64), base[order].astype(np.int64),
+                pos[order].astype(np.int64), (counts[order] - 1).astype(np.int32),
+                size[order].astype(np.int32)]
+        src = compaction.Source(100, 100 + int(counts.sum()), int(size.sum()), "x", cols)
+        gone = sorted(set(rng.integers(100, 100 + counts.sum(), rng.integers(0, 10)).tolist()))
+        hz = int(rng.integers(0, 50))
+        for hook in (None, lambda a, b, gone=gone: gone):
+            fast = compaction.removable_bytes(src, hz, hook)
+            assert abs(fast - compaction.batch_plan(src, hz, hook).removable_bytes) <= 1
