@@ -72,6 +72,7 @@ def test_compact_keeps_offsets_and_reads_skip_gaps(tmp_path):
         log.segments[-1]}
     active = log.segments[-1]
     keep = {o: r for o, r in _survivors(m, clock.t).items()}
+    assert log.metrics()["records"] == len(_read_all(log))
     # sealed: only survivors; active: everything
     expected = {o: r for o, r in m.rows.items() if o in keep or o >= active}
     got = _read_all(log)
