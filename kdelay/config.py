@@ -21,6 +21,8 @@ class LogConfig:
     flush_messages: int | None = None
     flush_ms: int | None = None
     max_batch_bytes: int = 1 << 20
+    # rewrite a sealed segment once this share of its bytes is removable (0: never compact)
+    compaction_min_ratio: float = 0.5
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -30,6 +32,12 @@ class LogConfig:
                     raise InvalidConfigError(f"LogConfig.{f.name} must be a bool, got {value!r}")
                 continue
             if value is None and f.name in ("flush_messages", "flush_ms"):
+                continue
+            if f.name == "compaction_min_ratio":
+                if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                        or not 0 <= value <= 1:
+                    raise InvalidConfigError(f"LogConfig.compaction_min_ratio must be a number "
+                                             f"in [0, 1] (0: never compact), got {value!r}")
                 continue
             if not isinstance(value, int) or isinstance(value, bool):
                 raise InvalidConfigError(f"LogConfig.{f.name} must be an int, got {value!r}")

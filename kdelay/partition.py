@@ -30,13 +30,20 @@ from .errors import (
 )
 from .fetch import metrics, offset_order
 from .fetch.due_order import DueOrderReader
-from .log import groups, retention
+from .log import compaction, groups, retention
 from .log.batch_builder import build_batch
 from .log.flushing import FlushPolicy
 from .log.loader import CLEAN_SHUTDOWN_FILE, LoadReport, open_directory, write_recovery_point
 from .log.segment import LogSegment
 from .log.segment_set import SegmentSet
-from .records import AppendResult, DeliveryKey, FetchedRecord, FetchResult, Record
+from .records import (
+    AppendResult,
+    CompactionResult,
+    DeliveryKey,
+    FetchedRecord,
+    FetchResult,
+    Record,
+)
 from .validation import (
     as_delivery_key,
     check_page_limits,
@@ -71,6 +78,14 @@ class Log:
         self._groups = groups.GroupStore(path)
         self._due_order = DueOrderReader()
         self._listeners: list[AppendListener] = []
+        # one compaction at a time; it takes self._lock only for snapshots and swaps
+        self._compaction_lock = threading.Lock()
+        self._compaction_totals = dict.fromkeys(
+            ("runs", "segments_rewritten", "bytes_read", "bytes_written"), 0)
+        self._compaction_totals.update(seconds=0.0, longest_swap_ms=0.0)
+        # which offsets are cancelled: (first, end) -> sorted offsets (None: none are; the
+        # cancel feature installs its store's answer here)
+        self.cancelled_offsets: compaction.Cancelled | None = None
         self._flusher: threading.Thread | None = None
         if config.flush_ms is not None:
             self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
@@ -287,11 +302,45 @@ class Log:
     def enforce_retention(self) -> int:
         """Delete the oldest sealed segments whose every record has been due for longer than
         `retention_ms`, and, while the log is over `retention_bytes`, those whose every record
-        is due. Returns how many segments were deleted."""
+        is due; then, when `compaction_min_ratio` > 0, compact (and delete what compaction
+        emptied at the log start). Returns how many segments were deleted."""
+        deleted = self._retention_pass()
+        if self.config.compaction_min_ratio > 0 and self.compact().segments_rewritten:
+            deleted += self._retention_pass()
+        return deleted
+
+    def _retention_pass(self) -> int:
         with self._lock:
             self._check_open()
             return retention.enforce(self._segments, self.config, self.now(), self.path,
                                      self._mark_dirty)
+
+    @write_errors
+    def compact(self) -> CompactionResult:
+        """Rewrite sealed segments in which at least `compaction_min_ratio` of the bytes are
+        removable (due for longer than `retention_ms`, or cancelled) without those records,
+        keeping every other record with its offset (see kdelay.log.compaction). Appends and
+        fetches go on meanwhile: the log's lock is held only to swap each rewritten segment
+        in. Cost: one sequential read of the rewritten segments and one write of what
+        survives; memory O(one segment's index)."""
+        self._check_open()
+        cfg = self.config
+        settings = compaction.Settings(cfg.retention_ms, cfg.compaction_min_ratio,
+                                       cfg.segment_bytes, cfg.index_interval_bytes)
+        with self._compaction_lock:
+            t = time.perf_counter()
+            result = compaction.run(self.path, self._segments, self._lock, settings,
+                                    now=self.now, cancelled=self.cancelled_offsets,
+                                    before_change=self._mark_dirty,
+                                    after_change=self._due_order.reset,
+                                    is_closed=lambda: self._closed)
+            totals = self._compaction_totals
+            totals["runs"] += 1
+            totals["seconds"] += time.perf_counter() - t
+            for name in ("segments_rewritten", "bytes_read", "bytes_written"):
+                totals[name] += getattr(result, name)
+            totals["longest_swap_ms"] = max(totals["longest_swap_ms"], result.longest_swap_ms)
+        return result
 
     # ------------------------------------------------------------------ introspection
 
@@ -318,7 +367,9 @@ class Log:
         with self._lock:
             now = self.now()
             group_keys = {g: self._groups.committed(g) for g in self._groups.groups()}
-            return metrics.collect(self._segments, group_keys, now, self.earliest_pending(now))
+            out = metrics.collect(self._segments, group_keys, now, self.earliest_pending(now))
+            out["compaction"] = dict(self._compaction_totals)  # totals since open
+            return out
 
     def earliest_pending(self, now: int) -> int | None:
         """The smallest deliverAfter > `now` in the log (None: nothing pending). Sealed

@@ -1,6 +1,7 @@
 """The offset-order read: records in plain offset order from an offset, due or not.
 
-The sparse offset index finds the batch holding the start offset; from there batch
+The sparse offset index finds the batch holding the start offset (in a compacted segment,
+the first batch at or after it: offsets removed by compaction are skipped); from there batch
 headers are walked forward, segment after segment, and each batch is read and verified
 once. O(batches read) plus one index search.
 """
@@ -17,12 +18,14 @@ def read_from(segments: SegmentSet, offset: int, max_records: int) -> list[Fetch
     out: list[FetchedRecord] = []
     seg = segments.segment_for(offset)
     while seg is not None and len(out) < max_records:
-        found = seg.find_batch(offset)
+        found = seg.find_from(max(offset, seg.base_offset))
         start = found[0] if found else seg.size
         expected = found[1].base_offset if found else seg.next_offset
         for pos, h in seg.batch_headers(start):
-            # offsets must run on without a gap: a header's own base offset is no check
-            # of itself
+            # offsets must run on without a gap (a header's own base offset is no check of
+            # itself), except forward in a segment compaction rewrote
+            if seg.compacted and h.base_offset > expected:
+                expected = h.base_offset
             h, data = seg.read_verified(pos, h.size, expected)
             expected = h.last_offset + 1
             skip = max(0, offset - h.base_offset)

@@ -76,6 +76,20 @@ class SegmentSet:
         del self._by_base[seg.base_offset]
         return seg
 
+    def replace(self, old: list[LogSegment], new: LogSegment) -> None:
+        """Swap adjacent sealed segments `old` for `new`, which covers their offsets
+        (compaction; the caller closes the old ones). O(len(old) * log segments)."""
+        for seg in old:
+            if seg is self.active or self._by_base.get(seg.base_offset) is not seg:
+                raise ValueError(f"segment {seg.base_offset} is not a sealed segment here")
+        for seg in old:
+            key = seg.dly_index.max_key()
+            if key is not None:
+                self._by_max_key.discard((key[0], key[1], seg.base_offset))
+            del self._by_base[seg.base_offset]
+        self._by_base[new.base_offset] = new
+        self._add_sealed(new)
+
     # ------------------------------------------------------------------ by base offset
 
     def __len__(self) -> int:

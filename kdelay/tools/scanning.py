@@ -22,7 +22,8 @@ from ..index.index_file import HEADER_SIZE, IndexReading
 from ..index.offset_index import OffsetIndex
 from ..index.time_index import TimeIndex
 from ..log import files
-from ..log.files import SegmentFiles
+from ..log.files import MARKER_SUFFIX, SegmentFiles
+from ..log.swap import read_marker
 from ..log.walker import Batch, FramingBreak, Progress, walk
 
 # ---------------------------------------------------------------------------- index kinds
@@ -179,19 +180,24 @@ class SegmentScan:
     batches: list[Batch]
     breaks: list[FramingBreak]
     max_timestamps: list[int]
+    # a compacted segment (its marker, see kdelay/log/swap.py): offsets may have gaps and
+    # the segment ends at `end_offset`; `marker_damaged`: the marker is there but unreadable
+    end_offset: int | None = None
+    marker_damaged: bool = False
 
     @property
     def records(self) -> int:
         return sum(b.header.record_count for b in self.batches)
 
     def next_offset(self, upto_bytes: int | None = None) -> int:
-        """One past the last offset of the batches that end within `upto_bytes`."""
+        """One past the last offset of the batches that end within `upto_bytes` (for a
+        compacted segment read whole: the end offset its marker gives)."""
         nxt = self.segment.base_offset
         for b in self.batches:
             if upto_bytes is not None and b.position + b.size > upto_bytes:
-                break
+                return nxt
             nxt = b.last_offset + 1
-        return nxt
+        return nxt if self.end_offset is None else self.end_offset
 
 
 def scan_segment(seg: SegmentFiles, *, check_crc: bool = True,
@@ -203,7 +209,17 @@ def scan_segment(seg: SegmentFiles, *, check_crc: bool = True,
             breaks.append(item)
         else:
             batches.append(item)
-    return SegmentScan(seg, batches, breaks, [b.header.max_timestamp for b in batches])
+    end, damaged = compaction_marker(seg)
+    return SegmentScan(seg, batches, breaks, [b.header.max_timestamp for b in batches],
+                       end, damaged)
+
+
+def compaction_marker(seg: SegmentFiles) -> tuple[int | None, bool]:
+    """(end offset, damaged) of a segment's compaction marker; (None, False) without one."""
+    if not os.path.exists(seg.path(MARKER_SUFFIX)):
+        return None, False
+    marker = read_marker(seg.directory, seg.base_offset)
+    return (None, True) if marker is None else (marker.end_offset, False)
 
 
 def expected_dly_columns(batches: list[Batch]) -> list[np.ndarray]:

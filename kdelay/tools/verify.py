@@ -46,6 +46,10 @@ def verify_partition(directory: str, *, only_base: int | None = None,
         for name in files.leftover_files(directory):
             rep.add(False, os.path.join(directory, name), None,
                     "leftover file (removed on next open)")
+        for name in files.compaction_in_progress(directory):
+            rep.add(False, os.path.join(directory, name), None,
+                    "a compaction's replacement segment file (a compaction is running, or "
+                    "was interrupted: the next open finishes or undoes it)")
     prev_next: int | None = None
     prev_path = ""
     for i, seg in enumerate(segments):
@@ -70,6 +74,10 @@ def verify_partition(directory: str, *, only_base: int | None = None,
                 rep.add(True, seg.log_path, 0,
                         f"segment overlaps the previous one: it starts at offset "
                         f"{seg.base_offset}, the previous ends at {prev_next - 1}")
+        if scan.marker_damaged:
+            rep.add(True, seg.path(files.MARKER_SUFFIX), 0,
+                    "compaction marker unreadable (the next open rewrites it from the next "
+                    "segment's base offset)")
         _check_batches(rep, seg, scan, active, clean)
         for kind in (DLY, OFFSET, TIME):
             check_index(rep, seg, scan, kind, active, clean)
@@ -102,6 +110,9 @@ def _check_batches(rep: VerifyReport, seg: SegmentFiles, scan: SegmentScan, acti
                    clean: bool) -> None:
     path = seg.log_path
     expected = seg.base_offset
+    # compaction removes records: in a segment it rewrote (and only there) offsets may
+    # skip forward, but every batch must still lie before the end its marker gives
+    compacted = scan.end_offset is not None
     items: list[Batch | FramingBreak] = sorted(
         [*scan.batches, *scan.breaks], key=lambda x: (x.position, isinstance(x, Batch)))
     after_break = False
@@ -121,6 +132,8 @@ def _check_batches(rep: VerifyReport, seg: SegmentFiles, scan: SegmentScan, acti
             rep.add(True, path, b.position,
                     f"offsets {expected}..{b.base_offset - 1} are lost in the damaged bytes "
                     f"before this batch")
+        elif compacted and b.base_offset >= expected and not after_break:
+            pass
         elif b.base_offset != expected and not after_break:
             if b.base_offset > expected:
                 msg = (f"offset gap: batch starts at offset {b.base_offset}, expected "
@@ -132,6 +145,10 @@ def _check_batches(rep: VerifyReport, seg: SegmentFiles, scan: SegmentScan, acti
                 msg = (f"first batch starts at offset {b.base_offset} but the file name says "
                        f"{seg.base_offset}")
             rep.add(True, path, b.position, msg)
+        if compacted and b.last_offset >= scan.end_offset:
+            rep.add(True, path, b.position,
+                    f"batch of offsets {b.base_offset}..{b.last_offset} lies past the end "
+                    f"offset {scan.end_offset} of this compacted segment")
         after_break = False
         expected = b.last_offset + 1
 
