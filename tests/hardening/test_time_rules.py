@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 
 import pytest
 
@@ -28,6 +29,12 @@ from kdelay import (
 T0 = 1_700_000_000_000
 HOUR = 3_600_000
 DAY = 24 * HOUR
+
+
+@pytest.fixture(autouse=True)
+def _no_real_fsync(monkeypatch):
+    """Nothing crashes here: the real fsync only costs time (a roll per batch is slow)."""
+    monkeypatch.setattr(os, "fsync", lambda fd: None)
 
 
 class Clock:
