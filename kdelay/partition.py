@@ -41,11 +41,15 @@ from .log.segment import LogSegment
 from .log.segment_set import SegmentSet
 from .records import AppendResult, DeliveryKey, FetchedRecord, FetchResult, Record
 from .validation import (
+    MAX_INT64,
     as_delivery_key,
+    as_int,
     check_delay_limit,
+    check_open_args,
     check_page_limits,
+    clock_value,
     is_int,
-    is_positive_int,
+    os_errors,
     record_columns,
     requested_deliver_after,
 )
@@ -87,11 +91,9 @@ class Log:
     def open(cls, path: str | os.PathLike, config: LogConfig | None = None,
              clock: Clock | None = None) -> Log:
         """Open (creating if missing) and recover the log directory at `path`."""
-        config = config if config is not None else LogConfig()
-        if not isinstance(config, LogConfig):
-            raise KdelayError(f"config must be a LogConfig, got {type(config).__name__}")
-        path = os.fspath(path)
-        opened = open_directory(path, config.index_interval_bytes)
+        path, config = check_open_args(path, config, clock)
+        opened = os_errors("opening", path,
+                           lambda: open_directory(path, config.index_interval_bytes))
         log = cls(path, config, clock or wall_clock, opened.lock_fd, opened.segments,
                   opened.report)
         log._marker_present = opened.marker_present
@@ -145,8 +147,11 @@ class Log:
     # ------------------------------------------------------------------ clock
 
     def now(self) -> int:
-        """The log clock: never below any time it has already handed out."""
+        """The log clock: never below any time it has already handed out. A clock value
+        that is not an int (or numpy integer) in [0, 2**63) raises KdelayError."""
         t = self._clock()
+        if type(t) is not int or t < 0 or t > MAX_INT64:
+            t = clock_value(t)
         with self._lock:
             if t > self._now_floor:
                 self._now_floor = t
@@ -172,8 +177,7 @@ class Log:
             else:
                 ts_list = [now if t is None else t for t in timestamps]
                 base_ts, max_ts = ts_list[0], max(ts_list)
-            check_delay_limit(self.config.max_delivery_delay_ms, requested, deliver_after,
-                              record_das, ts_list, now)
+            check_delay_limit(self.config.max_delivery_delay_ms, requested, ts_list, now)
             batch_da = now if requested is None or requested < now else requested
             base = self._segments.active.next_offset
             batch = codec.encode_batch(
@@ -243,9 +247,11 @@ class Log:
     def fetch(self, after: DeliveryKey | int | None = None, *, max_records: int = 500,
               max_bytes: int = 1 << 20, max_wait_ms: int = 0) -> FetchResult:
         """Due records strictly after `after`, in (deliverAfter, offset) order."""
-        check_page_limits(max_records, max_bytes, max_wait_ms)
+        max_records, max_bytes, max_wait_ms = check_page_limits(max_records, max_bytes,
+                                                                max_wait_ms)
         deadline = time.monotonic() + max_wait_ms / 1000
         with self._lock:
+            self._check_open()
             cursor = self._resolve_cursor(after)
             while True:
                 self._check_open()
@@ -266,7 +272,8 @@ class Log:
         if key is not None:
             return key
         if is_int(after):
-            da = self._segments.deliver_after_of(after)
+            after = int(after)
+            da = self._segments.deliver_after_of(after) if after >= 0 else None
             if da is None:
                 raise OffsetOutOfRangeError(
                     f"offset {after} is not in the log [{self.log_start_offset}, "
@@ -276,10 +283,8 @@ class Log:
 
     def read(self, offset: int, *, max_records: int = 500) -> list[FetchedRecord]:
         """Records in plain offset order from `offset` (due or not)."""
-        if not is_int(offset) or offset < 0:
-            raise KdelayError(f"offset must be a non-negative int, got {offset!r}")
-        if not is_positive_int(max_records):
-            raise KdelayError("max_records must be a positive int")
+        offset = as_int(offset, "offset")
+        max_records = check_page_limits(max_records)[0]
         with self._lock:
             self._check_open()
             return offset_order.read_from(self._segments, max(offset, self.log_start_offset),
@@ -288,18 +293,30 @@ class Log:
     # ------------------------------------------------------------------ groups
 
     @write_errors
-    def commit(self, group: str, key: DeliveryKey | None) -> None:
-        """Durably store `group`'s position (the key of the last record it consumed)."""
+    def commit(self, group: str, key: DeliveryKey | None, *,
+               generation: int | None = None) -> None:
+        """Durably store `group`'s position (the key of the last record it consumed). With
+        `generation` (from `join_group`), refused with GroupFencedError once a newer member
+        has joined."""
         if key is not None:
             as_key = as_delivery_key(key)
             if as_key is None:
                 raise KdelayError(f"commit needs a DeliveryKey, got {key!r}")
             key = as_key
         self._check_open()
-        self._groups.commit(group, key, self.now())
+        self._groups.commit(group, key, self.now(), generation)
 
     def committed(self, group: str) -> DeliveryKey | None:
         return self._groups.committed(group)
+
+    def join_group(self, group: str) -> int:
+        """Register a new member (Consumer) of `group` on this Log and return its
+        generation; every older member is fenced (see `check_member`)."""
+        return self._groups.join(group)
+
+    def check_member(self, group: str, generation: int) -> None:
+        """Raise GroupFencedError if a member newer than `generation` joined `group`."""
+        self._groups.check_member(group, generation)
 
     # ------------------------------------------------------------------ retention
 
@@ -337,8 +354,16 @@ class Log:
         position to its committed key and its lag: records due now and after that key."""
         with self._lock:
             now = self.now()
-            group_keys = {g: self._groups.committed(g) for g in self._groups.groups()}
-            return metrics.collect(self._segments, group_keys, now, self.earliest_pending(now))
+            group_keys, unreadable = {}, {}
+            for g in self._groups.groups():
+                try:
+                    group_keys[g] = self._groups.committed(g)
+                except KdelayError as e:  # one damaged file: that group reports it
+                    unreadable[g] = str(e)
+            out = metrics.collect(self._segments, group_keys, now, self.earliest_pending(now))
+            for g, error in unreadable.items():
+                out["groups"][g] = {"committed": None, "lag": None, "error": error}
+            return out
 
     def earliest_pending(self, now: int) -> int | None:
         """The smallest deliverAfter > `now` in the log (None: nothing pending). Sealed
