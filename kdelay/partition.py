@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -80,9 +81,16 @@ class Log:
         self._due_order = DueOrderReader()
         self._listeners: list[AppendListener] = []
         self._flusher: threading.Thread | None = None
+        # A Log dropped without close() (garbage-collected) still releases its descriptors
+        # and so the directory lock, as a crashed process would: a later open in this
+        # process recovers the directory instead of failing with LogLockedError forever.
+        # The finalizer holds no reference to the Log; close() detaches it.
+        self._finalizer = weakref.finalize(self, _release, self._segments, lock_fd)
         if config.flush_ms is not None:
-            self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
-                                             name=f"kdelay-flush-{path}")
+            # the thread holds only a weak reference, so it does not keep the Log alive
+            self._flusher = threading.Thread(target=_flush_loop,
+                                             args=(weakref.ref(self), config.flush_ms / 1000),
+                                             daemon=True, name=f"kdelay-flush-{path}")
             self._flusher.start()
 
     # ------------------------------------------------------------------ open / close
@@ -124,9 +132,8 @@ class Log:
                 fsio.atomic_write(os.path.join(self.path, CLEAN_SHUTDOWN_FILE),
                                   str(self._now_floor).encode("ascii"))
             finally:
-                for seg in self._segments:
-                    seg.close()
-                os.close(self._lock_fd)
+                self._finalizer.detach()
+                _release(self._segments, self._lock_fd)
                 self._appended.notify_all()
 
     def __enter__(self) -> Log:
@@ -192,7 +199,8 @@ class Log:
                     f"({self.config.max_batch_bytes})")
             self._mark_dirty()
             cfg = self.config
-            if self._segments.should_roll(len(batch), now, cfg.segment_bytes, cfg.segment_ms):
+            if self._segments.should_roll(len(batch), max_ts, cfg.segment_bytes,
+                                        cfg.segment_ms):
                 self._roll_locked()
             n = len(values)
             self._segments.active.append(batch, base, n - 1, batch_da, max_ts,
@@ -231,16 +239,6 @@ class Log:
     def _flush_locked(self) -> None:
         self._segments.active.flush()
         self._flush_policy.flushed()
-
-    def _flush_loop(self) -> None:
-        period = self.config.flush_ms / 1000
-        while True:
-            time.sleep(period / 2)
-            with self._lock:
-                if self._closed:
-                    return
-                if self._flush_policy.overdue():
-                    self._flush_locked()
 
     # ------------------------------------------------------------------ reading
 
@@ -372,3 +370,26 @@ class Log:
             segs = [*self._segments.sealed_not_all_due(now), self._segments.active]
             firsts = [f for f in (s.dly_index.first_after(now) for s in segs) if f is not None]
             return min(firsts, default=None)
+
+
+def _release(segments: SegmentSet, lock_fd: int) -> None:
+    """Close every segment's descriptor and the lock's (which releases the lock)."""
+    for seg in segments:
+        seg.close()
+    os.close(lock_fd)
+
+
+def _flush_loop(ref: weakref.ref, period: float) -> None:
+    """The flush_ms thread: fsync once the oldest unflushed append is flush_ms old. Ends
+    when its Log is closed or garbage-collected."""
+    while True:
+        time.sleep(period / 2)
+        log = ref()
+        if log is None:
+            return
+        with log._lock:
+            if log._closed:
+                return
+            if log._flush_policy.overdue():
+                log._flush_locked()
+        del log
