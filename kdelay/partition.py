@@ -203,10 +203,12 @@ class Log:
                                         cfg.segment_ms):
                 self._roll_locked()
             n = len(values)
+            sync = self._flush_policy.due_after(n)
             self._segments.active.append(batch, base, n - 1, batch_da, max_ts,
-                                         self.config.index_interval_bytes)
-            if self._flush_policy.appended(n):
-                self._flush_locked()
+                                         self.config.index_interval_bytes, sync=sync)
+            self._flush_policy.appended(n)
+            if sync:
+                self._flush_policy.flushed()
             self._due_order.appended(batch_da)
             self._appended.notify_all()
             result = AppendResult(base, base + n - 1, batch_da, now)

@@ -63,10 +63,12 @@ class SegmentSet:
         old = self.active
         old.persist_indexes()  # fsyncs the .log first
         new = LogSegment.create(self.directory, old.next_offset)
-        fsio.fsync_dir(self.directory)
+        # The new file exists: adopt it at once, so that memory and directory agree even
+        # if what follows fails (appends must never go on into `old` behind a later file).
         self._by_base[new.base_offset] = new
         self.active = new
         self._add_sealed(old)
+        fsio.fsync_dir(self.directory)
         write_recovery_point(self.directory, new.base_offset)
 
     def remove_oldest(self) -> LogSegment:
