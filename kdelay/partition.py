@@ -20,13 +20,10 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 
-import numpy as np
-
 from . import fsio
 from .clock import Clock, wall_clock
 from .config import LogConfig
 from .errors import (
-    InvalidRecordError,
     KdelayError,
     LogClosedError,
     OffsetOutOfRangeError,
@@ -34,10 +31,10 @@ from .errors import (
 )
 from .fetch import metrics, offset_order
 from .fetch.due_order import DueOrderReader
-from .log import codec, groups, retention
-from .log.files import CLEAN_SHUTDOWN_FILE
+from .log import groups, retention
+from .log.batch_builder import build_batch
 from .log.flushing import FlushPolicy
-from .log.loader import LoadReport, open_directory, write_recovery_point
+from .log.loader import CLEAN_SHUTDOWN_FILE, LoadReport, open_directory, write_recovery_point
 from .log.segment import LogSegment
 from .log.segment_set import SegmentSet
 from .records import AppendResult, DeliveryKey, FetchedRecord, FetchResult, Record
@@ -45,7 +42,6 @@ from .validation import (
     MAX_INT64,
     as_delivery_key,
     as_int,
-    check_delay_limit,
     check_open_args,
     check_page_limits,
     clock_value,
@@ -171,47 +167,32 @@ class Log:
                ) -> AppendResult:
         """Write one batch. Its deliverAfter is `deliver_after`, else the max of the records',
         and never below the append time. All of it is written, or nothing."""
-        values, keys, headers, timestamps, record_das = record_columns(records)
+        columns = record_columns(records)
         requested = requested_deliver_after(
-            record_das, deliver_after, path=self.path,
+            columns[4], deliver_after, path=self.path,
             delayed_delivery_enable=self.config.delayed_delivery_enable)
+        cfg = self.config
         with self._lock:
             self._check_open()
             now = self.now()
-            if timestamps.count(None) == len(timestamps):
-                ts_list = None
-                base_ts = max_ts = now
-            else:
-                ts_list = [now if t is None else t for t in timestamps]
-                base_ts, max_ts = ts_list[0], max(ts_list)
-            check_delay_limit(self.config.max_delivery_delay_ms, requested, ts_list, now)
-            batch_da = now if requested is None or requested < now else requested
             base = self._segments.active.next_offset
-            batch = codec.encode_batch(
-                base_offset=base, base_timestamp=base_ts, deliver_after=batch_da,
-                keys=keys, values=values,
-                timestamp_deltas=(None if ts_list is None else
-                                  np.array(ts_list, dtype=np.int64) - base_ts),
-                headers=headers)  # the codec treats all-empty headers as none
-            if len(batch) > self.config.max_batch_bytes:
-                raise InvalidRecordError(
-                    f"batch of {len(batch)} bytes exceeds max_batch_bytes "
-                    f"({self.config.max_batch_bytes})")
+            batch = build_batch(columns, base_offset=base, now=now, requested=requested,
+                                explicit=deliver_after, config=cfg)
             self._mark_dirty()
-            cfg = self.config
-            if self._segments.should_roll(len(batch), max_ts, cfg.segment_bytes,
-                                        cfg.segment_ms):
+            if self._segments.should_roll(len(batch.data), batch.max_timestamp,
+                                          cfg.segment_bytes, cfg.segment_ms):
                 self._roll_locked()
-            n = len(values)
+            n = len(columns[0])
             sync = self._flush_policy.due_after(n)
-            self._segments.active.append(batch, base, n - 1, batch_da, max_ts,
-                                         self.config.index_interval_bytes, sync=sync)
+            self._segments.active.append(batch.data, base, n - 1, batch.deliver_after,
+                                         batch.max_timestamp, cfg.index_interval_bytes,
+                                         sync=sync)
             self._flush_policy.appended(n)
             if sync:
                 self._flush_policy.flushed()
-            self._due_order.appended(batch_da)
+            self._due_order.appended(batch.deliver_after)
             self._appended.notify_all()
-            result = AppendResult(base, base + n - 1, batch_da, now)
+            result = AppendResult(base, base + n - 1, batch.deliver_after, now)
         for listener in self._listeners:
             listener(result)
         return result

@@ -5,6 +5,13 @@ indexes and no log data is read. After an unclean shutdown, segments at or past 
 point (the part not known to be fsync'd) are scanned batch by batch with CRCs and cut at the
 first torn or corrupt batch; segments before it keep their indexes, and any index that is
 missing, stale or corrupt is rebuilt from its .log and persisted again.
+
+Small files this module owns (each replaced atomically, fsio.atomic_write):
+- `recovery-point-offset-checkpoint`: ASCII "kdelay-recovery-point v1\n<offset>\nend
+  <offset>\n". Offsets below it are known fsync'd; anything unreadable means 0.
+- `.kdelay_cleanshutdown`: written last by a clean close; its ASCII decimal body is the
+  log clock then (empty or unreadable: 0). Removed before the first change after open.
+- `.lock`: empty; flock'd while a Log holds the directory.
 """
 
 from __future__ import annotations
