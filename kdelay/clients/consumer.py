@@ -27,7 +27,7 @@ import numpy as np
 from ..errors import InvalidConfigError, InvalidRecordError, KdelayError
 from ..partition import Log
 from ..records import AppendResult, DeliveryKey, FetchedRecord, Record
-from ..validation import as_int, is_int
+from ..validation import as_int, check_page_limits, is_int
 from .topic import Topic
 
 __all__ = ["ATTEMPT_HEADER", "Consumer", "RetryOutcome", "attempt_of", "backoff_ms"]
@@ -189,10 +189,7 @@ class Consumer:
     def poll(self, max_records: int = 500, timeout_ms: int = 0) -> list[FetchedRecord]:
         """Due records after the current position, at most `max_records`. With `timeout_ms`
         > 0 and nothing due, waits until something is due or the time is up."""
-        if not isinstance(max_records, int) or isinstance(max_records, bool) or max_records < 1:
-            raise KdelayError(f"max_records must be a positive int, got {max_records!r}")
-        if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 0:
-            raise KdelayError(f"timeout_ms must be a non-negative int, got {timeout_ms!r}")
+        max_records, _, timeout_ms = check_page_limits(max_records, 1, timeout_ms)
         self._check_member()
         if self._topic is None:
             res = self._logs[0].fetch(self._positions[0], max_records=max_records,

@@ -22,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from kdelay import DeliveryKey, KdelayError, Log, LogConfig, Record
+from kdelay import Consumer, DeliveryKey, KdelayError, Log, LogConfig, Record
 
 T0 = 1_700_000_000_000
 NOW = T0 + 2000
@@ -99,11 +99,23 @@ PARAMS: dict[str, tuple[int, bool, Callable]] = {
         log, DeliveryKey(T0 + 1000, v))),
     "read offset": (1, False, lambda log, v: _read(log.read(v))),
     "read max_records": (2, False, lambda log, v: _read(log.read(0, max_records=v))),
+    "Consumer.poll max_records": (2, False, lambda log, v: _read(
+        Consumer(log, "g2").poll(max_records=v))),
+    "Consumer.poll timeout_ms": (1, False, lambda log, v: _read(
+        Consumer(log, "g2").poll(timeout_ms=v))),
+    "Consumer.retry delay_ms": (5000, True, lambda log, v: _retried(log, v)),
 }
 
 
+def _retried(log, v):
+    consumer = Consumer(log, "g2")
+    out = consumer.retry(consumer.poll(max_records=1)[0], delay_ms=v)
+    return out.attempt, out.result.deliver_after - out.result.append_time, _read(log.read(5))
+
+
 # counts: any size is fine (as long as numpy and int agree); times and offsets are int64
-COUNTS = {"fetch max_records", "fetch max_bytes", "fetch max_wait_ms", "read max_records"}
+COUNTS = {"fetch max_records", "fetch max_bytes", "fetch max_wait_ms", "read max_records",
+          "Consumer.poll max_records", "Consumer.poll timeout_ms"}
 
 
 @pytest.fixture(autouse=True)
@@ -211,3 +223,34 @@ def test_clock_value_types(tmp_path, op_name: str, value_name: str) -> None:
         assert got == want, f"clock -> {value!r} ({value_name}): {got}, as an int {want}"
     else:
         assert got[0] == "error", f"clock -> {value!r} ({value_name}) accepted: {got}"
+
+
+CONFIG_FIELDS = {"segment_bytes": 1 << 20, "segment_ms": 3_600_000, "index_interval_bytes": 64,
+                 "max_delivery_delay_ms": 60_000, "retention_ms": 3_600_000,
+                 "retention_bytes": 1 << 20, "flush_messages": 1, "flush_ms": 1000,
+                 "max_batch_bytes": 1 << 16}
+
+
+@pytest.mark.parametrize("value_name", list(VALUES))
+@pytest.mark.parametrize("name", list(CONFIG_FIELDS))
+def test_config_types(tmp_path, name: str, value_name: str) -> None:
+    """LogConfig's times and sizes: an int or numpy integer is stored as the equal int
+    (and the log works with it); anything else is an InvalidConfigError (a KdelayError)."""
+    value = VALUES[value_name](CONFIG_FIELDS[name])
+    try:
+        cfg = LogConfig(**{name: value})
+    except KdelayError:
+        cfg = None
+    except Exception as e:
+        raise AssertionError(f"{type(e).__name__} escaped the hierarchy: {e}") from e
+    if int_like(value) and 0 < int(value) < 2 ** 63:
+        assert cfg is not None and type(getattr(cfg, name)) is int
+        assert getattr(cfg, name) == int(value)
+        with Log.open(tmp_path / "p", config=cfg, clock=Clock()) as log:
+            setup(log)
+    elif value is None and name in ("flush_messages", "flush_ms"):
+        assert cfg is not None
+    elif value_name == "negative" and name in ("retention_ms", "retention_bytes"):
+        assert cfg is not None  # -1: no limit
+    elif not int_like(value) or int(value) >= 2 ** 63:
+        assert cfg is None, f"LogConfig({name}={value!r}) accepted"
