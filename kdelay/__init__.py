@@ -11,6 +11,7 @@ from .errors import (
     CorruptLogError,
     DelayedDeliveryDisabledError,
     DeliveryDelayExceededError,
+    GroupFencedError,
     InvalidConfigError,
     InvalidRecordError,
     InvalidTopicError,
@@ -35,6 +36,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AppendResult", "CompactionResult", "Consumer", "CorruptLogError", "DelayedDeliveryDisabledError",
     "DeliveryDelayExceededError", "DeliveryKey", "FetchResult", "FetchedRecord",
+    "GroupFencedError",
     "InvalidConfigError", "InvalidRecordError", "InvalidTopicError", "KdelayError", "Log", "LogClosedError",
     "LogConfig", "LogLockedError", "LogWriteError", "OffsetOutOfRangeError", "Record", "Topic",
 ]

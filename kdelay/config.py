@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+import numpy as np
+
 from .errors import InvalidConfigError
+
+_MAX_INT64 = (1 << 63) - 1
 
 DAY_MS = 86_400_000
 
@@ -39,8 +43,13 @@ class LogConfig:
                     raise InvalidConfigError(f"LogConfig.compaction_min_ratio must be a number "
                                              f"in [0, 1] (0: never compact), got {value!r}")
                 continue
+            if isinstance(value, np.integer):  # a numpy integer is an int; stored as one
+                value = int(value)
+                object.__setattr__(self, f.name, value)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise InvalidConfigError(f"LogConfig.{f.name} must be an int, got {value!r}")
+            if value > _MAX_INT64:
+                raise InvalidConfigError(f"LogConfig.{f.name} must be below 2**63, got {value}")
         positive = ("segment_bytes", "segment_ms", "index_interval_bytes", "max_batch_bytes")
         for name in positive:
             if getattr(self, name) <= 0:

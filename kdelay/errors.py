@@ -57,6 +57,12 @@ class LogWriteError(KdelayError, OSError):
     `filename` are the OSError's. Nothing of a refused append is left for a read to see."""
 
 
+class GroupFencedError(KdelayError):
+    """A Consumer whose group was joined by a newer Consumer on the same Log: as with
+    Kafka's group generations, the older member may neither poll nor commit any more (its
+    commits would move the group's position backwards)."""
+
+
 class OffsetOutOfRangeError(KdelayError):
     """An offset that is not in the log (deleted by retention, or never written)."""
 

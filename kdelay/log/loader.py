@@ -143,6 +143,12 @@ def load_segments(directory: str, index_interval_bytes: int) -> tuple[list[LogSe
     segments: list[LogSegment] = []
     try:
         for i, base in enumerate(bases):
+            if segments and base < segments[-1].next_offset and _empty_log(directory, base):
+                # an empty file left by a roll whose later steps failed: it holds nothing
+                _delete_files(directory, base)
+                report.orphans_removed += 1
+                report.problems.append(f"removed empty segment {base} left by a failed roll")
+                continue
             if segments and base != segments[-1].next_offset:
                 if base < segments[-1].next_offset:
                     raise CorruptLogError(
@@ -256,6 +262,13 @@ def _tidy_directory(directory: str, report: LoadReport) -> list[int]:
         fsio.unlink(os.path.join(directory, name))
         report.orphans_removed += 1
     return bases
+
+
+def _empty_log(directory: str, base: int) -> bool:
+    try:
+        return os.path.getsize(segment_file(directory, base, LOG_SUFFIX)) == 0
+    except FileNotFoundError:
+        return False
 
 
 def _delete_files(directory: str, base: int) -> None:

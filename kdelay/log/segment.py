@@ -72,8 +72,17 @@ class LogSegment:
 
     @classmethod
     def create(cls, directory: str, base_offset: int) -> LogSegment:
-        fd = fsio.open_append(os.path.join(directory, segment_name(base_offset) + LOG_SUFFIX))
-        fsio.truncate(fd, 0)
+        """A new, empty segment. If the file cannot be made empty, it is removed again
+        (best effort; the loader also drops an empty .log that overlaps its predecessor)."""
+        path = os.path.join(directory, segment_name(base_offset) + LOG_SUFFIX)
+        fd = fsio.open_append(path)
+        try:
+            fsio.truncate(fd, 0)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                fsio.unlink(path)
+            raise
         return cls(directory, base_offset, fd, 0, base_offset, OffsetIndex(base_offset),
                    TimeIndex(base_offset), DeliverAfterIndex(base_offset), None)
 
@@ -142,14 +151,19 @@ class LogSegment:
     # ------------------------------------------------------------------ writing
 
     def append(self, batch: bytes, header_base: int, last_offset_delta: int, deliver_after: int,
-               max_timestamp: int, index_interval_bytes: int) -> int:
-        """Write one encoded batch at the end; returns its position."""
+               max_timestamp: int, index_interval_bytes: int, *, sync: bool = False) -> int:
+        """Write one encoded batch at the end (and fsync it with `sync`); returns its
+        position. A failed write or fsync leaves the segment as it was: the batch is cut
+        off again and never indexed, so a refused append leaves nothing a read sees."""
         pos = self.size
         try:
             fsio.write(self.fd, batch, pos)
+            if sync:
+                fsio.fsync(self.fd)
         except OSError:
-            # a short write (disk full) left part of the batch on disk: cut it off, so that
-            # the file holds only whole batches and the next append lands at `pos`
+            # a short write (disk full) left part of the batch on disk, or the whole batch
+            # is there but not durable: cut it off, so that the file holds only acknowledged
+            # batches and the next append lands at `pos`
             with contextlib.suppress(OSError):  # best effort: recovery cuts a torn tail too
                 fsio.truncate(self.fd, pos)
             raise
@@ -192,8 +206,8 @@ class LogSegment:
     def delete(self) -> None:
         """Remove the segment's files: the .log first, so a crash part-way leaves only
         orphan indexes, which the next open removes."""
+        fsio.unlink(self.log_path)  # if this fails, the segment is untouched and open
         self.close()
-        fsio.unlink(self.log_path)
         for suffix in COMPANION_SUFFIXES:
             fsio.unlink(self.path(suffix))
 

@@ -10,7 +10,7 @@ for the next intact batch (log/walker.py's tolerant mode).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -267,3 +267,50 @@ class VerifyReport:
 
     def add(self, problem: bool, path: str, position: int | None, message: str) -> None:
         self.findings.append(Finding(problem, path, position, message))
+
+
+# ---------------------------------------------------------------------------- live logs
+
+_SUBDIRS = ("", "groups")
+
+
+def fingerprint(directory: str) -> frozenset:
+    """What a writer changes in a partition directory: every file's name, inode, size and
+    mtime (the directory itself and its groups/ subdirectory). Equal before and after a
+    check: nothing moved while it read."""
+    out = set()
+    for sub in _SUBDIRS:
+        try:
+            with os.scandir(os.path.join(directory, sub)) as it:
+                for e in it:
+                    try:
+                        st = e.stat()
+                    except FileNotFoundError:
+                        continue
+                    out.add((sub, e.name, st.st_ino, st.st_size, st.st_mtime_ns))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+    return frozenset(out)
+
+
+def settle(directory: str, run: Callable[[bool], object],
+           problems: Callable[[object], set], attempts: int = 3) -> tuple[object, set]:
+    """Run a read-only check of `directory` (`run(first)`) so that a live log (another
+    process appending, rolling, applying retention, committing) is not reported damaged
+    for what is merely in motion. A check that finds nothing, or during which nothing in
+    the directory changed, is the answer. Otherwise it runs again (up to `attempts`), and
+    only problems found by every run count: real damage stays where it is, while what a
+    check saw half-done (a file deleted between listing and reading, an index persisted
+    mid-check) is gone or elsewhere the next time. Returns the last run's result and the
+    problems that count. Costs one run on a still log."""
+    found: set = set()
+    persistent: set | None = None
+    result: object = None
+    for i in range(attempts):
+        before = fingerprint(directory)
+        result = run(i == 0)
+        found = problems(result)
+        if not found or fingerprint(directory) == before:
+            return result, found
+        persistent = found if persistent is None else persistent & found
+    return result, persistent or set()

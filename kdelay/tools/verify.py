@@ -26,6 +26,7 @@ from .scanning import (
     list_segments,
     partition_dirs,
     scan_segment,
+    settle,
 )
 from .verify_index import check_index
 
@@ -35,7 +36,25 @@ EXIT_OK, EXIT_PROBLEMS = 0, 1
 def verify_partition(directory: str, *, only_base: int | None = None,
                      progress: Progress | None = None) -> VerifyReport:
     """Check every batch's CRC, offset continuity within and across segments, and every
-    persisted index against what its .log says. Only reads."""
+    persisted index against what its .log says. Only reads. On a live log a problem only
+    counts if it is still there when checked again (see scanning.settle); the others are
+    kept as information."""
+    def run(first: bool) -> VerifyReport:
+        return _verify_once(directory, only_base, progress if first else None)
+
+    def keys(rep: VerifyReport) -> set:
+        return {(f.path, f.position, f.message) for f in rep.problems}
+
+    rep, persistent = settle(directory, run, keys)
+    for f in rep.problems:
+        if (f.path, f.position, f.message) not in persistent:
+            f.problem = False
+            f.message = f"in motion (changed while checked; not seen again): {f.message}"
+    return rep
+
+
+def _verify_once(directory: str, only_base: int | None, progress: Progress | None
+                 ) -> VerifyReport:
     rep = VerifyReport(directory)
     segments = list_segments(directory)
     clean = os.path.exists(os.path.join(directory, files.CLEAN_SHUTDOWN_FILE))
@@ -59,6 +78,7 @@ def verify_partition(directory: str, *, only_base: int | None = None,
         scan = _scan_for_verify(seg, active and not clean, progress)
         if scan is None:
             rep.add(False, seg.log_path, None, "segment deleted during the check (retention)")
+            prev_next = None  # its successor continues what retention left, not a gap
             continue
         rep.segments += 1
         rep.batches += len(scan.batches)
