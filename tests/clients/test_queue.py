@@ -419,3 +419,34 @@ def test_topic_dead_letter_topic_and_limit(env, tmp_path):
         m = topic.partition(0).metrics()["queues"]["g"]
         assert m["in_flight"] == 0
         q.close()
+
+
+def test_records_compaction_removes_while_in_flight_are_dropped(env):
+    """Compaction may remove a record due for longer than retention_ms even while a group
+    has it in flight (released far ahead): the group drops it (journaled) and serves the
+    rest."""
+    clock, open_log = env
+    log = open_log(retention_ms=1000, compaction_min_ratio=0.1)
+    for i in range(6):
+        log.append([Record(b"old%d" % i)])
+    log.roll()
+    log.append([Record(b"young")], deliver_after=T0 + 5000)
+    log.roll()
+    q = QueueConsumer(log, "g")
+    recs = q.poll()
+    assert offs(recs) == list(range(6))
+    q.release(recs[:2], delay_ms=10_000)
+    q.ack(recs[2:])
+    clock.t = T0 + 5000
+    assert log.compact().segments_rewritten >= 1
+    clock.t = T0 + 20_000
+    got = q.poll()
+    assert offs(got) == [6] and got[0].value == b"young"
+    m = log.metrics()["queues"]["g"]
+    assert (m["in_flight"], m["acquired"]) == (1, 1)
+    q.close()
+    log.close()
+    log = open_log(retention_ms=1000, compaction_min_ratio=0.1)
+    q = QueueConsumer(log, "g")
+    assert offs(q.poll()) == [6]  # the drops were journaled: 0 and 1 stay gone
+    q.close()
