@@ -1,0 +1,143 @@
+"""CancelStore: every segment's cancellations of one partition (see cancellations.py for the
+files and the crash reasoning). The Log holds one and calls it under its lock.
+
+Durability rules kept here:
+* a MOVE (reschedule intent) is fsync'd before the copy's bytes are written;
+* CONFIRMs are written only after the .log holding the copies was fsync'd (`log_synced`);
+* a checkpoint (roll, close, or enough recent cancellations) first confirms, then fsyncs
+  the journals, then writes each changed segment's cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .cancellations import (
+    CANCEL,
+    CONFIRM,
+    MOVE,
+    VOID,
+    CopyCheck,
+    SegmentCancels,
+    encode_entry,
+)
+
+_MIN_RECENT = 1024  # recent offsets a segment may hold in memory before its cache is redone
+
+
+class CancelStore:
+    def __init__(self, directory: str):
+        self.directory = directory
+        self._segs: dict[int, SegmentCancels] = {}
+        self._unconfirmed: list[tuple[int, int]] = []  # (segment base, offset)
+        self.problems: list[str] = []
+
+    @classmethod
+    def open(cls, directory: str, segments: Iterable[tuple[int, int]], *,
+             recovered: Iterable[int] = (), copy_check: CopyCheck | None = None
+             ) -> CancelStore:
+        """Load the cancellations of `segments` ((base, next_offset) pairs). Segments in
+        `recovered` (scanned by crash recovery: their end may have moved) are replayed and
+        resolved against the log through `copy_check`; the rest open from their caches."""
+        store = cls(directory)
+        recovered = set(recovered)
+        for base, next_offset in segments:
+            sc = SegmentCancels.open(directory, base, next_offset,
+                                     check_range=base in recovered, copy_check=copy_check,
+                                     problems=store.problems)
+            if sc is not None:
+                store._segs[base] = sc
+        return store
+
+    # ------------------------------------------------------------------ queries
+
+    def get(self, base: int) -> SegmentCancels | None:
+        """The segment's cancellations, or None when it has none (the fetch fast path)."""
+        sc = self._segs.get(base)
+        return sc if sc is not None and len(sc) else None
+
+    def is_cancelled(self, base: int, offset: int) -> bool:
+        sc = self._segs.get(base)
+        return sc is not None and offset in sc
+
+    def total(self) -> int:
+        return sum(len(sc) for sc in self._segs.values())
+
+    def per_segment(self) -> dict[int, int]:
+        return {b: len(sc) for b, sc in self._segs.items() if len(sc)}
+
+    def recent_total(self) -> int:
+        return sum(sc.recent_count for sc in self._segs.values())
+
+    def _seg(self, base: int) -> SegmentCancels:
+        sc = self._segs.get(base)
+        if sc is None:
+            sc = self._segs[base] = SegmentCancels(self.directory, base)
+        return sc
+
+    # ------------------------------------------------------------------ writing
+
+    def cancel(self, by_segment: dict[int, list[int]]) -> None:
+        """Journal and apply plain cancellations (not fsync'd: see `sync`)."""
+        for base, offsets in by_segment.items():
+            sc = self._seg(base)
+            sc.write([encode_entry(CANCEL, o) for o in offsets])
+            sc.add(offsets)
+
+    def begin_move(self, base: int, offset: int, copy_offset: int, copy_crc: int) -> None:
+        """Journal the reschedule intent durably; the copy may be written after this."""
+        sc = self._seg(base)
+        sc.write([encode_entry(MOVE, offset, copy_offset, copy_crc)])
+        sc.sync()
+
+    def end_move(self, base: int, offset: int) -> None:
+        """The copy is appended: the original is cancelled (confirmed at the next sync)."""
+        self._seg(base).add((offset,))
+        self._unconfirmed.append((base, offset))
+
+    def abort_move(self, base: int, offset: int) -> None:
+        """The copy was not appended: settle the intent as void. Best effort: if this is
+        lost too, recovery finds no copy carrying the recorded CRC and voids it anyway."""
+        self._seg(base).write([encode_entry(VOID, offset)])
+
+    def log_synced(self) -> None:
+        """The .log is fsync'd up to its end: every move so far has a durable copy."""
+        if not self._unconfirmed:
+            return
+        by_seg: dict[int, list[bytes]] = {}
+        for base, offset in self._unconfirmed:
+            if base in self._segs:
+                by_seg.setdefault(base, []).append(encode_entry(CONFIRM, offset))
+        self._unconfirmed = []
+        for base, entries in by_seg.items():
+            self._segs[base].write(entries)
+
+    def sync(self) -> None:
+        """fsync every journal written since its last fsync."""
+        for sc in self._segs.values():
+            sc.sync()
+
+    def needs_checkpoint(self) -> bool:
+        return any(sc.recent_count > max(_MIN_RECENT, len(sc) // 4)
+                   for sc in self._segs.values())
+
+    def checkpoint(self, *, everything: bool) -> None:
+        """Write the caches of changed segments (every one, or those over the threshold).
+        The caller has fsync'd the .log (and so may confirm moves)."""
+        self.log_synced()
+        for sc in self._segs.values():
+            if sc.cache_current:
+                continue
+            if everything or sc.recent_count > max(_MIN_RECENT, len(sc) // 4):
+                sc.persist()
+
+    def drop(self, base: int) -> None:
+        """The segment is deleted: so are its cancellation files."""
+        sc = self._segs.pop(base, None)
+        if sc is not None:
+            sc.delete()
+        self._unconfirmed = [(b, o) for b, o in self._unconfirmed if b != base]
+
+    def close(self) -> None:
+        for sc in self._segs.values():
+            sc.close()

@@ -1,0 +1,421 @@
+"""Cancellations: which records of a segment have been withdrawn (cancel, reschedule).
+
+Each segment with at least one cancelled record has two files beside its .log:
+
+``<base>.cancels``: the journal, the source of truth. Append-only, fixed 32-byte slots
+(little-endian), so a damaged entry costs only itself and a reader resyncs at the next slot::
+
+    header (32 bytes)
+      0  8s  magic       b"KDCANJ01"
+      8  q   base_offset the segment's base offset (must match the file name)
+     16  q   generation  bumped whenever recovery rewrites the journal (see below)
+     24  4x  reserved
+     28  I   crc         CRC-32C of bytes 0..28
+    entries (32 bytes each)
+      0  B   kind        1 CANCEL, 2 MOVE (reschedule intent), 3 CONFIRM, 4 VOID
+      1  3x  reserved
+      4  I   copy_crc    MOVE: the CRC field of the copy's batch header; else 0
+      8  q   offset      the cancelled record's offset (in this segment)
+     16  q   copy_offset MOVE: base offset of the copy's (single-record) batch; else -1
+     24  I   reserved
+     28  I   crc         CRC-32C of bytes 0..28
+
+``<base>.cancelindex``: a cache of the journal's outcome, the sorted cancelled offsets as one
+int64 column, in the shared index-file format (kdelay/index/index_file.py, magic
+``KCANIDX1``). Its header's ``log_bytes`` field holds the journal size it covers and its
+``next_offset`` field the journal generation; it is trusted only if both match the journal
+(so a clean open reads one header per segment and maps the column lazily; it is O(segments)
+whatever the number of cancellations). Anything else (missing, stale, corrupt) is rebuilt by
+replaying the journal.
+
+Replaying (in order): CANCEL adds the offset; MOVE adds it, pending confirmation; CONFIRM
+settles that MOVE; VOID removes the offset. A reschedule of X is: encode the copy, write MOVE
+(X, C, crc of the copy) and fsync the journal, then append the copy at offset C. Once the
+.log holding the copy is fsync'd, a CONFIRM is written. A MOVE that replay finds unconfirmed
+(a crash came in between) is resolved against the recovered log: the copy is there (its batch
+at C carries the recorded CRC) or X stays live. Either way exactly one of them survives:
+
+* copy bytes lost, MOVE kept: C is not in the log (or holds another batch) -> X is live;
+* MOVE lost: impossible while the copy survives, the MOVE was fsync'd before the copy's
+  bytes were even written (the write-ahead rule; one fsync per reschedule);
+* CONFIRM is only written after the copy is durable, so a confirmed MOVE never loses its copy.
+
+A CANCEL or MOVE naming an offset at or past the segment's recovered end names a record a
+crash took away (its offset will be reused): replay drops it. Whenever replay drops or
+resolves anything, the journal is rewritten as plain CANCELs (atomically, generation + 1)
+before the log takes appends, so a later replay never re-decides an old MOVE.
+
+Memory: offsets cancelled since the cache was written sit in a SortedList until the next
+checkpoint (roll, close, or when they reach a quarter of the cache), everything else is in
+the mmap'd cache. Fetch asks a segment only for the cancelled offsets inside one batch:
+two searchsorted calls plus a SortedList range, O(log n + k) per batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
+
+import crc32c
+import numpy as np
+from sortedcontainers import SortedList
+
+from .. import fsio
+from ..errors import CorruptLogError
+from ..index.index_file import IndexFileError, IndexMeta, load_index, read_meta, write_index
+
+JOURNAL_SUFFIX = ".cancels"
+CANCEL_INDEX_SUFFIX = ".cancelindex"
+CANCEL_SUFFIXES = (JOURNAL_SUFFIX, CANCEL_INDEX_SUFFIX)
+JOURNAL_MAGIC = b"KDCANJ01"
+INDEX_MAGIC = b"KCANIDX1"
+_DTYPES = [np.dtype("<i8")]
+
+_HEAD = struct.Struct("<8sqq4xI")
+_ENTRY = struct.Struct("<B3xIqqII")
+SLOT = 32
+assert _HEAD.size == SLOT and _ENTRY.size == SLOT
+
+CANCEL, MOVE, CONFIRM, VOID = 1, 2, 3, 4
+KIND_NAMES = {CANCEL: "cancel", MOVE: "move", CONFIRM: "confirm", VOID: "void"}
+_EMPTY = np.empty(0, dtype=np.int64)
+
+# copy_check(copy_offset, copy_crc) -> True (the copy is in the log), False (it is not),
+# None (cannot tell: the copy's segment is gone, so the move was settled long ago)
+CopyCheck = Callable[[int, int], "bool | None"]
+
+
+class JournalEntry(NamedTuple):
+    position: int
+    kind: int
+    offset: int
+    copy_offset: int
+    copy_crc: int
+
+
+class JournalScan(NamedTuple):
+    generation: int | None  # None: header missing or damaged
+    entries: list[JournalEntry]
+    problems: list[tuple[int, str]]  # (byte position, what is wrong)
+    size: int
+
+
+def journal_header(base_offset: int, generation: int) -> bytes:
+    head = _HEAD.pack(JOURNAL_MAGIC, base_offset, generation, 0)
+    return head[:28] + struct.pack("<I", crc32c.crc32c(head[:28]))
+
+
+def encode_entry(kind: int, offset: int, copy_offset: int = -1, copy_crc: int = 0) -> bytes:
+    raw = _ENTRY.pack(kind, copy_crc, offset, copy_offset, 0, 0)
+    return raw[:28] + struct.pack("<I", crc32c.crc32c(raw[:28]))
+
+
+def parse_journal(data: bytes, base_offset: int) -> JournalScan:
+    """Every entry of a journal's bytes, with the damaged ones listed (not returned). A
+    header or slot that fails its CRC, an unknown kind, or a trailing part-slot is a
+    problem; the walk goes on at the next slot."""
+    problems: list[tuple[int, str]] = []
+    generation = None
+    if len(data) < SLOT:
+        problems.append((0, f"truncated header ({len(data)} bytes)"))
+        return JournalScan(None, [], problems, len(data))
+    magic, base, gen, crc = _HEAD.unpack_from(data, 0)
+    if magic != JOURNAL_MAGIC:
+        problems.append((0, f"bad magic {magic!r}"))
+    elif crc32c.crc32c(data[:28]) != crc:
+        problems.append((0, "header checksum mismatch"))
+    elif base != base_offset:
+        problems.append((0, f"header names segment {base}, file is segment {base_offset}"))
+    else:
+        generation = gen
+    entries = []
+    end = len(data) - (len(data) % SLOT)
+    view = memoryview(data)
+    for pos in range(SLOT, end, SLOT):
+        kind, copy_crc, offset, copy_offset, _, crc = _ENTRY.unpack_from(data, pos)
+        if crc32c.crc32c(view[pos:pos + 28]) != crc:
+            problems.append((pos, "damaged entry (checksum mismatch)"))
+        elif kind not in KIND_NAMES or offset < 0:
+            problems.append((pos, f"invalid entry (kind {kind}, offset {offset})"))
+        else:
+            entries.append(JournalEntry(pos, kind, offset, copy_offset, copy_crc))
+    if end != len(data):
+        problems.append((end, f"torn tail ({len(data) - end} bytes of a partial entry)"))
+    return JournalScan(generation, entries, problems, len(data))
+
+
+def read_journal(path: str, base_offset: int) -> JournalScan:
+    data = fsio.read_small(path)
+    return parse_journal(data or b"", base_offset) if data is not None else \
+        JournalScan(None, [], [], 0)
+
+
+def replay(entries: Iterable[JournalEntry], next_offset: int, base_offset: int,
+           copy_check: CopyCheck | None) -> tuple[set[int], bool]:
+    """The cancelled offsets a journal's entries amount to, and whether replay had to drop
+    or resolve anything (then the journal should be rewritten). `copy_check` None: treat an
+    unconfirmed MOVE as confirmed (a reader that must not decide, e.g. an offline tool)."""
+    state: set[int] = set()
+    unsettled: dict[int, tuple[int, int]] = {}
+    changed = False
+    for e in entries:
+        in_range = base_offset <= e.offset < next_offset
+        if e.kind == CANCEL:
+            if in_range:
+                state.add(e.offset)
+            else:
+                changed = True
+        elif e.kind == MOVE:
+            if in_range:
+                state.add(e.offset)
+                unsettled[e.offset] = (e.copy_offset, e.copy_crc)
+            else:
+                changed = True
+        elif e.kind == CONFIRM:
+            unsettled.pop(e.offset, None)
+        else:  # VOID
+            state.discard(e.offset)
+            unsettled.pop(e.offset, None)
+    if unsettled and copy_check is not None:
+        changed = True
+        for offset, (copy_offset, copy_crc) in unsettled.items():
+            if copy_check(copy_offset, copy_crc) is False:
+                state.discard(offset)
+    return state, changed
+
+
+class SegmentCancels:
+    """One segment's cancelled offsets: the mmap'd cache plus those added since."""
+
+    def __init__(self, directory: str, base_offset: int):
+        self.base_offset = base_offset
+        stem = os.path.join(directory, f"{base_offset:020d}")
+        self.journal_path = stem + JOURNAL_SUFFIX
+        self.index_path = stem + CANCEL_INDEX_SUFFIX
+        self.generation = 0
+        self.journal_size = 0  # 0: no journal file yet
+        self._fd = -1
+        self._disk: np.ndarray | None = _EMPTY  # None: trusted cache not mapped yet
+        self._disk_count = 0
+        self._recent = SortedList()
+        self.unsynced = False  # journal bytes written since its last fsync
+        self.cache_current = True  # the cache covers the whole journal
+
+    # ------------------------------------------------------------------ queries
+
+    def __len__(self) -> int:
+        return self._disk_count + len(self._recent)
+
+    @property
+    def recent_count(self) -> int:
+        return len(self._recent)
+
+    def _mapped(self) -> np.ndarray:
+        if self._disk is None:
+            try:
+                meta, (col,) = load_index(self.index_path, INDEX_MAGIC, _DTYPES,
+                                          base_offset=self.base_offset,
+                                          log_bytes=self.journal_size)
+                if meta.next_offset != self.generation:
+                    raise IndexFileError(f"{self.index_path}: generation {meta.next_offset}, "
+                                         f"journal has {self.generation}")
+                if len(col) > 1 and not bool(np.all(col[1:] > col[:-1])):
+                    raise IndexFileError(f"{self.index_path}: offsets not strictly sorted")
+            except IndexFileError as e:
+                # the header said current at open but the data does not check out: the
+                # journal is still the truth (read-only here: CONFIRMs are all in it)
+                scan = read_journal(self.journal_path, self.base_offset)
+                state, _ = replay(scan.entries, 1 << 62, self.base_offset, None)
+                col = np.array(sorted(state), dtype=np.int64)
+                self.cache_current = False
+                self.load_problem = str(e)
+            self._disk = col
+            self._disk_count = len(col)
+        return self._disk
+
+    def __contains__(self, offset: int) -> bool:
+        if offset in self._recent:
+            return True
+        disk = self._mapped()
+        i = int(np.searchsorted(disk, offset))
+        return i < len(disk) and int(disk[i]) == offset
+
+    def in_range(self, lo: int, hi: int) -> list[int]:
+        """Cancelled offsets in [lo, hi], sorted. O(log n + k)."""
+        disk = self._mapped()
+        out: list[int] = []
+        if len(disk):
+            i = int(np.searchsorted(disk, lo))
+            j = int(np.searchsorted(disk, hi, side="right"))
+            if j > i:
+                out = disk[i:j].tolist()
+        if self._recent:
+            more = list(self._recent.irange(lo, hi))
+            if more:
+                out = sorted(out + more) if out else more
+        return out
+
+    def count_in_range(self, lo: int, hi: int) -> int:
+        """How many offsets in [lo, hi] are cancelled. O(log n)."""
+        disk = self._mapped()
+        n = 0
+        if len(disk):
+            n = int(np.searchsorted(disk, hi, side="right")) - int(np.searchsorted(disk, lo))
+        if self._recent:
+            n += self._recent.bisect_right(hi) - self._recent.bisect_left(lo)
+        return n
+
+    def offsets(self) -> np.ndarray:
+        """Every cancelled offset, sorted (a copy when some are recent)."""
+        disk = self._mapped()
+        if not self._recent:
+            return disk
+        both = np.concatenate([disk, np.array(list(self._recent), dtype=np.int64)])
+        both.sort()
+        return both
+
+    # ------------------------------------------------------------------ writing
+
+    def write(self, entries: list[bytes]) -> None:
+        """Append entries to the journal (creating it, header first, if needed)."""
+        data = b"".join(entries)
+        created = False
+        if self._fd < 0:
+            created = not os.path.exists(self.journal_path)
+            self._fd = fsio.open_append(self.journal_path)
+            if created:
+                data = journal_header(self.base_offset, self.generation) + data
+                self.journal_size = 0
+        pos = self.journal_size
+        try:
+            fsio.write(self._fd, data, pos)
+        except OSError:
+            with contextlib.suppress(OSError):  # recovery cuts a part-slot too
+                fsio.truncate(self._fd, pos)
+            raise
+        self.journal_size = pos + len(data)
+        self.unsynced = True
+        self.cache_current = False
+        if created:
+            self._created = True
+
+    def add(self, offsets: Iterable[int]) -> None:
+        self._recent.update(offsets)
+
+    def discard(self, offset: int) -> None:
+        self._recent.discard(offset)
+
+    def sync(self) -> None:
+        """fsync the journal (and its directory entry, the first time)."""
+        if self._fd >= 0 and self.unsynced:
+            fsio.fsync(self._fd)
+            if getattr(self, "_created", False):
+                fsio.fsync_dir(os.path.dirname(self.journal_path))
+                self._created = False
+            self.unsynced = False
+
+    def persist(self) -> None:
+        """Write the cache over the whole journal (journal fsync'd first) and map it."""
+        self.sync()
+        col = self.offsets()
+        write_index(self.index_path, INDEX_MAGIC,
+                    IndexMeta(self.base_offset, self.journal_size, self.generation, len(col)),
+                    [np.ascontiguousarray(col, dtype=np.int64)])
+        self._disk = None
+        self._disk_count = len(col)
+        self._recent = SortedList()
+        self.cache_current = True
+        self._mapped()
+
+    def rewrite(self, state: set[int]) -> None:
+        """Replace the journal by plain CANCELs of `state` (generation + 1), then the cache."""
+        self.close()
+        self.generation += 1
+        body = b"".join(encode_entry(CANCEL, o) for o in sorted(state))
+        data = journal_header(self.base_offset, self.generation) + body
+        fsio.atomic_write(self.journal_path, data)
+        self.journal_size = len(data)
+        self._disk = _EMPTY
+        self._disk_count = 0
+        self._recent = SortedList(state)
+        self.unsynced = False
+        self.persist()
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def delete(self) -> None:
+        self.close()
+        fsio.unlink(self.journal_path)
+        fsio.unlink(self.index_path)
+
+    # ------------------------------------------------------------------ opening
+
+    @classmethod
+    def open(cls, directory: str, base_offset: int, next_offset: int, *,
+             check_range: bool, copy_check: CopyCheck | None,
+             problems: list[str]) -> SegmentCancels | None:
+        """The segment's cancellations, or None if it has no journal. A cache that matches
+        the journal is trusted (one header read); otherwise, or with `check_range` (a
+        segment that recovery scanned, whose end may have moved), the journal is replayed,
+        dropped and unsettled entries are resolved, and journal and cache are rewritten."""
+        sc = cls(directory, base_offset)
+        try:
+            size = os.path.getsize(sc.journal_path)
+        except FileNotFoundError:
+            fsio.unlink(sc.index_path)  # a cache without its journal describes nothing
+            return None
+        with open(sc.journal_path, "rb") as f:
+            head = f.read(SLOT)
+        gen = None
+        if len(head) == SLOT:
+            magic, base, g, crc = _HEAD.unpack(head)
+            if magic == JOURNAL_MAGIC and base == base_offset and \
+                    crc32c.crc32c(head[:28]) == crc:
+                gen = g
+        if gen is not None and not check_range:
+            try:
+                meta, _ = read_meta(sc.index_path, INDEX_MAGIC)
+                if (meta.base_offset, meta.log_bytes, meta.next_offset) == \
+                        (base_offset, size, gen):
+                    sc.generation, sc.journal_size = gen, size
+                    sc._disk, sc._disk_count = None, meta.entries
+                    return sc
+            except IndexFileError:
+                pass
+        scan = read_journal(sc.journal_path, base_offset)
+        for pos, what in scan.problems:
+            problems.append(f"{sc.journal_path} at byte {pos}: {what}")
+        state, changed = replay(scan.entries, next_offset, base_offset, copy_check)
+        sc.generation = scan.generation or 0
+        sc.journal_size = scan.size
+        if changed or scan.problems:
+            sc.rewrite(state)
+        else:
+            sc._disk, sc._disk_count = _EMPTY, 0
+            sc._recent = SortedList(state)
+            sc.persist()
+        return sc
+
+
+def check_cancels(directory: str, base_offset: int, next_offset: int,
+                  log_start: int | None = None) -> tuple[list[CorruptLogError], int]:
+    """Offline check of one segment's journal (kdelay verify): damaged entries and entries
+    naming an offset outside the segment, each with file and byte position. Returns the
+    problems and how many offsets the journal cancels."""
+    path = os.path.join(directory, f"{base_offset:020d}{JOURNAL_SUFFIX}")
+    scan = read_journal(path, base_offset)
+    errors = [CorruptLogError(f"cancellation journal: {what}", path, pos)
+              for pos, what in scan.problems]
+    for e in scan.entries:
+        if e.kind in (CANCEL, MOVE) and not base_offset <= e.offset < next_offset:
+            errors.append(CorruptLogError(
+                f"cancellation journal: {KIND_NAMES[e.kind]} names offset {e.offset}, "
+                f"outside segment [{base_offset}, {next_offset})", path, e.position))
+    state, _ = replay(scan.entries, next_offset, base_offset, None)
+    return errors, len(state)
