@@ -135,8 +135,8 @@ def main() -> None:
         sizes = {name: os.path.getsize(os.path.join(big, name)) for name in os.listdir(big)
                  if name.endswith((".cancels", ".cancelindex"))}
         total = sum(sizes.values())
-        print(f"\n## bytes per cancellation\n- on disk: {total / m:.1f} B "
-              f"({', '.join(f'{k.split('.')[1]} {v / m:.1f} B' for k, v in sizes.items())})")
+        parts = ", ".join(f"{k.split('.')[1]} {v / m:.1f} B" for k, v in sizes.items())
+        print(f"\n## bytes per cancellation\n- on disk: {total / m:.1f} B ({parts})")
         clock.t = T0 + 10 ** 7  # every cancelled record is due now
         tracemalloc.start()
         before = tracemalloc.get_traced_memory()[0]

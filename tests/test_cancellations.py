@@ -174,3 +174,18 @@ def test_fuzzed_journal_never_raises_and_names_positions(tmp_path_factory, seed,
                                  problems=problems2)
     assert sc2.offsets().tolist() == offs.tolist() and not problems2
     sc2.close()
+
+
+def test_read_cancelled_for_offline_readers(tmp_path):
+    d = os.fspath(tmp_path)
+    assert len(cz.read_cancelled(d, 0)) == 0
+    store = CancelStore(d)
+    store.cancel({0: [4, 2, 9]})
+    store.sync()
+    assert cz.read_cancelled(d, 0).tolist() == [2, 4, 9]  # from the journal (no cache yet)
+    store.checkpoint(everything=True)
+    assert cz.read_cancelled(d, 0).tolist() == [2, 4, 9]  # from the cache
+    assert cz.read_cancelled(d, 0, next_offset=5).tolist() == [2, 4]
+    errors, n = cz.check_cancels(d, 0, 5)
+    assert n == 2 and len(errors) == 1 and errors[0].position == 96  # offset 9: outside
+    store.close()

@@ -41,11 +41,12 @@ class Model:
     def append(self, log: Log, n: int, da: int) -> None:
         base = log.log_end_offset
         recs = [Record(b"v%d" % (base + i), key=b"k") for i in range(n)]
-        res = log.append(recs, deliver_after=da)
-        for i in range(n):
+        for i in range(n):  # before the call: a crash inside it may leave the batch
             self.values[base + i] = recs[i].value
-            if self.flushed_policy:
-                self.durable.add(base + i)
+        res = log.append(recs, deliver_after=da)
+        assert res.base_offset == base
+        if self.flushed_policy:
+            self.durable.update(range(base, base + n))
 
     def cancel(self, log: Log, offsets: list[int]) -> None:
         live = [o for o in offsets if o not in self.cancelled]
@@ -162,7 +163,7 @@ def _check(path: str, m: Model, cfg: LogConfig, where: str) -> None:
         # records appended after the crash reuse any lost offsets: none is cancelled
         end = log.log_end_offset
         log.append([Record(b"after-%d" % i) for i in range(4)], deliver_after=FAR)
-        new = {r.offset for r in _delivered(log)} - set(first)
+        new = set(_delivered(log)) - set(first)
         assert new == set(range(end, end + 4)), f"{where}: post-crash appends {new}"
         final = set(first) | new
     finally:
@@ -220,3 +221,53 @@ def test_every_crash_point(tmp_path, name):
         for mode in CRASH_MODES:
             _, crashed = _run(tmp_path, name, point, mode)
             assert crashed, f"{name}: op {point} of {total} not reached"
+
+
+def test_write_ahead_order_of_a_reschedule(tmp_path):
+    """The MOVE is durable before the copy's bytes are written; the CONFIRM is written only
+    after the .log holding the copy was fsynced (flush policy: none, so only flush() does)."""
+    path = os.fspath(tmp_path / "p")
+    cfg = LogConfig(flush_messages=None)
+    m = Model()
+    log = _prep(path, m, cfg)
+    with FaultInjector([path]) as inj:
+        log.reschedule(4, T0 + 9000)
+        after_move = len(inj.ops)
+        log.flush()
+    close_abandoned(log)
+    ops = [(op, os.path.basename(p).split(".")[-1]) for op, p in inj.ops]
+    first_log_write = ops.index(("write", "log"))
+    assert ("write", "cancels") in ops[:first_log_write]
+    assert ops.index(("fsync", "cancels")) < first_log_write  # MOVE durable first
+    assert ("write", "cancels") not in ops[first_log_write:after_move]  # no early CONFIRM
+    confirm = ops.index(("write", "cancels"), after_move)
+    assert ops.index(("fsync", "log"), after_move) < confirm
+
+
+@pytest.mark.parametrize("keep", ["journal", "log"])
+def test_files_lost_independently(tmp_path, keep):
+    """Power loss where one file's unsynced tail reached the disk and the other's did not:
+    keep the journal's entries but lose the copy's bytes (the original must come back), or
+    keep the copy and lose the journal's unsynced entries (nothing to lose: the MOVE was
+    synced before the copy was written, so the original stays cancelled)."""
+    path = os.fspath(tmp_path / "p")
+    cfg = LogConfig(flush_messages=None)
+    m = Model()
+    log = _prep(path, m, cfg)
+    seg_log = os.path.join(path, f"{0:020d}.log")
+    journal = os.path.join(path, f"{0:020d}.cancels")
+    log_size = os.path.getsize(seg_log)
+    log.reschedule(4, T0 + 9000)
+    log.cancel([5])
+    journal_synced = os.path.getsize(journal) - 32  # the CANCEL was not fsynced
+    close_abandoned(log)
+    if keep == "journal":
+        os.truncate(seg_log, log_size)
+    else:
+        os.truncate(journal, journal_synced)
+    clock = Clock(FAR)
+    with Log.open(path, config=cfg, clock=clock) as log:
+        got = _delivered(log)
+        assert (4 in got) == (keep == "journal")
+        assert (18 in got) == (keep == "log")
+        assert 5 in got if keep == "log" else 5 not in got

@@ -10,10 +10,13 @@ Durability rules kept here:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 
+from .. import fsio
 from .cancellations import (
     CANCEL,
+    CANCEL_SUFFIXES,
     CONFIRM,
     MOVE,
     VOID,
@@ -21,6 +24,7 @@ from .cancellations import (
     SegmentCancels,
     encode_entry,
 )
+from .segment import parse_segment_name
 
 _MIN_RECENT = 1024  # recent offsets a segment may hold in memory before its cache is redone
 
@@ -41,6 +45,13 @@ class CancelStore:
         resolved against the log through `copy_check`; the rest open from their caches."""
         store = cls(directory)
         recovered = set(recovered)
+        segments = list(segments)
+        bases = {b for b, _ in segments}
+        for name in os.listdir(directory):
+            # files of a segment that is gone (deleted part-way, or cut off by recovery)
+            parsed = parse_segment_name(name)
+            if parsed is not None and parsed[1] in CANCEL_SUFFIXES and parsed[0] not in bases:
+                fsio.unlink(os.path.join(directory, name))
         for base, next_offset in segments:
             sc = SegmentCancels.open(directory, base, next_offset,
                                      check_range=base in recovered, copy_check=copy_check,

@@ -236,6 +236,11 @@ class SegmentCancels:
             self._disk_count = len(col)
         return self._disk
 
+    def cache_current_after_map(self) -> bool:
+        """Map the cache; False if its data turned out damaged (then rebuilt in memory)."""
+        self._mapped()
+        return self.cache_current
+
     def __contains__(self, offset: int) -> bool:
         if offset in self._recent:
             return True
@@ -378,14 +383,19 @@ class SegmentCancels:
             if magic == JOURNAL_MAGIC and base == base_offset and \
                     crc32c.crc32c(head[:28]) == crc:
                 gen = g
-        if gen is not None and not check_range:
+        if gen is not None:
             try:
                 meta, _ = read_meta(sc.index_path, INDEX_MAGIC)
                 if (meta.base_offset, meta.log_bytes, meta.next_offset) == \
                         (base_offset, size, gen):
                     sc.generation, sc.journal_size = gen, size
                     sc._disk, sc._disk_count = None, meta.entries
-                    return sc
+                    # a segment whose end recovery may have moved: every cancelled offset
+                    # must still be inside it (the cache is sorted: one look at the last)
+                    if not check_range or not len(sc) or \
+                            (sc.cache_current_after_map() and
+                             int(sc._mapped()[-1]) < next_offset):
+                        return sc
             except IndexFileError:
                 pass
         scan = read_journal(sc.journal_path, base_offset)
@@ -419,3 +429,33 @@ def check_cancels(directory: str, base_offset: int, next_offset: int,
                 f"outside segment [{base_offset}, {next_offset})", path, e.position))
     state, _ = replay(scan.entries, next_offset, base_offset, None)
     return errors, len(state)
+
+
+def read_cancelled(directory: str, base_offset: int, next_offset: int | None = None
+                   ) -> np.ndarray:
+    """The segment's cancelled offsets, sorted, for readers that do not open the Log (tools,
+    Spark): the cache when it is current, else a replay of the journal (settling nothing).
+    Offsets at or past `next_offset` (if given) are left out. Empty if there is no journal."""
+    stem = os.path.join(directory, f"{base_offset:020d}")
+    try:
+        size = os.path.getsize(stem + JOURNAL_SUFFIX)
+    except FileNotFoundError:
+        return _EMPTY
+    out = None
+    try:
+        with open(stem + JOURNAL_SUFFIX, "rb") as f:
+            head = f.read(SLOT)
+        gen = _HEAD.unpack(head)[2] if len(head) == SLOT else None
+        meta, (col,) = load_index(stem + CANCEL_INDEX_SUFFIX, INDEX_MAGIC, _DTYPES,
+                                  base_offset=base_offset, log_bytes=size)
+        if meta.next_offset == gen:
+            out = np.asarray(col)
+    except (IndexFileError, OSError, struct.error):
+        out = None
+    if out is None:
+        scan = read_journal(stem + JOURNAL_SUFFIX, base_offset)
+        state, _ = replay(scan.entries, 1 << 62, base_offset, None)
+        out = np.array(sorted(state), dtype=np.int64)
+    if next_offset is not None and len(out) and out[-1] >= next_offset:
+        out = out[: int(np.searchsorted(out, next_offset))]
+    return out
