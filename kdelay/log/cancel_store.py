@@ -27,6 +27,14 @@ from .cancellations import (
 from .segment import parse_segment_name
 
 _MIN_RECENT = 1024  # recent offsets a segment may hold in memory before its cache is redone
+_MAX_RECENT = 65536
+
+
+def _threshold(sc: SegmentCancels) -> int:
+    """Recent offsets a segment keeps in memory before its cache is rewritten: a quarter of
+    the cache (so rewrites cost O(1) amortised per cancellation), within [1 Ki, 64 Ki] (so
+    the heap they take stays bounded: ~40 B each in the SortedList)."""
+    return min(_MAX_RECENT, max(_MIN_RECENT, len(sc) // 4))
 
 
 class CancelStore:
@@ -129,8 +137,10 @@ class CancelStore:
             sc.sync()
 
     def needs_checkpoint(self) -> bool:
-        return any(sc.recent_count > max(_MIN_RECENT, len(sc) // 4)
-                   for sc in self._segs.values())
+        """Too much held in memory: recent offsets of a segment past its threshold, or many
+        moves waiting for their CONFIRM (the caller fsyncs the .log, then checkpoints)."""
+        return len(self._unconfirmed) > _MIN_RECENT or any(
+            sc.recent_count > _threshold(sc) for sc in self._segs.values())
 
     def checkpoint(self, *, everything: bool) -> None:
         """Write the caches of changed segments (every one, or those over the threshold).
@@ -139,7 +149,7 @@ class CancelStore:
         for sc in self._segs.values():
             if sc.cache_current:
                 continue
-            if everything or sc.recent_count > max(_MIN_RECENT, len(sc) // 4):
+            if everything or sc.recent_count > _threshold(sc):
                 sc.persist()
 
     def drop(self, base: int) -> None:

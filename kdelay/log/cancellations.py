@@ -64,7 +64,6 @@ import numpy as np
 from sortedcontainers import SortedList
 
 from .. import fsio
-from ..errors import CorruptLogError
 from ..index.index_file import IndexFileError, IndexMeta, load_index, read_meta, write_index
 
 JOURNAL_SUFFIX = ".cancels"
@@ -413,22 +412,35 @@ class SegmentCancels:
         return sc
 
 
-def check_cancels(directory: str, base_offset: int, next_offset: int,
-                  log_start: int | None = None) -> tuple[list[CorruptLogError], int]:
-    """Offline check of one segment's journal (kdelay verify): damaged entries and entries
-    naming an offset outside the segment, each with file and byte position. Returns the
-    problems and how many offsets the journal cancels."""
-    path = os.path.join(directory, f"{base_offset:020d}{JOURNAL_SUFFIX}")
+def check_cancels(directory: str, base_offset: int, next_offset: int
+                  ) -> tuple[list[tuple[str, int, str]], int]:
+    """Offline check of one segment's cancellation files (kdelay verify): damaged journal
+    entries, entries naming an offset outside the segment, and a cache that is current
+    but disagrees with the journal, each as (file, byte position, what). Returns those
+    and how many offsets the journal cancels. Reads only."""
+    stem = os.path.join(directory, f"{base_offset:020d}")
+    path = stem + JOURNAL_SUFFIX
     scan = read_journal(path, base_offset)
-    errors = [CorruptLogError(f"cancellation journal: {what}", path, pos)
-              for pos, what in scan.problems]
+    problems = [(path, pos, f"cancellation journal: {what}") for pos, what in scan.problems]
     for e in scan.entries:
         if e.kind in (CANCEL, MOVE) and not base_offset <= e.offset < next_offset:
-            errors.append(CorruptLogError(
-                f"cancellation journal: {KIND_NAMES[e.kind]} names offset {e.offset}, "
-                f"outside segment [{base_offset}, {next_offset})", path, e.position))
+            problems.append((path, e.position,
+                             f"cancellation journal: {KIND_NAMES[e.kind]} names offset "
+                             f"{e.offset}, outside segment [{base_offset}, {next_offset})"))
     state, _ = replay(scan.entries, next_offset, base_offset, None)
-    return errors, len(state)
+    cache = stem + CANCEL_INDEX_SUFFIX
+    if scan.generation is not None and os.path.exists(cache):
+        try:
+            meta, (col,) = load_index(cache, INDEX_MAGIC, _DTYPES, base_offset=base_offset,
+                                      log_bytes=scan.size)
+            if meta.next_offset == scan.generation and \
+                    set(col.tolist()) != replay(scan.entries, 1 << 62, base_offset, None)[0]:
+                problems.append((cache, 64, "cancellation cache is current for its journal "
+                                            "but lists other offsets"))
+        except IndexFileError as e:
+            if "stale" not in str(e):  # stale after a crash is normal: the open rebuilds it
+                problems.append((cache, 0, f"cancellation cache: {e}"))
+    return problems, len(state)
 
 
 def read_cancelled(directory: str, base_offset: int, next_offset: int | None = None
