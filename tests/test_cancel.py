@@ -237,14 +237,15 @@ def test_concurrent_cancels_appends_and_fetches(open_log, clock):
     errors: list[BaseException] = []
     lock = threading.Lock()
 
+    cursor: list = [None]
+
     def consumer():
-        after = None
         try:
             while not stop.is_set():
-                res = log.fetch(after, max_records=7)
+                res = log.fetch(cursor[0], max_records=7)
                 with lock:
                     delivered.extend(r.offset for r in res.records)
-                after = res.next
+                cursor[0] = res.next
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
@@ -264,12 +265,17 @@ def test_concurrent_cancels_appends_and_fetches(open_log, clock):
             if i % 10 == 5:
                 clock.advance(1)
         clock.t = T0 + 10 ** 9
-        res = None
     finally:
         stop.set()
         t.join()
     assert not errors, errors
-    rest = _drain(log)
+    rest, after = [], cursor[0]
+    while True:  # the same consumer, on from where its thread stopped
+        res = log.fetch(after, max_records=50)
+        if not res.records:
+            break
+        rest += res.records
+        after = res.next
     all_got = delivered + [r.offset for r in rest]
     assert len(all_got) == len(set(all_got))
     assert set(all_got) == set(appended) - set(cancelled_at)

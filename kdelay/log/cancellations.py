@@ -252,8 +252,8 @@ class SegmentCancels:
         disk = self._mapped()
         out: list[int] = []
         if len(disk):
-            i = int(np.searchsorted(disk, lo))
-            j = int(np.searchsorted(disk, hi, side="right"))
+            i = int(disk.searchsorted(lo))  # the method: no dispatch wrapper per call
+            j = int(disk.searchsorted(hi, side="right"))
             if j > i:
                 out = disk[i:j].tolist()
         if self._recent:
