@@ -12,6 +12,7 @@ from .errors import (
     DelayedDeliveryDisabledError,
     DeliveryDelayExceededError,
     InvalidConfigError,
+    InvalidOffsetError,
     InvalidRecordError,
     InvalidTopicError,
     KdelayError,
@@ -28,6 +29,6 @@ __version__ = "0.1.0"
 __all__ = [
     "AppendResult", "Consumer", "CorruptLogError", "DelayedDeliveryDisabledError",
     "DeliveryDelayExceededError", "DeliveryKey", "FetchResult", "FetchedRecord",
-    "InvalidConfigError", "InvalidRecordError", "InvalidTopicError", "KdelayError", "Log", "LogClosedError",
+    "InvalidConfigError", "InvalidOffsetError", "InvalidRecordError", "InvalidTopicError", "KdelayError", "Log", "LogClosedError",
     "LogConfig", "LogLockedError", "LogWriteError", "OffsetOutOfRangeError", "Record", "Topic",
 ]

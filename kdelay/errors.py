@@ -81,3 +81,8 @@ def write_errors(method):
             raise LogWriteError(e.errno, f"{method.__name__} on {self.path} failed: "
                                 f"{e.strerror or e}", e.filename) from e
     return wrapper
+
+
+class InvalidOffsetError(KdelayError, ValueError):
+    """An offset argument that is not a non-negative int (a bool, a float, a string, a
+    negative number...). Nothing was written."""

@@ -17,12 +17,14 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from . import fsio
 from .clock import Clock, wall_clock
 from .config import LogConfig
 from .errors import (
+    InvalidOffsetError,
+    InvalidRecordError,
     KdelayError,
     LogClosedError,
     OffsetOutOfRangeError,
@@ -30,8 +32,9 @@ from .errors import (
 )
 from .fetch import metrics, offset_order
 from .fetch.due_order import DueOrderReader
-from .log import groups, retention
+from .log import cancel_ops, groups, retention
 from .log.batch_builder import build_batch
+from .log.cancel_store import CancelStore
 from .log.flushing import FlushPolicy
 from .log.loader import CLEAN_SHUTDOWN_FILE, LoadReport, open_directory, write_recovery_point
 from .log.segment import LogSegment
@@ -39,9 +42,11 @@ from .log.segment_set import SegmentSet
 from .records import AppendResult, DeliveryKey, FetchedRecord, FetchResult, Record
 from .validation import (
     as_delivery_key,
+    as_offset,
     check_page_limits,
     is_int,
     is_positive_int,
+    offsets_arg,
     record_columns,
     requested_deliver_after,
 )
@@ -70,6 +75,7 @@ class Log:
         self._flush_policy = FlushPolicy(config)
         self._groups = groups.GroupStore(path)
         self._due_order = DueOrderReader()
+        self._cancels = CancelStore(path)  # replaced by the loaded one in open()
         self._listeners: list[AppendListener] = []
         self._flusher: threading.Thread | None = None
         if config.flush_ms is not None:
@@ -91,6 +97,19 @@ class Log:
         log = cls(path, config, clock or wall_clock, opened.lock_fd, opened.segments,
                   opened.report)
         log._marker_present = opened.marker_present
+        try:
+            # after a crash every journal is checked against the recovered segments' ends,
+            # and reschedules in flight are settled against the log (cancel_store.py)
+            log._cancels = CancelStore.open(
+                path, [(s.base_offset, s.next_offset) for s in opened.segments],
+                recovered=() if opened.report.clean else log._segments.bases(),
+                copy_check=cancel_ops.copy_checker(log._segments))
+        except BaseException:
+            for seg in opened.segments:
+                seg.close()
+            os.close(opened.lock_fd)
+            raise
+        opened.report.problems.extend(log._cancels.problems)
         # the log clock must not run backwards across a restart: the clean close stored
         # it, and commits record the clock they saw (which covers a crash)
         log._now_floor = max(opened.clock_floor, log._groups.max_clock())
@@ -115,11 +134,13 @@ class Log:
                 if not self._marker_present:  # else nothing changed since the clean open
                     self._segments.active.persist_indexes()
                     write_recovery_point(self.path, self._segments.active.next_offset)
+                self._cancels.checkpoint(everything=True)  # after the .log fsync above
                 fsio.atomic_write(os.path.join(self.path, CLEAN_SHUTDOWN_FILE),
                                   str(self._now_floor).encode("ascii"))
             finally:
                 for seg in self._segments:
                     seg.close()
+                self._cancels.close()
                 os.close(self._lock_fd)
                 self._appended.notify_all()
 
@@ -194,6 +215,9 @@ class Log:
                 self._roll_locked()
 
     def _roll_locked(self) -> None:
+        if self._cancels.dirty():  # caches written before the recovery point moves on
+            self._segments.active.flush()
+            self._cancels.checkpoint(everything=True)
         self._segments.roll()
         self._flush_policy.flushed()
 
@@ -206,6 +230,8 @@ class Log:
 
     def _flush_locked(self) -> None:
         self._segments.active.flush()
+        self._cancels.log_synced()  # the copies of reschedules so far are durable
+        self._cancels.sync()
         self._flush_policy.flushed()
 
     def _flush_loop(self) -> None:
@@ -231,7 +257,8 @@ class Log:
                 self._check_open()
                 now = self.now()
                 records, nxt, until = self._due_order.page(self._segments, cursor, now,
-                                                           max_records, max_bytes)
+                                                           max_records, max_bytes,
+                                                           self._cancels)
                 remaining = deadline - time.monotonic()
                 if records or remaining <= 0:
                     return FetchResult(records, nxt)
@@ -265,6 +292,66 @@ class Log:
             return offset_order.read_from(self._segments, max(offset, self.log_start_offset),
                                           max_records)
 
+    # ------------------------------------------------------------------ cancel
+
+    @write_errors
+    def cancel(self, offsets: int | Iterable[int]) -> int:
+        """Withdraw pending records by offset (an int or an iterable of ints); returns how
+        many were cancelled now. Offsets already cancelled, already due, or not in the log
+        are skipped. Durable per the flush policy (counted like appended records)."""
+        wanted = offsets_arg(offsets)
+        with self._lock:
+            self._check_open()
+            n = cancel_ops.cancel(self._segments, self._cancels, wanted, self.now())
+            if n and self._flush_policy.appended(n):
+                self._flush_locked()
+            if self._cancels.needs_checkpoint():
+                self._segments.active.flush()
+                self._cancels.checkpoint(everything=False)
+            return n
+
+    @write_errors
+    def reschedule(self, offset: int, deliver_after: int) -> AppendResult:
+        """Move one pending record: cancel it and append a copy (same key, value, headers,
+        timestamp) due at `deliver_after`, atomically across crashes (cancellations.py).
+        A record that is cancelled, due or not in the log raises KdelayError."""
+        off, due = as_offset(offset), as_offset(deliver_after)
+        if off is None or due is None:
+            raise InvalidOffsetError(f"reschedule needs a non-negative int offset and "
+                                     f"deliver_after, got {offset!r}, {deliver_after!r}")
+        requested_deliver_after((None,), due, path=self.path,
+                                delayed_delivery_enable=self.config.delayed_delivery_enable)
+        cfg = self.config
+        with self._lock:
+            self._check_open()
+            now = self.now()
+            copy = cancel_ops.reschedule_copy(self._segments, self._cancels, off, due, now,
+                                              max_delay_ms=cfg.max_delivery_delay_ms)
+            if len(copy.batch) > cfg.max_batch_bytes:
+                raise InvalidRecordError(f"the copy ({len(copy.batch)} bytes) exceeds "
+                                         f"max_batch_bytes ({cfg.max_batch_bytes})")
+            self._mark_dirty()
+            if self._segments.should_roll(len(copy.batch), now, cfg.segment_bytes,
+                                          cfg.segment_ms):
+                self._roll_locked()
+            self._cancels.begin_move(copy.source_base, off, copy.base_offset, copy.crc)
+            try:
+                self._segments.active.append(copy.batch, copy.base_offset, 0,
+                                             copy.deliver_after, copy.max_timestamp,
+                                             cfg.index_interval_bytes)
+            except BaseException:
+                self._cancels.abort_move(copy.source_base, off)
+                raise
+            self._cancels.end_move(copy.source_base, off)
+            if self._flush_policy.appended(1):
+                self._flush_locked()
+            self._due_order.appended(copy.deliver_after)
+            self._appended.notify_all()
+            result = AppendResult(copy.base_offset, copy.base_offset, copy.deliver_after, now)
+        for listener in self._listeners:
+            listener(result)
+        return result
+
     # ------------------------------------------------------------------ groups
 
     @write_errors
@@ -290,8 +377,10 @@ class Log:
         is due. Returns how many segments were deleted."""
         with self._lock:
             self._check_open()
-            return retention.enforce(self._segments, self.config, self.now(), self.path,
-                                     self._mark_dirty)
+            deleted = retention.enforce(self._segments, self.config, self.now(), self.path,
+                                        self._mark_dirty)
+            self._cancels.forget_below(self.log_start_offset)
+            return deleted
 
     # ------------------------------------------------------------------ introspection
 
@@ -318,7 +407,9 @@ class Log:
         with self._lock:
             now = self.now()
             group_keys = {g: self._groups.committed(g) for g in self._groups.groups()}
-            return metrics.collect(self._segments, group_keys, now, self.earliest_pending(now))
+            m = metrics.collect(self._segments, group_keys, now, self.earliest_pending(now))
+            m["cancelled_records"] = self._cancels.total()
+            return m
 
     def earliest_pending(self, now: int) -> int | None:
         """The smallest deliverAfter > `now` in the log (None: nothing pending). Sealed

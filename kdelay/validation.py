@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from .errors import (
     DelayedDeliveryDisabledError,
     DeliveryDelayExceededError,
+    InvalidOffsetError,
     InvalidRecordError,
     KdelayError,
 )
@@ -27,6 +30,45 @@ def is_non_negative_int(x: object) -> bool:
 
 def is_positive_int(x: object) -> bool:
     return is_int(x) and x > 0
+
+
+def as_offset(x: object) -> int | None:
+    """`x` as a non-negative int (numpy integers accepted, bool refused), else None."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, int):
+        return x if x >= 0 else None
+    if isinstance(x, np.integer):
+        return int(x) if x >= 0 else None
+    return None
+
+
+def offsets_arg(offsets: object) -> list[int]:
+    """An int or an iterable of ints as a list of offsets; anything else (a bool, a float,
+    a string or bytes, a negative number, in place or inside the iterable) raises
+    InvalidOffsetError. O(offsets)."""
+    one = as_offset(offsets)
+    if one is not None:
+        return [one]
+    if isinstance(offsets, (bool, int, np.integer, str, bytes, bytearray, memoryview)) \
+            or offsets is None:
+        raise InvalidOffsetError(f"offsets must be a non-negative int or an iterable of "
+                                 f"them, got {offsets!r}")
+    if isinstance(offsets, np.ndarray) and offsets.dtype.kind in "iu":
+        items = offsets.ravel().tolist()
+        if items and min(items) < 0:
+            raise InvalidOffsetError(f"offsets must be non-negative, got {min(items)}")
+        return items
+    try:
+        items = list(offsets)  # type: ignore[call-overload]
+    except TypeError:
+        raise InvalidOffsetError(f"offsets must be a non-negative int or an iterable of "
+                                 f"them, got {offsets!r}") from None
+    out = list(map(as_offset, items))
+    if None in out:
+        bad = items[out.index(None)]
+        raise InvalidOffsetError(f"offsets must be non-negative ints, got {bad!r}")
+    return out  # type: ignore[return-value]
 
 
 def as_delivery_key(x: object) -> DeliveryKey | None:

@@ -12,10 +12,20 @@ import struct
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from ..errors import CorruptLogError, KdelayError, OffsetOutOfRangeError
+from ..errors import CorruptLogError, DeliveryDelayExceededError, KdelayError, OffsetOutOfRangeError
 from . import codec
 from .cancel_store import CancelStore
 from .segment_set import SegmentSet
+
+
+def cancel(segments: SegmentSet, store: CancelStore, offsets: Iterable[int], now: int
+           ) -> int:
+    """Journal the cancellation of every offset that may be cancelled now (see
+    pending_targets); returns how many. Not fsync'd: the caller applies its flush policy."""
+    targets = pending_targets(segments, store, offsets, now)
+    if targets:
+        store.cancel(targets)
+    return sum(map(len, targets.values()))
 
 
 def pending_targets(segments: SegmentSet, store: CancelStore, offsets: Iterable[int],
@@ -79,7 +89,6 @@ def reschedule_copy(segments: SegmentSet, store: CancelStore, offset: int,
     k = offset - h.base_offset
     timestamp = int(ts[k])
     if max_delay_ms and deliver_after - timestamp > max_delay_ms:
-        from ..errors import DeliveryDelayExceededError
         raise DeliveryDelayExceededError(
             f"requested delivery delay of {deliver_after - timestamp} ms exceeds "
             f"max_delivery_delay_ms={max_delay_ms} ms")

@@ -10,13 +10,10 @@ Durability rules kept here:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 
-from .. import fsio
 from .cancellations import (
     CANCEL,
-    CANCEL_SUFFIXES,
     CONFIRM,
     MOVE,
     VOID,
@@ -24,7 +21,6 @@ from .cancellations import (
     SegmentCancels,
     encode_entry,
 )
-from .segment import parse_segment_name
 
 _MIN_RECENT = 1024  # recent offsets a segment may hold in memory before its cache is redone
 _MAX_RECENT = 65536
@@ -53,13 +49,6 @@ class CancelStore:
         resolved against the log through `copy_check`; the rest open from their caches."""
         store = cls(directory)
         recovered = set(recovered)
-        segments = list(segments)
-        bases = {b for b, _ in segments}
-        for name in os.listdir(directory):
-            # files of a segment that is gone (deleted part-way, or cut off by recovery)
-            parsed = parse_segment_name(name)
-            if parsed is not None and parsed[1] in CANCEL_SUFFIXES and parsed[0] not in bases:
-                fsio.unlink(os.path.join(directory, name))
         for base, next_offset in segments:
             sc = SegmentCancels.open(directory, base, next_offset,
                                      check_range=base in recovered, copy_check=copy_check,
@@ -151,6 +140,16 @@ class CancelStore:
                 continue
             if everything or sc.recent_count > _threshold(sc):
                 sc.persist()
+
+    def dirty(self) -> bool:
+        """Anything a checkpoint would write (a cache behind its journal, a CONFIRM due)."""
+        return bool(self._unconfirmed) or any(not sc.cache_current
+                                              for sc in self._segs.values())
+
+    def forget_below(self, start: int) -> None:
+        """Segments below `start` are deleted (retention): drop their cancellations."""
+        for base in [b for b in self._segs if b < start]:
+            self.drop(base)
 
     def drop(self, base: int) -> None:
         """The segment is deleted: so are its cancellation files."""

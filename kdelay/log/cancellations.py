@@ -64,11 +64,13 @@ import numpy as np
 from sortedcontainers import SortedList
 
 from .. import fsio
-from ..index.index_file import IndexFileError, IndexMeta, load_index, read_meta, write_index
+from ..errors import IndexFileError
+from ..index.index_file import IndexMeta, load_index, read_meta, write_index
+from .files import CANCEL_INDEX_SUFFIX, CANCEL_SUFFIXES, segment_file
+from .files import CANCELS_SUFFIX as JOURNAL_SUFFIX
 
-JOURNAL_SUFFIX = ".cancels"
-CANCEL_INDEX_SUFFIX = ".cancelindex"
-CANCEL_SUFFIXES = (JOURNAL_SUFFIX, CANCEL_INDEX_SUFFIX)
+__all__ = ["CANCEL_INDEX_SUFFIX", "CANCEL_SUFFIXES", "JOURNAL_SUFFIX", "SegmentCancels",
+           "check_cancels", "read_cancelled", "replay"]
 JOURNAL_MAGIC = b"KDCANJ01"
 INDEX_MAGIC = b"KCANIDX1"
 _DTYPES = [np.dtype("<i8")]
@@ -191,9 +193,8 @@ class SegmentCancels:
 
     def __init__(self, directory: str, base_offset: int):
         self.base_offset = base_offset
-        stem = os.path.join(directory, f"{base_offset:020d}")
-        self.journal_path = stem + JOURNAL_SUFFIX
-        self.index_path = stem + CANCEL_INDEX_SUFFIX
+        self.journal_path = segment_file(directory, base_offset, JOURNAL_SUFFIX)
+        self.index_path = segment_file(directory, base_offset, CANCEL_INDEX_SUFFIX)
         self.generation = 0
         self.journal_size = 0  # 0: no journal file yet
         self._fd = -1
@@ -418,7 +419,7 @@ def check_cancels(directory: str, base_offset: int, next_offset: int
     entries, entries naming an offset outside the segment, and a cache that is current
     but disagrees with the journal, each as (file, byte position, what). Returns those
     and how many offsets the journal cancels. Reads only."""
-    stem = os.path.join(directory, f"{base_offset:020d}")
+    stem = segment_file(directory, base_offset, "")
     path = stem + JOURNAL_SUFFIX
     scan = read_journal(path, base_offset)
     problems = [(path, pos, f"cancellation journal: {what}") for pos, what in scan.problems]
@@ -448,7 +449,7 @@ def read_cancelled(directory: str, base_offset: int, next_offset: int | None = N
     """The segment's cancelled offsets, sorted, for readers that do not open the Log (tools,
     Spark): the cache when it is current, else a replay of the journal (settling nothing).
     Offsets at or past `next_offset` (if given) are left out. Empty if there is no journal."""
-    stem = os.path.join(directory, f"{base_offset:020d}")
+    stem = segment_file(directory, base_offset, "")
     try:
         size = os.path.getsize(stem + JOURNAL_SUFFIX)
     except FileNotFoundError:

@@ -8,6 +8,8 @@ Layout of a partition directory (as in Kafka):
     <base offset>.index                 sparse offset index
     <base offset>.timeindex             sparse time index
     <base offset>.dlyindex              DeliverAfterIndex (one entry per batch)
+    <base offset>.cancels, .cancelindex cancelled records: journal and sorted cache (only
+                                        for a segment with cancellations)
     .lock, .kdelay_cleanshutdown, recovery-point-offset-checkpoint, group files
     *.tmp, *.deleted                    leftovers of an interrupted atomic write or deletion
 
@@ -26,6 +28,12 @@ INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
 DLYINDEX_SUFFIX = ".dlyindex"
 INDEX_SUFFIXES = (INDEX_SUFFIX, TIMEINDEX_SUFFIX, DLYINDEX_SUFFIX)
+# a segment's cancellations (kdelay/log/cancellations.py): journal, and its sorted cache
+CANCELS_SUFFIX = ".cancels"
+CANCEL_INDEX_SUFFIX = ".cancelindex"
+CANCEL_SUFFIXES = (CANCELS_SUFFIX, CANCEL_INDEX_SUFFIX)
+# every file of a segment besides its .log: deleted with it, a leftover without it
+SIDE_SUFFIXES = INDEX_SUFFIXES + CANCEL_SUFFIXES
 # an interrupted atomic write leaves `.tmp`, an interrupted delete `.deleted`
 TEMP_SUFFIXES = (".tmp", ".deleted")
 # kdelay's own small files: their presence alone marks a partition directory
@@ -103,7 +111,7 @@ def classify(names: list[str]) -> tuple[list[int], list[str]]:
             continue
         if parsed[1] == LOG_SUFFIX:
             bases.add(parsed[0])
-        elif parsed[1] in INDEX_SUFFIXES:
+        elif parsed[1] in SIDE_SUFFIXES:
             indexes.append((parsed[0], name))
     leftovers += [name for base, name in indexes if base not in bases]
     return sorted(bases), sorted(leftovers)

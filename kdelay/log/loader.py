@@ -26,10 +26,10 @@ from .. import fsio
 from ..errors import CorruptLogError, IndexFileError, LogLockedError
 from .files import (
     CLEAN_SHUTDOWN_FILE,
-    INDEX_SUFFIXES,
     LOCK_FILE,
     LOG_SUFFIX,
     RECOVERY_POINT_FILE,
+    SIDE_SUFFIXES,
     inventory,
     segment_file,
 )
@@ -215,5 +215,5 @@ def _tidy_directory(directory: str, report: LoadReport) -> list[int]:
 
 def _delete_files(directory: str, base: int) -> None:
     fsio.unlink(segment_file(directory, base, LOG_SUFFIX))
-    for suffix in INDEX_SUFFIXES:
+    for suffix in SIDE_SUFFIXES:
         fsio.unlink(segment_file(directory, base, suffix))

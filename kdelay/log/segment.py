@@ -18,10 +18,11 @@ from ..index.offset_index import OffsetIndex
 from ..index.time_index import TimeIndex
 from . import codec
 from .files import (
+    CANCEL_SUFFIXES,
     DLYINDEX_SUFFIX,
     INDEX_SUFFIX,
-    INDEX_SUFFIXES,
     LOG_SUFFIX,
+    SIDE_SUFFIXES,
     TIMEINDEX_SUFFIX,
     segment_file,
     segment_name,
@@ -65,6 +66,11 @@ class LogSegment:
 
     @classmethod
     def create(cls, directory: str, base_offset: int) -> LogSegment:
+        for suffix in CANCEL_SUFFIXES:
+            # a new segment has no cancellations: never inherit those of an earlier one with
+            # this base offset (cut off by recovery); durable with the fsync_dir that makes
+            # the new .log durable
+            fsio.unlink(segment_file(directory, base_offset, suffix))
         fd = fsio.open_append(os.path.join(directory, segment_name(base_offset) + LOG_SUFFIX))
         fsio.truncate(fd, 0)
         return cls(directory, base_offset, fd, 0, base_offset, OffsetIndex(base_offset),
@@ -177,7 +183,7 @@ class LogSegment:
         orphan indexes, which the next open removes."""
         self.close()
         fsio.unlink(self.log_path)
-        for suffix in INDEX_SUFFIXES:
+        for suffix in SIDE_SUFFIXES:
             fsio.unlink(self.path(suffix))
 
     # ------------------------------------------------------------------ reading
