@@ -402,6 +402,14 @@ class SegmentCancels:
         for pos, what in scan.problems:
             problems.append(f"{sc.journal_path} at byte {pos}: {what}")
         state, changed = replay(scan.entries, next_offset, base_offset, copy_check)
+        lost = _cache_beyond_journal(sc.index_path, base_offset, scan)
+        if lost is not None:
+            # the journal is shorter than a sound cache of it: its tail was lost (a journal
+            # only grows). Keep what the cache knew rather than resurrect those records.
+            problems.append(f"{sc.journal_path} at byte {scan.size}: journal shorter than "
+                            f"its cache covers ({lost[0]} bytes): entries lost")
+            state |= {o for o in lost[1] if base_offset <= o < next_offset}
+            changed = True
         sc.generation = scan.generation or 0
         sc.journal_size = scan.size
         if changed or scan.problems:
@@ -411,6 +419,24 @@ class SegmentCancels:
             sc._recent = SortedList(state)
             sc.persist()
         return sc
+
+
+def _cache_beyond_journal(index_path: str, base_offset: int, scan: JournalScan
+                          ) -> tuple[int, list[int]] | None:
+    """(bytes covered, offsets) of a sound cache of this journal generation that covers
+    more bytes than the journal has, else None."""
+    if scan.generation is None:
+        return None
+    try:
+        meta, _ = read_meta(index_path, INDEX_MAGIC)
+        if meta.base_offset != base_offset or meta.next_offset != scan.generation or \
+                meta.log_bytes <= scan.size:
+            return None
+        _, (col,) = load_index(index_path, INDEX_MAGIC, _DTYPES, base_offset=base_offset,
+                               log_bytes=meta.log_bytes)
+    except IndexFileError:
+        return None
+    return meta.log_bytes, col.tolist()
 
 
 def check_cancels(directory: str, base_offset: int, next_offset: int
@@ -430,6 +456,10 @@ def check_cancels(directory: str, base_offset: int, next_offset: int
                              f"{e.offset}, outside segment [{base_offset}, {next_offset})"))
     state, _ = replay(scan.entries, next_offset, base_offset, None)
     cache = stem + CANCEL_INDEX_SUFFIX
+    lost = _cache_beyond_journal(cache, base_offset, scan)
+    if lost is not None:
+        problems.append((path, scan.size, f"cancellation journal shorter than its cache "
+                                          f"covers ({lost[0]} bytes): entries lost"))
     if scan.generation is not None and os.path.exists(cache):
         try:
             meta, (col,) = load_index(cache, INDEX_MAGIC, _DTYPES, base_offset=base_offset,
