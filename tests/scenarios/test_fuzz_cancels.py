@@ -7,6 +7,7 @@ and by `kdelay verify`; the outcome is stable across a clean reopen."""
 from __future__ import annotations
 
 import os
+import pathlib
 import shutil
 
 from hypothesis import HealthCheck, given, settings
@@ -56,7 +57,7 @@ def _template(tmp_path_factory):
     if not _TEMPLATE:
         path = str(tmp_path_factory.mktemp("tpl") / "p")
         everything, cancelled = _build(path)
-        files = {n: open(os.path.join(path, n), "rb").read() for n in os.listdir(path)
+        files = {n: pathlib.Path(path, n).read_bytes() for n in os.listdir(path)
                  if n != ".lock"}
         _TEMPLATE.update(everything=everything, cancelled=cancelled, files=files)
     return _TEMPLATE
