@@ -89,3 +89,24 @@ def test_verify_reports_offset_outside_the_segment(log_dir):
     code, out, _ = run("verify", log_dir)
     assert code == 1
     assert f"{journal} at byte {size}" in out and "names offset 1000000" in out
+
+
+def test_demo_cancels_and_reschedules_and_checks_it(capsys):
+    from kdelay.tools import demo
+    assert demo.main(["--records", "20000", "--segment-mib", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "rescheduled" in out and "moved originals delivered" in out and out.rstrip()
+
+
+def test_demo_check_catches_a_delivered_cancelled_record(tmp_path):
+    """The demo's final check is not a formality: claim a record that will be delivered was
+    cancelled, and the drain fails."""
+    from kdelay.tools import demo
+    clock = [T0]
+    log = Log.open(os.fspath(tmp_path / "p"), clock=lambda: clock[0])
+    res = log.append([Record(demo.expected_value(i)) for i in range(10)])
+    fake = demo.Withdrawn()
+    fake.cancelled.add(3)
+    with pytest.raises(AssertionError, match="record 3 was cancelled"):
+        demo.drain_and_check(log, clock, 10, 10, [res.deliver_after], fake)
+    log.close()
