@@ -18,9 +18,9 @@ from .cancellations import (
     MOVE,
     VOID,
     CopyCheck,
-    SegmentCancels,
     encode_entry,
 )
+from .segment_cancels import SegmentCancels
 
 _MIN_RECENT = 1024  # recent offsets a segment may hold in memory before its cache is redone
 _MAX_RECENT = 65536

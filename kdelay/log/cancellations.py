@@ -45,15 +45,19 @@ crash took away (its offset will be reused): replay drops it. Whenever replay dr
 resolves anything, the journal is rewritten as plain CANCELs (atomically, generation + 1)
 before the log takes appends, so a later replay never re-decides an old MOVE.
 
+A sound cache of the journal's generation that covers more bytes than the journal holds
+means the journal lost its tail (it only ever grows): its offsets are kept and the loss is
+reported. Cost on disk: 32 + 8 bytes per cancelled record (64 + 8 for a moved one until
+a recovery rewrites its MOVE and CONFIRM as one CANCEL).
+
 Memory: offsets cancelled since the cache was written sit in a SortedList until the next
-checkpoint (roll, close, or when they reach a quarter of the cache), everything else is in
-the mmap'd cache. Fetch asks a segment only for the cancelled offsets inside one batch:
+checkpoint (roll, close, or when they reach a quarter of the cache, within [1 Ki, 64 Ki]),
+everything else is in the mmap'd cache, so cancelled records that are due cost no heap. Fetch asks a segment only for the cancelled offsets inside one batch:
 two searchsorted calls plus a SortedList range, O(log n + k) per batch.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import struct
 from collections.abc import Callable, Iterable
@@ -61,28 +65,27 @@ from typing import NamedTuple
 
 import crc32c
 import numpy as np
-from sortedcontainers import SortedList
 
 from .. import fsio
 from ..errors import IndexFileError
-from ..index.index_file import IndexMeta, load_index, read_meta, write_index
+from ..index.index_file import load_index, read_meta
 from .files import CANCEL_INDEX_SUFFIX, CANCEL_SUFFIXES, segment_file
 from .files import CANCELS_SUFFIX as JOURNAL_SUFFIX
 
-__all__ = ["CANCEL_INDEX_SUFFIX", "CANCEL_SUFFIXES", "JOURNAL_SUFFIX", "SegmentCancels",
-           "check_cancels", "read_cancelled", "replay"]
+__all__ = ["CANCEL_INDEX_SUFFIX", "CANCEL_SUFFIXES", "JOURNAL_SUFFIX", "check_cancels",
+           "read_cancelled", "replay"]
 JOURNAL_MAGIC = b"KDCANJ01"
 INDEX_MAGIC = b"KCANIDX1"
-_DTYPES = [np.dtype("<i8")]
+CACHE_DTYPES = [np.dtype("<i8")]
 
-_HEAD = struct.Struct("<8sqq4xI")
+JOURNAL_HEAD = struct.Struct("<8sqq4xI")
 _ENTRY = struct.Struct("<B3xIqqII")
 SLOT = 32
-assert _HEAD.size == SLOT and _ENTRY.size == SLOT
+assert JOURNAL_HEAD.size == SLOT and _ENTRY.size == SLOT
 
 CANCEL, MOVE, CONFIRM, VOID = 1, 2, 3, 4
 KIND_NAMES = {CANCEL: "cancel", MOVE: "move", CONFIRM: "confirm", VOID: "void"}
-_EMPTY = np.empty(0, dtype=np.int64)
+NO_OFFSETS = np.empty(0, dtype=np.int64)
 
 # copy_check(copy_offset, copy_crc) -> True (the copy is in the log), False (it is not),
 # None (cannot tell: the copy's segment is gone, so the move was settled long ago)
@@ -105,7 +108,7 @@ class JournalScan(NamedTuple):
 
 
 def journal_header(base_offset: int, generation: int) -> bytes:
-    head = _HEAD.pack(JOURNAL_MAGIC, base_offset, generation, 0)
+    head = JOURNAL_HEAD.pack(JOURNAL_MAGIC, base_offset, generation, 0)
     return head[:28] + struct.pack("<I", crc32c.crc32c(head[:28]))
 
 
@@ -123,7 +126,7 @@ def parse_journal(data: bytes, base_offset: int) -> JournalScan:
     if len(data) < SLOT:
         problems.append((0, f"truncated header ({len(data)} bytes)"))
         return JournalScan(None, [], problems, len(data))
-    magic, base, gen, crc = _HEAD.unpack_from(data, 0)
+    magic, base, gen, crc = JOURNAL_HEAD.unpack_from(data, 0)
     if magic != JOURNAL_MAGIC:
         problems.append((0, f"bad magic {magic!r}"))
     elif crc32c.crc32c(data[:28]) != crc:
@@ -188,240 +191,7 @@ def replay(entries: Iterable[JournalEntry], next_offset: int, base_offset: int,
     return state, changed
 
 
-class SegmentCancels:
-    """One segment's cancelled offsets: the mmap'd cache plus those added since."""
-
-    def __init__(self, directory: str, base_offset: int):
-        self.base_offset = base_offset
-        self.journal_path = segment_file(directory, base_offset, JOURNAL_SUFFIX)
-        self.index_path = segment_file(directory, base_offset, CANCEL_INDEX_SUFFIX)
-        self.generation = 0
-        self.journal_size = 0  # 0: no journal file yet
-        self._fd = -1
-        self._disk: np.ndarray | None = _EMPTY  # None: trusted cache not mapped yet
-        self._disk_count = 0
-        self._recent = SortedList()
-        self.unsynced = False  # journal bytes written since its last fsync
-        self.cache_current = True  # the cache covers the whole journal
-
-    # ------------------------------------------------------------------ queries
-
-    def __len__(self) -> int:
-        return self._disk_count + len(self._recent)
-
-    @property
-    def recent_count(self) -> int:
-        return len(self._recent)
-
-    def _mapped(self) -> np.ndarray:
-        if self._disk is None:
-            try:
-                meta, (col,) = load_index(self.index_path, INDEX_MAGIC, _DTYPES,
-                                          base_offset=self.base_offset,
-                                          log_bytes=self.journal_size)
-                if meta.next_offset != self.generation:
-                    raise IndexFileError(f"{self.index_path}: generation {meta.next_offset}, "
-                                         f"journal has {self.generation}")
-                if len(col) > 1 and not bool(np.all(col[1:] > col[:-1])):
-                    raise IndexFileError(f"{self.index_path}: offsets not strictly sorted")
-            except IndexFileError as e:
-                # the header said current at open but the data does not check out: the
-                # journal is still the truth (read-only here: CONFIRMs are all in it)
-                scan = read_journal(self.journal_path, self.base_offset)
-                state, _ = replay(scan.entries, 1 << 62, self.base_offset, None)
-                col = np.array(sorted(state), dtype=np.int64)
-                self.cache_current = False
-                self.load_problem = str(e)
-            self._disk = col
-            self._disk_count = len(col)
-        return self._disk
-
-    def cache_current_after_map(self) -> bool:
-        """Map the cache; False if its data turned out damaged (then rebuilt in memory)."""
-        self._mapped()
-        return self.cache_current
-
-    def __contains__(self, offset: int) -> bool:
-        if offset in self._recent:
-            return True
-        disk = self._mapped()
-        i = int(np.searchsorted(disk, offset))
-        return i < len(disk) and int(disk[i]) == offset
-
-    def in_range(self, lo: int, hi: int) -> list[int]:
-        """Cancelled offsets in [lo, hi], sorted. O(log n + k)."""
-        disk = self._mapped()
-        out: list[int] = []
-        if len(disk):
-            i = int(disk.searchsorted(lo))  # the method: no dispatch wrapper per call
-            j = int(disk.searchsorted(hi, side="right"))
-            if j > i:
-                out = disk[i:j].tolist()
-        if self._recent:
-            more = list(self._recent.irange(lo, hi))
-            if more:
-                out = sorted(out + more) if out else more
-        return out
-
-    def count_in_range(self, lo: int, hi: int) -> int:
-        """How many offsets in [lo, hi] are cancelled. O(log n)."""
-        disk = self._mapped()
-        n = 0
-        if len(disk):
-            n = int(np.searchsorted(disk, hi, side="right")) - int(np.searchsorted(disk, lo))
-        if self._recent:
-            n += self._recent.bisect_right(hi) - self._recent.bisect_left(lo)
-        return n
-
-    def offsets(self) -> np.ndarray:
-        """Every cancelled offset, sorted (a copy when some are recent)."""
-        disk = self._mapped()
-        if not self._recent:
-            return disk
-        both = np.concatenate([disk, np.array(list(self._recent), dtype=np.int64)])
-        both.sort()
-        return both
-
-    # ------------------------------------------------------------------ writing
-
-    def write(self, entries: list[bytes]) -> None:
-        """Append entries to the journal (creating it, header first, if needed)."""
-        data = b"".join(entries)
-        created = False
-        if self._fd < 0:
-            created = not os.path.exists(self.journal_path)
-            self._fd = fsio.open_append(self.journal_path)
-            if created:
-                data = journal_header(self.base_offset, self.generation) + data
-                self.journal_size = 0
-        pos = self.journal_size
-        try:
-            fsio.write(self._fd, data, pos)
-        except OSError:
-            with contextlib.suppress(OSError):  # recovery cuts a part-slot too
-                fsio.truncate(self._fd, pos)
-            raise
-        self.journal_size = pos + len(data)
-        self.unsynced = True
-        self.cache_current = False
-        if created:
-            self._created = True
-
-    def add(self, offsets: Iterable[int]) -> None:
-        self._recent.update(offsets)
-
-    def discard(self, offset: int) -> None:
-        self._recent.discard(offset)
-
-    def sync(self) -> None:
-        """fsync the journal (and its directory entry, the first time)."""
-        if self._fd >= 0 and self.unsynced:
-            fsio.fsync(self._fd)
-            if getattr(self, "_created", False):
-                fsio.fsync_dir(os.path.dirname(self.journal_path))
-                self._created = False
-            self.unsynced = False
-
-    def persist(self) -> None:
-        """Write the cache over the whole journal (journal fsync'd first) and map it."""
-        self.sync()
-        col = self.offsets()
-        write_index(self.index_path, INDEX_MAGIC,
-                    IndexMeta(self.base_offset, self.journal_size, self.generation, len(col)),
-                    [np.ascontiguousarray(col, dtype=np.int64)])
-        self._disk = None
-        self._disk_count = len(col)
-        self._recent = SortedList()
-        self.cache_current = True
-        self._mapped()
-
-    def rewrite(self, state: set[int]) -> None:
-        """Replace the journal by plain CANCELs of `state` (generation + 1), then the cache."""
-        self.close()
-        self.generation += 1
-        body = b"".join(encode_entry(CANCEL, o) for o in sorted(state))
-        data = journal_header(self.base_offset, self.generation) + body
-        fsio.atomic_write(self.journal_path, data)
-        self.journal_size = len(data)
-        self._disk = _EMPTY
-        self._disk_count = 0
-        self._recent = SortedList(state)
-        self.unsynced = False
-        self.persist()
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-    def delete(self) -> None:
-        self.close()
-        fsio.unlink(self.journal_path)
-        fsio.unlink(self.index_path)
-
-    # ------------------------------------------------------------------ opening
-
-    @classmethod
-    def open(cls, directory: str, base_offset: int, next_offset: int, *,
-             check_range: bool, copy_check: CopyCheck | None,
-             problems: list[str]) -> SegmentCancels | None:
-        """The segment's cancellations, or None if it has no journal. A cache that matches
-        the journal is trusted (one header read); otherwise, or with `check_range` (a
-        segment that recovery scanned, whose end may have moved), the journal is replayed,
-        dropped and unsettled entries are resolved, and journal and cache are rewritten."""
-        sc = cls(directory, base_offset)
-        try:
-            size = os.path.getsize(sc.journal_path)
-        except FileNotFoundError:
-            fsio.unlink(sc.index_path)  # a cache without its journal describes nothing
-            return None
-        with open(sc.journal_path, "rb") as f:
-            head = f.read(SLOT)
-        gen = None
-        if len(head) == SLOT:
-            magic, base, g, crc = _HEAD.unpack(head)
-            if magic == JOURNAL_MAGIC and base == base_offset and \
-                    crc32c.crc32c(head[:28]) == crc:
-                gen = g
-        if gen is not None:
-            try:
-                meta, _ = read_meta(sc.index_path, INDEX_MAGIC)
-                if (meta.base_offset, meta.log_bytes, meta.next_offset) == \
-                        (base_offset, size, gen):
-                    sc.generation, sc.journal_size = gen, size
-                    sc._disk, sc._disk_count = None, meta.entries
-                    # a segment whose end recovery may have moved: every cancelled offset
-                    # must still be inside it (the cache is sorted: one look at the last)
-                    if not check_range or not len(sc) or \
-                            (sc.cache_current_after_map() and
-                             int(sc._mapped()[-1]) < next_offset):
-                        return sc
-            except IndexFileError:
-                pass
-        scan = read_journal(sc.journal_path, base_offset)
-        for pos, what in scan.problems:
-            problems.append(f"{sc.journal_path} at byte {pos}: {what}")
-        state, changed = replay(scan.entries, next_offset, base_offset, copy_check)
-        lost = _cache_beyond_journal(sc.index_path, base_offset, scan)
-        if lost is not None:
-            # the journal is shorter than a sound cache of it: its tail was lost (a journal
-            # only grows). Keep what the cache knew rather than resurrect those records.
-            problems.append(f"{sc.journal_path} at byte {scan.size}: journal shorter than "
-                            f"its cache covers ({lost[0]} bytes): entries lost")
-            state |= {o for o in lost[1] if base_offset <= o < next_offset}
-            changed = True
-        sc.generation = scan.generation or 0
-        sc.journal_size = scan.size
-        if changed or scan.problems:
-            sc.rewrite(state)
-        else:
-            sc._disk, sc._disk_count = _EMPTY, 0
-            sc._recent = SortedList(state)
-            sc.persist()
-        return sc
-
-
-def _cache_beyond_journal(index_path: str, base_offset: int, scan: JournalScan
+def cache_beyond_journal(index_path: str, base_offset: int, scan: JournalScan
                           ) -> tuple[int, list[int]] | None:
     """(bytes covered, offsets) of a sound cache of this journal generation that covers
     more bytes than the journal has, else None."""
@@ -432,7 +202,7 @@ def _cache_beyond_journal(index_path: str, base_offset: int, scan: JournalScan
         if meta.base_offset != base_offset or meta.next_offset != scan.generation or \
                 meta.log_bytes <= scan.size:
             return None
-        _, (col,) = load_index(index_path, INDEX_MAGIC, _DTYPES, base_offset=base_offset,
+        _, (col,) = load_index(index_path, INDEX_MAGIC, CACHE_DTYPES, base_offset=base_offset,
                                log_bytes=meta.log_bytes)
     except IndexFileError:
         return None
@@ -456,13 +226,13 @@ def check_cancels(directory: str, base_offset: int, next_offset: int
                              f"{e.offset}, outside segment [{base_offset}, {next_offset})"))
     state, _ = replay(scan.entries, next_offset, base_offset, None)
     cache = stem + CANCEL_INDEX_SUFFIX
-    lost = _cache_beyond_journal(cache, base_offset, scan)
+    lost = cache_beyond_journal(cache, base_offset, scan)
     if lost is not None:
         problems.append((path, scan.size, f"cancellation journal shorter than its cache "
                                           f"covers ({lost[0]} bytes): entries lost"))
     if scan.generation is not None and os.path.exists(cache):
         try:
-            meta, (col,) = load_index(cache, INDEX_MAGIC, _DTYPES, base_offset=base_offset,
+            meta, (col,) = load_index(cache, INDEX_MAGIC, CACHE_DTYPES, base_offset=base_offset,
                                       log_bytes=scan.size)
             if meta.next_offset == scan.generation and \
                     set(col.tolist()) != replay(scan.entries, 1 << 62, base_offset, None)[0]:
@@ -483,13 +253,13 @@ def read_cancelled(directory: str, base_offset: int, next_offset: int | None = N
     try:
         size = os.path.getsize(stem + JOURNAL_SUFFIX)
     except FileNotFoundError:
-        return _EMPTY
+        return NO_OFFSETS
     out = None
     try:
         with open(stem + JOURNAL_SUFFIX, "rb") as f:
             head = f.read(SLOT)
-        gen = _HEAD.unpack(head)[2] if len(head) == SLOT else None
-        meta, (col,) = load_index(stem + CANCEL_INDEX_SUFFIX, INDEX_MAGIC, _DTYPES,
+        gen = JOURNAL_HEAD.unpack(head)[2] if len(head) == SLOT else None
+        meta, (col,) = load_index(stem + CANCEL_INDEX_SUFFIX, INDEX_MAGIC, CACHE_DTYPES,
                                   base_offset=base_offset, log_bytes=size)
         if meta.next_offset == gen:
             out = np.asarray(col)

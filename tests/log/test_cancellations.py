@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from kdelay.log import cancellations as cz
 from kdelay.log.cancel_store import CancelStore
+from kdelay.log.segment_cancels import SegmentCancels
 
 
 def _entries(*items) -> list[cz.JournalEntry]:
@@ -51,7 +52,7 @@ def test_replay_rules():
 
 def test_segment_cache_trusted_lazily_and_rebuilt_when_bad(tmp_path):
     d = os.fspath(tmp_path)
-    sc = cz.SegmentCancels(d, 0)
+    sc = SegmentCancels(d, 0)
     sc.write([cz.encode_entry(cz.CANCEL, o) for o in (3, 9, 4)])
     sc.add((3, 9, 4))
     assert sc.in_range(0, 100) == [3, 4, 9] and sc.count_in_range(4, 9) == 2
@@ -62,7 +63,7 @@ def test_segment_cache_trusted_lazily_and_rebuilt_when_bad(tmp_path):
     sc.persist()
     sc.close()
     problems: list[str] = []
-    again = cz.SegmentCancels.open(d, 0, 50, check_range=False, copy_check=None,
+    again = SegmentCancels.open(d, 0, 50, check_range=False, copy_check=None,
                                    problems=problems)
     assert again._disk is None and len(again) == 4  # header only: nothing mapped yet
     assert again.offsets().tolist() == [3, 4, 7, 9] and not problems
@@ -71,14 +72,14 @@ def test_segment_cache_trusted_lazily_and_rebuilt_when_bad(tmp_path):
     with open(sc.index_path, "r+b") as f:
         f.seek(64 + 8)
         f.write(b"\xff")
-    third = cz.SegmentCancels.open(d, 0, 50, check_range=False, copy_check=None,
+    third = SegmentCancels.open(d, 0, 50, check_range=False, copy_check=None,
                                    problems=problems)
     assert third.offsets().tolist() == [3, 4, 7, 9] and not third.cache_current
     third.close()
     # a stale cache (journal grew after it) is replayed at open
     with open(sc.journal_path, "ab") as f:
         f.write(cz.encode_entry(cz.CANCEL, 11))
-    fourth = cz.SegmentCancels.open(d, 0, 50, check_range=False, copy_check=None,
+    fourth = SegmentCancels.open(d, 0, 50, check_range=False, copy_check=None,
                                     problems=problems)
     assert fourth.offsets().tolist() == [3, 4, 7, 9, 11] and fourth.cache_current
     fourth.close()
@@ -161,7 +162,7 @@ def test_fuzzed_journal_never_raises_and_names_positions(tmp_path_factory, seed,
     with open(os.path.join(d, f"{0:020d}.cancels"), "wb") as f:
         f.write(data)
     problems: list[str] = []
-    sc = cz.SegmentCancels.open(d, 0, 30, check_range=True, copy_check=lambda c, k: None,
+    sc = SegmentCancels.open(d, 0, 30, check_range=True, copy_check=lambda c, k: None,
                                 problems=problems)
     offs = sc.offsets()
     assert np.all((offs >= 0) & (offs < 30))
@@ -170,7 +171,7 @@ def test_fuzzed_journal_never_raises_and_names_positions(tmp_path_factory, seed,
         assert ".cancels at byte " in p
     # after the rewrite the files are consistent: a clean reopen reports nothing
     problems2: list[str] = []
-    sc2 = cz.SegmentCancels.open(d, 0, 30, check_range=False, copy_check=None,
+    sc2 = SegmentCancels.open(d, 0, 30, check_range=False, copy_check=None,
                                  problems=problems2)
     assert sc2.offsets().tolist() == offs.tolist() and not problems2
     sc2.close()
