@@ -89,9 +89,11 @@ def read_page(runs: list, after: DeliveryKey | None, now: int, max_records: int,
         if skip <= lod and cancels is not None:
             sc = cancels.get(run.seg.base_offset)
             if sc is not None:
-                gone = sc.in_range(base + skip, base + lod) or None
-                if gone is not None and len(gone) == lod + 1 - skip:
+                n_gone = sc.count_in_range(base + skip, base + lod)
+                if n_gone == lod + 1 - skip:
                     skip = lod + 1  # every record left in it is cancelled
+                elif n_gone:
+                    gone = sc.in_range(base + skip, base + lod)
         if skip <= lod:
             if out and taken_bytes + size > max_bytes:
                 break

@@ -115,8 +115,16 @@ class SegmentCancels:
         """How many offsets in [lo, hi] are cancelled. O(log n)."""
         disk = self._mapped()
         n = 0
-        if len(disk):
-            n = int(np.searchsorted(disk, hi, side="right")) - int(np.searchsorted(disk, lo))
+        size = len(disk)
+        if size:
+            # offsets are unique and sorted: "all of [lo, hi]" and "none of it" need one
+            # search and one look (the usual cases), anything else a second search
+            i = int(disk.searchsorted(lo))
+            last = i + hi - lo
+            if last < size and disk[last] == hi:
+                n = hi - lo + 1
+            elif i < size and disk[i] <= hi:
+                n = int(disk.searchsorted(hi, side="right")) - i
         if self._recent:
             n += self._recent.bisect_right(hi) - self._recent.bisect_left(lo)
         return n

@@ -196,3 +196,17 @@ def test_read_cancelled_for_offline_readers(tmp_path):
     assert [(os.path.basename(p), pos) for p, pos, _ in errors] == \
         [(f"{0:020d}.cancelindex", 0)]
     store.close()
+
+
+@settings(max_examples=100, deadline=None)
+@given(disk=st.sets(st.integers(0, 60), max_size=40), recent=st.sets(st.integers(0, 60)),
+       lo=st.integers(0, 60), width=st.integers(0, 20))
+def test_range_queries_match_brute_force(tmp_path_factory, disk, recent, lo, width):
+    sc = SegmentCancels(os.fspath(tmp_path_factory.mktemp("rq")), 0)
+    sc._disk = np.array(sorted(disk), dtype=np.int64)
+    sc._disk_count = len(disk)
+    sc.add(recent - disk)
+    hi = lo + width
+    want = sorted(o for o in disk | recent if lo <= o <= hi)
+    assert sc.in_range(lo, hi) == want
+    assert sc.count_in_range(lo, hi) == len(want)
