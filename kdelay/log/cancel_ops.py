@@ -9,6 +9,7 @@ from the first one asked for (O(batches spanned + offsets)).
 from __future__ import annotations
 
 import struct
+from bisect import bisect_right
 from collections.abc import Iterable
 from typing import NamedTuple
 
@@ -45,13 +46,18 @@ def pending_targets(segments: SegmentSet, store: CancelStore, offsets: Iterable[
         if found is None:  # a gap (not in any segment): skip it
             i += 1
             continue
+        sc = store.get(seg.base_offset)
         for _pos, h in seg.batch_headers(found[0]):
             last = h.last_offset
-            while i < n and wanted[i] <= last:
-                o = wanted[i]
-                if h.deliver_after > now and not store.is_cancelled(seg.base_offset, o):
-                    out.setdefault(seg.base_offset, []).append(o)
-                i += 1
+            j = bisect_right(wanted, last, i)
+            if j > i and h.deliver_after > now:  # (a due batch's records are refused)
+                mine = wanted[i:j]
+                if sc is not None and sc.count_in_range(mine[0], mine[-1]):
+                    gone = set(sc.in_range(mine[0], mine[-1]))
+                    mine = [o for o in mine if o not in gone]
+                if mine:
+                    out.setdefault(seg.base_offset, []).extend(mine)
+            i = j
             if i >= n or wanted[i] >= seg.next_offset:
                 break
     return out
