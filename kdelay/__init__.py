@@ -11,6 +11,7 @@ from .errors import (
     CorruptLogError,
     DelayedDeliveryDisabledError,
     DeliveryDelayExceededError,
+    GroupFencedError,
     InvalidConfigError,
     InvalidOffsetError,
     InvalidRecordError,
@@ -22,13 +23,22 @@ from .errors import (
     OffsetOutOfRangeError,
 )
 from .partition import Log
-from .records import AppendResult, DeliveryKey, FetchedRecord, FetchResult, Record
+from .records import (
+    AppendResult,
+    CompactionResult,
+    DeliveryKey,
+    FetchedRecord,
+    FetchResult,
+    Record,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AppendResult", "Consumer", "CorruptLogError", "DelayedDeliveryDisabledError",
+    "AppendResult", "CompactionResult", "Consumer", "CorruptLogError", "DelayedDeliveryDisabledError",
     "DeliveryDelayExceededError", "DeliveryKey", "FetchResult", "FetchedRecord",
-    "InvalidConfigError", "InvalidOffsetError", "InvalidRecordError", "InvalidTopicError", "KdelayError", "Log", "LogClosedError",
+    "GroupFencedError",
+    "InvalidConfigError", "InvalidOffsetError", "InvalidRecordError", "InvalidTopicError",
+    "KdelayError", "Log", "LogClosedError",
     "LogConfig", "LogLockedError", "LogWriteError", "OffsetOutOfRangeError", "Record", "Topic",
 ]

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import numpy as np
+
 from .cancellations import (
     CANCEL,
     CONFIRM,
@@ -141,6 +143,38 @@ class CancelStore:
             if everything or sc.recent_count > _threshold(sc):
                 sc.persist()
 
+    def settled_between(self, first: int, end: int) -> list[int]:
+        """Cancelled offsets in [first, end), sorted, that may be removed from the log (by
+        compaction): all but the originals of moves not yet confirmed, which a crash could
+        still make live again."""
+        out: list[int] = []
+        for _, sc in sorted(self._segs.items()):
+            if len(sc):
+                out += sc.in_range(first, end - 1)
+        if self._unconfirmed and out:
+            pending = {o for _, o in self._unconfirmed}
+            out = [o for o in out if o not in pending]
+        return out
+
+    def prune(self, segments) -> None:
+        """After compaction: drop the cancellations of records no longer in the log (their
+        segment is gone, or the rewrite left them out). A segment with a move still
+        unconfirmed is left for a later prune (rewriting would settle that move)."""
+        unsettled = {b for b, _ in self._unconfirmed}
+        for base in list(self._segs):
+            sc = self._segs[base]
+            try:
+                seg = segments[base]
+            except KeyError:
+                self.drop(base)
+                continue
+            if not len(sc) or base in unsettled:
+                continue
+            _, first, _, lod, _ = seg.dly_index.columns()
+            kept = present_offsets(sc.offsets(), np.asarray(first), np.asarray(lod))
+            if len(kept) != len(sc):
+                sc.rewrite(set(kept.tolist()))
+
     def dirty(self) -> bool:
         """Anything a checkpoint would write (a cache behind its journal, a CONFIRM due)."""
         return bool(self._unconfirmed) or any(not sc.cache_current
@@ -161,3 +195,15 @@ class CancelStore:
     def close(self) -> None:
         for sc in self._segs.values():
             sc.close()
+
+
+def present_offsets(offsets: np.ndarray, first: np.ndarray, lod: np.ndarray) -> np.ndarray:
+    """The sorted `offsets` that some batch (first offset, last offset delta) holds: one
+    vectorised search over the batches sorted by first offset."""
+    if not len(offsets) or not len(first):
+        return offsets[:0]
+    order = np.argsort(first, kind="stable")
+    starts, ends = first[order].astype(np.int64), (first[order] + lod[order]).astype(np.int64)
+    i = np.searchsorted(starts, offsets, side="right") - 1
+    ok = (i >= 0) & (offsets <= ends[np.maximum(i, 0)])
+    return offsets[ok]
