@@ -87,7 +87,7 @@ class Log:
         self._flush_policy = FlushPolicy(config)
         self._groups = groups.GroupStore(path)
         self._due_order = DueOrderReader()
-        self._cancels = CancelStore(path)  # replaced by the loaded one in open()
+        self._cancels = CancelStore(path)  # loaded by open()
         self._listeners: list[AppendListener] = []
         # one compaction at a time; it takes self._lock only for snapshots and swaps
         self._compaction_lock = threading.Lock()
@@ -102,7 +102,8 @@ class Log:
         # and so the directory lock, as a crashed process would: a later open in this
         # process recovers the directory instead of failing with LogLockedError forever.
         # The finalizer holds no reference to the Log; close() detaches it.
-        self._finalizer = weakref.finalize(self, _release, self._segments, lock_fd)
+        self._finalizer = weakref.finalize(self, _release, self._segments, lock_fd,
+                                           self._cancels)
         if config.flush_ms is not None:
             # the thread holds only a weak reference, so it does not keep the Log alive
             self._flusher = threading.Thread(target=_flush_loop,
@@ -125,17 +126,15 @@ class Log:
         try:
             # after a crash every journal is checked against the recovered segments' ends,
             # and reschedules in flight are settled against the log (cancel_store.py)
-            log._cancels = CancelStore.open(
-                path, [(s.base_offset, s.next_offset) for s in opened.segments],
+            log._cancels.load(
+                [(s.base_offset, s.next_offset) for s in opened.segments],
                 recovered=() if opened.report.clean else log._segments.bases(),
                 copy_check=cancel_ops.copy_checker(log._segments))
         except BaseException:
-            for seg in opened.segments:
-                seg.close()
-            os.close(opened.lock_fd)
+            log._finalizer()  # closes every descriptor and releases the lock, once
             raise
         opened.report.problems.extend(log._cancels.problems)
-        log.cancelled_offsets = log._settled_cancellations
+        log.cancelled_offsets = _settled_hook(log._lock, log._cancels)
         # the log clock must not run backwards across a restart: the clean close stored
         # it, and commits record the clock they saw (which covers a crash)
         log._now_floor = max(opened.clock_floor, log._groups.max_clock())
@@ -165,8 +164,7 @@ class Log:
                                   str(self._now_floor).encode("ascii"))
             finally:
                 self._finalizer.detach()
-                self._cancels.close()
-                _release(self._segments, self._lock_fd)
+                _release(self._segments, self._lock_fd, self._cancels)
                 self._appended.notify_all()
 
     def __enter__(self) -> Log:
@@ -331,12 +329,6 @@ class Log:
                 self._segments.active.flush()
                 self._cancels.checkpoint(everything=False)
             return n
-
-    def _settled_cancellations(self, first: int, end: int) -> list[int]:
-        """Compaction's hook: cancelled offsets in [first, end) that it may remove (not the
-        original of a reschedule whose copy is not yet durable: see cancel_store)."""
-        with self._lock:
-            return self._cancels.settled_between(first, end)
 
     @write_errors
     def reschedule(self, offset: int, deliver_after: int) -> AppendResult:
@@ -505,8 +497,23 @@ class Log:
             return min(firsts, default=None)
 
 
-def _release(segments: SegmentSet, lock_fd: int) -> None:
-    """Close every segment's descriptor and the lock's (which releases the lock)."""
+def _settled_hook(lock: threading.RLock, store: CancelStore) -> compaction.Cancelled:
+    """Compaction's `cancelled` hook: the cancelled offsets in [first, end) it may remove
+    (not the original of a reschedule whose copy is not yet durable: see cancel_store).
+    Holds no reference to the Log, so a dropped Log is still freed at once."""
+
+    def settled(first: int, end: int) -> list[int]:
+        with lock:
+            return store.settled_between(first, end)
+
+    return settled
+
+
+def _release(segments: SegmentSet, lock_fd: int, cancels: CancelStore | None = None) -> None:
+    """Close every segment's descriptor, the cancellation journals' and the lock's (which
+    releases the lock)."""
+    if cancels is not None:
+        cancels.close()
     for seg in segments:
         seg.close()
     os.close(lock_fd)

@@ -281,3 +281,50 @@ def test_concurrent_cancels_appends_and_fetches(open_log, clock):
     assert set(all_got) == set(appended) - set(cancelled_at)
     for off in cancelled_at:
         assert off not in delivered
+
+
+def test_compaction_removes_cancelled_records_and_the_count_follows(log_dir, clock):
+    cfg = LogConfig(segment_bytes=400, compaction_min_ratio=0.3, flush_messages=None)
+    log = Log.open(log_dir, config=cfg, clock=clock)
+    try:
+        offs = _fill(log, 60, T0 + 100, per_batch=3)
+        log.cancel(offs[:45])
+        moved = log.reschedule(offs[50], T0 + 900)  # not flushed: its MOVE is unconfirmed
+        log.roll()  # a roll checkpoints (fsyncs the .log): the move is confirmed now
+        moved2 = log.reschedule(offs[55], T0 + 900)
+        before = log.metrics()["cancelled_records"]
+        assert before == 47
+        result = log.compact()
+        assert result.segments_rewritten > 0
+        after = log.metrics()["cancelled_records"]
+        assert after < before
+        # what is left cancelled is still in the log (plus the unconfirmed move's original)
+        left = log.cancelled_offsets(0, log.log_end_offset)
+        assert len(left) == after - 1 and offs[55] not in left
+        assert {r.offset for r in log.read(0, max_records=1000)} >= set(left)
+        clock.t = T0 + 1000
+        got = [r.offset for r in _drain(log)]
+        want = sorted(set(offs[45:]) - {offs[50], offs[55]}) + [moved.base_offset,
+                                                                moved2.base_offset]
+        assert sorted(got) == sorted(want)
+    finally:
+        log.close()
+    with Log.open(log_dir, config=cfg, clock=clock) as log:
+        assert log.metrics()["cancelled_records"] == after
+        assert sorted(r.offset for r in _drain(log)) == sorted(want)
+
+
+def test_compaction_keeps_the_original_of_an_unconfirmed_move(log_dir, clock):
+    cfg = LogConfig(segment_bytes=300, flush_messages=None)
+    log = Log.open(log_dir, config=cfg, clock=clock)
+    try:
+        _fill(log, 30, T0 + 100, per_batch=3)
+        log.roll()
+        log.reschedule(4, T0 + 900)  # copy in the active segment, not fsynced yet
+        assert 4 not in log.cancelled_offsets(0, 30)  # compaction must not remove it
+        log.cancel(5)
+        assert 5 in log.cancelled_offsets(0, 30)
+        log.flush()  # the copy is durable: the move is confirmed
+        assert 4 in log.cancelled_offsets(0, 30)
+    finally:
+        log.close()

@@ -46,10 +46,19 @@ class CancelStore:
     def open(cls, directory: str, segments: Iterable[tuple[int, int]], *,
              recovered: Iterable[int] = (), copy_check: CopyCheck | None = None
              ) -> CancelStore:
+        """A store loaded with the cancellations of `segments` (see `load`)."""
+        store = cls(directory)
+        store.load(segments, recovered=recovered, copy_check=copy_check)
+        return store
+
+    def load(self, segments: Iterable[tuple[int, int]], *, recovered: Iterable[int] = (),
+             copy_check: CopyCheck | None = None) -> None:
         """Load the cancellations of `segments` ((base, next_offset) pairs). Segments in
         `recovered` (scanned by crash recovery: their end may have moved) are replayed and
-        resolved against the log through `copy_check`; the rest open from their caches."""
-        store = cls(directory)
+        resolved against the log through `copy_check`; the rest open from their caches
+        (one header read each)."""
+        store = self
+        directory = self.directory
         recovered = set(recovered)
         for base, next_offset in segments:
             sc = SegmentCancels.open(directory, base, next_offset,
@@ -57,7 +66,6 @@ class CancelStore:
                                      problems=store.problems)
             if sc is not None:
                 store._segs[base] = sc
-        return store
 
     # ------------------------------------------------------------------ queries
 
