@@ -204,6 +204,14 @@ class LogModel(RuleBasedStateMachine):
             self.dropped.add(o)
         # model: deleted records are simply never delivered
         self.records = {o: r for o, r in self.records.items() if o >= start}
+        # compaction (enforce_retention runs it) may remove removable records anywhere:
+        # those due for longer than retention_ms, and cancelled ones
+        present = {r.offset for r in self.log.read(start, max_records=10 ** 6)}
+        for o in set(self.records) - present:
+            assert o in self.cancelled or \
+                now - self.records[o][4] > self.config.retention_ms, (o, self.records[o])
+            self.dropped.add(o)
+            del self.records[o]
         self.cancelled &= set(self.records)
         assert self.log.metrics()["cancelled_records"] == len(self.cancelled)
 
