@@ -51,6 +51,7 @@ class SegmentCancels:
         self._recent = SortedList()
         self.unsynced = False  # journal bytes written since its last fsync
         self.cache_current = True  # the cache covers the whole journal
+        self._created = False  # the journal file was created since its directory's fsync
 
     # ------------------------------------------------------------------ queries
 
@@ -72,14 +73,14 @@ class SegmentCancels:
                                          f"journal has {self.generation}")
                 if len(col) > 1 and not bool(np.all(col[1:] > col[:-1])):
                     raise IndexFileError(f"{self.index_path}: offsets not strictly sorted")
-            except IndexFileError as e:
+            except IndexFileError:
                 # the header said current at open but the data does not check out: the
-                # journal is still the truth (read-only here: CONFIRMs are all in it)
+                # journal is still the truth (read-only here: CONFIRMs are all in it); the
+                # next checkpoint rewrites the cache, and kdelay verify reports the damage
                 scan = read_journal(self.journal_path, self.base_offset)
                 state, _ = replay(scan.entries, 1 << 62, self.base_offset, None)
                 col = np.array(sorted(state), dtype=np.int64)
                 self.cache_current = False
-                self.load_problem = str(e)
             self._disk = col
             self._disk_count = len(col)
         return self._disk
@@ -173,7 +174,7 @@ class SegmentCancels:
         """fsync the journal (and its directory entry, the first time)."""
         if self._fd >= 0 and self.unsynced:
             fsio.fsync(self._fd)
-            if getattr(self, "_created", False):
+            if self._created:
                 fsio.fsync_dir(os.path.dirname(self.journal_path))
                 self._created = False
             self.unsynced = False
