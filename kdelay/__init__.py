@@ -14,6 +14,7 @@ from .errors import (
     DeliveryDelayExceededError,
     GroupFencedError,
     InvalidConfigError,
+    InvalidOffsetError,
     InvalidRecordError,
     InvalidTopicError,
     KdelayError,
@@ -38,6 +39,7 @@ __all__ = [
     "AppendResult", "CompactionResult", "Consumer", "CorruptLogError", "DelayedDeliveryDisabledError",
     "DeliveryDelayExceededError", "DeliveryKey", "FetchResult", "FetchedRecord",
     "GroupFencedError",
-    "InvalidConfigError", "InvalidRecordError", "InvalidTopicError", "KdelayError", "Log", "LogClosedError",
-    "LogConfig", "LogLockedError", "LogWriteError", "OffsetOutOfRangeError", "QueueConsumer", "QueueRecord", "Record", "Topic",
+    "InvalidConfigError", "InvalidOffsetError", "InvalidRecordError", "InvalidTopicError",
+    "KdelayError", "Log", "LogClosedError", "LogConfig", "LogLockedError", "LogWriteError",
+    "OffsetOutOfRangeError", "QueueConsumer", "QueueRecord", "Record", "Topic",
 ]

@@ -20,6 +20,7 @@ from .config import LogConfig
 from .errors import (
     DelayedDeliveryDisabledError,
     DeliveryDelayExceededError,
+    InvalidOffsetError,
     InvalidRecordError,
     KdelayError,
 )
@@ -100,6 +101,44 @@ def is_non_negative_int(x: object) -> bool:
 
 def is_positive_int(x: object) -> bool:
     return is_int(x) and x > 0
+
+
+def as_offset(x: object) -> int | None:
+    """`x` as an offset (a plain int in [0, 2**63); numpy integers accepted, bool refused),
+    else None."""
+    if type(x) is int:
+        return x if 0 <= x <= MAX_INT64 else None
+    if is_int(x) and 0 <= x <= MAX_INT64:
+        return int(x)
+    return None
+
+
+def offsets_arg(offsets: object) -> list[int]:
+    """An offset or an iterable of them as a list of plain ints; anything else (a bool, a
+    float, a string or bytes, a negative number, in place or inside the iterable) raises
+    InvalidOffsetError before anything is written. O(offsets)."""
+    one = as_offset(offsets)
+    if one is not None:
+        return [one]
+    if is_int(offsets) or isinstance(offsets, (bool, str, bytes, bytearray, memoryview)) \
+            or offsets is None:
+        raise InvalidOffsetError(f"offsets must be a non-negative int or an iterable of "
+                                 f"them, got {offsets!r}")
+    if isinstance(offsets, np.ndarray) and offsets.dtype.kind in "iu":
+        items = offsets.ravel().tolist()
+        if items and min(items) < 0:
+            raise InvalidOffsetError(f"offsets must be non-negative, got {min(items)}")
+        return items
+    try:
+        items = list(offsets)  # type: ignore[call-overload]
+    except TypeError:
+        raise InvalidOffsetError(f"offsets must be a non-negative int or an iterable of "
+                                 f"them, got {offsets!r}") from None
+    out = list(map(as_offset, items))
+    if None in out:
+        bad = items[out.index(None)]
+        raise InvalidOffsetError(f"offsets must be non-negative ints, got {bad!r}")
+    return out  # type: ignore[return-value]
 
 
 def as_delivery_key(x: object) -> DeliveryKey | None:

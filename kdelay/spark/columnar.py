@@ -50,6 +50,7 @@ RECORD_FIELDS: list[tuple[str, pa.DataType]] = [
     ("key", pa.binary()),
     ("value", pa.binary()),
     ("crc_valid", pa.bool_()),
+    ("cancelled", pa.bool_()),  # withdrawn by cancel or reschedule (never delivered)
 ]
 TOPIC_FIELDS: list[tuple[str, pa.DataType]] = [("topic", pa.string()), ("partition", pa.int32())]
 
@@ -247,11 +248,22 @@ def _constants(n: int, topic: str | None, partition: int | None, segment: int) -
     return cols
 
 
+def is_cancelled(offsets: np.ndarray, cancelled: np.ndarray | None) -> np.ndarray:
+    """Boolean per offset: is it in the sorted `cancelled` offsets? One vectorised binary
+    search (all False without cancellations)."""
+    if cancelled is None or not len(cancelled):
+        return np.zeros(len(offsets), dtype=bool)
+    i = np.minimum(np.searchsorted(cancelled, offsets), len(cancelled) - 1)
+    return cancelled[i] == offsets
+
+
 def records_to_arrow(buf_bytes: bytearray, batches: Sequence[ChunkBatch], *, segment: int,
                      topic: str | None = None, partition: int | None = None,
-                     log_path: str | None = None) -> list[pa.RecordBatch]:
+                     log_path: str | None = None, cancelled: np.ndarray | None = None
+                     ) -> list[pa.RecordBatch]:
     """Arrow record batches (in file order) holding every record of `batches`, which all lie
-    in `buf_bytes` (padded with PAD bytes past the last batch)."""
+    in `buf_bytes` (padded with PAD bytes past the last batch). `cancelled`: the segment's
+    cancelled offsets, sorted (the `cancelled` column)."""
     if not batches:
         return []
     schema = arrow_schema(topic is not None)
@@ -269,11 +281,12 @@ def records_to_arrow(buf_bytes: bytearray, batches: Sequence[ChunkBatch], *, seg
         # a varint over 10 bytes somewhere in a damaged batch: decode batch by batch
         if len(batches) == 1:
             return [_fallback(buf_bytes, batches[0], schema, segment, topic, partition,
-                              log_path)]
+                              log_path, cancelled)]
         out = []
         for b in batches:
             out.extend(records_to_arrow(buf_bytes, [b], segment=segment, topic=topic,
-                                        partition=partition, log_path=log_path))
+                                        partition=partition, log_path=log_path,
+                                        cancelled=cancelled))
         return out
 
     bidx = np.repeat(np.arange(len(batches)), counts)
@@ -288,15 +301,17 @@ def records_to_arrow(buf_bytes: bytearray, batches: Sequence[ChunkBatch], *, seg
     i_in = np.arange(total, dtype=np.int64) - rstart[bidx]
     abuf = pa.py_buffer(buf_bytes)
     n_const = _constants(total, topic, partition, segment)
+    offsets = base[bidx] + i_in
     cols = n_const + [
         pa.array(base[bidx]),
         pa.array(file_pos[bidx]),
-        pa.array(base[bidx] + i_in),
+        pa.array(offsets),
         pa.array(das[bidx]),
         pa.array(fields.timestamps),
         binary_column(buf, abuf, fields.kpos, fields.klen),
         binary_column(buf, abuf, fields.vpos, fields.vlen),
         pa.array(crc[bidx]),
+        pa.array(is_cancelled(offsets, cancelled)),
     ]
     whole = pa.RecordBatch.from_arrays(cols, schema=schema)
     if fields.ok.all():
@@ -308,7 +323,8 @@ def records_to_arrow(buf_bytes: bytearray, batches: Sequence[ChunkBatch], *, seg
         lo = int(rstart[b])
         if lo > run_start:
             out.append(whole.slice(run_start, lo - run_start))
-        out.append(_fallback(buf_bytes, batches[b], schema, segment, topic, partition, log_path))
+        out.append(_fallback(buf_bytes, batches[b], schema, segment, topic, partition, log_path,
+                             cancelled))
         run_start = lo + int(counts[b])
     if run_start < total:
         out.append(whole.slice(run_start))
@@ -316,7 +332,8 @@ def records_to_arrow(buf_bytes: bytearray, batches: Sequence[ChunkBatch], *, seg
 
 
 def _fallback(buf_bytes: bytearray, b: ChunkBatch, schema: pa.Schema, segment: int,
-              topic: str | None, partition: int | None, log_path: str | None) -> pa.RecordBatch:
+              topic: str | None, partition: int | None, log_path: str | None,
+              cancelled: np.ndarray | None = None) -> pa.RecordBatch:
     """One batch through `codec.decode_records`; a single crc_valid=False placeholder row
     (null key and value) if even that cannot decode it."""
     h = b.header
@@ -327,14 +344,16 @@ def _fallback(buf_bytes: bytearray, b: ChunkBatch, schema: pa.Schema, segment: i
     except CorruptLogError:
         ts, keys, values, crc = [h.base_timestamp], [None], [None], False
     n = len(values)
+    offsets = np.arange(h.base_offset, h.base_offset + n, dtype=np.int64)
     cols = _constants(n, topic, partition, segment) + [
         pa.repeat(pa.scalar(h.base_offset, pa.int64()), n),
         pa.repeat(pa.scalar(b.file_pos, pa.int64()), n),
-        pa.array(np.arange(h.base_offset, h.base_offset + n, dtype=np.int64)),
+        pa.array(offsets),
         pa.repeat(pa.scalar(h.deliver_after, pa.int64()), n),
         pa.array(ts, type=pa.int64()),
         pa.array(keys, type=pa.binary()),
         pa.array(values, type=pa.binary()),
         pa.repeat(pa.scalar(crc, pa.bool_()), n),
+        pa.array(is_cancelled(offsets, cancelled)),
     ]
     return pa.RecordBatch.from_arrays(cols, schema=schema)

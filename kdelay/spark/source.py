@@ -40,6 +40,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from ..log.cancellations import read_cancelled
 from ..log.files import DLYINDEX_SUFFIX, LOG_SUFFIX, segment_file, segment_name
 from . import columnar, scan
 from .columnar import TOPIC_FIELDS
@@ -162,10 +163,11 @@ class KdelayReader(DataSourceReader):
                                     use_index=self.use_index)
         topic, part = plan.part.topic, plan.part.partition
         if self.mode == "records":
+            cancelled = read_cancelled(plan.part.path, plan.base)
             for chunk in reader.chunks():
                 yield from columnar.records_to_arrow(chunk.buf, chunk.batches, segment=plan.base,
                                                      topic=topic, partition=part,
-                                                     log_path=reader.path)
+                                                     log_path=reader.path, cancelled=cancelled)
         else:
             for chunk in reader.chunks():
                 yield _batch_rows(plan, schema, self.with_topic, chunk.batches)
