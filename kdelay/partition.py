@@ -443,7 +443,8 @@ class Log:
                                     now=self.now, cancelled=self.cancelled_offsets,
                                     before_change=self._mark_dirty,
                                     after_change=self._due_order.reset,
-                                    is_closed=lambda: self._closed)
+                                    is_closed=lambda: self._closed,
+                                    may_swap=self._may_swap)
             totals = self._compaction_totals
             totals["runs"] += 1
             totals["seconds"] += time.perf_counter() - t
@@ -454,6 +455,11 @@ class Log:
                 with self._lock:  # compacted away: no longer counted as cancelled
                     self._cancels.prune(self._segments)
         return result
+
+    def _may_swap(self, olds: list[LogSegment], merged: LogSegment) -> bool:
+        """Compaction may swap `olds` for `merged` unless a cancellation recorded under a
+        merged-away segment would be lost (called with the lock held)."""
+        return not self._cancels.would_strand([o.base_offset for o in olds[1:]], merged)
 
     # ------------------------------------------------------------------ introspection
 

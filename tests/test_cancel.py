@@ -328,3 +328,31 @@ def test_compaction_keeps_the_original_of_an_unconfirmed_move(log_dir, clock):
         assert 4 in log.cancelled_offsets(0, 30)
     finally:
         log.close()
+
+
+def test_compaction_never_merges_away_a_cancellation_made_during_the_rewrite(log_dir, clock):
+    """A segment merged into its neighbour takes its records along but not its
+    cancellation files: a cancel that compaction did not see (made while it was rewriting)
+    must stop the swap, or the record would be delivered after all."""
+    cfg = LogConfig(segment_bytes=2000, retention_ms=0, compaction_min_ratio=0.3)
+    log = Log.open(log_dir, config=cfg, clock=clock)
+    try:
+        _fill(log, 30, T0, per_batch=3)  # due at once: removable (retention_ms=0)
+        log.roll()
+        later = _fill(log, 6, T0 + 5000, per_batch=3)  # pending, in a small second segment
+        log.roll()
+        assert log.cancel(later[:2]) == 2
+        clock.t = T0 + 10
+        hook = log.cancelled_offsets
+        log.cancelled_offsets = lambda first, end: []  # the rewrite does not see them
+        try:
+            log.compact()
+        finally:
+            log.cancelled_offsets = hook
+        assert log.metrics()["cancelled_records"] == 2
+        clock.t = T0 + 6000
+        assert sorted(r.offset for r in _drain(log) if r.offset >= later[0]) == later[2:]
+    finally:
+        log.close()
+    with Log.open(log_dir, config=cfg, clock=clock) as log:
+        assert sorted(r.offset for r in _drain(log) if r.offset >= later[0]) == later[2:]

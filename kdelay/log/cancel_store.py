@@ -183,6 +183,20 @@ class CancelStore:
             if len(kept) != len(sc):
                 sc.rewrite(set(kept.tolist()))
 
+    def would_strand(self, merged_away: Iterable[int], merged) -> bool:
+        """Would a merge lose a cancellation? True when a segment about to be merged into
+        another (its base offset in `merged_away`) has a cancelled offset that survives in
+        the `merged` segment: it is recorded under a base that goes away (a cancel made
+        while compaction was rewriting, or a move not yet confirmed). O(cancellations of
+        those segments + their search in the merged segment's batches)."""
+        _, first, _, lod, _ = merged.dly_index.columns()
+        first, lod = np.asarray(first), np.asarray(lod)
+        for base in merged_away:
+            sc = self._segs.get(base)
+            if sc is not None and len(sc) and len(present_offsets(sc.offsets(), first, lod)):
+                return True
+        return False
+
     def dirty(self) -> bool:
         """Anything a checkpoint would write (a cache behind its journal, a CONFIRM due)."""
         return bool(self._unconfirmed) or any(not sc.cache_current
