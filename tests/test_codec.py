@@ -15,7 +15,7 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from kafka.record.util import decode_varint, encode_varint
 
 from kdelay.errors import CorruptLogError, InvalidRecordError
-from kdelay.log import codec, varint
+from kdelay.log import codec, sections, varint
 
 BASE_TS = 1_700_000_000_000
 SETTINGS = settings(max_examples=60, deadline=None,
@@ -208,7 +208,23 @@ def test_offset_delta_varints_past_8192():
     assert codec._decode_general(buf, n, len(buf), BASE_TS) == spec.expected()
 
 
-# ---------------------------------------------------------------------------- the two paths
+# ---------------------------------------------------------------------------- the paths
+
+
+@SETTINGS
+@given(specs(max_records=60))
+def test_small_and_column_paths_agree(spec):
+    """The per-record Python path (small batches) and the numpy column path write the same
+    bytes and read them back the same, for every shape."""
+    deltas = None if spec.deltas is None else np.array(spec.deltas, np.int64)
+    hs = spec.headers if spec.headers is not None and any(spec.headers) else None
+    cols = sections.encode_columns(spec.keys, spec.values, deltas, hs)
+    assert cols == sections.encode_small(spec.keys, spec.values, spec.deltas, hs)
+    buf = spec.encode()
+    assert buf[codec.HEADER_SIZE:] == cols
+    exp = spec.expected()
+    assert codec._decode_general(buf, spec.n, len(buf), spec.base_ts) == exp
+    assert codec._decode_general(buf, spec.n, len(buf), spec.base_ts, small=True) == exp
 
 
 @SETTINGS
@@ -220,7 +236,9 @@ def test_template_and_general_paths_agree(n, kl, vl, seed):
     values = [None if vl < 0 else _blob(rng, vl) for _ in range(n)]
     spec = Spec(keys, values)
     buf = spec.encode()
-    assert buf[codec.HEADER_SIZE:] == codec._encode_records(keys, values, None, None)
+    assert buf[codec.HEADER_SIZE:] == sections.encode_columns(keys, values, None, None)
+    if n < 40:
+        assert buf[codec.HEADER_SIZE:] == sections.encode_small(keys, values, None, None)
     # explicit zero deltas and empty header lists are the same batch
     same = codec.encode_batch(base_offset=0, base_timestamp=BASE_TS,
                               deliver_after=BASE_TS + 5000, keys=keys, values=values,
@@ -229,6 +247,7 @@ def test_template_and_general_paths_agree(n, kl, vl, seed):
     assert same == buf
     assert codec._decode_template(buf, n, len(buf), BASE_TS) == spec.expected()
     assert codec._decode_general(buf, n, len(buf), BASE_TS) == spec.expected()
+    assert codec._decode_general(buf, n, len(buf), BASE_TS, small=True) == spec.expected()
     assert decode(buf) == spec.expected()
 
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import CorruptLogError, InvalidRecordError
 from ..records import NO_HEADERS
-from . import varint
+from . import sections, varint
 
 HEADER = struct.Struct(">qiibIhiqqqqhii")
 HEADER_SIZE = HEADER.size  # 69
@@ -183,7 +183,7 @@ class _Template:
         self.groups, self.size = _layout(n, klen, vlen)
         key = None if klen < 0 else bytes(klen)
         val = None if vlen < 0 else bytes(vlen)
-        records = _encode_records([key] * n, [val] * n, None, None)
+        records = sections.encode_records([key] * n, [val] * n, None, None)
         # image: the whole batch with a zeroed header and zeroed payloads
         self.image = _ZERO_HEADER + records
         if len(self.image) != self.size:  # the arithmetic layout and the encoder must agree
@@ -294,19 +294,30 @@ def encode_batch(
     if n == 0 or len(keys) != n or (headers is not None and len(headers) != n):
         raise InvalidRecordError("a batch needs one key and one value per record, and at "
                                  "least one record")
+    ts = None
+    max_ts = base_timestamp
     if timestamp_deltas is not None:
-        timestamp_deltas = np.asarray(timestamp_deltas, dtype=np.int64)
-        if timestamp_deltas.shape != (n,):
-            raise InvalidRecordError("timestamp_deltas needs one entry per record")
-        if not timestamp_deltas.any():
-            timestamp_deltas = None
+        if n < sections.SMALL_BATCH and not isinstance(timestamp_deltas, np.ndarray):
+            ts = list(timestamp_deltas)
+            if len(ts) != n or not all(map(_is_int, ts)):
+                raise InvalidRecordError("timestamp_deltas needs one int per record")
+            if any(ts):
+                max_ts = base_timestamp + max(ts)
+            else:
+                ts = None
+        else:
+            ts = np.asarray(timestamp_deltas, dtype=np.int64)
+            if ts.shape != (n,):
+                raise InvalidRecordError("timestamp_deltas needs one entry per record")
+            if ts.any():
+                max_ts = base_timestamp + int(ts.max())
+            else:
+                ts = None
     if headers is not None and not any(headers):
         headers = None
-    max_ts = base_timestamp if timestamp_deltas is None else (
-        base_timestamp + int(timestamp_deltas.max()))
 
     out = None
-    if timestamp_deltas is None and headers is None:
+    if ts is None and headers is None:
         klen = _uniform_length(keys)
         vlen = _uniform_length(values) if klen is not None else None
         if vlen is not None:
@@ -315,7 +326,7 @@ def encode_batch(
                 out = _fill_template(t, keys, values)
     if out is None:
         out = bytearray(_ZERO_HEADER)
-        out += _encode_records(keys, values, timestamp_deltas, headers)
+        out += sections.encode_records(keys, values, ts, headers)
 
     batch_length = len(out) - LOG_OVERHEAD
     _TAIL.pack_into(out, CRC_START, 0, n - 1, base_timestamp, max_ts, deliver_after,
@@ -323,6 +334,10 @@ def encode_batch(
     crc = crc32c.crc32c(memoryview(out)[CRC_START:])
     _HEAD.pack_into(out, 0, base_offset, batch_length, leader_epoch, MAGIC, crc)
     return bytes(out)
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
 
 def _fill_template(t: _Template, keys: list, values: list) -> bytearray:
@@ -335,99 +350,6 @@ def _fill_template(t: _Template, keys: list, values: list) -> bytearray:
     if t.vlen > 0:
         parts[4::5] = values
     return bytearray().join(parts)
-
-
-def _lengths(items: list, n: int) -> tuple[np.ndarray, bool]:
-    """Lengths (-1 for None) and whether any item is None."""
-    try:
-        return np.fromiter(map(len, items), dtype=np.int64, count=n), False
-    except TypeError:
-        return np.fromiter((-1 if x is None else len(x) for x in items),
-                           dtype=np.int64, count=n), True
-
-
-# Varint bytes of every zigzagged value below 2**14 (1 and 2 bytes: nearly every length,
-# offset delta and small timestamp delta), so the general encoder can pick each record's
-# varints with one C-level map instead of numpy byte shuffling. About 1 MB, built once.
-_VB_LIMIT = 1 << 14
-_VB = [bytes([u]) if u < 0x80 else bytes([(u & 0x7F) | 0x80, u >> 7]) for u in range(_VB_LIMIT)]
-_VB_get = _VB.__getitem__
-# attributes 0, timestampDelta 0, offsetDelta i: the fixed middle of record i with equal stamps
-_ATTR_TS0_OFF = [b"\x00\x00" + _VB[2 * i] for i in range(_VB_LIMIT // 2)]
-_OFF = _VB[0::2]  # offsetDelta i
-_ONE_ZERO = [b"\x00"]
-
-
-def _varints(u: np.ndarray) -> list[bytes]:
-    """Varint bytes of each zigzagged value of `u`."""
-    if u.max(initial=0) < _VB_LIMIT:
-        return list(map(_VB_get, u.tolist()))
-    return [varint.encode_one(v) for v in varint.unzigzag(u).tolist()]
-
-
-def _encode_records(keys: list, values: list, ts: np.ndarray | None,
-                    headers: list | None) -> bytes:
-    """The records section of a batch (everything after the 69-byte header): one b"".join
-    over [length][attributes,tsDelta,offsetDelta][keyLength][key][valueLength][value]
-    [headerCount,headers] per record, with the sizes computed on numpy columns."""
-    n = len(values)
-    klen, knull = _lengths(keys, n)
-    vlen, vnull = _lengths(values, n)
-    kzz = varint.zigzag(klen)
-    vzz = varint.zigzag(vlen)
-    body = varint.sizes(kzz) + varint.sizes(vzz)
-    body += np.maximum(klen, 0) if knull else klen
-    body += np.maximum(vlen, 0) if vnull else vlen
-    if ts is None:
-        mid = _ATTR_TS0_OFF[:n] if n <= len(_ATTR_TS0_OFF) else \
-            [b"\x00\x00" + varint.encode_one(i) for i in range(n)]
-        body += np.fromiter(map(len, mid), dtype=np.int64, count=n) if n > 64 else 3
-    else:
-        tzz = varint.zigzag(ts)
-        offs = _OFF[:n] if n <= len(_OFF) else [varint.encode_one(i) for i in range(n)]
-        body += varint.sizes(tzz) + 1
-        body += np.fromiter(map(len, offs), dtype=np.int64, count=n) if n > 64 else 1
-    if headers is None:
-        tail = _ONE_ZERO * n  # header count 0
-        body += 1
-    else:
-        tail = [_encode_headers(h) for h in headers]
-        body += np.fromiter(map(len, tail), dtype=np.int64, count=n)
-
-    per = 7 if ts is None else 9
-    parts = [b""] * (per * n)
-    parts[0::per] = _varints(body << 1)  # zigzag of a non-negative length
-    if ts is None:
-        parts[1::per] = mid
-        j = 2
-    else:
-        parts[1::per] = _ONE_ZERO * n
-        parts[2::per] = _varints(tzz)
-        parts[3::per] = offs
-        j = 4
-    parts[j::per] = _varints(kzz)
-    parts[j + 1::per] = [k or b"" for k in keys] if knull else keys
-    parts[j + 2::per] = _varints(vzz)
-    parts[j + 3::per] = [v or b"" for v in values] if vnull else values
-    parts[j + 4::per] = tail
-    return b"".join(parts)
-
-
-def _encode_headers(headers) -> bytes:
-    """headerCount and the headers of one record."""
-    if not headers:
-        return b"\x00"
-    parts = [varint.encode_one(len(headers))]
-    for hkey, hval in headers:
-        kb = hkey.encode("utf-8")
-        parts.append(varint.encode_one(len(kb)))
-        parts.append(kb)
-        if hval is None:
-            parts.append(b"\x01")  # varint -1
-        else:
-            parts.append(varint.encode_one(len(hval)))
-            parts.append(hval)
-    return b"".join(parts)
 
 
 # ---------------------------------------------------------------------------- decoding
@@ -447,7 +369,8 @@ def decode_records(batch, header: BatchHeader, *, path: str | None = None,
     if cols is not None:
         return cols
     try:
-        return _decode_general(data, n, end, header.base_timestamp)
+        return RecordColumns(*sections.decode_records(data, n, end, header.base_timestamp,
+                                                      NO_HEADERS))
     except (IndexError, ValueError, OverflowError) as e:  # UnicodeDecodeError is a ValueError
         raise CorruptLogError(f"malformed record in batch ({e})", path, file_pos) from None
 
@@ -502,123 +425,6 @@ def _template_payloads(data: bytes, slices: list[slice] | None, length: int, n: 
     return [b""] * n if length == 0 else [None] * n
 
 
-def _record_starts(data: bytes, n: int, end: int) -> tuple[list[int], list[int]]:
-    """Where each record's body starts and where it ends. The one sequential step of
-    decoding: each record's start depends on the previous record's length, so it is a tight
-    Python loop that handles the 1- and 2-byte length varints inline."""
-    bodies = [0] * n
-    ends = [0] * n
-    pos = HEADER_SIZE
-    for i in range(n):
-        b = data[pos]
-        if b < 0x80:
-            if b & 1:
-                raise ValueError("negative record length")
-            bodies[i] = pos + 1
-            pos += 1 + (b >> 1)
-        else:
-            b1 = data[pos + 1]
-            if b1 < 0x80:
-                u = (b & 0x7F) | (b1 << 7)
-                if u & 1:
-                    raise ValueError("negative record length")
-                bodies[i] = pos + 2
-                pos += 2 + (u >> 1)
-            else:
-                length, npos = varint.decode_one(data, pos)
-                if length < 0:
-                    raise ValueError("negative record length")
-                bodies[i] = npos
-                pos = npos + length
-        if pos > end:
-            raise ValueError("record overruns the batch")
-        ends[i] = pos
-    if pos != end:
-        raise ValueError(f"records fill {pos} bytes but the batch has {end}")
-    return bodies, ends
-
-
-def _decode_general(data: bytes, n: int, end: int, base_ts: int) -> RecordColumns:
-    """Raises IndexError/ValueError on malformed input (the caller turns them into
-    CorruptLogError). Every length is checked against its record's end before it is used to
-    move a position, so positions stay small and increasing (no int64 wrap-around)."""
-    bodies, ends = _record_starts(data, n, end)
-    arr = np.zeros(end + _PAD, dtype=np.uint8)
-    arr[:end] = np.frombuffer(data, dtype=np.uint8, count=end)
-    rec_end = np.array(ends, dtype=np.int64)
-    pos = np.array(bodies, dtype=np.int64)
-    if (rec_end - pos < MIN_RECORD_SIZE - 1).any():
-        raise ValueError("record too short")
-    pos += 1  # the attributes byte (unused in v2, ignored as Kafka does)
-    ts_delta, s = varint.decode_at(arr, pos)
-    pos += s
-    off_delta, s = varint.decode_at(arr, pos)
-    pos += s
-    if not np.array_equal(off_delta, np.arange(n)):
-        raise ValueError("offset deltas are not 0..n-1")
-    klen, s = varint.decode_at(arr, pos)
-    kpos = pos + s
-    if (klen < -1).any() or (klen > rec_end - kpos).any():
-        raise ValueError("key length out of range")
-    kend = kpos + np.maximum(klen, 0)
-    vlen, s = varint.decode_at(arr, kend)
-    vpos = kend + s
-    if (vlen < -1).any() or (vlen > rec_end - vpos).any():
-        raise ValueError("value length out of range")
-    vend = vpos + np.maximum(vlen, 0)
-    hcount, s = varint.decode_at(arr, vend)
-    hpos = vend + s
-    if (hcount < 0).any() or (hpos > rec_end).any():
-        raise ValueError("header count out of range")
-    keys = _slices(data, kpos, kend, klen)
-    values = _slices(data, vpos, vend, vlen)
-    if hcount.any():
-        if (hpos[hcount == 0] != rec_end[hcount == 0]).any():
-            raise ValueError("record length disagrees with its fields")
-        headers = [_decode_headers(data, p, c, e) if c else []
-                   for p, c, e in zip(hpos.tolist(), hcount.tolist(), ends, strict=True)]
-    else:
-        if (hpos != rec_end).any():
-            raise ValueError("record length disagrees with its fields")
-        headers = [NO_HEADERS] * n
-    # Python ints: a corrupt delta cannot wrap around int64
-    timestamps = [base_ts + d for d in ts_delta.tolist()] if ts_delta.any() else [base_ts] * n
-    return RecordColumns(timestamps, keys, values, headers)
-
-
-def _slices(data: bytes, starts: np.ndarray, ends: np.ndarray, lengths: np.ndarray) -> list:
-    out = list(map(data.__getitem__, map(slice, starts.tolist(), ends.tolist())))
-    nulls = lengths < 0
-    if nulls.any():
-        for i in np.flatnonzero(nulls).tolist():
-            out[i] = None
-    return out
-
-
-def _decode_headers(data: bytes, pos: int, count: int, end: int) -> list:
-    if count * 2 > end - pos:  # each header takes at least two bytes (two lengths)
-        raise ValueError("header count overruns its record")
-    out = []
-    for _ in range(count):
-        klen, pos = varint.decode_one(data, pos)
-        if klen < 0 or klen > end - pos:
-            raise ValueError("bad header key length")
-        key = data[pos:pos + klen].decode("utf-8")
-        pos += klen
-        vlen, pos = varint.decode_one(data, pos)
-        if vlen < -1 or vlen > end - pos:
-            raise ValueError("bad header value length")
-        if vlen < 0:
-            value = None
-        else:
-            value = data[pos:pos + vlen]
-            pos += vlen
-        out.append((key, value))
-    if pos != end:
-        raise ValueError("record length disagrees with its headers")
-    return out
-
-
 def to_kafka_v2(batch: bytes) -> bytes:
     """The same batch as a plain Kafka v2 RecordBatch: drop deliverAfter, magic 2, new CRC."""
     h = parse_header(batch)
@@ -626,3 +432,10 @@ def to_kafka_v2(batch: bytes) -> bytes:
     head = struct.pack(">qiibI", h.base_offset, h.batch_length - 8, h.leader_epoch, 2,
                        crc32c.crc32c(body))
     return head + body
+
+
+def _decode_general(data: bytes, n: int, end: int, base_ts: int, *,
+                    small: bool = False) -> RecordColumns:
+    """The non-template decoders by name (tests compare every path)."""
+    dec = sections.decode_small if small else sections.decode_columns
+    return RecordColumns(*dec(data, n, end, base_ts, NO_HEADERS))

@@ -1,0 +1,550 @@
+"""The records section of a v2 batch, any shape: encoding and decoding per batch, not per record.
+
+A record is ``[length][attributes][tsDelta][offsetDelta][keyLength][key][valueLength][value]
+[headerCount][headers]`` with zigzag varints (Kafka v2). The codec's template path
+(codec.py) covers the homogeneous batch; everything else comes here: per-record timestamps
+(increasing or not), headers on some or all records, null keys and values, mixed sizes.
+
+Encoding: one ``b"".join`` per batch over five or six pieces per record,
+``[L][OK][key][V][value]([H])``:
+
+* ``L`` = the previous record's header count 0 (headerless batches), the record length,
+  the attributes byte and the timestamp delta. Its bytes depend on two integers only (the
+  length and the zigzagged delta), computed for the whole batch as one numpy column and packed
+  into one int code per record; a bounded code -> bytes cache turns the column into pieces
+  with one C-level ``map`` (a producer's batches repeat the same few lengths and deltas).
+* ``OK`` = the offset delta and the key length: a cached list per key length when every key
+  has the same length (the usual case), else the same code cache as ``L``.
+* ``V`` = the value length: one shared piece when every value has the same length.
+* ``H`` = header count and headers: encoded once per distinct header set (the retry header
+  repeated on every record is encoded once per batch).
+
+So there is no per-record Python: numpy per column, then C-level maps, list slicing and one
+join. Decoding walks the record lengths once (the single sequential dependency), then every
+other field is a numpy column (varint.decode_at), payloads are cut with one C-level map per
+column, and header blocks are decoded once per distinct byte string.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from . import varint
+
+HEADER_SIZE = 69
+_PAD = 32  # zero bytes after the data so vectorised varint reads never run off the end
+MIN_RECORD_SIZE = 7
+
+
+def _uvarint(u: int) -> bytes:
+    """Unsigned varint bytes of `u` (already zigzagged)."""
+    out = bytearray()
+    while u >= 0x80:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
+    return bytes(out)
+
+
+# Varint bytes of every zigzagged value below 2**14 (1 and 2 bytes: nearly every length and
+# offset delta), built once (~1 MB) so a column of them becomes pieces with one C-level map.
+_VB_LIMIT = 1 << 14
+_VB = [_uvarint(u) for u in range(_VB_LIMIT)]
+_VB_get = _VB.__getitem__
+_ZERO = b"\x00"
+_ZERO_LIST = [_ZERO]
+
+
+class _PieceCache(dict):
+    """int code -> bytes piece, built on a miss by `build`. Cleared (not evicted one by one:
+    cheaper, and a steady workload refills it within a batch or two) when it passes `limit`
+    entries, so odd shapes cannot grow memory without bound. A lost race between threads
+    only builds a piece twice: the result is the same."""
+
+    __slots__ = ("build", "limit")
+
+    def __init__(self, build, limit: int) -> None:
+        super().__init__()
+        self.build = build
+        self.limit = limit
+
+    def __missing__(self, code: int) -> bytes:
+        piece = self.build(code)
+        self[code] = piece
+        return piece
+
+    def pieces(self, codes: list[int]) -> list[bytes]:
+        if len(self) > self.limit:
+            self.clear()
+        return list(map(self.__getitem__, codes))
+
+
+# L pieces. code = lead << 62 | body << 32 | tsdelta_zigzag, with body < 2**30 and the
+# zigzagged delta < 2**32 (|delta| < ~24.8 days); other batches build their pieces directly.
+_BODY_BITS = 30
+_TS_BITS = 32
+_LEAD = 1 << 62
+_TS_MASK = (1 << _TS_BITS) - 1
+_BODY_MASK = (1 << _BODY_BITS) - 1
+
+
+def _build_l(code: int) -> bytes:
+    lead = _ZERO if code & _LEAD else b""
+    body = (code >> _TS_BITS) & _BODY_MASK
+    return lead + _uvarint(body << 1) + _ZERO + _uvarint(code & _TS_MASK)
+
+
+_L = _PieceCache(_build_l, 1 << 16)
+
+
+# OK pieces when key lengths differ: code = i << 32 | keylength_zigzag (i < 2**31).
+def _build_ok(code: int) -> bytes:
+    return _uvarint((code >> 32) << 1) + _uvarint(code & 0xFFFFFFFF)
+
+
+_OKC = _PieceCache(_build_ok, 1 << 16)
+# OK pieces when every key has one length: one list per key length, grown on demand.
+_OK_LISTS: dict[int, list[bytes]] = {}
+_OK_LIST_MAX = 1 << 16
+_OSZ = varint.sizes(varint.zigzag(np.arange(_OK_LIST_MAX, dtype=np.int64)))  # offsetDelta sizes
+
+
+def _ok_list(kzz: int, n: int) -> list[bytes]:
+    lst = _OK_LISTS.get(kzz)
+    if lst is None or len(lst) < n:
+        if len(_OK_LISTS) > 256:
+            _OK_LISTS.clear()
+        kb = _uvarint(kzz)
+        lst = [_uvarint(i << 1) + kb for i in range(max(n, 128))]
+        _OK_LISTS[kzz] = lst
+    return lst[:n]
+
+
+# Header blocks (count + headers), by header set.
+_HB: dict[tuple, bytes] = {}
+_HB_LIMIT = 4096
+
+
+def _header_block(headers) -> bytes:
+    """headerCount and the headers of one record (cached by content)."""
+    if not headers:
+        return _ZERO
+    try:
+        key = tuple(headers)
+        block = _HB.get(key)
+    except TypeError:  # an unhashable header (a list pair): encode without the cache
+        return _encode_header_block(headers)
+    if block is None:
+        block = _encode_header_block(headers)
+        if len(_HB) > _HB_LIMIT:
+            _HB.clear()
+        _HB[key] = block
+    return block
+
+
+def _encode_header_block(headers) -> bytes:
+    parts = [_uvarint(len(headers) << 1)]
+    for hkey, hval in headers:
+        kb = hkey.encode("utf-8")
+        parts.append(_uvarint(len(kb) << 1))
+        parts.append(kb)
+        if hval is None:
+            parts.append(b"\x01")  # varint -1
+        else:
+            parts.append(_uvarint(len(hval) << 1))
+            parts.append(bytes(hval))
+    return b"".join(parts)
+
+
+def _header_blocks(headers: Sequence, n: int) -> list[bytes]:
+    h0 = headers[0]
+    if headers.count(h0) == n:  # one header set on every record (e.g. the retry header)
+        return [_header_block(h0)] * n
+    return list(map(_header_block, headers))
+
+
+def _lengths(items: Sequence, n: int) -> tuple[int | None, np.ndarray | None, bool]:
+    """(common length or None, per-item lengths or None, any None item); -1 stands for None."""
+    try:
+        ls = set(map(len, items))
+    except TypeError:  # None among the items
+        if items.count(None) == n:
+            return -1, None, True
+        arr = np.fromiter((-1 if x is None else len(x) for x in items), dtype=np.int64, count=n)
+        return None, arr, True
+    if len(ls) == 1:
+        return ls.pop(), None, False
+    return None, np.fromiter(map(len, items), dtype=np.int64, count=n), False
+
+
+def _varint_pieces(u: np.ndarray) -> list[bytes]:
+    """Varint bytes of each zigzagged value of `u`."""
+    if int(u.max()) < _VB_LIMIT:
+        return list(map(_VB_get, u.tolist()))
+    return [_uvarint(v) for v in u.tolist()]
+
+
+def encode_records(keys: Sequence, values: Sequence, ts: Sequence[int] | None,
+                   headers: Sequence | None) -> bytes:
+    """The records section (everything after the 69-byte header) of any batch. `ts` holds
+    the timestamp deltas (ints or an int64 array) or None for all 0; `headers` is None or
+    one header sequence per record. Keys and values are bytes or None."""
+    if len(values) < SMALL_BATCH:
+        return encode_small(keys, values, ts, headers)
+    if ts is not None:
+        ts = np.asarray(ts, dtype=np.int64)
+    return encode_columns(keys, values, ts, headers)
+
+
+def encode_columns(keys: Sequence, values: Sequence, ts: np.ndarray | None,
+                   headers: Sequence | None) -> bytes:
+    """encode_records with numpy columns (any batch size; meant for the larger ones)."""
+    n = len(values)
+    kconst, klens, knull = _lengths(keys, n)
+    vconst, vlens, vnull = _lengths(values, n)
+    # body = everything after the length varint; constant parts first, then the columns
+    const = 1  # attributes
+    cols: list[np.ndarray] = []
+    if n > 64:
+        cols.append(_OSZ[:n] if n <= _OK_LIST_MAX else
+                    varint.sizes(varint.zigzag(np.arange(n, dtype=np.int64))))
+    else:
+        const += 1
+    if kconst is not None:
+        kzz_c = (kconst << 1) ^ (kconst >> 63)
+        const += len(_uvarint(kzz_c)) + max(kconst, 0)
+    else:
+        kzz = varint.zigzag(klens)
+        cols.append(varint.sizes(kzz))
+        cols.append(np.maximum(klens, 0) if knull else klens)
+    if vconst is not None:
+        vzz_c = (vconst << 1) ^ (vconst >> 63)
+        vpiece = _uvarint(vzz_c)
+        const += len(vpiece) + max(vconst, 0)
+    else:
+        vzz = varint.zigzag(vlens)
+        cols.append(varint.sizes(vzz))
+        cols.append(np.maximum(vlens, 0) if vnull else vlens)
+    if headers is None:
+        const += 1
+        hblocks = None
+    else:
+        hblocks = _header_blocks(headers, n)
+        cols.append(np.fromiter(map(len, hblocks), dtype=np.int64, count=n))
+    if ts is None:
+        const += 1
+    else:
+        tzz = varint.zigzag(ts)
+        cols.append(varint.sizes(tzz))
+    body = np.full(n, const, dtype=np.int64)
+    for c in cols:
+        body += c
+
+    # L pieces
+    if int(body.max()) <= _BODY_MASK and (ts is None or int(tzz.max()) <= _TS_MASK):
+        codes = body << _TS_BITS
+        if ts is not None:
+            codes |= tzz.view(np.int64)
+        if headers is None:
+            codes[1:] |= _LEAD
+        lp = _L.pieces(codes.tolist())
+    else:  # a huge batch or a delta beyond ~24 days: build the pieces one by one
+        tl = [0] * n if ts is None else tzz.tolist()
+        lead = headers is None
+        lp = [(_ZERO if lead and i else b"") + _uvarint(b << 1) + _ZERO + _uvarint(t)
+              for i, (b, t) in enumerate(zip(body.tolist(), tl, strict=True))]
+    # OK pieces
+    if kconst is not None:
+        okp = _ok_list(kzz_c, n)
+    else:
+        codes = np.arange(n, dtype=np.int64) << 32
+        codes |= kzz.view(np.int64)
+        okp = _OKC.pieces(codes.tolist())
+
+    per = 5 if headers is None else 6
+    parts = [b""] * (per * n)
+    parts[0::per] = lp
+    parts[1::per] = okp
+    if kconst is None or kconst > 0:
+        parts[2::per] = [b"" if k is None else k for k in keys] if knull else keys
+    parts[3::per] = [vpiece] * n if vconst is not None else _varint_pieces(vzz)
+    if vconst is None or vconst > 0:
+        parts[4::per] = [b"" if v is None else v for v in values] if vnull else values
+    if headers is None:
+        parts.append(_ZERO)  # the last record's header count
+    else:
+        parts[5::per] = hblocks
+    return b"".join(parts)
+
+
+# Below this many records the per-call cost of numpy (about 1 us per operation, some 20 of
+# them per batch) exceeds a plain Python loop over the records.
+SMALL_BATCH = 24
+
+
+def encode_small(keys: Sequence, values: Sequence, ts: Sequence[int] | None,
+                 headers: Sequence | None) -> bytes:
+    """encode_records for a few records: one Python pass, no numpy."""
+    parts: list[bytes] = []
+    vb = _VB
+    for i in range(len(values)):
+        k = keys[i]
+        v = values[i]
+        if k is None:
+            kh, k, kl = b"\x01", b"", 0
+        else:
+            kl = len(k)
+            kh = vb[kl << 1] if kl < 8192 else _uvarint(kl << 1)
+        if v is None:
+            vh, v, vl = b"\x01", b"", 0
+        else:
+            vl = len(v)
+            vh = vb[vl << 1] if vl < 8192 else _uvarint(vl << 1)
+        if ts is None:
+            th = _ZERO
+        else:
+            t = int(ts[i])
+            tz = ((t << 1) ^ (t >> 63)) & 0xFFFFFFFFFFFFFFFF
+            th = vb[tz] if tz < _VB_LIMIT else _uvarint(tz)
+        o = vb[i << 1]
+        hb = _ZERO if headers is None else _header_block(headers[i])
+        body = 1 + len(th) + len(o) + len(kh) + kl + len(vh) + vl + len(hb)
+        parts += (vb[body << 1] if body < 8192 else _uvarint(body << 1), _ZERO, th, o, kh, k,
+                  vh, v, hb)
+    return b"".join(parts)
+
+
+# ---------------------------------------------------------------------------- decoding
+
+
+_HD: dict[bytes, tuple] = {}  # header block bytes -> decoded headers (a tuple of pairs)
+_HD_LIMIT = 4096
+
+
+def _header_list(block: bytes) -> list:
+    """The decoded headers of one record's header block (count included), cached by the
+    block's bytes; a fresh list each time (callers may change it)."""
+    hs = _HD.get(block)
+    if hs is None:
+        hs = _decode_header_block(block)
+        if len(_HD) > _HD_LIMIT:
+            _HD.clear()
+        _HD[block] = hs
+    return list(hs)
+
+
+def _decode_header_block(block: bytes) -> tuple:
+    count, pos = varint.decode_one(block, 0)
+    end = len(block)
+    if count < 0 or count * 2 > end - pos:  # each header takes at least two bytes
+        raise ValueError("header count out of range")
+    out = []
+    for _ in range(count):
+        klen, pos = varint.decode_one(block, pos)
+        if klen < 0 or klen > end - pos:
+            raise ValueError("bad header key length")
+        key = block[pos:pos + klen].decode("utf-8")
+        pos += klen
+        vlen, pos = varint.decode_one(block, pos)
+        if vlen < -1 or vlen > end - pos:
+            raise ValueError("bad header value length")
+        if vlen < 0:
+            value = None
+        else:
+            value = block[pos:pos + vlen]
+            pos += vlen
+        out.append((key, value))
+    if pos != end:
+        raise ValueError("record length disagrees with its headers")
+    return tuple(out)
+
+
+def decode_small(data: bytes, n: int, end: int, base_ts: int, no_headers: list
+                 ) -> tuple[list, list, list, list]:
+    """(timestamps, keys, values, headers) of a few records: one Python pass. Raises
+    IndexError/ValueError on malformed input."""
+    timestamps = [base_ts] * n
+    keys: list = [None] * n
+    values: list = [None] * n
+    headers: list = [no_headers] * n
+    decode_one = varint.decode_one
+    pos = HEADER_SIZE
+    for i in range(n):
+        b = data[pos]
+        if b < 0x80:
+            length = b >> 1 if not b & 1 else -1
+            pos += 1
+        else:
+            length, pos = decode_one(data, pos)
+        rend = pos + length
+        if length < MIN_RECORD_SIZE - 1 or rend > end:
+            raise ValueError("bad record length")
+        p = pos + 1  # attributes: unused in v2, ignored as Kafka does
+        b = data[p]
+        if b < 0x80:
+            if b:
+                timestamps[i] = base_ts + ((b >> 1) ^ -(b & 1))
+            p += 1
+        else:
+            d, p = decode_one(data, p)
+            timestamps[i] = base_ts + d
+        b = data[p]
+        if b == i << 1 and b < 0x80:
+            p += 1
+        else:
+            d, p = decode_one(data, p)
+            if d != i:
+                raise ValueError("offset deltas are not 0..n-1")
+        b = data[p]
+        if b < 0x80:
+            kl = (b >> 1) ^ -(b & 1)
+            p += 1
+        else:
+            kl, p = decode_one(data, p)
+        if kl >= 0:
+            if kl > rend - p:
+                raise ValueError("key length out of range")
+            keys[i] = data[p:p + kl]
+            p += kl
+        elif kl != -1:
+            raise ValueError("key length out of range")
+        b = data[p]
+        if b < 0x80:
+            vl = (b >> 1) ^ -(b & 1)
+            p += 1
+        else:
+            vl, p = decode_one(data, p)
+        if vl >= 0:
+            if vl > rend - p:
+                raise ValueError("value length out of range")
+            values[i] = data[p:p + vl]
+            p += vl
+        elif vl != -1:
+            raise ValueError("value length out of range")
+        if p >= rend:
+            raise ValueError("record length disagrees with its fields")
+        if data[p] or p + 1 != rend:
+            headers[i] = _header_list(data[p:rend])
+        pos = rend
+    if pos != end:
+        raise ValueError(f"records fill {pos} bytes but the batch has {end}")
+    return timestamps, keys, values, headers
+
+
+def _record_starts(data: bytes, n: int, end: int) -> tuple[list[int], list[int]]:
+    """Where each record's body starts and where it ends. The one sequential step of
+    decoding: each record's start depends on the previous record's length, so it is a tight
+    Python loop that handles the 1- and 2-byte length varints inline."""
+    bodies = [0] * n
+    ends = [0] * n
+    pos = HEADER_SIZE
+    for i in range(n):
+        b = data[pos]
+        if b < 0x80:
+            if b & 1:
+                raise ValueError("negative record length")
+            bodies[i] = pos + 1
+            pos += 1 + (b >> 1)
+        else:
+            b1 = data[pos + 1]
+            if b1 < 0x80:
+                u = (b & 0x7F) | (b1 << 7)
+                if u & 1:
+                    raise ValueError("negative record length")
+                bodies[i] = pos + 2
+                pos += 2 + (u >> 1)
+            else:
+                length, npos = varint.decode_one(data, pos)
+                if length < 0:
+                    raise ValueError("negative record length")
+                bodies[i] = npos
+                pos = npos + length
+        if pos > end:
+            raise ValueError("record overruns the batch")
+        ends[i] = pos
+    if pos != end:
+        raise ValueError(f"records fill {pos} bytes but the batch has {end}")
+    return bodies, ends
+
+
+def _cut(data: bytes, starts: list[int], stops: list[int]) -> list[bytes]:
+    return list(map(data.__getitem__, map(slice, starts, stops)))
+
+
+def _payloads(data: bytes, pos: np.ndarray, lengths: np.ndarray, n: int) -> list:
+    """The payload of each record: bytes, or None where the length is -1."""
+    lmin = int(lengths.min())
+    if lmin == int(lengths.max()):  # one length for the whole column: no per-record ends
+        if lmin <= 0:
+            return [None] * n if lmin < 0 else [b""] * n
+        starts = pos.tolist()
+        return _cut(data, starts, (pos + lmin).tolist())
+    out = _cut(data, pos.tolist(), (pos + np.maximum(lengths, 0)).tolist())
+    if lmin < 0:
+        for i in np.flatnonzero(lengths < 0).tolist():
+            out[i] = None
+    return out
+
+
+def decode_records(data: bytes, n: int, end: int, base_ts: int, no_headers: list
+                   ) -> tuple[list, list, list, list]:
+    """(timestamps, keys, values, headers) of the records of a batch of n records whose
+    bytes (from the header on) are `data[:end]`. Raises IndexError/ValueError on malformed
+    input. Every length is checked against its record's end before it moves a position, so
+    positions stay small and increasing (no int64 wrap-around)."""
+    if n < SMALL_BATCH:
+        return decode_small(data, n, end, base_ts, no_headers)
+    return decode_columns(data, n, end, base_ts, no_headers)
+
+
+def decode_columns(data: bytes, n: int, end: int, base_ts: int, no_headers: list
+                   ) -> tuple[list, list, list, list]:
+    """decode_records with numpy columns (any batch size; meant for the larger ones)."""
+    bodies, ends = _record_starts(data, n, end)
+    arr = np.zeros(end + _PAD, dtype=np.uint8)
+    arr[:end] = np.frombuffer(data, dtype=np.uint8, count=end)
+    rec_end = np.array(ends, dtype=np.int64)
+    pos = np.array(bodies, dtype=np.int64)
+    if (rec_end - pos < MIN_RECORD_SIZE - 1).any():
+        raise ValueError("record too short")
+    pos += 1  # the attributes byte (unused in v2, ignored as Kafka does)
+    ts_delta, s = varint.decode_at(arr, pos)
+    pos += s
+    off_delta, s = varint.decode_at(arr, pos)
+    pos += s
+    if not np.array_equal(off_delta, _ARANGE[:n] if n <= len(_ARANGE) else np.arange(n)):
+        raise ValueError("offset deltas are not 0..n-1")
+    klen, s = varint.decode_at(arr, pos)
+    kpos = pos + s
+    if (klen < -1).any() or (klen > rec_end - kpos).any():
+        raise ValueError("key length out of range")
+    kend = kpos + np.maximum(klen, 0)
+    vlen, s = varint.decode_at(arr, kend)
+    vpos = kend + s
+    if (vlen < -1).any() or (vlen > rec_end - vpos).any():
+        raise ValueError("value length out of range")
+    hpos = vpos + np.maximum(vlen, 0)
+    # the header block (count + headers) is hpos .. rec_end; b"\x00" when there are none
+    hsize = rec_end - hpos
+    if (hsize < 1).any():
+        raise ValueError("record length disagrees with its fields")
+    bare = (hsize == 1) & (arr[hpos] == 0)
+    if bare.all():
+        headers = [no_headers] * n
+    else:
+        blocks = _cut(data, hpos.tolist(), ends)
+        if blocks.count(blocks[0]) == n:  # one header set on every record
+            hs = _header_list(blocks[0])
+            headers = list(map(list, [hs] * n))
+        else:
+            headers = [no_headers if b == b"\x00" else _header_list(b) for b in blocks]
+    keys = _payloads(data, kpos, klen, n)
+    values = _payloads(data, vpos, vlen, n)
+    # Python ints: a corrupt delta cannot wrap around int64
+    timestamps = [base_ts + d for d in ts_delta.tolist()] if ts_delta.any() else [base_ts] * n
+    return timestamps, keys, values, headers
+
+
+_ARANGE = np.arange(1 << 16, dtype=np.int64)
