@@ -269,12 +269,15 @@ def test_template_rejects_near_misses():
     payload = np.zeros(len(buf), bool)
     for sl in tmpl.key_slices + tmpl.val_slices:
         payload[sl] = True
+    ts_pos = tmpl.ts_idx.tolist()
     for pos in range(codec.HEADER_SIZE, len(buf)):
         bad = bytearray(buf)
         bad[pos] ^= 0x01
         got = codec._decode_template(bytes(bad), n, len(buf), BASE_TS)
         if payload[pos]:
             assert got is not None
+        elif pos in ts_pos:  # a 1-byte timestamp delta: read as one (0 -> zigzag 1 = -1)
+            assert got is not None and got.timestamps[ts_pos.index(pos)] == BASE_TS - 1
         else:
             assert got is None, pos
 

@@ -144,9 +144,10 @@ class _Group(NamedTuple):
     rec_size: int
     key_off: int  # key payload offset within each record
     val_off: int  # value payload offset within each record
+    ts_off: int  # timestamp-delta byte offset within each record
 
 
-def _layout(n: int, klen: int, vlen: int) -> tuple[list[_Group], int]:
+def _layout(n: int, klen: int, vlen: int, hsize: int = 1) -> tuple[list[_Group], int]:
     """The groups of a homogeneous batch and the batch's total size, by arithmetic alone
     (cheap enough to run on a decode cache miss to rule a batch in or out)."""
     kb = max(klen, 0)
@@ -161,10 +162,10 @@ def _layout(n: int, klen: int, vlen: int) -> tuple[list[_Group], int]:
     while i < n:
         stop = min(n, limit)
         # attributes, tsDelta 0, offsetDelta, keyLength, key, valueLength, value, headerCount 0
-        body = 1 + 1 + osz + ksz + kb + vsz + vb + 1
+        body = 1 + 1 + osz + ksz + kb + vsz + vb + hsize
         lsz = varint.size_one(body)
         key_off = lsz + 2 + osz + ksz
-        groups.append(_Group(pos, i, stop, lsz + body, key_off, key_off + kb + vsz))
+        groups.append(_Group(pos, i, stop, lsz + body, key_off, key_off + kb + vsz, lsz + 1))
         pos += (stop - i) * (lsz + body)
         i = stop
         osz += 1
@@ -173,17 +174,27 @@ def _layout(n: int, klen: int, vlen: int) -> tuple[list[_Group], int]:
 
 
 class _Template:
-    __slots__ = ("n", "klen", "vlen", "size", "groups", "image", "key_slices", "val_slices",
-                 "fixed_idx", "fixed_bytes", "parts")
+    """A homogeneous batch's bytes. `hblock` is every record's header block (count included;
+    b"\\x00": no headers). Decoding also accepts any 1-byte timestamp deltas (|delta| < 64
+    ms: a producer's per-record stamps within a short linger), which do not move any other
+    byte: those positions are left out of the second compare (`var_idx`/`var_bytes`)."""
 
-    def __init__(self, n: int, klen: int, vlen: int):
+    __slots__ = ("n", "klen", "vlen", "size", "groups", "image", "key_slices", "val_slices",
+                 "fixed_idx", "fixed_bytes", "parts", "ts_idx", "var_idx", "var_bytes",
+                 "headers")
+
+    def __init__(self, n: int, klen: int, vlen: int, hblock: bytes = b"\x00"):
         self.n = n
         self.klen = klen
         self.vlen = vlen
-        self.groups, self.size = _layout(n, klen, vlen)
+        self.groups, self.size = _layout(n, klen, vlen, len(hblock))
         key = None if klen < 0 else bytes(klen)
         val = None if vlen < 0 else bytes(vlen)
-        records = sections.encode_records([key] * n, [val] * n, None, None)
+        self.headers = None if hblock == b"\x00" else sections.decode_header_block(hblock)
+        if self.headers is not None and sections.header_block(self.headers) != hblock:
+            raise ValueError("header block not in canonical form")  # the general path reads it
+        records = sections.encode_records([key] * n, [val] * n, None,
+                                          None if self.headers is None else [self.headers] * n)
         # image: the whole batch with a zeroed header and zeroed payloads
         self.image = _ZERO_HEADER + records
         if len(self.image) != self.size:  # the arithmetic layout and the encoder must agree
@@ -196,8 +207,15 @@ class _Template:
         fixed[:HEADER_SIZE] = False
         for sl in (self.key_slices or []) + (self.val_slices or []):
             fixed[sl] = False
+        image = np.frombuffer(self.image, dtype=np.uint8)
         self.fixed_idx = np.flatnonzero(fixed).astype(np.int32)
-        self.fixed_bytes = np.frombuffer(self.image, dtype=np.uint8)[self.fixed_idx].tobytes()
+        self.fixed_bytes = image[self.fixed_idx].tobytes()
+        self.ts_idx = np.concatenate([
+            np.arange(g.start + g.ts_off, g.start + g.ts_off + (g.stop - g.first) * g.rec_size,
+                      g.rec_size) for g in self.groups]).astype(np.int32)
+        fixed[self.ts_idx] = False
+        self.var_idx = np.flatnonzero(fixed).astype(np.int32)
+        self.var_bytes = image[self.var_idx].tobytes()
         # the batch as join-able pieces: header, then per record [prefix, key, middle, value,
         # suffix], with keys and values left empty to be slotted in (see _fill_template)
         kb, vb = max(klen, 0), max(vlen, 0)
@@ -231,8 +249,8 @@ _templates_records = 0
 _templates_lock = threading.Lock()
 
 
-def _template(n: int, klen: int, vlen: int) -> _Template | None:
-    key = (n, klen, vlen)
+def _template(n: int, klen: int, vlen: int, hblock: bytes = b"\x00") -> _Template | None:
+    key = (n, klen, vlen) if hblock == b"\x00" else (n, klen, vlen, hblock)
     with _templates_lock:
         t = _templates.get(key)
         if t is not None:
@@ -240,7 +258,7 @@ def _template(n: int, klen: int, vlen: int) -> _Template | None:
             return t
     if n > _TEMPLATE_MAX_RECORDS // 4:
         return None  # huge batches amortise the general path's per-batch cost anyway
-    t = _Template(n, klen, vlen)
+    t = _Template(n, klen, vlen, hblock)
     global _templates_records
     with _templates_lock:
         if key not in _templates:
@@ -375,48 +393,71 @@ def decode_records(batch, header: BatchHeader, *, path: str | None = None,
         raise CorruptLogError(f"malformed record in batch ({e})", path, file_pos) from None
 
 
-def _peek_shape(data: bytes) -> tuple[int, int] | None:
-    """(key length, value length) of the first record if it could open a homogeneous batch
-    (attributes 0, timestamp delta 0, offset delta 0), else None."""
+def _peek_shape(data: bytes) -> tuple[int, int, bytes] | None:
+    """(key length, value length, header block) of the first record if it could open a
+    homogeneous batch (attributes 0, a 1-byte timestamp delta, offset delta 0), else None."""
     try:
-        _, pos = varint.decode_one(data, HEADER_SIZE)
-        if data[pos] or data[pos + 1] or data[pos + 2]:
+        length, pos = varint.decode_one(data, HEADER_SIZE)
+        rec_end = pos + length
+        if data[pos] or data[pos + 1] >= 0x80 or data[pos + 2]:
             return None
         klen, pos = varint.decode_one(data, pos + 3)
         if klen > 0:
             pos += klen
-        vlen, _ = varint.decode_one(data, pos)
+        vlen, pos = varint.decode_one(data, pos)
+        if vlen > 0:
+            pos += vlen
+        if data[pos] == 0 and pos + 1 == rec_end:
+            hblock = b"\x00"
+        elif pos < rec_end <= len(data):
+            hblock = data[pos:rec_end]
+        else:
+            return None
     except (IndexError, ValueError):
         return None
     if klen < -1 or vlen < -1:
         return None
-    return klen, vlen
+    return klen, vlen, hblock
 
 
 def _decode_template(data: bytes, n: int, end: int, base_ts: int) -> RecordColumns | None:
     """Decode a homogeneous batch, or None when the batch is not exactly a template's shape
-    with only the payloads differing (then the general path decides)."""
+    with only the payloads (and 1-byte timestamp deltas) differing: then the general path
+    decides."""
     shape = _peek_shape(data)
     if shape is None:
         return None
-    klen, vlen = shape
-    key = (n, klen, vlen)
+    klen, vlen, hblock = shape
+    key = (n, klen, vlen) if hblock == b"\x00" else (n, klen, vlen, hblock)
     t = _templates.get(key)
     if t is None:
         # only build a template for a batch that could match one: the size must agree
-        if klen + vlen > end or _layout(n, klen, vlen)[1] != end:
+        if klen + vlen > end or _layout(n, klen, vlen, len(hblock))[1] != end:
             return None
-        t = _template(n, klen, vlen)
+        try:
+            t = _template(n, klen, vlen, hblock)
+        except (IndexError, ValueError):  # an undecodable header block
+            return None
         if t is None:
             return None
     if t.size != end:
         return None
     arr = np.frombuffer(data, dtype=np.uint8, count=end)
-    if arr[t.fixed_idx].tobytes() != t.fixed_bytes:
+    if arr[t.fixed_idx].tobytes() == t.fixed_bytes:
+        timestamps = [base_ts] * n
+    elif arr[t.var_idx].tobytes() == t.var_bytes:
+        tb = arr[t.ts_idx]
+        if (tb >= 0x80).any():
+            return None
+        deltas = varint.unzigzag(tb.astype(np.uint64))
+        timestamps = ((deltas + base_ts).tolist() if -(1 << 62) < base_ts < (1 << 62)
+                      else [base_ts + d for d in deltas.tolist()])
+    else:
         return None  # some non-payload byte differs: not this shape (or damaged)
     keys = _template_payloads(data, t.key_slices, klen, n)
     values = _template_payloads(data, t.val_slices, vlen, n)
-    return RecordColumns([base_ts] * n, keys, values, [NO_HEADERS] * n)
+    headers = [NO_HEADERS] * n if t.headers is None else list(map(list, [t.headers] * n))
+    return RecordColumns(timestamps, keys, values, headers)
 
 
 def _template_payloads(data: bytes, slices: list[slice] | None, length: int, n: int) -> list:

@@ -127,7 +127,7 @@ _HB: dict[tuple, bytes] = {}
 _HB_LIMIT = 4096
 
 
-def _header_block(headers) -> bytes:
+def header_block(headers) -> bytes:
     """headerCount and the headers of one record (cached by content)."""
     if not headers:
         return _ZERO
@@ -161,8 +161,8 @@ def _encode_header_block(headers) -> bytes:
 def _header_blocks(headers: Sequence, n: int) -> list[bytes]:
     h0 = headers[0]
     if headers.count(h0) == n:  # one header set on every record (e.g. the retry header)
-        return [_header_block(h0)] * n
-    return list(map(_header_block, headers))
+        return [header_block(h0)] * n
+    return list(map(header_block, headers))
 
 
 def _lengths(items: Sequence, n: int) -> tuple[int | None, np.ndarray | None, bool]:
@@ -309,7 +309,7 @@ def encode_small(keys: Sequence, values: Sequence, ts: Sequence[int] | None,
             tz = ((t << 1) ^ (t >> 63)) & 0xFFFFFFFFFFFFFFFF
             th = vb[tz] if tz < _VB_LIMIT else _uvarint(tz)
         o = vb[i << 1]
-        hb = _ZERO if headers is None else _header_block(headers[i])
+        hb = _ZERO if headers is None else header_block(headers[i])
         body = 1 + len(th) + len(o) + len(kh) + kl + len(vh) + vl + len(hb)
         parts += (vb[body << 1] if body < 8192 else _uvarint(body << 1), _ZERO, th, o, kh, k,
                   vh, v, hb)
@@ -328,14 +328,16 @@ def _header_list(block: bytes) -> list:
     block's bytes; a fresh list each time (callers may change it)."""
     hs = _HD.get(block)
     if hs is None:
-        hs = _decode_header_block(block)
+        hs = decode_header_block(block)
         if len(_HD) > _HD_LIMIT:
             _HD.clear()
         _HD[block] = hs
     return list(hs)
 
 
-def _decode_header_block(block: bytes) -> tuple:
+def decode_header_block(block: bytes) -> tuple:
+    """The (key, value) pairs of one header block (count included). ValueError/IndexError
+    on malformed bytes."""
     count, pos = varint.decode_one(block, 0)
     end = len(block)
     if count < 0 or count * 2 > end - pos:  # each header takes at least two bytes
