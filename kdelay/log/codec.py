@@ -181,10 +181,11 @@ class _Template:
 
     __slots__ = ("n", "klen", "vlen", "size", "groups", "image", "key_slices", "val_slices",
                  "fixed_idx", "fixed_bytes", "parts", "ts_idx", "var_idx", "var_bytes",
-                 "headers")
+                 "headers", "stamped")
 
     def __init__(self, n: int, klen: int, vlen: int, hblock: bytes = b"\x00"):
         self.n = n
+        self.stamped = False  # did the last batch decoded with it have timestamp deltas?
         self.klen = klen
         self.vlen = vlen
         self.groups, self.size = _layout(n, klen, vlen, len(hblock))
@@ -383,7 +384,8 @@ def decode_records(batch, header: BatchHeader, *, path: str | None = None,
     data = batch if isinstance(batch, bytes) else bytes(memoryview(batch)[:end])
     if len(data) < end or end < HEADER_SIZE or n <= 0 or n * MIN_RECORD_SIZE > end - HEADER_SIZE:
         raise CorruptLogError(f"batch of {end} bytes cannot hold {n} records", path, file_pos)
-    cols = _decode_template(data, n, end, header.base_timestamp)
+    # a handful of records: one Python pass beats the template's fixed numpy costs
+    cols = None if n <= _TINY else _decode_template(data, n, end, header.base_timestamp)
     if cols is not None:
         return cols
     try:
@@ -391,6 +393,9 @@ def decode_records(batch, header: BatchHeader, *, path: str | None = None,
                                                       NO_HEADERS))
     except (IndexError, ValueError, OverflowError) as e:  # UnicodeDecodeError is a ValueError
         raise CorruptLogError(f"malformed record in batch ({e})", path, file_pos) from None
+
+
+_TINY = 4
 
 
 def _peek_shape(data: bytes) -> tuple[int, int, bytes] | None:
@@ -443,21 +448,29 @@ def _decode_template(data: bytes, n: int, end: int, base_ts: int) -> RecordColum
     if t.size != end:
         return None
     arr = np.frombuffer(data, dtype=np.uint8, count=end)
-    if arr[t.fixed_idx].tobytes() == t.fixed_bytes:
+    timestamps = None
+    # try first what the previous batch of this shape had: equal stamps or 1-byte deltas
+    if not t.stamped and arr[t.fixed_idx].tobytes() == t.fixed_bytes:
         timestamps = [base_ts] * n
     elif arr[t.var_idx].tobytes() == t.var_bytes:
         tb = arr[t.ts_idx]
-        if (tb >= 0x80).any():
-            return None
-        deltas = varint.unzigzag(tb.astype(np.uint64))
-        timestamps = ((deltas + base_ts).tolist() if -(1 << 62) < base_ts < (1 << 62)
-                      else [base_ts + d for d in deltas.tolist()])
-    else:
+        if not tb.any():
+            t.stamped = False
+            timestamps = [base_ts] * n
+        elif tb.max() < 0x80:
+            t.stamped = True
+            deltas = _UNZIGZAG_7BIT[tb]
+            timestamps = ((deltas + base_ts).tolist() if -(1 << 62) < base_ts < (1 << 62)
+                          else [base_ts + d for d in deltas.tolist()])
+    if timestamps is None:
         return None  # some non-payload byte differs: not this shape (or damaged)
     keys = _template_payloads(data, t.key_slices, klen, n)
     values = _template_payloads(data, t.val_slices, vlen, n)
     headers = [NO_HEADERS] * n if t.headers is None else list(map(list, [t.headers] * n))
     return RecordColumns(timestamps, keys, values, headers)
+
+
+_UNZIGZAG_7BIT = varint.unzigzag(np.arange(256, dtype=np.uint64))  # 1-byte varint -> value
 
 
 def _template_payloads(data: bytes, slices: list[slice] | None, length: int, n: int) -> list:
