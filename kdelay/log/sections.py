@@ -179,6 +179,32 @@ def _lengths(items: Sequence, n: int) -> tuple[int | None, np.ndarray | None, bo
     return None, np.fromiter(map(len, items), dtype=np.int64, count=n), False
 
 
+def _body(n: int, const: int, cols: list[np.ndarray]) -> np.ndarray:
+    body = np.full(n, const, dtype=np.int64)
+    for c in cols:
+        body += c
+    return body
+
+
+_BASE_CODES: dict[tuple[int, int, bool], np.ndarray] = {}
+
+
+def _base_codes(n: int, const: int, lead: bool) -> np.ndarray:
+    """The L codes of a batch whose record bodies are `const` bytes plus the offset delta's
+    varint, with timestamp delta 0 (a delta below 64 only adds itself to the code)."""
+    key = (n, const, lead)
+    codes = _BASE_CODES.get(key)
+    if codes is None:
+        body = const + _OSZ[:n]
+        codes = body << _TS_BITS
+        if lead:
+            codes[1:] |= _LEAD
+        if len(_BASE_CODES) > 256:
+            _BASE_CODES.clear()
+        _BASE_CODES[key] = codes
+    return codes
+
+
 def _varint_pieces(u: np.ndarray) -> list[bytes]:
     """Varint bytes of each zigzagged value of `u`."""
     if int(u.max()) < _VB_LIMIT:
@@ -232,18 +258,26 @@ def encode_columns(keys: Sequence, values: Sequence, ts: np.ndarray | None,
         hblocks = None
     else:
         hblocks = _header_blocks(headers, n)
-        cols.append(np.fromiter(map(len, hblocks), dtype=np.int64, count=n))
+        if hblocks.count(hblocks[0]) == n:  # one header set on every record
+            const += len(hblocks[0])
+        else:
+            cols.append(np.fromiter(map(len, hblocks), dtype=np.int64, count=n))
+    lp = None
     if ts is None:
         const += 1
     else:
         tzz = varint.zigzag(ts)
-        cols.append(varint.sizes(tzz))
-    body = np.full(n, const, dtype=np.int64)
-    for c in cols:
-        body += c
-
-    # L pieces
-    if int(body.max()) <= _BODY_MASK and (ts is None or int(tzz.max()) <= _TS_MASK):
+        tmax = int(tzz.max())
+        if tmax < 0x80 and len(cols) == (n > 64) and n <= _OK_LIST_MAX:
+            # only the offset delta's size varies (a producer's batch: equal key and value
+            # sizes, stamps within 64 ms): cached codes per batch layout, plus the deltas
+            c0 = const + 1 - (n <= 64)  # + the 1-byte delta, - the offset delta (re-added)
+            lp = _L.pieces((_base_codes(n, c0, headers is None) + tzz.view(np.int64)).tolist())
+        else:
+            cols.append(varint.sizes(tzz))
+    if lp is not None:
+        pass
+    elif int((body := _body(n, const, cols)).max()) <= _BODY_MASK and (ts is None or tmax <= _TS_MASK):
         codes = body << _TS_BITS
         if ts is not None:
             codes |= tzz.view(np.int64)
