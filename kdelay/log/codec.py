@@ -19,6 +19,7 @@ Two paths, byte-for-byte identical in what they produce and accept:
 
 from __future__ import annotations
 
+import functools
 import struct
 import threading
 from collections import OrderedDict
@@ -171,6 +172,13 @@ def _layout(n: int, klen: int, vlen: int, hsize: int = 1) -> tuple[list[_Group],
         osz += 1
         limit <<= 7
     return groups, pos
+
+
+@functools.lru_cache(maxsize=256)
+def _layout_size(n: int, klen: int, vlen: int, hsize: int) -> int:
+    """A homogeneous batch's size (cached: a stream of batches the template cannot take asks
+    for the same few shapes over and over)."""
+    return _layout(n, klen, vlen, hsize)[1]
 
 
 class _Template:
@@ -437,7 +445,7 @@ def _decode_template(data: bytes, n: int, end: int, base_ts: int) -> RecordColum
     t = _templates.get(key)
     if t is None:
         # only build a template for a batch that could match one: the size must agree
-        if klen + vlen > end or _layout(n, klen, vlen, len(hblock))[1] != end:
+        if klen + vlen > end or _layout_size(n, klen, vlen, len(hblock)) != end:
             return None
         try:
             t = _template(n, klen, vlen, hblock)

@@ -546,18 +546,18 @@ def decode_columns(data: bytes, n: int, end: int, base_ts: int, no_headers: list
     if (rec_end - pos < MIN_RECORD_SIZE - 1).any():
         raise ValueError("record too short")
     pos += 1  # the attributes byte (unused in v2, ignored as Kafka does)
-    ts_delta, s = varint.decode_at(arr, pos)
+    ts_delta, s = _varint_col(arr, pos)
     pos += s
-    off_delta, s = varint.decode_at(arr, pos)
+    off_delta, s = _varint_col(arr, pos)
     pos += s
     if not np.array_equal(off_delta, _ARANGE[:n] if n <= len(_ARANGE) else np.arange(n)):
         raise ValueError("offset deltas are not 0..n-1")
-    klen, s = varint.decode_at(arr, pos)
+    klen, s = _varint_col(arr, pos)
     kpos = pos + s
     if (klen < -1).any() or (klen > rec_end - kpos).any():
         raise ValueError("key length out of range")
     kend = kpos + np.maximum(klen, 0)
-    vlen, s = varint.decode_at(arr, kend)
+    vlen, s = _varint_col(arr, kend)
     vpos = kend + s
     if (vlen < -1).any() or (vlen > rec_end - vpos).any():
         raise ValueError("value length out of range")
@@ -584,3 +584,12 @@ def decode_columns(data: bytes, n: int, end: int, base_ts: int, no_headers: list
 
 
 _ARANGE = np.arange(1 << 16, dtype=np.int64)
+_UNZIGZAG_7BIT = varint.unzigzag(np.arange(256, dtype=np.uint64))
+
+
+def _varint_col(arr: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray | int]:
+    """varint.decode_at, with the all-1-byte column (the usual one) in three numpy steps."""
+    b = arr[pos]
+    if b.max() < 0x80:
+        return _UNZIGZAG_7BIT[b], 1
+    return varint.decode_at(arr, pos)
