@@ -49,6 +49,7 @@ MIN_RECORD_SIZE = 7
 NO_PRODUCER_ID = -1
 # attributes: bits 0-2 compression (0 = none), bit 3 timestamp type, 4 transactional, 5 control
 UNSUPPORTED_ATTRIBUTES = 0x07 | 0x10 | 0x20
+SMALL_BATCH = sections.SMALL_BATCH  # batches below this size take the per-record Python path
 _PAD = 32  # zero bytes after the records so vectorised varint reads never run off the end
 
 _HEAD = struct.Struct(">qiibI")  # bytes 0..21: the part the CRC does not cover

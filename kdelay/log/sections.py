@@ -34,6 +34,9 @@ import numpy as np
 from . import varint
 
 HEADER_SIZE = 69
+# Below this many records the per-call cost of numpy (about 1 us per operation, some 20 of
+# them per batch) exceeds a plain Python loop over the records.
+SMALL_BATCH = 24
 _PAD = 32  # zero bytes after the data so vectorised varint reads never run off the end
 MIN_RECORD_SIZE = 7
 
@@ -311,11 +314,6 @@ def encode_columns(keys: Sequence, values: Sequence, ts: np.ndarray | None,
     else:
         parts[5::per] = hblocks
     return b"".join(parts)
-
-
-# Below this many records the per-call cost of numpy (about 1 us per operation, some 20 of
-# them per batch) exceeds a plain Python loop over the records.
-SMALL_BATCH = 24
 
 
 def encode_small(keys: Sequence, values: Sequence, ts: Sequence[int] | None,
