@@ -488,15 +488,6 @@ def _template_payloads(data: bytes, slices: list[slice] | None, length: int, n: 
     return [b""] * n if length == 0 else [None] * n
 
 
-def to_kafka_v2(batch: bytes) -> bytes:
-    """The same batch as a plain Kafka v2 RecordBatch: drop deliverAfter, magic 2, new CRC."""
-    h = parse_header(batch)
-    body = batch[CRC_START:DELIVER_AFTER_OFFSET] + batch[DELIVER_AFTER_OFFSET + 8: h.size]
-    head = struct.pack(">qiibI", h.base_offset, h.batch_length - 8, h.leader_epoch, 2,
-                       crc32c.crc32c(body))
-    return head + body
-
-
 def _decode_general(data: bytes, n: int, end: int, base_ts: int, *,
                     small: bool = False) -> RecordColumns:
     """The non-template decoders by name (tests compare every path)."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 from pyspark.sql import SparkSession
+
+from ..clock import wall_clock
 
 
 def _session(cores: int) -> tuple[SparkSession, bool]:
@@ -33,15 +34,26 @@ def local_session(cores: int = 2) -> SparkSession:
     return spark
 
 
-def cli_spark_verify(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="kdelay spark-verify",
-                                description="Offline checks of a kdelay log, run in Spark")
+def _parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The options both Spark commands take: a path and the local cores."""
+    p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("path", help="a partition directory or a directory of name-i partitions")
-    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--cores", type=int, default=2, help="local Spark cores (default 2)")
+    return p
+
+
+def _is_dir(p: argparse.ArgumentParser, path: str) -> bool:
+    if not os.path.isdir(path):
+        print(f"{p.prog}: no such directory: {path}", file=sys.stderr)
+        return False
+    return True
+
+
+def cli_spark_verify(argv: list[str] | None = None) -> int:
+    p = _parser("kdelay spark-verify", "Offline checks of a kdelay log, run in Spark")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     args = p.parse_args(argv)
-    if not os.path.isdir(args.path):
-        print(f"kdelay spark-verify: no such directory: {args.path}", file=sys.stderr)
+    if not _is_dir(p, args.path):
         return 2
     from .checks import verify
 
@@ -56,23 +68,19 @@ def cli_spark_verify(argv: list[str] | None = None) -> int:
 
 
 def cli_forecast(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="kdelay forecast",
-                                description="Records coming due per time window")
-    p.add_argument("path", help="a partition directory or a directory of name-i partitions")
+    p = _parser("kdelay forecast", "Records coming due per time window")
     p.add_argument("--window", default="1 minute", help='Spark interval (default "1 minute")')
     p.add_argument("--png", help="also draw the forecast as a bar chart into this PNG file")
     p.add_argument("--pending", action="store_true",
                    help="only records not yet due (deliverAfter after now)")
-    p.add_argument("--cores", type=int, default=2, help="local Spark cores (default 2)")
     args = p.parse_args(argv)
-    if not os.path.isdir(args.path):
-        print(f"kdelay forecast: no such directory: {args.path}", file=sys.stderr)
+    if not _is_dir(p, args.path):
         return 2
     from .forecasting import as_utc, forecast, plot
 
     spark, owned = _session(args.cores)
     try:
-        after = time.time_ns() // 1_000_000 if args.pending else None
+        after = wall_clock() if args.pending else None
         rows = forecast(spark, args.path, args.window, after=after).collect()
     finally:
         if owned:
