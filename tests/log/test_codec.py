@@ -278,8 +278,8 @@ def test_every_shape_against_kafka_python(shape, n):
     spec.base_offset = 0
     buf = spec.encode()
     kafka = spec.kafka_builder_bytes()
-    assert codec.to_kafka_v2(buf) == kafka
-    kb = DefaultRecordBatch(codec.to_kafka_v2(buf))
+    assert to_kafka_v2(buf) == kafka
+    kb = DefaultRecordBatch(to_kafka_v2(buf))
     assert kb.validate_crc()
     exp = spec.expected()
     got = [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in kb]
