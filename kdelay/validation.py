@@ -53,6 +53,31 @@ def _all_of_types(items, exact: set, allowed) -> bool:
     return set(map(type, items)) <= exact or all(isinstance(x, allowed) for x in items)
 
 
+_BYTES_OR_NONE = {bytes, _NONE_TYPE}
+
+
+def _check_headers(hs) -> None:
+    if not isinstance(hs, (list, tuple)):
+        raise InvalidRecordError("record headers must be a list of (str, bytes|None)")
+    for h in hs:
+        if not (isinstance(h, tuple) and len(h) == 2 and isinstance(h[0], str)
+                and (h[1] is None or isinstance(h[1], bytes))):
+            raise InvalidRecordError(f"bad header {h!r}: want (str, bytes | None)")
+
+
+def _check_stamps(name: str, col: tuple) -> None:
+    """Every non-None item a non-negative int. The common cases (all None; all plain ints)
+    are decided by C-level passes, not a Python loop per record."""
+    nones = col.count(None)
+    if nones == len(col):
+        return
+    if not nones and set(map(type, col)) == {int} and min(col) >= 0:
+        return
+    for v in col:
+        if v is not None and not is_non_negative_int(v):
+            raise InvalidRecordError(f"record {name} must be a non-negative int, got {v!r}")
+
+
 def record_columns(records: Sequence[Record]) -> list[tuple]:
     """Validate a batch and transpose it into columns (value, key, headers, timestamp,
     deliver_after) with C-level loops: one type check per column, not per field. O(records)."""
@@ -65,24 +90,20 @@ def record_columns(records: Sequence[Record]) -> list[tuple]:
         raise InvalidRecordError("every item of records must be a kdelay.Record")
     cols = list(zip(*records, strict=False))  # all Records: five fields each
     values, keys, headers, timestamps, das = cols
-    if not _all_of_types(values, {bytes}, bytes):
-        raise InvalidRecordError("every record value must be bytes")
-    if not _all_of_types(keys, {bytes, _NONE_TYPE}, (bytes, _NONE_TYPE)):
+    if not _all_of_types(values, _BYTES_OR_NONE, (bytes, _NONE_TYPE)):
+        raise InvalidRecordError("every record value must be bytes or None (a tombstone)")
+    if not _all_of_types(keys, _BYTES_OR_NONE, (bytes, _NONE_TYPE)):
         raise InvalidRecordError("every record key must be bytes or None")
     if any(headers):
-        for hs in headers:
-            if not isinstance(hs, (list, tuple)):
-                raise InvalidRecordError("record headers must be a list of (str, bytes|None)")
-            for h in hs:
-                if not (isinstance(h, tuple) and len(h) == 2 and isinstance(h[0], str)
-                        and (h[1] is None or isinstance(h[1], bytes))):
-                    raise InvalidRecordError(f"bad header {h!r}: want (str, bytes | None)")
+        first = headers[0]
+        if headers.count(first) == len(headers):  # one header set on every record: check once
+            _check_headers(first)
+        else:
+            for hs in headers:
+                if hs:
+                    _check_headers(hs)
     for name, col in (("timestamp", timestamps), ("deliver_after", das)):
-        if col.count(None) != len(col):
-            for v in col:
-                if v is not None and not is_non_negative_int(v):
-                    raise InvalidRecordError(f"record {name} must be a non-negative int, "
-                                             f"got {v!r}")
+        _check_stamps(name, col)
     return cols
 
 
@@ -98,6 +119,8 @@ def requested_deliver_after(record_das: tuple, deliver_after: object, *,
         raise DelayedDeliveryDisabledError(
             f"log {path} has delayed_delivery_enable=False; deliver_after refused")
     if deliver_after is None and has_record_da:
+        if None not in record_das:
+            return max(record_das)
         return max(d for d in record_das if d is not None)
     return deliver_after  # type: ignore[return-value]
 
