@@ -183,9 +183,11 @@ class RecentEntries:
 
     def entries(self, start: int = 0) -> Iterator[Entry]:
         """Entries in key order from the `start`-th, produced in growing chunks (a reader
-        that stops early decodes little; appends meanwhile do not disturb the walk)."""
-        order = self._sorted()
-        i = start
+        that stops early decodes little). The order is taken now: appends made while the
+        iterator is consumed do not disturb it."""
+        return self._walk(self._sorted(), start)
+
+    def _walk(self, order: np.ndarray, i: int) -> Iterator[Entry]:
         chunk = _FIRST_CHUNK
         while i < len(order):
             j = min(len(order), i + chunk)
