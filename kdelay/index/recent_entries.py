@@ -4,10 +4,11 @@ The active segment gets one entry per batch, and with single-record batches that
 per record, so the bytes per entry are the bytes per pending record. Small Python objects per
 entry (an int key in a SortedList: ~70 B with its slot, plus the allocator arena it pins once
 the producer's freed records around it are gone) cost far more than their size; here an
-entry costs 20 bytes of numpy arrays and no Python object:
+entry costs 16 bytes of numpy arrays (plus at most 1/8 growth slack) and no Python object:
 
-* in arrival (= offset) order: deliverAfter (int64), base offset relative to the first
-  entry's (uint32), position (uint32). A batch's record count and size follow from the next
+* in arrival (= offset) order: deliverAfter relative to the first entry's (int32: delays
+  within +-24 days of each other), base offset relative to the first entry's (uint32),
+  position (uint32). A batch's record count and size follow from the next
   entry (batches of the active segment are contiguous in offsets and bytes); the last one's
   from the running end. Should an entry ever not follow its predecessor, explicit
   last-offset-delta and size columns are kept from then on.
@@ -17,8 +18,8 @@ entry costs 20 bytes of numpy arrays and no Python object:
   every _TAIL arrivals). No deliverAfter-sorted copy is kept: probes bisect the order with
   deliverAfter as the key (O(log entries) steps).
 
-Columns grow by 1/4 of their size (the slack is at most a quarter); a value too big for a
-uint32 widens that column to int64 once.
+Columns grow by 1/8 of their size; a value that does not fit its 4-byte column widens
+that column to int64 once.
 
 Reading in key order is a lazy walk of the merged order in growing chunks, so a fetch from
 a cursor costs O(log entries + page) after the merge.
@@ -39,26 +40,43 @@ _MAX_CHUNK = 4096
 _U32_MAX = (1 << 32) - 1
 
 
+_RANGE = {np.dtype(np.uint32): (0, _U32_MAX), np.dtype(np.int32): (-(1 << 31), (1 << 31) - 1)}
+
+
 class _Column:
-    """A growable 1-D numpy column (capacity grows by a quarter; uint32 widens to int64)."""
+    """A growable 1-D numpy column of ints stored as `value - base` (base: the first value
+    for a relative column, else 0) in a 4-byte dtype, widened to int64 once a value does not
+    fit. Capacity grows by an eighth (at most 1/8 slack)."""
 
-    __slots__ = ("a", "n")
+    __slots__ = ("a", "n", "base")
 
-    def __init__(self, dtype) -> None:
+    def __init__(self, dtype, relative: bool = False) -> None:
         self.a = np.empty(64, dtype=dtype)
         self.n = 0
+        self.base = None if relative else 0
 
     def append(self, v: int) -> None:
+        if self.base is None:
+            self.base = v
+        x = v - self.base
         a = self.a
-        if self.n == len(a):
-            a = self.a = np.resize(a, len(a) + max(64, len(a) >> 2))
-        if a.dtype == np.uint32 and not 0 <= v <= _U32_MAX:
+        if self.n == len(a):  # (not np.resize: its result is a view of a buffer twice as big)
+            grown = np.empty(len(a) + max(64, len(a) >> 3), dtype=a.dtype)
+            grown[:self.n] = a
+            a = self.a = grown
+        bounds = _RANGE.get(a.dtype)
+        if bounds is not None and not bounds[0] <= x <= bounds[1]:
             a = self.a = a.astype(np.int64)
-        a[self.n] = v
+        a[self.n] = x
         self.n += 1
 
-    def view(self) -> np.ndarray:
+    def raw(self) -> np.ndarray:
+        """The stored values (value - base)."""
         return self.a[:self.n]
+
+    def get(self, idx) -> np.ndarray:
+        """The values at `idx` (int64)."""
+        return self.a[idx].astype(np.int64) + (self.base or 0)
 
     def nbytes(self) -> int:
         return self.a.nbytes
@@ -68,7 +86,7 @@ class RecentEntries:
     __slots__ = ("da", "rel", "pos", "lod", "size", "order", "base0", "next_base", "end_pos")
 
     def __init__(self) -> None:
-        self.da = _Column(np.int64)
+        self.da = _Column(np.int32, relative=True)  # deliverAfter - the first one's
         self.rel = _Column(np.uint32)
         self.pos = _Column(np.uint32)
         self.lod: _Column | None = None  # explicit columns once an entry skips ahead
@@ -131,7 +149,7 @@ class RecentEntries:
         n = self.da.n
         if m == n:
             return
-        da = self.da.view()
+        da = self.da.raw()  # stored relative to one base: order-preserving
         tail = np.arange(m, n, dtype=np.uint32)
         tail = tail[np.argsort(da[m:], kind="stable")]
         if not m:
@@ -152,21 +170,22 @@ class RecentEntries:
 
     def _rank(self, da: int, side_right: bool) -> int:
         order = self._sorted()
-        key = self.da.view().__getitem__
-        return (bisect_right if side_right else bisect_left)(order, da, key=key)
+        key = self.da.raw().__getitem__
+        x = da - (self.da.base or 0)
+        return (bisect_right if side_right else bisect_left)(order, x, key=key)
 
     # ------------------------------------------------------------------ reading
 
     def columns_of(self, seqs: np.ndarray) -> list[np.ndarray]:
         """The five entry columns (int64) of the given arrival numbers, in that order."""
         seqs = np.asarray(seqs, dtype=np.int64)
-        rel = self.rel.view()
-        pos = self.pos.view()
+        rel = self.rel.raw()
+        pos = self.pos.raw()
         r = rel[seqs].astype(np.int64)
         p = pos[seqs].astype(np.int64)
         if self.lod is not None:
-            lod = self.lod.view()[seqs].astype(np.int64)
-            size = self.size.view()[seqs].astype(np.int64)
+            lod = self.lod.get(seqs)
+            size = self.size.get(seqs)
         else:
             nxt = seqs + 1
             last = nxt >= self.da.n
@@ -175,7 +194,7 @@ class RecentEntries:
             npos = np.where(last, self.end_pos, pos[nxt].astype(np.int64))
             lod = nr - r - 1
             size = npos - p
-        return [self.da.view()[seqs], r + self.base0, p, lod, size]
+        return [self.da.get(seqs), r + self.base0, p, lod, size]
 
     def entry_rows(self, seqs: np.ndarray) -> list[Entry]:
         """The entries of the given arrival numbers, in that order."""
@@ -207,7 +226,7 @@ class RecentEntries:
         if lo == hi:
             return lo
         # within equal deliverAfter, arrival order is offset order
-        bases = self.rel.view()[order[lo:hi]].astype(np.int64) + self.base0
+        bases = self.rel.get(order[lo:hi]) + self.base0
         k = lo + int(np.searchsorted(bases, off_c, side="right"))
         if k > lo:
             prev = self.entry_rows(order[k - 1:k])[0]
@@ -216,7 +235,7 @@ class RecentEntries:
         return k
 
     def min_deliver_after(self) -> int | None:
-        return int(self.da.view().min()) if self else None
+        return int(self.da.raw().min()) + self.da.base if self else None
 
     def max_entry(self) -> Entry | None:
         return self.entry_rows(self._sorted()[-1:])[0] if self else None
@@ -227,7 +246,7 @@ class RecentEntries:
             return None
         order = self._sorted()
         j = self._rank(now, True)
-        return int(self.da.view()[order[j]]) if j < len(order) else None
+        return int(self.da.raw()[order[j]]) + self.da.base if j < len(order) else None
 
     def count_not_due(self, now: int) -> tuple[int, int]:
         """(records, batches) with deliverAfter > `now`."""

@@ -126,3 +126,16 @@ def test_compact_per_entry():
         r.add(int(np.int64(i * 7919 % 1000)), i, i * 120, 0, 120)
     r.start_after((500, 0))  # merges the tail
     assert r.nbytes() <= 26 * n
+
+
+def test_deliver_after_spread_beyond_int32():
+    """deliverAfter is stored relative to the first in 4 bytes until a value is too far."""
+    r = RecentEntries()
+    das = [2**40, 5, 2**62, 2**40 - 2**33, 0, 2**40 + 1]
+    for i, da in enumerate(das):
+        r.add(da, i, i * 10, 0, 10)
+    assert [e[0] for e in r.entries()] == sorted(das)
+    assert r.first_after(2**40) == 2**40 + 1
+    assert r.min_deliver_after() == 0
+    assert r.start_after((2**40, 0)) == 4  # past (2**40, offset 0), a 1-record batch
+    assert r.count_not_due(2**40 - 1) == (3, 3)
