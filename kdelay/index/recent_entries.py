@@ -4,7 +4,7 @@ The active segment gets one entry per batch, and with single-record batches that
 per record, so the bytes per entry are the bytes per pending record. Small Python objects per
 entry (an int key in a SortedList: ~70 B with its slot, plus the allocator arena it pins once
 the producer's freed records around it are gone) cost far more than their size; here an
-entry costs 16 bytes of numpy arrays (plus at most 1/8 growth slack) and no Python object:
+entry costs 16 bytes of numpy arrays (plus at most 1/16 growth slack) and no Python object:
 
 * in arrival (= offset) order: deliverAfter relative to the first entry's (int32: delays
   within +-24 days of each other), base offset relative to the first entry's (uint32),
@@ -18,7 +18,7 @@ entry costs 16 bytes of numpy arrays (plus at most 1/8 growth slack) and no Pyth
   every _TAIL arrivals). No deliverAfter-sorted copy is kept: probes bisect the order with
   deliverAfter as the key (O(log entries) steps).
 
-Columns grow by 1/8 of their size; a value that does not fit its 4-byte column widens
+Columns grow by 1/16 of their size; a value that does not fit its 4-byte column widens
 that column to int64 once.
 
 Reading in key order is a lazy walk of the merged order in growing chunks, so a fetch from
@@ -46,7 +46,7 @@ _RANGE = {np.dtype(np.uint32): (0, _U32_MAX), np.dtype(np.int32): (-(1 << 31), (
 class _Column:
     """A growable 1-D numpy column of ints stored as `value - base` (base: the first value
     for a relative column, else 0) in a 4-byte dtype, widened to int64 once a value does not
-    fit. Capacity grows by an eighth (at most 1/8 slack)."""
+    fit. Capacity grows by a sixteenth (at most 1/16 slack)."""
 
     __slots__ = ("a", "n", "base")
 
@@ -61,7 +61,7 @@ class _Column:
         x = v - self.base
         a = self.a
         if self.n == len(a):  # (not np.resize: its result is a view of a buffer twice as big)
-            grown = np.empty(len(a) + max(64, len(a) >> 3), dtype=a.dtype)
+            grown = np.empty(len(a) + max(64, len(a) >> 4), dtype=a.dtype)
             grown[:self.n] = a
             a = self.a = grown
         bounds = _RANGE.get(a.dtype)
