@@ -188,7 +188,7 @@ class RecentEntries:
             size = self.size.get(seqs)
         else:
             nxt = seqs + 1
-            last = nxt >= self.da.n
+            last = nxt >= len(rel)  # (callers hold the log's lock; this keeps indexes in range)
             nxt[last] = 0
             nr = np.where(last, self.next_base - self.base0, rel[nxt].astype(np.int64))
             npos = np.where(last, self.end_pos, pos[nxt].astype(np.int64))
