@@ -31,7 +31,7 @@ import numpy as np
 
 from ..errors import CorruptLogError, InvalidRecordError
 from ..records import NO_HEADERS
-from . import sections, varint
+from . import record_decode, sections, varint
 
 HEADER = struct.Struct(">qiibIhiqqqqhii")
 HEADER_SIZE = HEADER.size  # 69
@@ -200,7 +200,7 @@ class _Template:
         self.groups, self.size = _layout(n, klen, vlen, len(hblock))
         key = None if klen < 0 else bytes(klen)
         val = None if vlen < 0 else bytes(vlen)
-        self.headers = None if hblock == b"\x00" else sections.decode_header_block(hblock)
+        self.headers = None if hblock == b"\x00" else record_decode.decode_header_block(hblock)
         if self.headers is not None and sections.header_block(self.headers) != hblock:
             raise ValueError("header block not in canonical form")  # the general path reads it
         records = sections.encode_records([key] * n, [val] * n, None,
@@ -398,7 +398,7 @@ def decode_records(batch, header: BatchHeader, *, path: str | None = None,
     if cols is not None:
         return cols
     try:
-        return RecordColumns(*sections.decode_records(data, n, end, header.base_timestamp,
+        return RecordColumns(*record_decode.decode_records(data, n, end, header.base_timestamp,
                                                       NO_HEADERS))
     except (IndexError, ValueError, OverflowError) as e:  # UnicodeDecodeError is a ValueError
         raise CorruptLogError(f"malformed record in batch ({e})", path, file_pos) from None
@@ -491,5 +491,5 @@ def _template_payloads(data: bytes, slices: list[slice] | None, length: int, n: 
 def _decode_general(data: bytes, n: int, end: int, base_ts: int, *,
                     small: bool = False) -> RecordColumns:
     """The non-template decoders by name (tests compare every path)."""
-    dec = sections.decode_small if small else sections.decode_columns
+    dec = record_decode.decode_small if small else record_decode.decode_columns
     return RecordColumns(*dec(data, n, end, base_ts, NO_HEADERS))
