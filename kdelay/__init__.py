@@ -10,6 +10,7 @@ from .clients.topic import Topic
 from .config import LogConfig
 from .errors import (
     CorruptLogError,
+    CorruptQueueStateError,
     DelayedDeliveryDisabledError,
     DeliveryDelayExceededError,
     GroupFencedError,
@@ -36,10 +37,10 @@ from .records import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "AppendResult", "CompactionResult", "Consumer", "CorruptLogError", "DelayedDeliveryDisabledError",
-    "DeliveryDelayExceededError", "DeliveryKey", "FetchResult", "FetchedRecord",
-    "GroupFencedError",
-    "InvalidConfigError", "InvalidOffsetError", "InvalidRecordError", "InvalidTopicError",
-    "KdelayError", "Log", "LogClosedError", "LogConfig", "LogLockedError", "LogWriteError",
-    "OffsetOutOfRangeError", "QueueConsumer", "QueueRecord", "Record", "Topic",
+    "AppendResult", "CompactionResult", "Consumer", "CorruptLogError", "CorruptQueueStateError",
+    "DelayedDeliveryDisabledError", "DeliveryDelayExceededError", "DeliveryKey", "FetchResult",
+    "FetchedRecord", "GroupFencedError", "InvalidConfigError", "InvalidOffsetError",
+    "InvalidRecordError", "InvalidTopicError", "KdelayError", "Log", "LogClosedError",
+    "LogConfig", "LogLockedError", "LogWriteError", "OffsetOutOfRangeError", "QueueConsumer",
+    "QueueRecord", "Record", "Topic",
 ]
