@@ -17,103 +17,64 @@ from __future__ import annotations
 import os
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 
-from . import fsio
 from .clock import Clock, wall_clock
 from .config import LogConfig
-from .errors import (
-    InvalidOffsetError,
-    InvalidRecordError,
-    KdelayError,
-    LogClosedError,
-    OffsetOutOfRangeError,
-    write_errors,
-)
+from .errors import KdelayError, LogClosedError, OffsetOutOfRangeError, write_errors
 from .fetch import metrics, offset_order
-from .fetch.due_order import DueOrderReader
+from .fetch.due_order import DueOrderReader, resolve_cursor
 from .log import cancel_ops, compaction, groups, retention
 from .log.batch_builder import build_batch
-from .log.cancel_store import CancelStore
-from .log.flushing import FlushPolicy
-from .log.loader import CLEAN_SHUTDOWN_FILE, LoadReport, open_directory, write_recovery_point
-from .log.segment import LogSegment
-from .log.segment_set import SegmentSet
-from .records import (
-    AppendResult,
-    CompactionResult,
-    DeliveryKey,
-    FetchedRecord,
-    FetchResult,
-    Record,
-)
+from .log.flushing import FlushPolicy, start_flusher
+from .log.lifecycle import Lifetime, Opened, open_log_directory
+from .records import AppendResult, CompactionResult, DeliveryKey, FetchedRecord, FetchResult, Record
 from .validation import (
     MAX_INT64,
     as_delivery_key,
     as_int,
-    as_offset,
     check_open_args,
     check_page_limits,
     clock_value,
-    is_int,
     offsets_arg,
     os_errors,
     record_columns,
     requested_deliver_after,
+    reschedule_args,
 )
 
 __all__ = ["Clock", "Log", "OffsetOutOfRangeError"]
 
 AppendListener = Callable[[AppendResult], None]
 
-# Sections of `Log.metrics()` contributed by higher layers (kdelay.clients.queue adds
-# "queues"): name -> fn(log, now), called after the log's lock is released.
-METRICS_SECTIONS: dict[str, Callable[[Log, int], object]] = {}
-
 
 class Log:
     """One partition. Open with `Log.open(path, config=..., clock=...)`."""
 
-    def __init__(self, path: str, config: LogConfig, clock: Clock, lock_fd: int,
-                 segments: list[LogSegment], report: LoadReport):
+    def __init__(self, path: str, config: LogConfig, clock: Clock,
+                 opened: Opened):
         self.path = path
         self.config = config
-        self.load_report = report
+        self.load_report = opened.report
         self._clock = clock
-        self._lock_fd = lock_fd
         self._lock = threading.RLock()
         self._appended = threading.Condition(self._lock)
         self._closed = False
-        self._marker_present = False  # see _mark_dirty
         self._now_floor = 0
-        self._segments = SegmentSet(path, segments)
+        self._segments = opened.segments
+        self._cancels = opened.cancels
+        self._life = Lifetime(self, path, opened)  # marker, clean close, descriptors
         self._flush_policy = FlushPolicy(config)
         self._groups = groups.GroupStore(path)
         self._due_order = DueOrderReader()
-        self._cancels = CancelStore(path)  # loaded by open()
+        self._compactor = compaction.Compactor(path, self._segments, self._lock, self._cancels)
         self._listeners: list[AppendListener] = []
-        # one compaction at a time; it takes self._lock only for snapshots and swaps
-        self._compaction_lock = threading.Lock()
-        self._compaction_totals = dict.fromkeys(
-            ("runs", "segments_rewritten", "bytes_read", "bytes_written"), 0)
-        self._compaction_totals.update(seconds=0.0, longest_swap_ms=0.0)
-        # which offsets are cancelled: (first, end) -> sorted offsets (None: none are; the
-        # cancel feature installs its store's answer here)
-        self.cancelled_offsets: compaction.Cancelled | None = None
-        self._flusher: threading.Thread | None = None
-        # A Log dropped without close() (garbage-collected) still releases its descriptors
-        # and so the directory lock, as a crashed process would: a later open in this
-        # process recovers the directory instead of failing with LogLockedError forever.
-        # The finalizer holds no reference to the Log; close() detaches it.
-        self._finalizer = weakref.finalize(self, _release, self._segments, lock_fd,
-                                           self._cancels)
-        if config.flush_ms is not None:
-            # the thread holds only a weak reference, so it does not keep the Log alive
-            self._flusher = threading.Thread(target=_flush_loop,
-                                             args=(weakref.ref(self), config.flush_ms / 1000),
-                                             daemon=True, name=f"kdelay-flush-{path}")
-            self._flusher.start()
+        # which offsets are cancelled, for compaction: (first, end) -> sorted offsets
+        # (None: none are); an attribute so that tests can substitute their own
+        self.cancelled_offsets: compaction.Cancelled | None = cancel_ops.settled_hook(
+            self._lock, self._cancels)
+        self._flusher = None if config.flush_ms is None else start_flusher(
+            self, Log._flush_if_overdue, config.flush_ms / 1000, f"kdelay-flush-{path}")
 
     # ------------------------------------------------------------------ open / close
 
@@ -123,34 +84,12 @@ class Log:
         """Open (creating if missing) and recover the log directory at `path`."""
         path, config = check_open_args(path, config, clock)
         opened = os_errors("opening", path,
-                           lambda: open_directory(path, config.index_interval_bytes))
-        log = cls(path, config, clock or wall_clock, opened.lock_fd, opened.segments,
-                  opened.report)
-        log._marker_present = opened.marker_present
-        try:
-            # after a crash every journal is checked against the recovered segments' ends,
-            # and reschedules in flight are settled against the log (cancel_store.py)
-            log._cancels.load(
-                [(s.base_offset, s.next_offset) for s in opened.segments],
-                recovered=() if opened.report.clean else log._segments.bases(),
-                copy_check=cancel_ops.copy_checker(log._segments))
-        except BaseException:
-            log._finalizer()  # closes every descriptor and releases the lock, once
-            raise
-        opened.report.problems.extend(log._cancels.problems)
-        log.cancelled_offsets = _settled_hook(log._lock, log._cancels)
+                           lambda: open_log_directory(path, config.index_interval_bytes))
+        log = cls(path, config, clock or wall_clock, opened)
         # the log clock must not run backwards across a restart: the clean close stored
         # it, and commits record the clock they saw (which covers a crash)
         log._now_floor = max(opened.clock_floor, log._groups.max_clock())
         return log
-
-    def _mark_dirty(self) -> None:
-        """Before the first change to segments after a clean open: remove the clean-shutdown
-        marker (durably), so that a crash from here on is recovered as one."""
-        if self._marker_present:
-            fsio.unlink(os.path.join(self.path, CLEAN_SHUTDOWN_FILE))
-            fsio.fsync_dir(self.path)
-            self._marker_present = False
 
     @write_errors
     def close(self) -> None:
@@ -160,15 +99,9 @@ class Log:
                 return
             self._closed = True
             try:
-                if not self._marker_present:  # else nothing changed since the clean open
-                    self._segments.active.persist_indexes()
-                    write_recovery_point(self.path, self._segments.active.next_offset)
-                self._cancels.checkpoint(everything=True)  # after the .log fsync above
-                fsio.atomic_write(os.path.join(self.path, CLEAN_SHUTDOWN_FILE),
-                                  str(self._now_floor).encode("ascii"))
+                self._life.close_clean(self._now_floor)
             finally:
-                self._finalizer.detach()
-                _release(self._segments, self._lock_fd, self._cancels)
+                self._life.release()
                 self._appended.notify_all()
 
     def __enter__(self) -> Log:
@@ -199,7 +132,7 @@ class Log:
                 self._now_floor = t
             return self._now_floor
 
-    # ------------------------------------------------------------------ append
+    # ------------------------------------------------------------------ writing
 
     @write_errors
     def append(self, records: Sequence[Record], *, deliver_after: int | None = None
@@ -217,10 +150,7 @@ class Log:
             base = self._segments.active.next_offset
             batch = build_batch(columns, base_offset=base, now=now, requested=requested,
                                 explicit=deliver_after, config=cfg)
-            self._mark_dirty()
-            if self._segments.should_roll(len(batch.data), batch.max_timestamp,
-                                          cfg.segment_bytes, cfg.segment_ms):
-                self._roll_locked()
+            self._make_room(len(batch.data), batch.max_timestamp)
             n = len(columns[0])
             sync = self._flush_policy.due_after(n)
             self._segments.active.append(batch.data, base, n - 1, batch.deliver_after,
@@ -229,14 +159,26 @@ class Log:
             self._flush_policy.appended(n)
             if sync:
                 self._flush_policy.flushed()
-            self._due_order.appended(batch.deliver_after)
-            self._appended.notify_all()
-            result = AppendResult(base, base + n - 1, batch.deliver_after, now)
-        for listener in self._listeners:
-            listener(result)
+            result = self._appended_locked(AppendResult(base, base + n - 1,
+                                                        batch.deliver_after, now))
+        return self._tell(result)
+
+    def _make_room(self, size: int, max_timestamp: int) -> None:
+        """Before writing a batch: the first change removes the clean marker; roll if due."""
+        self._life.mark_dirty()
+        cfg = self.config
+        if self._segments.should_roll(size, max_timestamp, cfg.segment_bytes, cfg.segment_ms):
+            self._roll_locked()
+
+    def _appended_locked(self, result: AppendResult) -> AppendResult:
+        self._due_order.appended(result.deliver_after)
+        self._appended.notify_all()
         return result
 
-    # ------------------------------------------------------------------ roll / flush
+    def _tell(self, result: AppendResult) -> AppendResult:
+        for listener in self._listeners:  # outside the lock
+            listener(result)
+        return result
 
     @write_errors
     def roll(self) -> None:
@@ -244,7 +186,7 @@ class Log:
         with self._lock:
             self._check_open()
             if self._segments.active.size:
-                self._mark_dirty()
+                self._life.mark_dirty()
                 self._roll_locked()
 
     def _roll_locked(self) -> None:
@@ -267,6 +209,44 @@ class Log:
         self._cancels.sync()
         self._flush_policy.flushed()
 
+    def _flush_if_overdue(self) -> bool:
+        """The flush thread's tick (flushing.start_flusher); False once closed."""
+        with self._lock:
+            if self._closed:
+                return False
+            if self._flush_policy.overdue():
+                self._flush_locked()
+            return True
+
+    @write_errors
+    def cancel(self, offsets: int | Iterable[int]) -> int:
+        """Withdraw pending records by offset (an int or an iterable of ints); returns how
+        many were cancelled now. Offsets already cancelled, already due, or not in the log
+        are skipped. Durable per the flush policy (counted like appended records)."""
+        wanted = offsets_arg(offsets)
+        with self._lock:
+            self._check_open()
+            return cancel_ops.cancel(self._segments, self._cancels, wanted, self.now(),
+                                     self._flush_policy, self._flush_locked)
+
+    @write_errors
+    def reschedule(self, offset: int, deliver_after: int) -> AppendResult:
+        """Move one pending record: cancel it and append a copy (same key, value, headers,
+        timestamp) due at `deliver_after`, atomically across crashes (cancellations.py).
+        A record that is cancelled, due or not in the log raises KdelayError."""
+        off, due = reschedule_args(offset, deliver_after, path=self.path,
+                                   delayed_delivery_enable=self.config.delayed_delivery_enable)
+        with self._lock:
+            self._check_open()
+            now = self.now()
+            copy = cancel_ops.reschedule(self._segments, self._cancels, off, due, now,
+                                         self.config, self._make_room)
+            if self._flush_policy.appended(1):
+                self._flush_locked()
+            result = self._appended_locked(AppendResult(copy.base_offset, copy.base_offset,
+                                                        copy.deliver_after, now))
+        return self._tell(result)
+
     # ------------------------------------------------------------------ reading
 
     def fetch(self, after: DeliveryKey | int | None = None, *, max_records: int = 500,
@@ -277,35 +257,10 @@ class Log:
         deadline = time.monotonic() + max_wait_ms / 1000
         with self._lock:
             self._check_open()
-            cursor = self._resolve_cursor(after)
-            while True:
-                self._check_open()
-                now = self.now()
-                records, nxt, until = self._due_order.page(self._segments, cursor, now,
-                                                           max_records, max_bytes,
-                                                           self._cancels)
-                remaining = deadline - time.monotonic()
-                if records or remaining <= 0:
-                    return FetchResult(records, nxt)
-                # Sleep until the first record after the cursor comes due, or an append
-                # (which lowers `until` if it is due sooner) wakes us.
-                self._appended.wait(min(remaining, max(0.001, (until - now) / 1000)))
-
-    def _resolve_cursor(self, after: DeliveryKey | int | None) -> DeliveryKey | None:
-        if after is None:
-            return None
-        key = as_delivery_key(after)
-        if key is not None:
-            return key
-        if is_int(after):
-            after = int(after)
-            da = self._segments.deliver_after_of(after) if after >= 0 else None
-            if da is None:
-                raise OffsetOutOfRangeError(
-                    f"offset {after} is not in the log [{self.log_start_offset}, "
-                    f"{self.log_end_offset})")
-            return DeliveryKey(da, after)
-        raise KdelayError(f"after must be None, an int offset or a DeliveryKey, got {after!r}")
+            return self._due_order.wait_for_page(
+                self._segments, resolve_cursor(self._segments, after), max_records,
+                max_bytes, self._cancels, deadline=deadline, now=self.now,
+                wait=self._appended.wait, check_open=self._check_open)
 
     def read(self, offset: int, *, max_records: int = 500) -> list[FetchedRecord]:
         """Records in plain offset order from `offset` (due or not)."""
@@ -315,66 +270,6 @@ class Log:
             self._check_open()
             return offset_order.read_from(self._segments, max(offset, self.log_start_offset),
                                           max_records)
-
-    # ------------------------------------------------------------------ cancel
-
-    @write_errors
-    def cancel(self, offsets: int | Iterable[int]) -> int:
-        """Withdraw pending records by offset (an int or an iterable of ints); returns how
-        many were cancelled now. Offsets already cancelled, already due, or not in the log
-        are skipped. Durable per the flush policy (counted like appended records)."""
-        wanted = offsets_arg(offsets)
-        with self._lock:
-            self._check_open()
-            n = cancel_ops.cancel(self._segments, self._cancels, wanted, self.now())
-            if n and self._flush_policy.appended(n):
-                self._flush_locked()
-            if self._cancels.needs_checkpoint():
-                self._segments.active.flush()
-                self._cancels.checkpoint(everything=False)
-            return n
-
-    @write_errors
-    def reschedule(self, offset: int, deliver_after: int) -> AppendResult:
-        """Move one pending record: cancel it and append a copy (same key, value, headers,
-        timestamp) due at `deliver_after`, atomically across crashes (cancellations.py).
-        A record that is cancelled, due or not in the log raises KdelayError."""
-        off, due = as_offset(offset), as_offset(deliver_after)
-        if off is None or due is None:
-            raise InvalidOffsetError(f"reschedule needs a non-negative int offset and "
-                                     f"deliver_after, got {offset!r}, {deliver_after!r}")
-        requested_deliver_after((None,), due, path=self.path,
-                                delayed_delivery_enable=self.config.delayed_delivery_enable)
-        cfg = self.config
-        with self._lock:
-            self._check_open()
-            now = self.now()
-            copy = cancel_ops.reschedule_copy(self._segments, self._cancels, off, due, now,
-                                              max_delay_ms=cfg.max_delivery_delay_ms)
-            if len(copy.batch) > cfg.max_batch_bytes:
-                raise InvalidRecordError(f"the copy ({len(copy.batch)} bytes) exceeds "
-                                         f"max_batch_bytes ({cfg.max_batch_bytes})")
-            self._mark_dirty()
-            if self._segments.should_roll(len(copy.batch), now, cfg.segment_bytes,
-                                          cfg.segment_ms):
-                self._roll_locked()
-            self._cancels.begin_move(copy.source_base, off, copy.base_offset, copy.crc)
-            try:
-                self._segments.active.append(copy.batch, copy.base_offset, 0,
-                                             copy.deliver_after, copy.max_timestamp,
-                                             cfg.index_interval_bytes)
-            except BaseException:
-                self._cancels.abort_move(copy.source_base, off)
-                raise
-            self._cancels.end_move(copy.source_base, off)
-            if self._flush_policy.appended(1):
-                self._flush_locked()
-            self._due_order.appended(copy.deliver_after)
-            self._appended.notify_all()
-            result = AppendResult(copy.base_offset, copy.base_offset, copy.deliver_after, now)
-        for listener in self._listeners:
-            listener(result)
-        return result
 
     # ------------------------------------------------------------------ groups
 
@@ -421,7 +316,7 @@ class Log:
         with self._lock:
             self._check_open()
             deleted = retention.enforce(self._segments, self.config, self.now(), self.path,
-                                        self._mark_dirty)
+                                        self._life.mark_dirty)
             self._cancels.forget_below(self.log_start_offset)
             return deleted
 
@@ -434,32 +329,11 @@ class Log:
         in. Cost: one sequential read of the rewritten segments and one write of what
         survives; memory O(one segment's index)."""
         self._check_open()
-        cfg = self.config
-        settings = compaction.Settings(cfg.retention_ms, cfg.compaction_min_ratio,
-                                       cfg.segment_bytes, cfg.index_interval_bytes)
-        with self._compaction_lock:
-            t = time.perf_counter()
-            result = compaction.run(self.path, self._segments, self._lock, settings,
-                                    now=self.now, cancelled=self.cancelled_offsets,
-                                    before_change=self._mark_dirty,
-                                    after_change=self._due_order.reset,
-                                    is_closed=lambda: self._closed,
-                                    may_swap=self._may_swap)
-            totals = self._compaction_totals
-            totals["runs"] += 1
-            totals["seconds"] += time.perf_counter() - t
-            for name in ("segments_rewritten", "bytes_read", "bytes_written"):
-                totals[name] += getattr(result, name)
-            totals["longest_swap_ms"] = max(totals["longest_swap_ms"], result.longest_swap_ms)
-            if result.segments_rewritten:
-                with self._lock:  # compacted away: no longer counted as cancelled
-                    self._cancels.prune(self._segments)
-        return result
-
-    def _may_swap(self, olds: list[LogSegment], merged: LogSegment) -> bool:
-        """Compaction may swap `olds` for `merged` unless a cancellation recorded under a
-        merged-away segment would be lost (called with the lock held)."""
-        return not self._cancels.would_strand([o.base_offset for o in olds[1:]], merged)
+        return self._compactor.compact(self.config, now=self.now,
+                                       cancelled=self.cancelled_offsets,
+                                       before_change=self._life.mark_dirty,
+                                       after_change=self._due_order.reset,
+                                       is_closed=lambda: self._closed)
 
     # ------------------------------------------------------------------ introspection
 
@@ -485,20 +359,9 @@ class Log:
         position to its committed key and its lag: records due now and after that key."""
         with self._lock:
             now = self.now()
-            group_keys, unreadable = {}, {}
-            for g in self._groups.groups():
-                try:
-                    group_keys[g] = self._groups.committed(g)
-                except KdelayError as e:  # one damaged file: that group reports it
-                    unreadable[g] = str(e)
-            out = metrics.collect(self._segments, group_keys, now, self.earliest_pending(now))
-            for g, error in unreadable.items():
-                out["groups"][g] = {"committed": None, "lag": None, "error": error}
-            out["compaction"] = dict(self._compaction_totals)  # totals since open
-            out["cancelled_records"] = self._cancels.total()
-        for name, section in METRICS_SECTIONS.items():
-            out[name] = section(self, now)
-        return out
+            out = metrics.log_metrics(self._segments, self._groups, self._cancels,
+                                      self._compactor.totals, now)
+        return metrics.add_sections(out, self, now)
 
     def due_after(self, keys: Sequence[DeliveryKey | None], now: int) -> list[int]:
         """Per key (a position in due order, None: the start), the records due at `now`
@@ -510,44 +373,4 @@ class Log:
         """The smallest deliverAfter > `now` in the log (None: nothing pending). Sealed
         segments whose largest key is due are skipped without being touched."""
         with self._lock:
-            segs = [*self._segments.sealed_not_all_due(now), self._segments.active]
-            firsts = [f for f in (s.dly_index.first_after(now) for s in segs) if f is not None]
-            return min(firsts, default=None)
-
-
-def _settled_hook(lock: threading.RLock, store: CancelStore) -> compaction.Cancelled:
-    """Compaction's `cancelled` hook: the cancelled offsets in [first, end) it may remove
-    (not the original of a reschedule whose copy is not yet durable: see cancel_store).
-    Holds no reference to the Log, so a dropped Log is still freed at once."""
-
-    def settled(first: int, end: int) -> list[int]:
-        with lock:
-            return store.settled_between(first, end)
-
-    return settled
-
-
-def _release(segments: SegmentSet, lock_fd: int, cancels: CancelStore | None = None) -> None:
-    """Close every segment's descriptor, the cancellation journals' and the lock's (which
-    releases the lock)."""
-    if cancels is not None:
-        cancels.close()
-    for seg in segments:
-        seg.close()
-    os.close(lock_fd)
-
-
-def _flush_loop(ref: weakref.ref, period: float) -> None:
-    """The flush_ms thread: fsync once the oldest unflushed append is flush_ms old. Ends
-    when its Log is closed or garbage-collected."""
-    while True:
-        time.sleep(period / 2)
-        log = ref()
-        if log is None:
-            return
-        with log._lock:
-            if log._closed:
-                return
-            if log._flush_policy.overdue():
-                log._flush_locked()
-        del log
+            return metrics.earliest_pending(self._segments, now)

@@ -257,6 +257,18 @@ def requested_deliver_after(record_das: tuple, deliver_after: object, *,
     return deliver_after  # type: ignore[return-value]
 
 
+def reschedule_args(offset: object, deliver_after: object, *, delayed_delivery_enable: bool,
+                    path: str) -> tuple[int, int]:
+    """`Log.reschedule`'s (offset, deliver_after), both non-negative ints."""
+    off, due = as_offset(offset), as_offset(deliver_after)
+    if off is None or due is None:
+        raise InvalidOffsetError(f"reschedule needs a non-negative int offset and "
+                                 f"deliver_after, got {offset!r}, {deliver_after!r}")
+    requested_deliver_after((None,), due, path=path,
+                            delayed_delivery_enable=delayed_delivery_enable)
+    return off, due
+
+
 def check_delay_limit(limit: int, requested: int | None, stamps: list[int] | None,
                       now: int) -> None:
     """Refuse a batch in which some record would wait more than `limit` ms (0: no limit)

@@ -19,7 +19,8 @@ import time
 from collections.abc import Iterable
 
 from ..errors import KdelayError
-from ..partition import METRICS_SECTIONS, Log
+from ..fetch.metrics import METRICS_SECTIONS
+from ..partition import Log
 from ..records import Record
 from . import queue_state
 from .queue_group import GroupPartition, QueueRecord, attach, detach, open_groups

@@ -9,13 +9,37 @@ is due sooner. The Log's lock guards every call.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
+from ..errors import KdelayError, OffsetOutOfRangeError
 from ..log.cancel_store import CancelStore
 from ..log.segment_set import SegmentSet
-from ..records import DeliveryKey, FetchedRecord
+from ..records import DeliveryKey, FetchedRecord, FetchResult
+from ..validation import as_delivery_key, is_int
 from . import planner
 from .page import read_page
 
 NEVER = 1 << 63
+
+
+def resolve_cursor(segments: SegmentSet, after: DeliveryKey | int | None
+                   ) -> DeliveryKey | None:
+    """A fetch's `after` as a key: an int offset stands for its record's key."""
+    if after is None:
+        return None
+    key = as_delivery_key(after)
+    if key is not None:
+        return key
+    if is_int(after):
+        after = int(after)
+        da = segments.deliver_after_of(after) if after >= 0 else None
+        if da is None:
+            raise OffsetOutOfRangeError(
+                f"offset {after} is not in the log [{segments.oldest.base_offset}, "
+                f"{segments.active.next_offset})")
+        return DeliveryKey(da, after)
+    raise KdelayError(f"after must be None, an int offset or a DeliveryKey, got {after!r}")
 
 
 class DueOrderReader:
@@ -56,3 +80,22 @@ class DueOrderReader:
             until = min(until, sealed.parked[0][0])
         self._quiet = (cursor, until)
         return [], cursor, until
+
+    def wait_for_page(self, segments: SegmentSet, cursor: DeliveryKey | None,
+                      max_records: int, max_bytes: int, cancels: CancelStore, *,
+                      deadline: float, now: Callable[[], int],
+                      wait: Callable[[float], object], check_open: Callable[[], None]
+                      ) -> FetchResult:
+        """A page, waiting while it is empty until time.monotonic() reaches `deadline`.
+        `wait(seconds)` waits on the log's condition (appends and close notify it)."""
+        while True:
+            check_open()
+            t = now()
+            records, nxt, until = self.page(segments, cursor, t, max_records, max_bytes,
+                                            cancels)
+            remaining = deadline - time.monotonic()
+            if records or remaining <= 0:
+                return FetchResult(records, nxt)
+            # Sleep until the first record after the cursor comes due, or an append
+            # (which lowers `until` if it is due sooner) wakes us.
+            wait(min(remaining, max(0.001, (until - t) / 1000)))

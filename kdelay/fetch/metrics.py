@@ -1,14 +1,58 @@
-"""The numbers `Log.metrics` reports, assembled from a SegmentSet and its group positions."""
+"""The numbers `Log.metrics` reports, assembled from a SegmentSet, its group positions,
+its cancellations and its compaction totals, plus sections higher layers register."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
+from typing import Any
 
+from ..errors import KdelayError
+from ..log.cancel_store import CancelStore
 from ..log.files import INDEX_SUFFIXES
+from ..log.groups import GroupStore
 from ..log.segment_set import SegmentSet
 from ..records import DeliveryKey
 from .lag import due_after
+
+# Sections of `Log.metrics()` contributed by higher layers (kdelay.clients.queue adds
+# "queues"): name -> fn(log, now), called after the log's lock is released.
+METRICS_SECTIONS: dict[str, Callable[[Any, int], object]] = {}
+
+
+def log_metrics(segments: SegmentSet, group_store: GroupStore, cancels: CancelStore,
+                compaction_totals: dict, now: int) -> dict:
+    """Everything `Log.metrics` reports but the registered sections (call with the log's
+    lock held). A group whose position file cannot be read reports its error instead of
+    failing the whole call."""
+    group_keys, unreadable = {}, {}
+    for g in group_store.groups():
+        try:
+            group_keys[g] = group_store.committed(g)
+        except KdelayError as e:
+            unreadable[g] = str(e)
+    out = collect(segments, group_keys, now, earliest_pending(segments, now))
+    for g, error in unreadable.items():
+        out["groups"][g] = {"committed": None, "lag": None, "error": error}
+    out["compaction"] = dict(compaction_totals)  # totals since open
+    out["cancelled_records"] = cancels.total()
+    return out
+
+
+def add_sections(out: dict, log: object, now: int) -> dict:
+    """`out` with every registered section added (call without the log's lock)."""
+    for name, section in METRICS_SECTIONS.items():
+        out[name] = section(log, now)
+    return out
+
+
+def earliest_pending(segments: SegmentSet, now: int) -> int | None:
+    """The smallest deliverAfter > `now` (None: nothing pending). Sealed segments whose
+    largest key is due are skipped without being touched."""
+    segs = [*segments.sealed_not_all_due(now), segments.active]
+    firsts = [f for f in (s.dly_index.first_after(now) for s in segs) if f is not None]
+    return min(firsts, default=None)
 
 
 def collect(segments: SegmentSet, group_keys: dict[str, DeliveryKey | None], now: int,

@@ -1,6 +1,7 @@
-"""The log-side steps of cancel and reschedule (the Log facade holds the lock and calls
-these): which of the offsets asked for may be cancelled now, the copy a reschedule
-appends, and the check crash recovery uses to tell whether a copy made it to the log.
+"""Cancel and reschedule on a live log (the Log facade holds the lock and calls these):
+which of the offsets asked for may be cancelled now, the copy a reschedule appends and the
+journalled move around it, compaction's view of what is cancelled, and the check crash
+recovery uses to tell whether a copy made it to the log.
 
 Work is per batch: offsets are sorted and each segment's batch headers are walked once
 from the first one asked for (O(batches spanned + offsets)).
@@ -9,24 +10,41 @@ from the first one asked for (O(batches spanned + offsets)).
 from __future__ import annotations
 
 import struct
+import threading
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
-from ..errors import CorruptLogError, DeliveryDelayExceededError, KdelayError, OffsetOutOfRangeError
+from ..config import LogConfig
+from ..errors import (
+    CorruptLogError,
+    DeliveryDelayExceededError,
+    InvalidRecordError,
+    KdelayError,
+    OffsetOutOfRangeError,
+)
 from . import codec
 from .cancel_store import CancelStore
+from .flushing import FlushPolicy
 from .segment_set import SegmentSet
 
 
-def cancel(segments: SegmentSet, store: CancelStore, offsets: Iterable[int], now: int
-           ) -> int:
+def cancel(segments: SegmentSet, store: CancelStore, offsets: Iterable[int], now: int,
+           policy: FlushPolicy, flush: Callable[[], None]) -> int:
     """Journal the cancellation of every offset that may be cancelled now (see
-    pending_targets); returns how many. Not fsync'd: the caller applies its flush policy."""
+    pending_targets); returns how many. Durable per the flush policy, counted like appended
+    records (`flush` is the log's fsync); a journal grown past its threshold is
+    checkpointed, after the .log fsync that the checkpoint's recovery point relies on."""
     targets = pending_targets(segments, store, offsets, now)
     if targets:
         store.cancel(targets)
-    return sum(map(len, targets.values()))
+    n = sum(map(len, targets.values()))
+    if n and policy.appended(n):
+        flush()
+    if store.needs_checkpoint():
+        segments.active.flush()
+        store.checkpoint(everything=False)
+    return n
 
 
 def pending_targets(segments: SegmentSet, store: CancelStore, offsets: Iterable[int],
@@ -105,6 +123,41 @@ def reschedule_copy(segments: SegmentSet, store: CancelStore, offset: int,
                                headers=[headers[k]])
     crc = struct.unpack_from(">I", batch, codec.CRC_OFFSET)[0]
     return Copy(seg.base_offset, bytes(batch), base, da, timestamp, crc)
+
+
+def reschedule(segments: SegmentSet, store: CancelStore, offset: int, deliver_after: int,
+               now: int, config: LogConfig, make_room: Callable[[int, int], None]) -> Copy:
+    """Move one pending record: append its copy (reschedule_copy) at the log end between a
+    journalled begin and end of the move, so that a crash leaves either the original or
+    the copy live (cancellations.py). `make_room(size, timestamp)` is called first (the Log
+    marks itself changed and rolls if due). Not fsync'd: the caller applies its policy."""
+    copy = reschedule_copy(segments, store, offset, deliver_after, now,
+                           max_delay_ms=config.max_delivery_delay_ms)
+    if len(copy.batch) > config.max_batch_bytes:
+        raise InvalidRecordError(f"the copy ({len(copy.batch)} bytes) exceeds "
+                                 f"max_batch_bytes ({config.max_batch_bytes})")
+    make_room(len(copy.batch), now)
+    store.begin_move(copy.source_base, offset, copy.base_offset, copy.crc)
+    try:
+        segments.active.append(copy.batch, copy.base_offset, 0, copy.deliver_after,
+                               copy.max_timestamp, config.index_interval_bytes)
+    except BaseException:
+        store.abort_move(copy.source_base, offset)
+        raise
+    store.end_move(copy.source_base, offset)
+    return copy
+
+
+def settled_hook(lock: threading.RLock, store: CancelStore) -> Callable[[int, int], list[int]]:
+    """Compaction's `cancelled` hook: the cancelled offsets in [first, end) it may remove
+    (not the original of a reschedule whose copy is not yet durable: see cancel_store).
+    Holds no reference to the Log, so a dropped Log is still freed at once."""
+
+    def settled(first: int, end: int) -> list[int]:
+        with lock:
+            return store.settled_between(first, end)
+
+    return settled
 
 
 def copy_checker(segments: SegmentSet):

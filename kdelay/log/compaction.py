@@ -5,8 +5,8 @@ every segment behind it for a month. Compaction reclaims that space while keepin
 
 - A record is *removable* once it has been due for longer than `retention_ms` (its batch's
   deliverAfter < now - retention_ms: the rule retention applies to whole segments) or it
-  is cancelled (asked through a `Cancelled` hook, so this module knows nothing of how
-  cancellations are stored).
+  is cancelled (asked through a `Cancelled` hook, so planning and rewriting know nothing
+  of how cancellations are stored).
 - `plan` picks groups of adjacent sealed segments: each group holds at least one segment
   in which at least `min_ratio` of the bytes are removable, plus neighbours that are small
   after compaction, as long as the survivors fit in `segment_bytes`. A group is rewritten
@@ -15,7 +15,8 @@ every segment behind it for a month. Compaction reclaims that space while keepin
   byte, partly cancelled ones re-encoded: see rewriter.py) under `.cleaned` names, fsync'd;
   swap.install then swaps it in (see swap.py for the protocol).
 - `run` drives it on a live log: the log's lock is held only for a snapshot and, per
-  group, for the swap's renames.
+  group, for the swap's renames. A `Compactor` is one Log's driver: one run at a time,
+  totals since open, and the rule that keeps cancellations made during a rewrite.
 
 Offsets may then have gaps inside a compacted segment, which carries a marker file saying
 so (swap.py). Memory: one group's index entries (bounded by `segment_bytes` of survivors,
@@ -26,19 +27,22 @@ sources, one sequential write.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..config import LogConfig
 from ..errors import CorruptLogError
 from ..records import CompactionResult
 from . import swap
+from .cancel_store import CancelStore
 from .rewriter import BatchPlan, Cancelled, Rewritten, Source, batch_plan, rewrite
 from .segment import LogSegment
 
-__all__ = ["BatchPlan", "Cancelled", "CompactionResult", "NO_HORIZON", "Rewritten",
+__all__ = ["BatchPlan", "Cancelled", "CompactionResult", "Compactor", "NO_HORIZON", "Rewritten",
            "Settings", "Source", "batch_plan", "horizon", "plan", "removable_bytes",
            "rewrite", "run"]
 
@@ -117,6 +121,11 @@ class Settings:
     segment_bytes: int
     index_interval_bytes: int
 
+    @classmethod
+    def of(cls, config: LogConfig) -> Settings:
+        return cls(config.retention_ms, config.compaction_min_ratio, config.segment_bytes,
+                   config.index_interval_bytes)
+
 
 def run(directory: str, segments, lock, settings: Settings, *, now: Callable[[], int],
         cancelled: Cancelled | None = None, before_change: Callable[[], None] = lambda: None,
@@ -192,3 +201,47 @@ def _current(segments, live: dict, src: Source) -> LogSegment | None:
     except KeyError:
         return None
     return seg if still and seg.size == src.size else None
+
+
+class Compactor:
+    """One Log's compaction: runs one at a time (`run` takes the log's lock only for its
+    snapshot and swaps), keeps the totals since open that metrics report, and refuses a
+    swap that would lose a cancellation recorded under a merged-away segment (one made
+    during the rewrite: `run` asks may_swap under the lock)."""
+
+    def __init__(self, directory: str, segments, lock: threading.RLock,
+                 cancels: CancelStore):
+        self._directory = directory
+        self._segments = segments
+        self._lock = lock
+        self._cancels = cancels
+        self._one_at_a_time = threading.Lock()
+        self.totals: dict[str, float] = dict.fromkeys(
+            ("runs", "segments_rewritten", "bytes_read", "bytes_written"), 0)
+        self.totals.update(seconds=0.0, longest_swap_ms=0.0)
+
+    def compact(self, config: LogConfig, *, now: Callable[[], int],
+                cancelled: Cancelled | None, before_change: Callable[[], None],
+                after_change: Callable[[], None], is_closed: Callable[[], bool]
+                ) -> CompactionResult:
+        """`run` with the Log's hooks (see there), then count it and forget cancellations
+        that were compacted away."""
+        with self._one_at_a_time:
+            t = time.perf_counter()
+            result = run(self._directory, self._segments, self._lock, Settings.of(config),
+                         now=now, cancelled=cancelled, before_change=before_change,
+                         after_change=after_change, is_closed=is_closed,
+                         may_swap=self._may_swap)
+            totals = self.totals
+            totals["runs"] += 1
+            totals["seconds"] += time.perf_counter() - t
+            for name in ("segments_rewritten", "bytes_read", "bytes_written"):
+                totals[name] += getattr(result, name)
+            totals["longest_swap_ms"] = max(totals["longest_swap_ms"], result.longest_swap_ms)
+            if result.segments_rewritten:
+                with self._lock:  # compacted away: no longer counted as cancelled
+                    self._cancels.prune(self._segments)
+        return result
+
+    def _may_swap(self, olds: list[LogSegment], merged: LogSegment) -> bool:
+        return not self._cancels.would_strand([o.base_offset for o in olds[1:]], merged)

@@ -4,7 +4,11 @@ leaves flushing to rolls, clean close and explicit `Log.flush` calls."""
 
 from __future__ import annotations
 
+import threading
 import time
+import weakref
+from collections.abc import Callable
+from typing import Any
 
 from ..config import LogConfig
 
@@ -38,3 +42,23 @@ class FlushPolicy:
     def flushed(self) -> None:
         self._unflushed = 0
         self._oldest = None
+
+
+def start_flusher(owner: object, tick: Callable[[Any], bool], period_s: float, name: str
+                  ) -> threading.Thread:
+    """The flush_ms thread: every period_s/2 call `tick(owner)` (which fsyncs if the policy
+    is overdue) until it returns False (closed) or the owner is garbage-collected. It holds
+    only a weak reference, so it does not keep the owner alive."""
+    ref = weakref.ref(owner)
+
+    def loop() -> None:
+        while True:
+            time.sleep(period_s / 2)
+            live = ref()
+            if live is None or not tick(live):
+                return
+            del live
+
+    thread = threading.Thread(target=loop, daemon=True, name=name)
+    thread.start()
+    return thread

@@ -284,7 +284,8 @@ def _fd_path(fd: int) -> str:
 def close_abandoned(log) -> None:
     """Drop an open Log as a crashed process would: close its descriptors (releasing the
     directory lock) without flushing, persisting or marking anything."""
-    finalizer = getattr(log, "_finalizer", None)
+    life = getattr(log, "_life", log)  # a Log keeps its descriptors in log/lifecycle.py
+    finalizer = getattr(life, "finalizer", None)
     if finalizer is not None:
         finalizer.detach()  # the descriptors are closed here, once
     for seg in list(getattr(log, "_segments", ())):
@@ -295,11 +296,11 @@ def close_abandoned(log) -> None:
     cancels = getattr(log, "_cancels", None)
     if cancels is not None:
         cancels.close()  # only closes journal descriptors: writes nothing
-    fd = getattr(log, "_lock_fd", -1)
+    fd = getattr(life, "lock_fd", -1)
     if fd is not None and fd >= 0:
         with contextlib.suppress(OSError):
             os.close(fd)
-        log._lock_fd = -1
+        life.lock_fd = -1
     log._closed = True
     flusher = getattr(log, "_flusher", None)
     if flusher is not None:

@@ -1,0 +1,94 @@
+"""One open log directory's lifetime: what opening loads (segments by loader.py, then the
+cancellation journals), the clean-shutdown marker that the first change removes, the clean
+close, and the release of every descriptor, which a finalizer also performs when a Log is
+dropped without close() (as a crashed process would: a later open in this process then
+recovers the directory instead of failing with LogLockedError forever)."""
+
+from __future__ import annotations
+
+import os
+import weakref
+from typing import NamedTuple
+
+from .. import fsio
+from . import cancel_ops
+from .cancel_store import CancelStore
+from .loader import CLEAN_SHUTDOWN_FILE, LoadReport, open_directory, write_recovery_point
+from .segment_set import SegmentSet
+
+
+class Opened(NamedTuple):
+    lock_fd: int
+    segments: SegmentSet
+    cancels: CancelStore
+    report: LoadReport
+    marker_present: bool
+    clock_floor: int  # the log clock at the last clean close (0: unknown)
+
+
+def open_log_directory(path: str, index_interval_bytes: int) -> Opened:
+    """Lock and recover the directory (loader.open_directory), then load its cancellation
+    journals; on failure every descriptor is closed again (and the lock released)."""
+    opened = open_directory(path, index_interval_bytes)
+    segments = SegmentSet(path, opened.segments)
+    cancels = CancelStore(path)
+    try:
+        # after a crash every journal is checked against the recovered segments' ends,
+        # and reschedules in flight are settled against the log (cancel_store.py)
+        cancels.load([(s.base_offset, s.next_offset) for s in opened.segments],
+                     recovered=() if opened.report.clean else segments.bases(),
+                     copy_check=cancel_ops.copy_checker(segments))
+    except BaseException:
+        release(segments, opened.lock_fd, cancels)
+        raise
+    opened.report.problems.extend(cancels.problems)
+    return Opened(opened.lock_fd, segments, cancels, opened.report, opened.marker_present,
+                  opened.clock_floor)
+
+
+class Lifetime:
+    """The open/close protocol of one open directory, owned by its Log (the lock held by
+    the caller for mark_dirty and close_clean)."""
+
+    def __init__(self, owner: object, path: str, opened: Opened):
+        self.path = path
+        self.lock_fd = opened.lock_fd
+        self.marker_present = opened.marker_present  # see mark_dirty
+        self._segments = opened.segments
+        self._cancels = opened.cancels
+        # holds no reference to the owner; release() detaches it
+        self.finalizer = weakref.finalize(owner, release, opened.segments, opened.lock_fd,
+                                          opened.cancels)
+
+    def mark_dirty(self) -> None:
+        """Before the first change to segments after a clean open: remove the clean-shutdown
+        marker (durably), so that a crash from here on is recovered as one."""
+        if self.marker_present:
+            fsio.unlink(os.path.join(self.path, CLEAN_SHUTDOWN_FILE))
+            fsio.fsync_dir(self.path)
+            self.marker_present = False
+
+    def close_clean(self, clock_floor: int) -> None:
+        """Persist the active segment's indexes and the recovery point (unless nothing
+        changed since a clean open), checkpoint the cancellations, then write the marker
+        holding the log clock (so it does not run backwards across a restart)."""
+        if not self.marker_present:
+            self._segments.active.persist_indexes()
+            write_recovery_point(self.path, self._segments.active.next_offset)
+        self._cancels.checkpoint(everything=True)  # after the .log fsync above
+        fsio.atomic_write(os.path.join(self.path, CLEAN_SHUTDOWN_FILE),
+                          str(clock_floor).encode("ascii"))
+
+    def release(self) -> None:
+        """Close every descriptor now (once: the finalizer is detached)."""
+        self.finalizer.detach()
+        release(self._segments, self.lock_fd, self._cancels)
+
+
+def release(segments: SegmentSet, lock_fd: int, cancels: CancelStore) -> None:
+    """Close the cancellation journals', every segment's and the lock's descriptors (which
+    releases the lock)."""
+    cancels.close()
+    for seg in segments:
+        seg.close()
+    os.close(lock_fd)
