@@ -28,7 +28,7 @@ from ..errors import InvalidConfigError, InvalidRecordError, KdelayError
 from ..partition import Log
 from ..records import AppendResult, DeliveryKey, FetchedRecord, Record
 from ..validation import as_int, check_page_limits, is_int
-from .topic import Topic
+from .topic import Topic, fair_round
 
 __all__ = ["ATTEMPT_HEADER", "Consumer", "RetryOutcome", "attempt_of", "backoff_ms"]
 
@@ -222,27 +222,16 @@ class Consumer:
         n = len(self._logs)
         order = [(self._start + k) % n for k in range(n)]
         self._start = (self._start + 1) % n
-        out: list[FetchedRecord] = []
-        budget = max_records
-        active = order
-        while budget > 0 and active:
-            share = max(1, budget // len(active))
-            still_full = []
-            for i in active:
-                if budget <= 0:
-                    break
-                take = min(share, budget)
-                res = self._logs[i].fetch(self._positions[i], max_records=take)
-                if res.records:
-                    self._positions[i] = res.next
-                    # = r._replace(partition=i), without its per-record overhead (~3 µs)
-                    out += [_new_tuple(FetchedRecord, (o, d, t, k, v, h, i))
-                            for o, d, t, k, v, h, _ in res.records]
-                    budget -= len(res.records)
-                if len(res.records) == take:
-                    still_full.append(i)  # may hold more
-            active = still_full
-        return out
+        return fair_round(order, max_records, self._fetch_from)
+
+    def _fetch_from(self, i: int, max_records: int) -> list[FetchedRecord]:
+        res = self._logs[i].fetch(self._positions[i], max_records=max_records)
+        if not res.records:
+            return []
+        self._positions[i] = res.next
+        # = r._replace(partition=i), without its per-record overhead (~3 µs)
+        return [_new_tuple(FetchedRecord, (o, d, t, k, v, h, i))
+                for o, d, t, k, v, h, _ in res.records]
 
     # ------------------------------------------------------------------ retry
 

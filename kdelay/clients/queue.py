@@ -25,7 +25,7 @@ from ..records import Record
 from . import queue_state
 from .queue_group import GroupPartition, QueueRecord, attach, detach, open_groups
 from .queue_state import ACK, REJECT, RELEASE
-from .topic import ActivitySignal, Topic
+from .topic import ActivitySignal, Topic, fair_round
 
 __all__ = ["QueueConsumer", "QueueRecord", "queue_metrics"]
 
@@ -114,22 +114,7 @@ class QueueConsumer:
             return self._parts[0].poll(self, max_records, None)
         order = [(self._start + k) % n for k in range(n)]
         self._start = (self._start + 1) % n
-        out: list[QueueRecord] = []
-        budget, active = max_records, order
-        while budget > 0 and active:
-            share = max(1, budget // len(active))
-            still_full = []
-            for i in active:
-                if budget <= 0:
-                    break
-                take = min(share, budget)
-                got = self._parts[i].poll(self, take, i)
-                out += got
-                budget -= len(got)
-                if len(got) == take:
-                    still_full.append(i)
-            active = still_full
-        return out
+        return fair_round(order, max_records, lambda i, take: self._parts[i].poll(self, take, i))
 
     # ------------------------------------------------------------------ ack / release
 

@@ -17,7 +17,7 @@ import json
 import os
 import re
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from .. import fsio
 from ..clock import Clock
@@ -28,7 +28,8 @@ from ..records import AppendResult, Record
 from ..validation import check_open_args, os_errors
 from .partitioner import partition_for_key
 
-__all__ = ["META_DIR", "MAX_TOPIC_NAME_LENGTH", "ActivitySignal", "Topic", "validate_topic_name"]
+__all__ = ["META_DIR", "MAX_TOPIC_NAME_LENGTH", "ActivitySignal", "Topic", "fair_round",
+           "validate_topic_name"]
 
 MAX_TOPIC_NAME_LENGTH = 249  # Kafka's limit (255 minus room for "-<partition>" suffixes)
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
@@ -52,6 +53,28 @@ def validate_topic_name(name: object) -> str:
         raise InvalidTopicError(
             f"topic name {name!r} is illegal: only ASCII letters, digits, '.', '_' and '-'")
     return name
+
+
+def fair_round(order: list[int], budget: int, take: Callable[[int, int], list]) -> list:
+    """One non-blocking pass of a multi-partition poll: each partition in `order` gets an
+    equal share of what is left of `budget` (`take(i, n)` returns up to n items from
+    partition i); those that filled their share may hold more and are asked again."""
+    out: list = []
+    active = order
+    while budget > 0 and active:
+        share = max(1, budget // len(active))
+        still_full = []
+        for i in active:
+            if budget <= 0:
+                break
+            n = min(share, budget)
+            got = take(i, n)
+            out += got
+            budget -= len(got)
+            if len(got) == n:
+                still_full.append(i)
+        active = still_full
+    return out
 
 
 class ActivitySignal:
