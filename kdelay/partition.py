@@ -1,9 +1,11 @@
 """Log: one partition's directory of segments, the public facade over the storage engine.
 
-The facade owns the lock, the log clock, the flush policy and the open/close protocol, and
-delegates the rest: batch checks to kdelay.validation, the segments to kdelay.log
-(SegmentSet, loader, retention, group positions), due-order and offset-order reads and
-lag to kdelay.fetch.
+The facade owns the lock, the log clock, the wake-ups of waiting fetches and append
+listeners, and the order of the open/close protocol; it delegates the rest: argument
+checks to kdelay.validation; to kdelay.log the directory's lifetime (lifecycle.py), the
+write path with its flush policy, cancel and reschedule (writer.py, cancel_ops.py),
+retention, compaction and group positions; to kdelay.fetch due-order and offset-order
+reads, lag and metrics.
 
 Concurrency: one lock serialises appends, rolls, retention and each fetch's read of the
 segment set; long-polling fetches wait on a condition outside it. The log clock never runs
@@ -25,9 +27,9 @@ from .errors import KdelayError, LogClosedError, OffsetOutOfRangeError, write_er
 from .fetch import metrics, offset_order
 from .fetch.due_order import DueOrderReader, resolve_cursor
 from .log import cancel_ops, compaction, groups, retention
-from .log.batch_builder import build_batch
-from .log.flushing import FlushPolicy, start_flusher
+from .log.flushing import start_flusher
 from .log.lifecycle import Lifetime, Opened, open_log_directory
+from .log.writer import Writer
 from .records import AppendResult, CompactionResult, DeliveryKey, FetchedRecord, FetchResult, Record
 from .validation import (
     MAX_INT64,
@@ -64,7 +66,7 @@ class Log:
         self._segments = opened.segments
         self._cancels = opened.cancels
         self._life = Lifetime(self, path, opened)  # marker, clean close, descriptors
-        self._flush_policy = FlushPolicy(config)
+        self._writer = Writer(config, self._segments, self._cancels, self._life)
         self._groups = groups.GroupStore(path)
         self._due_order = DueOrderReader()
         self._compactor = compaction.Compactor(path, self._segments, self._lock, self._cancels)
@@ -143,34 +145,14 @@ class Log:
         requested = requested_deliver_after(
             columns[4], deliver_after, path=self.path,
             delayed_delivery_enable=self.config.delayed_delivery_enable)
-        cfg = self.config
         with self._lock:
             self._check_open()
-            now = self.now()
-            base = self._segments.active.next_offset
-            batch = build_batch(columns, base_offset=base, now=now, requested=requested,
-                                explicit=deliver_after, config=cfg)
-            self._make_room(len(batch.data), batch.max_timestamp)
-            n = len(columns[0])
-            sync = self._flush_policy.due_after(n)
-            self._segments.active.append(batch.data, base, n - 1, batch.deliver_after,
-                                         batch.max_timestamp, cfg.index_interval_bytes,
-                                         sync=sync)
-            self._flush_policy.appended(n)
-            if sync:
-                self._flush_policy.flushed()
-            result = self._appended_locked(AppendResult(base, base + n - 1,
-                                                        batch.deliver_after, now))
+            result = self._appended_locked(self._writer.append(columns, requested,
+                                                               deliver_after, self.now()))
         return self._tell(result)
 
-    def _make_room(self, size: int, max_timestamp: int) -> None:
-        """Before writing a batch: the first change removes the clean marker; roll if due."""
-        self._life.mark_dirty()
-        cfg = self.config
-        if self._segments.should_roll(size, max_timestamp, cfg.segment_bytes, cfg.segment_ms):
-            self._roll_locked()
-
     def _appended_locked(self, result: AppendResult) -> AppendResult:
+        """Wake fetches waiting on the condition (the batch may be due sooner)."""
         self._due_order.appended(result.deliver_after)
         self._appended.notify_all()
         return result
@@ -185,37 +167,22 @@ class Log:
         """Seal the active segment (if it holds anything) and start a new one."""
         with self._lock:
             self._check_open()
-            if self._segments.active.size:
-                self._life.mark_dirty()
-                self._roll_locked()
-
-    def _roll_locked(self) -> None:
-        if self._cancels.dirty():  # caches written before the recovery point moves on
-            self._segments.active.flush()
-            self._cancels.checkpoint(everything=True)
-        self._segments.roll()
-        self._flush_policy.flushed()
+            self._writer.roll()
 
     @write_errors
     def flush(self) -> None:
         """fsync everything appended so far."""
         with self._lock:
             self._check_open()
-            self._flush_locked()
-
-    def _flush_locked(self) -> None:
-        self._segments.active.flush()
-        self._cancels.log_synced()  # the copies of reschedules so far are durable
-        self._cancels.sync()
-        self._flush_policy.flushed()
+            self._writer.flush()
 
     def _flush_if_overdue(self) -> bool:
         """The flush thread's tick (flushing.start_flusher); False once closed."""
         with self._lock:
             if self._closed:
                 return False
-            if self._flush_policy.overdue():
-                self._flush_locked()
+            if self._writer.policy.overdue():
+                self._writer.flush()
             return True
 
     @write_errors
@@ -226,8 +193,7 @@ class Log:
         wanted = offsets_arg(offsets)
         with self._lock:
             self._check_open()
-            return cancel_ops.cancel(self._segments, self._cancels, wanted, self.now(),
-                                     self._flush_policy, self._flush_locked)
+            return self._writer.cancel(wanted, self.now())
 
     @write_errors
     def reschedule(self, offset: int, deliver_after: int) -> AppendResult:
@@ -238,13 +204,7 @@ class Log:
                                    delayed_delivery_enable=self.config.delayed_delivery_enable)
         with self._lock:
             self._check_open()
-            now = self.now()
-            copy = cancel_ops.reschedule(self._segments, self._cancels, off, due, now,
-                                         self.config, self._make_room)
-            if self._flush_policy.appended(1):
-                self._flush_locked()
-            result = self._appended_locked(AppendResult(copy.base_offset, copy.base_offset,
-                                                        copy.deliver_after, now))
+            result = self._appended_locked(self._writer.reschedule(off, due, self.now()))
         return self._tell(result)
 
     # ------------------------------------------------------------------ reading
