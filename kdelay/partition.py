@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from .clock import Clock, wall_clock
 from .config import LogConfig
-from .errors import KdelayError, LogClosedError, OffsetOutOfRangeError, write_errors
+from .errors import LogClosedError, OffsetOutOfRangeError, write_errors
 from .fetch import metrics, offset_order
 from .fetch.due_order import DueOrderReader, resolve_cursor
 from .log import cancel_ops, compaction, groups, retention
@@ -33,11 +33,11 @@ from .log.writer import Writer
 from .records import AppendResult, CompactionResult, DeliveryKey, FetchedRecord, FetchResult, Record
 from .validation import (
     MAX_INT64,
-    as_delivery_key,
     as_int,
     check_open_args,
     check_page_limits,
     clock_value,
+    commit_key,
     offsets_arg,
     os_errors,
     record_columns,
@@ -239,11 +239,7 @@ class Log:
         """Durably store `group`'s position (the key of the last record it consumed). With
         `generation` (from `join_group`), refused with GroupFencedError once a newer member
         has joined."""
-        if key is not None:
-            as_key = as_delivery_key(key)
-            if as_key is None:
-                raise KdelayError(f"commit needs a DeliveryKey, got {key!r}")
-            key = as_key
+        key = commit_key(key)
         self._check_open()
         self._groups.commit(group, key, self.now(), generation)
 

@@ -157,6 +157,16 @@ def as_delivery_key(x: object) -> DeliveryKey | None:
                        as_time(off, "DeliveryKey.offset"))
 
 
+def commit_key(key: object) -> DeliveryKey | None:
+    """`Log.commit`'s key: None (the start) or what as_delivery_key accepts."""
+    if key is None:
+        return None
+    as_key = as_delivery_key(key)
+    if as_key is None:
+        raise KdelayError(f"commit needs a DeliveryKey, got {key!r}")
+    return as_key
+
+
 def check_page_limits(max_records: object, max_bytes: object = 1,
                       max_wait_ms: object = 0) -> tuple[int, int, int]:
     """The page limits as plain ints: max_records and max_bytes >= 1, max_wait_ms >= 0
