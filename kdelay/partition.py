@@ -50,6 +50,7 @@ from .log.loader import (
     take_lock,
     write_recovery_point,
 )
+from .log.horizon import Horizon
 from .log.segment import INDEX_SUFFIXES, LogSegment
 from .records import AppendResult, DeliveryKey, FetchedRecord, FetchResult, Record
 
@@ -147,13 +148,14 @@ class Log:
                 # recovered segments are whole and fsync'd from here on
                 segments[-1].flush()
                 write_recovery_point(path, segments[-1].base_offset)
+            log = cls(path, config, clock or wall_clock, lock_fd, segments, report)
+            log._marker_present = marker_present
+            # ... nor across a crash: commits record the clock they saw
+            log._now_floor = max(floor, log._groups.max_clock())
+            log._horizon = Horizon(path, log._now_floor)  # what lock-free readers may assume
         except BaseException:
             os.close(lock_fd)
             raise
-        log = cls(path, config, clock or wall_clock, lock_fd, segments, report)
-        log._marker_present = marker_present
-        # ... nor across a crash: commits record the clock they saw
-        log._now_floor = max(floor, log._groups.max_clock())
         return log
 
     def _mark_dirty(self) -> None:
@@ -180,6 +182,7 @@ class Log:
             finally:
                 for seg in self._segments.values():
                     seg.close()
+                self._horizon.close()
                 os.close(self._lock_fd)
                 self._appended.notify_all()
 
@@ -225,36 +228,45 @@ class Log:
             requested = max(d for d in record_das if d is not None)
         with self._lock:
             self._check_open()
-            now = self.now()
-            if timestamps.count(None) == len(timestamps):
-                ts_list = None
-                base_ts = max_ts = now
-            else:
-                ts_list = [now if t is None else t for t in timestamps]
-                base_ts, max_ts = ts_list[0], max(ts_list)
-            self._check_delay_limit(requested, deliver_after, record_das, ts_list, now)
-            batch_da = now if requested is None or requested < now else requested
-            base = self._active.next_offset
-            batch = codec.encode_batch(
-                base_offset=base, base_timestamp=base_ts, deliver_after=batch_da,
-                keys=keys, values=values,
-                timestamp_deltas=(None if ts_list is None else
-                                  np.array(ts_list, dtype=np.int64) - base_ts),
-                headers=headers)  # the codec treats all-empty headers as none
-            if len(batch) > self.config.max_batch_bytes:
-                raise InvalidRecordError(
-                    f"batch of {len(batch)} bytes exceeds max_batch_bytes "
-                    f"({self.config.max_batch_bytes})")
-            self._mark_dirty()
-            self._maybe_roll(len(batch), now)
-            n = len(values)
-            self._active.append(batch, base, n - 1, batch_da, max_ts,
-                                self.config.index_interval_bytes)
-            self._after_append(n)
-            if self._quiet is not None and batch_da < self._quiet[1]:
-                self._quiet = (self._quiet[0], batch_da)
-            self._appended.notify_all()
-            return AppendResult(base, base + n - 1, batch_da, now)
+            self._horizon.begin(self._now_floor)  # before the clock is read: see horizon.py
+            try:
+                return self._append_locked(values, keys, headers, timestamps, record_das,
+                                           requested, deliver_after)
+            finally:
+                self._horizon.end(self._now_floor)
+
+    def _append_locked(self, values, keys, headers, timestamps, record_das, requested,
+                       deliver_after) -> AppendResult:
+        now = self.now()
+        if timestamps.count(None) == len(timestamps):
+            ts_list = None
+            base_ts = max_ts = now
+        else:
+            ts_list = [now if t is None else t for t in timestamps]
+            base_ts, max_ts = ts_list[0], max(ts_list)
+        self._check_delay_limit(requested, deliver_after, record_das, ts_list, now)
+        batch_da = now if requested is None or requested < now else requested
+        base = self._active.next_offset
+        batch = codec.encode_batch(
+            base_offset=base, base_timestamp=base_ts, deliver_after=batch_da,
+            keys=keys, values=values,
+            timestamp_deltas=(None if ts_list is None else
+                              np.array(ts_list, dtype=np.int64) - base_ts),
+            headers=headers)  # the codec treats all-empty headers as none
+        if len(batch) > self.config.max_batch_bytes:
+            raise InvalidRecordError(
+                f"batch of {len(batch)} bytes exceeds max_batch_bytes "
+                f"({self.config.max_batch_bytes})")
+        self._mark_dirty()
+        self._maybe_roll(len(batch), now)
+        n = len(values)
+        self._active.append(batch, base, n - 1, batch_da, max_ts,
+                            self.config.index_interval_bytes)
+        self._after_append(n)
+        if self._quiet is not None and batch_da < self._quiet[1]:
+            self._quiet = (self._quiet[0], batch_da)
+        self._appended.notify_all()
+        return AppendResult(base, base + n - 1, batch_da, now)
 
     def _check_delay_limit(self, requested, explicit, record_das, ts_list, now) -> None:
         limit = self.config.max_delivery_delay_ms
