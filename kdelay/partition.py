@@ -43,6 +43,7 @@ from .fetch.merge import (
     read_page,
 )
 from .log import codec
+from .log.horizon import Horizon
 from .log.loader import (
     CLEAN_SHUTDOWN_FILE,
     LoadReport,
@@ -50,7 +51,6 @@ from .log.loader import (
     take_lock,
     write_recovery_point,
 )
-from .log.horizon import Horizon
 from .log.segment import INDEX_SUFFIXES, LogSegment
 from .records import AppendResult, DeliveryKey, FetchedRecord, FetchResult, Record
 

@@ -90,8 +90,10 @@ class Horizon:
         self._words[_SEQ] = self._seq
 
     def close(self) -> None:
+        """The writer is gone: readers treat the file as "no writer" (pid 0)."""
         if self._seq % 2:
             self.end(int(self._words[_FLOOR]))
+        self._words[_PID] = 0
         self._words = None  # release the buffer export before unmapping
         with contextlib.suppress(BufferError, ValueError):
             self._map.close()

@@ -119,6 +119,19 @@ class KdelayDataSource(DataSource):
         options = {str(k).lower(): v for k, v in self.options.items()}  # names are case-insensitive
         return KdelayReader(self._path(), self._mode(), options)
 
+    def streamReader(self, schema: StructType):
+        from .stream import KdelayStreamReader
+
+        options = {str(k).lower(): v for k, v in self.options.items()}
+        with_topic, _ = scan.discover(self._path())
+        return KdelayStreamReader(self._path(), options, with_topic)
+
+    def writer(self, schema: StructType, overwrite: bool):
+        from .writer import KdelayWriter
+
+        options = {str(k).lower(): v for k, v in self.options.items()}
+        return KdelayWriter(self._path(), options, schema, overwrite)
+
 
 class SegmentPartition(InputPartition):
     def __init__(self, plan: scan.SegmentPlan):
