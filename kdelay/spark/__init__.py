@@ -3,6 +3,10 @@
     import kdelay.spark
     kdelay.spark.register(spark)                       # short name "kdelay"
     df = kdelay.spark.read_log(spark, "/data/orders")  # or spark.read.format("kdelay").load(...)
+    kdelay.spark.read_log(spark, path, columns="offset,deliver_after")  # only these columns
+    kdelay.spark.read_batches(spark, path)            # one row per batch, from its header
+    spark.readStream.format("kdelay").load(path)       # due records as they come due
+    df.write.format("kdelay").mode("append").save(path)
     report = kdelay.spark.verify(spark, "/data/orders")
     kdelay.spark.forecast(spark, "/data/orders", window="1 minute").show()
 
@@ -21,8 +25,11 @@ if TYPE_CHECKING:
 
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
-__all__ = ["PUSHDOWN_CONF", "cli_forecast", "cli_spark_verify", "forecast", "local_session",
-           "read_log", "register", "verify"]
+__all__ = ["BATCH_COLUMNS", "PUSHDOWN_CONF", "cli_forecast", "cli_spark_verify", "forecast",
+           "local_session", "read_batches", "read_log", "register", "verify"]
+
+BATCH_COLUMNS = ("segment", "base_offset", "last_offset", "position", "size", "deliver_after",
+                 "max_timestamp", "record_count", "crc_valid")
 
 
 def register(spark: SparkSession) -> None:
@@ -40,6 +47,22 @@ def read_log(spark: SparkSession, path: str, **options: str) -> DataFrame:
     `name-i` partition directories, which adds `topic` and `partition` columns)."""
     register(spark)
     reader = spark.read.format("kdelay")
+    for k, v in options.items():
+        reader = reader.option(k, str(v))
+    return reader.load(str(path))
+
+
+def read_batches(spark: SparkSession, path: str, **options: str) -> DataFrame:
+    """One row per batch of the log at `path`, from the batch headers: BATCH_COLUMNS (plus
+    `topic` and `partition` first for a topic root). No record is decoded; the batch's
+    bytes are read only to check its CRC (`crc_valid`), in large sequential reads."""
+    from .scan import discover
+
+    register(spark)
+    with_topic, _ = discover(str(path))
+    cols = (["topic", "partition"] if with_topic else []) + list(BATCH_COLUMNS)
+    reader = spark.read.format("kdelay").option("mode", "batches").option("columns",
+                                                                          ",".join(cols))
     for k, v in options.items():
         reader = reader.option(k, str(v))
     return reader.load(str(path))
