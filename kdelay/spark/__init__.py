@@ -83,11 +83,12 @@ def forecast(spark: SparkSession, path: str, window: str = "1 minute", *,
     return _forecast(spark, path, window, after=after)
 
 
-def local_session(cores: int = 2) -> SparkSession:
-    """A quiet local SparkSession for the command line (UTC session time zone)."""
+def local_session(cores: int = 2, *, verbose: bool = True) -> SparkSession:
+    """A local SparkSession (UTC session time zone); `verbose=False` silences the JVM's
+    stderr chatter (see kdelay.spark.cli)."""
     from .cli import local_session as _local
 
-    return _local(cores)
+    return _local(cores, verbose=verbose)
 
 
 def cli_spark_verify(argv: list[str] | None = None) -> int:
