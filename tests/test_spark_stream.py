@@ -66,6 +66,35 @@ def test_horizon_of_a_dead_writer_is_ignored(tmp_path):
     assert horizon.read_bound(path, T0) == T0 - 1
 
 
+def test_kill_9_writer_mid_stream(tmp_path):
+    """kill -9 of a writer while a lock-free reader follows it: the dead writer's horizon
+    counts as no writer, and everything the reader catalogued survives recovery."""
+    import signal
+
+    path = str(tmp_path / "p")
+    live = LivePartition(scan.PartitionDir(path))
+    writer = subprocess.Popen([sys.executable, "-m", "kdelay.testing.live_writer", path, "60",
+                               "3"], stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, PYTHONPATH=os.getcwd()))
+    try:
+        assert writer.stdout.readline().startswith("open")
+        deadline = time.monotonic() + 30
+        while len(live.batches) < 200 and time.monotonic() < deadline:
+            live.refresh(_wall())
+            time.sleep(0.01)
+        os.kill(writer.pid, signal.SIGKILL)
+    finally:
+        writer.wait()
+    assert len(live.batches) >= 200
+    assert horizon.read_state(path) is None
+    live.refresh(_wall())
+    seen = {(b[0], b[1], b[2]) for b in live.batches}
+    with Log.open(path) as log:
+        recovered = {(r.deliver_after, r.offset) for r in log.read(0, max_records=1 << 30)}
+    assert all((da, off) in recovered for da, base, last in seen
+               for off in range(base, last + 1))
+
+
 def test_live_catalog_never_passes_an_append_in_flight(tmp_path):
     """The race, made deterministic: a reader plans while an append has chosen its
     deliverAfter (the log clock is read inside the append) but not yet written it. Batch B,
