@@ -196,7 +196,7 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--dir", help="where to write the log (default: a temp dir, removed)")
-    ap.add_argument("--no-writer", action="store_true", help="skip the writer")
+    ap.add_argument("--only", choices=("reads", "writer"), help="run only these figures")
     args = ap.parse_args()
 
     tmp = None
@@ -223,6 +223,9 @@ def main() -> int:
         try:
             df = kdelay.spark.read_log(spark, path)
             rows = df.count()
+            if args.only == "writer":
+                bench_writer(spark, tmp or tempfile.mkdtemp(), rows, args.runs)
+                return 0
             full = [(f.name, f.type) for f in columnar.arrow_schema(False)]
             compare(spark, df, full, rows, args.runs, "full records")
             two = kdelay.spark.read_log(spark, path, columns="offset,deliver_after")
@@ -234,7 +237,7 @@ def main() -> int:
                        for n in kdelay.spark.BATCH_COLUMNS]
             compare(spark, batches, bfields, nb, args.runs, "read_batches", unit="batch rows",
                     covered=rows)
-            if not args.no_writer:
+            if args.only != "reads":
                 bench_writer(spark, tmp or tempfile.mkdtemp(), rows, args.runs)
         finally:
             spark.stop()

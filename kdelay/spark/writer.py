@@ -85,9 +85,12 @@ class KdelayWriter(DataSourceArrowWriter):
         msg = WriteMessage()
         if not batches:
             return msg
-        table = pa.Table.from_batches(batches).combine_chunks()
+        table = pa.Table.from_batches(batches)
         msg.rows = table.num_rows
-        groups = _group(table, len(self.dirs), task)
+        table, groups = _group(table, len(self.dirs), task)
+        # Python lists once per task: each group is then a slice of consecutive rows
+        cols = [table.column(c).to_pylist() if c in table.column_names else None
+                for c in ("value", "key", "timestamp")]
         pending = sorted(groups, key=lambda p: (p - task) % len(self.dirs))
         deadline = time.monotonic() + self.lock_timeout
         delay = 0.005
@@ -95,7 +98,7 @@ class KdelayWriter(DataSourceArrowWriter):
             left = []
             for p in pending:
                 try:
-                    msg.ranges.extend(self._append(p, table, groups[p]))
+                    msg.ranges.extend(self._append(p, cols, groups[p]))
                 except LogLockedError:
                     left.append(p)
             pending = left
@@ -107,22 +110,19 @@ class KdelayWriter(DataSourceArrowWriter):
                 delay = min(delay * 2, 0.2)
         return msg
 
-    def _append(self, p: int, table: pa.Table, groups: list) -> list[tuple[str, int, int]]:
+    def _append(self, p: int, cols: list, groups: list) -> list[tuple[str, int, int]]:
         from ..partition import Log
 
-        cols = set(table.column_names)
+        values, keys, ts = cols
         out = []
         with Log.open(self.dirs[p]) as log:
-            for da, idx in groups:
-                part = table.take(idx)
-                values = part.column("value").to_pylist()
-                n = len(values)
-                keys = part.column("key").to_pylist() if "key" in cols else [None] * n
-                ts = part.column("timestamp").to_pylist() if "timestamp" in cols else \
-                    [None] * n
-                recs = list(map(Record, values, keys, [()] * n, ts))
-                for lo in range(0, n, self.batch_records):
-                    r = log.append(recs[lo:lo + self.batch_records], deliver_after=da)
+            for da, lo, hi in groups:
+                n = hi - lo
+                recs = list(map(Record, values[lo:hi],
+                                keys[lo:hi] if keys is not None else [None] * n, [()] * n,
+                                ts[lo:hi] if ts is not None else [None] * n))
+                for start in range(0, n, self.batch_records):
+                    r = log.append(recs[start:start + self.batch_records], deliver_after=da)
                     out.append((self.dirs[p], r.base_offset, r.last_offset))
         return out
 
@@ -163,8 +163,10 @@ def _targets(path: str, options: dict) -> list[str]:
     return [os.path.join(path, f"{name}-{i}") for i in nums]
 
 
-def _group(table: pa.Table, n_parts: int, task: int) -> dict[int, list]:
-    """{partition: [(deliver_after or None, row indexes in input order)]}."""
+def _group(table: pa.Table, n_parts: int, task: int) -> tuple[pa.Table, dict[int, list]]:
+    """The rows sorted by (partition, deliver_after), keeping their input order within a
+    group (one Arrow take), and {partition: [(deliver_after or None, first row, end row)]}
+    in that sorted table."""
     rows = table.num_rows
     cols = set(table.column_names)
     if "partition" in cols:
@@ -178,12 +180,11 @@ def _group(table: pa.Table, n_parts: int, task: int) -> dict[int, list]:
         part = np.zeros(rows, dtype=np.int64)
     else:
         part = np.full(rows, task % n_parts, dtype=np.int64)  # keyless rows
-        if "key" in cols:
-            keys = table.column("key").chunk(0) if rows else None
-            if keys is not None:
-                valid = ~np.asarray(keys.is_null().to_numpy(zero_copy_only=False))
-                h = murmur2_array(keys) & np.uint32(0x7FFFFFFF)
-                part = np.where(valid, h.astype(np.int64) % n_parts, part)
+        if "key" in cols and rows:
+            keys = table.column("key").combine_chunks()
+            valid = ~np.asarray(keys.is_null().to_numpy(zero_copy_only=False))
+            h = murmur2_array(keys) & np.uint32(0x7FFFFFFF)
+            part = np.where(valid, h.astype(np.int64) % n_parts, part)
     if "deliver_after" in cols:
         col = table.column("deliver_after")
         low = pc.min(col).as_py()
@@ -194,15 +195,15 @@ def _group(table: pa.Table, n_parts: int, task: int) -> dict[int, list]:
         da = np.full(rows, -1, dtype=np.int64)
     order = np.lexsort((np.arange(rows), da, part))
     sp, sd = part[order], da[order]
-    cut = np.flatnonzero((sp[1:] != sp[:-1]) | (sd[1:] != sd[:-1])) + 1
+    cuts = np.flatnonzero((sp[1:] != sp[:-1]) | (sd[1:] != sd[:-1])) + 1
+    bounds = [0, *cuts.tolist(), rows] if rows else [0]
     out: dict[int, list] = {}
-    for g in np.split(np.arange(rows), cut):
-        if len(g) == 0:
-            continue
-        first = order[g[0]]
-        d = int(da[first])
-        out.setdefault(int(part[first]), []).append((None if d < 0 else d, order[g]))
-    return out
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        d = int(sd[lo])
+        out.setdefault(int(sp[lo]), []).append((None if d < 0 else d, lo, hi))
+    if not np.array_equal(order, np.arange(rows)):
+        table = table.take(order)
+    return table, out
 
 
 def murmur2_array(keys: pa.Array) -> np.ndarray:
