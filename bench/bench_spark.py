@@ -10,6 +10,10 @@ the Python data source and ingested by the JVM; one warm-up run, then the median
 * full records (all nine columns);
 * `columns=offset,deliver_after` (no record decoding, no CRC);
 * `read_batches` (one row per batch; records covered per second);
+* the stream (`--only stream`): a writer process appends for 20 s (kdelay.testing.
+  live_writer: most batches due at once) while a query with a 100 ms trigger streams due
+  records; latency = wall time a record leaves its micro-batch (foreachBatch on the
+  driver) minus its deliverAfter;
 * the writer: N cached rows (100-byte values, 8-byte keys, a deliverAfter per 200 rows)
   into a new 2-partition topic, beside a no-work Arrow sink of the same rows.
 
@@ -191,12 +195,50 @@ def bench_writer(spark, tmp: str, records: int, runs: int) -> None:
     df.unpersist()
 
 
+def bench_stream(spark, tmp: str, seconds: float = 20) -> None:
+    import subprocess
+
+    from kdelay import Log, Record
+
+    path = os.path.join(tmp, "live")
+    with Log.open(path) as log:
+        log.append([Record(b"first")])
+    sink: list = []
+
+    def each(df, _):
+        rows = df.select("deliver_after").collect()
+        sink.append((time.time_ns() // 1_000_000, [r[0] for r in rows]))
+
+    q = (spark.readStream.format("kdelay").load(path).writeStream.foreachBatch(each)
+         .trigger(processingTime="100 milliseconds")
+         .option("checkpointLocation", os.path.join(tmp, "ck")).start())
+    try:
+        while not sink:
+            time.sleep(0.1)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        out = subprocess.run([sys.executable, "-m", "kdelay.testing.live_writer", path,
+                              str(seconds), "1"], capture_output=True, text=True, env=env,
+                             check=True).stdout
+        total = int(out.split("done ")[1])
+        deadline = time.monotonic() + 120
+        while sum(len(r) for _, r in sink) < total and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        q.stop()
+    lat = sorted(t - da for t, rows in sink[1:] for da in rows)
+    n = len(lat)
+    print(f"RESULT stream: {n:,} records in {len(sink) - 1} micro-batches over ~{seconds:.0f} s; "
+          f"latency due -> out of a micro-batch p50 {lat[n // 2]} ms, p90 {lat[n * 9 // 10]} "
+          f"ms, p99 {lat[n * 99 // 100]} ms, max {lat[-1]} ms", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--dir", help="where to write the log (default: a temp dir, removed)")
-    ap.add_argument("--only", choices=("reads", "writer"), help="run only these figures")
+    ap.add_argument("--only", choices=("reads", "writer", "stream"),
+                    help="run only these figures")
     args = ap.parse_args()
 
     tmp = None
@@ -223,6 +265,9 @@ def main() -> int:
         try:
             df = kdelay.spark.read_log(spark, path)
             rows = df.count()
+            if args.only == "stream":
+                bench_stream(spark, tmp or tempfile.mkdtemp())
+                return 0
             if args.only == "writer":
                 bench_writer(spark, tmp or tempfile.mkdtemp(), rows, args.runs)
                 return 0
