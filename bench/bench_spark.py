@@ -52,11 +52,12 @@ def build(path: str, records: int) -> None:
 
 
 def python_only(path: str) -> float:
+    from kdelay.log.files import segment_bases
     from kdelay.spark import columnar, scan
 
     t = time.perf_counter()
     n = 0
-    for base in scan.segment_bases(path):
+    for base in segment_bases(path):
         r = scan.SegmentReader(path, base)
         for ch in r.chunks():
             for rb in columnar.records_to_arrow(ch.buf, ch.batches, segment=base):

@@ -48,6 +48,7 @@ from collections.abc import Callable
 
 from kdelay import DeliveryKey, Log, LogConfig, Record
 from kdelay.log import codec
+from kdelay.log.files import segment_name
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
@@ -144,7 +145,7 @@ def crash_image(path: str, active_bytes: int, *, batch: int = 100, torn: bool = 
     log.close()
     shutil.rmtree(src)
     if torn:
-        name = os.path.join(path, f"{log.segments[-1]:020d}.log")
+        name = os.path.join(path, segment_name(log.segments[-1]) + ".log")
         half = codec.encode_batch(base_offset=n_batches * batch, base_timestamp=T0,
                                   deliver_after=T0, keys=[None] * batch,
                                   values=[bytes(VALUE_BYTES)] * batch)[: bb // 2]

@@ -4,6 +4,8 @@ An append-only, segmented log of Kafka v2 record batches that carry a batch-leve
 deliverAfter; fetches return due records in (deliverAfter, offset) order.
 """
 
+from .clients.consumer import Consumer
+from .clients.topic import Topic
 from .config import LogConfig
 from .errors import (
     CorruptLogError,
@@ -16,11 +18,10 @@ from .errors import (
     LogClosedError,
     LogLockedError,
     LogWriteError,
+    OffsetOutOfRangeError,
 )
-from .fetch.consumer import Consumer
-from .partition import Log, OffsetOutOfRangeError
+from .partition import Log
 from .records import AppendResult, DeliveryKey, FetchedRecord, FetchResult, Record
-from .topic import Topic
 
 __version__ = "0.1.0"
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 
 class KdelayError(Exception):
     """Base class of every kdelay error."""
@@ -53,3 +55,29 @@ class LogClosedError(KdelayError):
 class LogWriteError(KdelayError, OSError):
     """A file operation failed while writing (ENOSPC: disk full, EIO, ...). `errno` and
     `filename` are the OSError's. Nothing of a refused append is left for a read to see."""
+
+
+class OffsetOutOfRangeError(KdelayError):
+    """An offset that is not in the log (deleted by retention, or never written)."""
+
+
+class IndexFileError(Exception):
+    """A persisted index is missing, stale or corrupt (internal: the caller rebuilds it from
+    its .log, so it is deliberately not a KdelayError)."""
+
+
+def write_errors(method):
+    """Decorate a writing method of an object with a `path`: an OSError it raises (ENOSPC,
+    EIO) surfaces as LogWriteError, a KdelayError that keeps errno and filename, so callers
+    catch one hierarchy."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as e:
+            if isinstance(e, KdelayError):
+                raise
+            raise LogWriteError(e.errno, f"{method.__name__} on {self.path} failed: "
+                                f"{e.strerror or e}", e.filename) from e
+    return wrapper

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import os
 import shutil
 import sys
@@ -50,6 +51,17 @@ def open_log(log_dir, clock):
     yield _open
     for log in opened:
         log.close()
+
+
+def entries_after(idx, after):
+    """A DeliverAfterIndex's entries that may hold a record with key > `after`, in key
+    order, merged from its persisted columns and its recent (unpersisted) entries the way
+    the fetch planner starts its runs (start_in_columns, iter_recent)."""
+    cols = idx.disk_columns
+    start = idx.start_in_columns(after)
+    persisted = list(zip(*(c[start:].tolist() for c in cols), strict=True))
+    recent = list(idx.iter_recent(after)) if idx.has_recent else []
+    return list(heapq.merge(persisted, recent))
 
 
 def have_spark() -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 from conftest import T0
@@ -470,3 +471,29 @@ def test_no_duplicate_after_roll_mid_batch(open_log, clock):
         res = log.fetch(res.next, max_records=max_records, max_bytes=max_bytes)
         seen += [r.offset for r in res.records]
     assert seen == [0, 1, 2]
+
+
+def test_append_listeners_see_every_append_outside_the_lock(open_log):
+    log = open_log()
+    seen = []
+
+    def try_lock():
+        got = log._lock.acquire(blocking=False)
+        if got:
+            log._lock.release()
+        seen.append(got)
+
+    def listener(result):
+        # outside the log's lock: another thread can take it meanwhile
+        t = threading.Thread(target=try_lock)
+        t.start()
+        t.join()
+        seen.append(result.base_offset)
+
+    log.add_append_listener(listener)
+    log.append([Record(b"a"), Record(b"b")])
+    log.append([Record(b"c")])
+    assert seen == [True, 0, True, 2]
+    with pytest.raises(InvalidRecordError):
+        log.append([])
+    assert seen == [True, 0, True, 2]  # a refused append notifies nobody

@@ -10,7 +10,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .index_file import IndexMeta, load_index, write_index
+from .index_file import IndexMeta, IndexReading, load_index, read_lenient, write_index
 
 _generations = itertools.count(1)
 
@@ -18,6 +18,8 @@ _generations = itertools.count(1)
 class AbstractIndex:
     MAGIC: ClassVar[bytes]
     DTYPES: ClassVar[list[np.dtype]]
+    NAME: ClassVar[str]  # how tools call it
+    COLUMNS: ClassVar[tuple[str, ...]]  # the column names, in DTYPES' order
 
     def __init__(self, base_offset: int, columns: list[np.ndarray] | None = None):
         self.base_offset = base_offset
@@ -36,6 +38,15 @@ class AbstractIndex:
         index.meta = meta
         return index
 
+    @classmethod
+    def read_lenient(cls, path: str) -> IndexReading:
+        """For tools: whatever the file holds, and why it is unreadable (see index_file)."""
+        return read_lenient(path, cls.MAGIC, cls.DTYPES)
+
+    @classmethod
+    def entry_size(cls) -> int:
+        return sum(d.itemsize for d in cls.DTYPES)
+
     def persist(self, path: str, *, log_bytes: int, next_offset: int) -> None:
         """Write every entry atomically, then serve them from the mapped file."""
         columns = self.columns()
@@ -45,13 +56,13 @@ class AbstractIndex:
         self._columns = loaded._columns
         self.generation = next(_generations)
         self.meta = meta
-        self._clear_pending()
+        self._clear_recent()
 
-    # subclasses: the full, ordered columns (persisted + pending) and pending bookkeeping
+    # subclasses: the full, ordered columns (persisted + recent) and recent bookkeeping
     def columns(self) -> list[np.ndarray]:
         raise NotImplementedError
 
-    def _clear_pending(self) -> None:
+    def _clear_recent(self) -> None:
         raise NotImplementedError
 
     def __len__(self) -> int:
@@ -71,26 +82,26 @@ class AppendOnlyIndex(AbstractIndex):
 
     def __init__(self, base_offset: int, columns: list[np.ndarray] | None = None):
         super().__init__(base_offset, columns)
-        self._clear_pending()
+        self._clear_recent()
 
     def add(self, *entry: int) -> None:
-        for col, value in zip(self._pending, entry, strict=True):
+        for col, value in zip(self._recent, entry, strict=True):
             col.append(value)
 
-    def _clear_pending(self) -> None:
-        self._pending = [array("q") for _ in self.DTYPES]
+    def _clear_recent(self) -> None:
+        self._recent = [array("q") for _ in self.DTYPES]
 
     def __len__(self) -> int:
-        return len(self._columns[0]) + len(self._pending[0])
+        return len(self._columns[0]) + len(self._recent[0])
 
     def columns(self) -> list[np.ndarray]:
-        if not self._pending[0]:
+        if not self._recent[0]:
             return [np.asarray(c) for c in self._columns]
         return [np.concatenate([c, np.frombuffer(f, dtype=np.int64).astype(d)])
-                for c, f, d in zip(self._columns, self._pending, self.DTYPES, strict=True)]
+                for c, f, d in zip(self._columns, self._recent, self.DTYPES, strict=True)]
 
     def last_key(self) -> int | None:
-        keys = self._pending[0]
+        keys = self._recent[0]
         if keys:
             return keys[-1]
         if len(self._columns[0]):
@@ -99,9 +110,9 @@ class AppendOnlyIndex(AbstractIndex):
 
     def floor(self, key: int) -> tuple[int, ...] | None:
         """The entry with the greatest key <= `key`, or None."""
-        i = bisect_right(self._pending[0], key) - 1
+        i = bisect_right(self._recent[0], key) - 1
         if i >= 0:
-            return tuple(col[i] for col in self._pending)
+            return tuple(col[i] for col in self._recent)
         keys = self._columns[0]
         i = int(np.searchsorted(keys, key, side="right")) - 1
         if i < 0:
@@ -109,4 +120,4 @@ class AppendOnlyIndex(AbstractIndex):
         return tuple(int(c[i]) for c in self._columns)
 
     def memory_bytes(self) -> int:
-        return len(self._pending[0]) * 8 * len(self.DTYPES)
+        return len(self._recent[0]) * 8 * len(self.DTYPES)

@@ -3,13 +3,13 @@ mapping to the batch's position (and size) in the segment's .log.
 
 Entries persisted when the segment rolled (or the log closed) are memmap'd columns searched
 with searchsorted; entries appended since live in memory (_RecentEntries: a SortedList of
-one int key per batch plus arrays). A reader walks both in key order through
-`entries_after`, which the fetch merge consumes lazily.
+one int key per batch plus arrays). The fetch merges both: `start_in_columns` positions
+a reader in the persisted columns and `iter_recent` walks the recent entries, each in key
+order from a cursor.
 """
 
 from __future__ import annotations
 
-import heapq
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterator
@@ -22,8 +22,6 @@ from .base import AbstractIndex
 # (deliver_after, base_offset, position, last_offset_delta, size)
 Entry = tuple[int, int, int, int, int]
 
-_FIRST_CHUNK = 16
-_MAX_CHUNK = 4096
 _SEQ_BITS = 32
 _SEQ_MASK = (1 << _SEQ_BITS) - 1
 
@@ -89,10 +87,12 @@ class DeliverAfterIndex(AbstractIndex):
     MAGIC = b"KDLYIDX1"
     DTYPES = [np.dtype("<i8"), np.dtype("<i8"), np.dtype("<i8"), np.dtype("<i4"),
               np.dtype("<i4")]
+    NAME = "DeliverAfterIndex"
+    COLUMNS = ("deliver_after", "offset", "position", "last_offset_delta", "size")
 
     def __init__(self, base_offset: int, columns: list[np.ndarray] | None = None):
         super().__init__(base_offset, columns)
-        self._pending = _RecentEntries()
+        self._recent = _RecentEntries()
 
     @classmethod
     def from_entries(cls, base_offset: int, entries: list[Entry]) -> DeliverAfterIndex:
@@ -106,23 +106,24 @@ class DeliverAfterIndex(AbstractIndex):
 
     def add(self, deliver_after: int, base_offset: int, position: int, last_offset_delta: int,
             size: int) -> None:
-        self._pending.add(deliver_after, base_offset, position, last_offset_delta, size)
+        self._recent.add(deliver_after, base_offset, position, last_offset_delta, size)
 
-    def _clear_pending(self) -> None:
-        self._pending = _RecentEntries()
+    def _clear_recent(self) -> None:
+        self._recent = _RecentEntries()
 
     def __len__(self) -> int:
-        return len(self._columns[0]) + len(self._pending)
+        return len(self._columns[0]) + len(self._recent)
 
     @property
-    def has_pending(self) -> bool:
-        return bool(self._pending)
+    def has_recent(self) -> bool:
+        """True if entries were appended since the index was last persisted."""
+        return bool(self._recent)
 
     def columns(self) -> list[np.ndarray]:
-        if not self._pending:
+        if not self._recent:
             return [np.asarray(c) for c in self._columns]
         fresh = [np.array(c, dtype=d) for c, d in
-                 zip(zip(*self._pending.entries(), strict=True), self.DTYPES, strict=True)]
+                 zip(zip(*self._recent.entries(), strict=True), self.DTYPES, strict=True)]
         merged = [np.concatenate([a, b]) for a, b in zip(self._columns, fresh, strict=True)]
         order = np.lexsort((merged[1], merged[0]))
         return [c[order] for c in merged]
@@ -133,8 +134,8 @@ class DeliverAfterIndex(AbstractIndex):
         cands = []
         if len(self._columns[0]):
             cands.append(int(self._columns[0][0]))
-        if self._pending:
-            cands.append(self._pending.keys[0] >> _SEQ_BITS)
+        if self._recent:
+            cands.append(self._recent.keys[0] >> _SEQ_BITS)
         return min(cands) if cands else None
 
     def max_key(self) -> tuple[int, int] | None:
@@ -143,8 +144,8 @@ class DeliverAfterIndex(AbstractIndex):
         da = self._columns[0]
         if len(da):
             cands.append((int(da[-1]), int(self._columns[1][-1]) + int(self._columns[3][-1])))
-        if self._pending:
-            e = self._pending.entry(self._pending.keys[-1])
+        if self._recent:
+            e = self._recent.entry(self._recent.keys[-1])
             cands.append((e[0], e[1] + e[3]))
         return max(cands) if cands else None
 
@@ -155,7 +156,7 @@ class DeliverAfterIndex(AbstractIndex):
         j = int(np.searchsorted(da, now, side="right"))
         if j < len(da):
             cands.append(int(da[j]))
-        for key in self._pending.keys.irange(minimum=(now + 1) << _SEQ_BITS):
+        for key in self._recent.keys.irange(minimum=(now + 1) << _SEQ_BITS):
             cands.append(key >> _SEQ_BITS)
             break
         return min(cands) if cands else None
@@ -166,30 +167,16 @@ class DeliverAfterIndex(AbstractIndex):
         j = int(np.searchsorted(da, now, side="right"))
         records = int((lod[j:].astype(np.int64) + 1).sum())
         batches = len(da) - j
-        for e in self._pending.not_due(now):
+        for e in self._recent.not_due(now):
             records += e[3] + 1
             batches += 1
         return records, batches
 
     def memory_bytes(self) -> int:
         # per batch: an int key (~40 B) and its SortedList slot, four array cells (24 B)
-        return len(self._pending) * 72
+        return len(self._recent) * 72
 
     # ------------------------------------------------------------------ reading
-
-    def entries_after(self, after: tuple[int, int] | None) -> Iterator[Entry]:
-        """Every entry that may hold a record with key > `after`, in key order. The first may
-        be the batch that holds `after` itself (the caller skips its consumed records)."""
-        runs = []
-        if len(self._columns[0]):
-            runs.append(self._iter_columns(self.start_in_columns(after)))
-        if self._pending:
-            runs.append(self.iter_pending(after))
-        if not runs:
-            return iter(())
-        if len(runs) == 1:
-            return runs[0]
-        return heapq.merge(*runs)
 
     def start_in_columns(self, after: tuple[int, int] | None) -> int:
         """Index of the first persisted entry that may hold a record with key > `after`."""
@@ -204,17 +191,6 @@ class DeliverAfterIndex(AbstractIndex):
             j -= 1  # the batch holding the cursor still has records after it
         return j
 
-    def _iter_columns(self, start: int) -> Iterator[Entry]:
-        cols = self._columns
-        n = len(cols[0])
-        i = start
-        chunk = _FIRST_CHUNK
-        while i < n:
-            j = min(n, i + chunk)
-            yield from zip(*(c[i:j].tolist() for c in cols), strict=True)
-            i = j
-            chunk = min(chunk * 4, _MAX_CHUNK)
-
-    def iter_pending(self, after: tuple[int, int] | None) -> Iterator[Entry]:
+    def iter_recent(self, after: tuple[int, int] | None) -> Iterator[Entry]:
         """In-memory entries that may hold a record with key > `after`, in key order."""
-        return self._pending.entries(self._pending.start_after(after))
+        return self._recent.entries(self._recent.start_after(after))

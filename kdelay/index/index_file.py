@@ -22,20 +22,18 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import crc32c
 import numpy as np
 
 from .. import fsio
+from ..errors import IndexFileError
 
 HEADER = struct.Struct("<8sqqqqqqII")
 HEADER_SIZE = HEADER.size
 assert HEADER_SIZE == 64
-
-
-class IndexFileError(Exception):
-    """A persisted index is missing, stale or corrupt (internal: triggers a rebuild)."""
 
 
 class IndexMeta(NamedTuple):
@@ -65,18 +63,59 @@ def read_meta(path: str, magic: bytes) -> tuple[IndexMeta, int]:
     return _parse_header(head, path, magic)
 
 
-def _parse_header(head: bytes, path: str, magic: bytes) -> tuple[IndexMeta, int]:
+class RawHeader(NamedTuple):
+    """An index header as found, before any check but its length."""
+
+    magic: bytes
+    meta: IndexMeta
+    data_crc: int
+    header_crc_ok: bool
+
+
+def unpack_header(head: bytes) -> RawHeader | None:
+    """The one parse of the 64-byte header; None if `head` is shorter than a header."""
     if len(head) < HEADER_SIZE:
+        return None
+    fields = HEADER.unpack_from(head)
+    return RawHeader(fields[0], IndexMeta(fields[1], fields[2], fields[3], fields[4]),
+                     fields[7], crc32c.crc32c(head[:56]) == fields[8])
+
+
+class Mismatch(NamedTuple):
+    """Why an index is not current for its .log: `field` ("base_offset" or "log_bytes")
+    holds `found` in the index header where the segment has `expected`."""
+
+    field: str
+    found: int
+    expected: int
+
+
+def currency_mismatches(meta: IndexMeta, *, base_offset: int | None,
+                        log_bytes: int | None) -> list[Mismatch]:
+    """The one rule for "is this index current for this .log?": it must name the segment's
+    base offset and have been built from exactly `log_bytes` of the .log (checksums are
+    checked separately). Returns every mismatch, empty when current; a None argument is
+    unknown to the caller and not checked."""
+    out = []
+    if base_offset is not None and meta.base_offset != base_offset:
+        out.append(Mismatch("base_offset", meta.base_offset, base_offset))
+    if log_bytes is not None and meta.log_bytes != log_bytes:
+        out.append(Mismatch("log_bytes", meta.log_bytes, log_bytes))
+    return out
+
+
+def _parse_header(head: bytes, path: str, magic: bytes) -> tuple[IndexMeta, int]:
+    raw = unpack_header(head)
+    if raw is None:
         raise IndexFileError(f"{path}: truncated header")
-    fields = HEADER.unpack(head)
-    if fields[0] != magic:
-        raise IndexFileError(f"{path}: bad magic {fields[0]!r}")
-    if crc32c.crc32c(head[:56]) != fields[8]:
+    if raw.magic != magic:
+        raise IndexFileError(f"{path}: bad magic {raw.magic!r}")
+    if not raw.header_crc_ok:
         raise IndexFileError(f"{path}: header checksum mismatch")
-    meta = IndexMeta(fields[1], fields[2], fields[3], fields[4])
+    meta = raw.meta
     if meta.entries < 0 or meta.log_bytes < 0:
         raise IndexFileError(f"{path}: negative sizes in header")
-    return meta, fields[7]
+    return meta, raw.data_crc
 
 
 def load_index(path: str, magic: bytes, dtypes: list[np.dtype], *, base_offset: int,
@@ -92,10 +131,11 @@ def load_index(path: str, magic: bytes, dtypes: list[np.dtype], *, base_offset: 
         raise IndexFileError(f"{path}: {e}") from None
     with f:
         meta, data_crc = _parse_header(f.read(HEADER_SIZE), path, magic)
-        if meta.base_offset != base_offset:
+        mismatches = currency_mismatches(meta, base_offset=base_offset, log_bytes=log_bytes)
+        if mismatches and mismatches[0].field == "base_offset":
             raise IndexFileError(
                 f"{path}: base offset {meta.base_offset}, expected {base_offset}")
-        if meta.log_bytes != log_bytes:
+        if mismatches:
             raise IndexFileError(
                 f"{path}: stale (covers {meta.log_bytes} log bytes, the log has {log_bytes})")
         widths = [np.dtype(d).itemsize for d in dtypes]
@@ -120,3 +160,76 @@ def load_index(path: str, magic: bytes, dtypes: list[np.dtype], *, base_offset: 
         columns.append(data[pos:pos + n].view(d))
         pos += n
     return meta, columns
+
+
+# ---------------------------------------------------------------------------- lenient reading
+
+
+@dataclass
+class IndexReading:
+    """A persisted index read without trusting it, for tools: `problems` lists what is
+    wrong with the file itself (empty when header and data checksums hold); `columns` are
+    the entries (None when the file is too damaged to hold them); `magic` is what the file
+    says it is (None if unread)."""
+
+    path: str
+    meta: IndexMeta | None = None
+    columns: list[np.ndarray] | None = None
+    header_crc_ok: bool = False
+    data_crc_ok: bool = False
+    problems: list[str] = field(default_factory=list)
+    missing: bool = False
+    magic: bytes | None = None
+
+    @property
+    def entries(self) -> int:
+        return 0 if self.columns is None else len(self.columns[0])
+
+
+def read_lenient(path: str, magic: bytes, dtypes: list[np.dtype]) -> IndexReading:
+    """Read whatever an index file holds and say why it is unreadable, never raising for
+    damage (IsADirectoryError propagates: the caller asked for the wrong thing). Reads the
+    whole file; O(file size)."""
+    out = IndexReading(path)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        out.missing = True
+        out.problems.append("missing")
+        return out
+    except IsADirectoryError:
+        raise
+    except OSError as e:
+        out.problems.append(f"unreadable: {e.strerror}")
+        return out
+    head = unpack_header(raw)
+    if head is None:
+        out.problems.append(f"truncated: {len(raw)} bytes, shorter than the "
+                            f"{HEADER_SIZE}-byte header")
+        return out
+    out.magic = head.magic
+    if head.magic != magic:
+        out.problems.append(f"not a kdelay index: magic {head.magic!r}, expected {magic!r}")
+        return out
+    out.header_crc_ok = head.header_crc_ok
+    if not out.header_crc_ok:
+        out.problems.append("header checksum mismatch")
+        return out
+    out.meta = meta = head.meta
+    n = meta.entries
+    body = raw[HEADER_SIZE:]
+    entry_size = sum(np.dtype(d).itemsize for d in dtypes)
+    if n < 0 or len(body) != n * entry_size:
+        out.problems.append(f"{len(raw)} bytes, but the header's {n} entries need "
+                            f"{HEADER_SIZE + max(n, 0) * entry_size}")
+        return out
+    out.data_crc_ok = crc32c.crc32c(body) == head.data_crc
+    if not out.data_crc_ok:
+        out.problems.append("data checksum mismatch")
+    cols, pos = [], 0
+    for d in dtypes:
+        cols.append(np.frombuffer(body, dtype=d, count=n, offset=pos))
+        pos += n * np.dtype(d).itemsize
+    out.columns = cols
+    return out

@@ -12,6 +12,8 @@ from .base import AppendOnlyIndex
 class OffsetIndex(AppendOnlyIndex):
     MAGIC = b"KOFFIDX1"
     DTYPES = [np.dtype("<i8"), np.dtype("<i8")]  # offset, position
+    NAME = "offset index"
+    COLUMNS = ("offset", "position")
 
     def lookup(self, offset: int) -> int:
         """Byte position from which to scan for `offset` (0 if before every entry)."""

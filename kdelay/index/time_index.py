@@ -12,6 +12,8 @@ from .base import AppendOnlyIndex
 class TimeIndex(AppendOnlyIndex):
     MAGIC = b"KTIMIDX1"
     DTYPES = [np.dtype("<i8"), np.dtype("<i8")]  # timestamp, offset
+    NAME = "time index"
+    COLUMNS = ("timestamp", "offset")
 
     def offset_before(self, timestamp: int) -> int | None:
         """The offset of the last entry whose timestamp is < `timestamp` (scan from there)."""

@@ -617,12 +617,3 @@ def _decode_headers(data: bytes, pos: int, count: int, end: int) -> list:
     if pos != end:
         raise ValueError("record length disagrees with its headers")
     return out
-
-
-def to_kafka_v2(batch: bytes) -> bytes:
-    """The same batch as a plain Kafka v2 RecordBatch: drop deliverAfter, magic 2, new CRC."""
-    h = parse_header(batch)
-    body = batch[CRC_START:DELIVER_AFTER_OFFSET] + batch[DELIVER_AFTER_OFFSET + 8: h.size]
-    head = struct.pack(">qiibI", h.base_offset, h.batch_length - 8, h.leader_epoch, 2,
-                       crc32c.crc32c(body))
-    return head + body

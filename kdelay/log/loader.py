@@ -5,6 +5,13 @@ indexes and no log data is read. After an unclean shutdown, segments at or past 
 point (the part not known to be fsync'd) are scanned batch by batch with CRCs and cut at the
 first torn or corrupt batch; segments before it keep their indexes, and any index that is
 missing, stale or corrupt is rebuilt from its .log and persisted again.
+
+Small files this module owns (each replaced atomically, fsio.atomic_write):
+- `recovery-point-offset-checkpoint`: ASCII "kdelay-recovery-point v1\n<offset>\nend
+  <offset>\n". Offsets below it are known fsync'd; anything unreadable means 0.
+- `.kdelay_cleanshutdown`: written last by a clean close; its ASCII decimal body is the
+  log clock then (empty or unreadable: 0). Removed before the first change after open.
+- `.lock`: empty; flock'd while a Log holds the directory.
 """
 
 from __future__ import annotations
@@ -13,23 +20,23 @@ import fcntl
 import logging
 import os
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .. import fsio
-from ..errors import CorruptLogError, LogLockedError
-from ..index.index_file import IndexFileError
-from .segment import (
+from ..errors import CorruptLogError, IndexFileError, LogLockedError
+from .files import (
+    CLEAN_SHUTDOWN_FILE,
     INDEX_SUFFIXES,
+    LOCK_FILE,
     LOG_SUFFIX,
-    LogSegment,
-    parse_segment_name,
+    RECOVERY_POINT_FILE,
+    inventory,
     segment_file,
 )
+from .segment import LogSegment
 
 log = logging.getLogger("kdelay")
 
-CLEAN_SHUTDOWN_FILE = ".kdelay_cleanshutdown"
-RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
-LOCK_FILE = ".lock"
 _CHECKPOINT_TAG = "kdelay-recovery-point v1"
 
 
@@ -76,6 +83,50 @@ def write_recovery_point(directory: str, offset: int) -> None:
     fsio.atomic_write(os.path.join(directory, RECOVERY_POINT_FILE), data)
 
 
+def read_clock_floor(directory: str) -> int:
+    """The log clock at the last clean close, kept in the clean-shutdown marker (0 if the
+    marker is absent, unreadable, or predates this field)."""
+    raw = fsio.read_small(os.path.join(directory, CLEAN_SHUTDOWN_FILE)) or b""
+    try:
+        return max(0, int(raw.decode("ascii").strip() or 0))
+    except (UnicodeDecodeError, ValueError):
+        return 0
+
+
+class OpenedDirectory(NamedTuple):
+    lock_fd: int                # holds the directory's lock
+    segments: list[LogSegment]  # at least one; the last is the active segment
+    report: LoadReport
+    marker_present: bool        # the clean-shutdown marker is still on disk
+    clock_floor: int            # the log clock at the last clean close (0: unknown)
+
+
+def open_directory(directory: str, index_interval_bytes: int) -> OpenedDirectory:
+    """Lock the directory (creating it if missing), load and if need be recover its
+    segments, and create the first segment of an empty log.
+
+    The clean-shutdown marker stays until the Log's first change to the segments: until
+    then the directory is exactly as the clean close left it, so a crash is still a clean
+    shutdown, and a clean open writes nothing (apart from repairing a damaged index)."""
+    os.makedirs(directory, exist_ok=True)
+    lock_fd = take_lock(directory)
+    try:
+        segments, report = load_segments(directory, index_interval_bytes)
+        if not segments:
+            segments = [LogSegment.create(directory, 0)]
+            fsio.fsync_dir(directory)
+        marker_present = os.path.exists(os.path.join(directory, CLEAN_SHUTDOWN_FILE))
+        floor = read_clock_floor(directory) if marker_present else 0
+        if not marker_present and not report.clean:
+            # recovered segments are whole and fsync'd from here on
+            segments[-1].flush()
+            write_recovery_point(directory, segments[-1].base_offset)
+    except BaseException:
+        os.close(lock_fd)
+        raise
+    return OpenedDirectory(lock_fd, segments, report, marker_present, floor)
+
+
 def load_segments(directory: str, index_interval_bytes: int) -> tuple[list[LogSegment],
                                                                       LoadReport]:
     report = LoadReport()
@@ -106,11 +157,15 @@ def load_segments(directory: str, index_interval_bytes: int) -> tuple[list[LogSe
                     # The last segment takes the appends: a damaged tail left there would
                     # sit in front of every new batch (unreadable by offset, and cut off by
                     # the next crash recovery together with the acknowledged batches).
+                    last = i == len(bases) - 1
                     seg, _, damaged = _recover(directory, base, index_interval_bytes, report,
-                                               truncate=i == len(bases) - 1)
-                    # Persisting an index of a damaged segment would make the next open
-                    # trust it and hide the damage: keep it in memory, rebuild next time.
-                    if i < len(bases) - 1 and not damaged:
+                                               truncate=last)
+                    # Persist the rebuilt indexes (atomically), so the damage is repaired
+                    # once: a repair is the one write a clean open may make. Not for a
+                    # damaged sealed segment: an index of it would make the next open trust
+                    # it and hide the damage (keep it in memory, rebuild next time); the
+                    # last segment's damage was cut off, so it is whole again.
+                    if last or not damaged:
                         seg.persist_indexes()
             segments.append(seg)
             if cut and i < len(bases) - 1:
@@ -151,27 +206,11 @@ def _recover(directory: str, base: int, interval: int, report: LoadReport, *,
 
 def _tidy_directory(directory: str, report: LoadReport) -> list[int]:
     """Remove leftovers (temp files, indexes without a .log); return the segment bases."""
-    names = os.listdir(directory)
-    logs = set()
-    others = []
-    for name in names:
-        if name.endswith(".tmp") or name.endswith(".deleted"):
-            fsio.unlink(os.path.join(directory, name))
-            report.orphans_removed += 1
-            continue
-        parsed = parse_segment_name(name)
-        if parsed is None:
-            continue
-        base, suffix = parsed
-        if suffix == LOG_SUFFIX:
-            logs.add(base)
-        elif suffix in INDEX_SUFFIXES:
-            others.append((base, name))
-    for base, name in others:
-        if base not in logs:
-            fsio.unlink(os.path.join(directory, name))
-            report.orphans_removed += 1
-    return sorted(logs)
+    bases, leftovers = inventory(directory)
+    for name in leftovers:
+        fsio.unlink(os.path.join(directory, name))
+        report.orphans_removed += 1
+    return bases
 
 
 def _delete_files(directory: str, base: int) -> None:

@@ -10,97 +10,23 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from typing import NamedTuple
 
 from .. import fsio
-from ..errors import CorruptLogError
+from ..errors import CorruptLogError, IndexFileError
 from ..index.deliver_after_index import DeliverAfterIndex, Entry
-from ..index.index_file import IndexFileError
 from ..index.offset_index import OffsetIndex
 from ..index.time_index import TimeIndex
 from . import codec
-
-LOG_SUFFIX = ".log"
-INDEX_SUFFIX = ".index"
-TIMEINDEX_SUFFIX = ".timeindex"
-DLYINDEX_SUFFIX = ".dlyindex"
-INDEX_SUFFIXES = (INDEX_SUFFIX, TIMEINDEX_SUFFIX, DLYINDEX_SUFFIX)
-_SCAN_CHUNK = 8 << 20
-
-
-def segment_name(base_offset: int) -> str:
-    """Kafka's naming: the base offset zero-padded to 20 digits."""
-    return f"{base_offset:020d}"
-
-
-def segment_file(directory: str, base_offset: int, suffix: str) -> str:
-    """The path of one of a segment's files, e.g. `segment_file(d, 0, LOG_SUFFIX)`."""
-    return os.path.join(directory, segment_name(base_offset) + suffix)
-
-
-def parse_segment_name(filename: str) -> tuple[int, str] | None:
-    stem, dot, suffix = filename.partition(".")
-    if not dot or len(stem) != 20 or not stem.isdigit():
-        return None
-    return int(stem), "." + suffix
-
-
-class ScanResult(NamedTuple):
-    """What a scan of a .log found: every good batch, where the good bytes end, and the
-    problem that stopped it (None if it reached the end cleanly)."""
-
-    entries: list[Entry]
-    max_timestamps: list[int]
-    valid_bytes: int
-    next_offset: int
-    error: CorruptLogError | None
-
-
-def scan_log(fd: int, path: str, base_offset: int, *, start: int = 0, end: int | None = None,
-             check_crc: bool = True, expected_offset: int | None = None,
-             index_bad_crc: bool = False) -> ScanResult:
-    """Walk the batches of a .log from `start`, checking framing, offset continuity and
-    (optionally) CRCs; stops at the first problem (with `index_bad_crc`, a batch whose
-    framing is sound but whose CRC fails is listed and the walk goes on). Reads in large
-    chunks, so a scan costs one syscall per few MiB, and per batch only a header parse and
-    a CRC."""
-    if end is None:
-        end = os.fstat(fd).st_size
-    entries: list[Entry] = []
-    max_ts: list[int] = []
-    pos = start
-    next_offset = base_offset if expected_offset is None else expected_offset
-    buf = b""
-    buf_pos = pos
-    error = None
-    while pos < end:
-        rel = pos - buf_pos
-        if len(buf) - rel < codec.HEADER_SIZE:
-            buf = fsio.pread(fd, max(_SCAN_CHUNK, codec.HEADER_SIZE), pos)
-            buf_pos, rel = pos, 0
-        try:
-            h = codec.parse_header(buf, rel, path=path, file_pos=pos, available=end - pos)
-            if len(buf) - rel < h.size:
-                buf = fsio.pread(fd, max(_SCAN_CHUNK, h.size), pos)
-                buf_pos, rel = pos, 0
-            if h.base_offset != next_offset:
-                raise CorruptLogError(
-                    f"batch base offset {h.base_offset}, expected {next_offset}", path, pos)
-            if check_crc:
-                try:
-                    codec.check_crc(buf, rel, h, path=path, file_pos=pos)
-                except CorruptLogError as e:
-                    if not index_bad_crc:
-                        raise
-                    error = error or e
-        except CorruptLogError as e:
-            error = error or e
-            break
-        entries.append((h.deliver_after, h.base_offset, pos, h.last_offset_delta, h.size))
-        max_ts.append(h.max_timestamp)
-        next_offset = h.last_offset + 1
-        pos += h.size
-    return ScanResult(entries, max_ts, pos, next_offset, error)
+from .files import (
+    DLYINDEX_SUFFIX,
+    INDEX_SUFFIX,
+    INDEX_SUFFIXES,
+    LOG_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    segment_file,
+    segment_name,
+)
+from .walker import iter_headers, scan_log
 
 
 class LogSegment:
@@ -134,7 +60,6 @@ class LogSegment:
 
     def path(self, suffix: str) -> str:
         return segment_file(self.directory, self.base_offset, suffix)
-
 
     # ------------------------------------------------------------------ opening
 
@@ -242,10 +167,6 @@ class LogSegment:
         self.time_index.persist(self.path(TIMEINDEX_SUFFIX), **kw)
         self.dly_index.persist(self.path(DLYINDEX_SUFFIX), **kw)
 
-    def truncate_to(self, size: int) -> None:
-        fsio.truncate(self.fd, size)
-        self.size = size
-
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
@@ -260,10 +181,6 @@ class LogSegment:
             fsio.unlink(self.path(suffix))
 
     # ------------------------------------------------------------------ reading
-
-    def read_batch(self, position: int, size: int, expected_base: int) -> bytes:
-        """The verified bytes of the batch at `position` (see read_verified)."""
-        return self.read_verified(position, size, expected_base)[1]
 
     def read_verified(self, position: int, size: int, expected_base: int
                       ) -> tuple[codec.BatchHeader, bytes]:
@@ -280,13 +197,7 @@ class LogSegment:
 
     def batch_headers(self, start: int = 0) -> Iterator[tuple[int, codec.BatchHeader]]:
         """(position, header) of each batch from byte `start`, reading headers only."""
-        pos = start
-        while pos < self.size:
-            head = fsio.pread(self.fd, codec.HEADER_SIZE, pos)
-            h = codec.parse_header(head, path=self.log_path, file_pos=pos,
-                                   available=self.size - pos)
-            yield pos, h
-            pos += h.size
+        return iter_headers(self.fd, self.log_path, start, self.size)
 
     def find_batch(self, offset: int) -> tuple[int, codec.BatchHeader] | None:
         """The batch holding `offset`, found via the sparse offset index."""

@@ -14,9 +14,7 @@ import numpy as np
 # Values below _THRESHOLDS[k] fit in k + 1 bytes; searchsorted turns that into a size in one call.
 _THRESHOLDS = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)
 _SEVEN = [np.uint64(7 * j) for j in range(10)]
-_LOW7 = np.uint64(0x7F)
 _U1 = np.uint64(1)
-_U7 = np.uint64(7)
 _ARANGE10 = np.arange(10)
 
 
@@ -39,25 +37,6 @@ def _unzigzag_small(v: np.ndarray) -> np.ndarray:
 def sizes(unsigned: np.ndarray) -> np.ndarray:
     """Bytes each (already zigzagged) value takes as a varint."""
     return np.searchsorted(_THRESHOLDS, unsigned, side="right") + 1
-
-
-def encode(unsigned: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
-    """The varint bytes of every value, concatenated in order (uint8 array).
-
-    `nbytes` must be `sizes(unsigned)`; it is passed in because callers need it anyway.
-    """
-    flat = unsigned.ravel()
-    n = flat.shape[0]
-    sz = nbytes.ravel()
-    width = int(sz.max()) if n else 1
-    if width == 1:
-        return flat.astype(np.uint8)
-    mat = np.empty((n, width), dtype=np.uint8)
-    for j in range(width):
-        group = (flat >> _SEVEN[j]) & _LOW7
-        more = sz > j + 1
-        mat[:, j] = group | (more.astype(np.uint64) << _U7)
-    return mat[_ARANGE10[:width] < sz[:, None]]
 
 
 def decode_at(buf: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

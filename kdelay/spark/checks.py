@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from ..log.segment import segment_file
+from ..log.files import segment_bases, segment_file
 from . import register, scan
 
 MAX_PROBLEMS_PER_CHECK = 1000  # a badly damaged log would otherwise flood the report
@@ -208,7 +208,7 @@ def _message(r) -> str:
 
 def _report(rows: list, with_topic: bool, parts: list[scan.PartitionDir]) -> VerifyReport:
     dirs = {(p.topic, p.partition): p.path for p in parts}
-    last_segment = {(p.topic, p.partition): (scan.segment_bases(p.path) or [None])[-1]
+    last_segment = {(p.topic, p.partition): (segment_bases(p.path) or [None])[-1]
                     for p in parts}
     clean = {(p.topic, p.partition): scan.cleanly_closed(p.path) for p in parts}
     problems: list[Problem] = []
@@ -237,7 +237,7 @@ def _report(rows: list, with_topic: bool, parts: list[scan.PartitionDir]) -> Ver
         problems.append(Problem(kind, file, r["position"], _message(r)))
     order = {k: i for i, k in enumerate(("framing", "crc", "offset", "index", "due-order"))}
     problems.sort(key=lambda p: (order[p.kind], p.file, p.position or 0))
-    segments = sum(len(scan.segment_bases(p.path)) for p in parts)
+    segments = sum(len(segment_bases(p.path)) for p in parts)
     unusable = totals.get("index-file", 0)
     counts = {
         "partitions": len(parts), "segments": segments, "batches": batches, "records": records,

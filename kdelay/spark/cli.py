@@ -17,6 +17,8 @@ import time
 
 from pyspark.sql import SparkSession
 
+from ..clock import wall_clock
+
 # readable forecast windows: (Spark interval, seconds, short label)
 _SCALES = [("1 second", 1), ("5 seconds", 5), ("10 seconds", 10), ("30 seconds", 30),
            ("1 minute", 60), ("5 minutes", 300), ("10 minutes", 600), ("30 minutes", 1800),
@@ -72,16 +74,27 @@ def local_session(cores: int = 2, *, verbose: bool = True) -> SparkSession:
     return spark
 
 
-def cli_spark_verify(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="kdelay spark-verify",
-                                description="Offline checks of a kdelay log, run in Spark")
+def _parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The options both Spark commands take: a path, the local cores, --verbose."""
+    p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("path", help="a partition directory or a directory of name-i partitions")
-    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--cores", type=int, default=2, help="local Spark cores (default 2)")
     p.add_argument("--verbose", action="store_true", help="let Spark and Java log as usual")
+    return p
+
+
+def _is_dir(p: argparse.ArgumentParser, path: str) -> bool:
+    if not os.path.isdir(path):
+        print(f"{p.prog}: no such directory: {path}", file=sys.stderr)
+        return False
+    return True
+
+
+def cli_spark_verify(argv: list[str] | None = None) -> int:
+    p = _parser("kdelay spark-verify", "Offline checks of a kdelay log, run in Spark")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     args = p.parse_args(argv)
-    if not os.path.isdir(args.path):
-        print(f"kdelay spark-verify: no such directory: {args.path}", file=sys.stderr)
+    if not _is_dir(p, args.path):
         return 2
     from .checks import verify
 
@@ -119,11 +132,8 @@ def human_ms(ms: int) -> str:
 
 
 def cli_forecast(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="kdelay forecast",
-        description="Records coming due, per time window from now (pending records only, "
-                    "unless --all)")
-    p.add_argument("path", help="a partition directory or a directory of name-i partitions")
+    p = _parser("kdelay forecast", "Records coming due, per time window from now (pending "
+                                   "records only, unless --all)")
     p.add_argument("--window", default=None,
                    help='a Spark interval such as "1 minute" (default: chosen to show the '
                         'pending span in about 30 windows)')
@@ -131,18 +141,15 @@ def cli_forecast(argv: list[str] | None = None) -> int:
                    help="every record ever written, due or not (default: only pending ones)")
     p.add_argument("--pending", action="store_true", help=argparse.SUPPRESS)  # the default
     p.add_argument("--png", help="also draw the forecast as a bar chart into this PNG file")
-    p.add_argument("--cores", type=int, default=2, help="local Spark cores (default 2)")
-    p.add_argument("--verbose", action="store_true", help="let Spark and Java log as usual")
     args = p.parse_args(argv)
-    if not os.path.isdir(args.path):
-        print(f"kdelay forecast: no such directory: {args.path}", file=sys.stderr)
+    if not _is_dir(p, args.path):
         return 2
     from pyspark.sql import functions as F
 
     from .forecasting import forecast, plot
 
     spark, owned = _session(args.cores, args.verbose)
-    now = time.time_ns() // 1_000_000
+    now = wall_clock()
     after = None if args.all else now
     try:
         window = args.window

@@ -29,11 +29,8 @@ from sortedcontainers import SortedList
 from ..errors import CorruptLogError
 from ..index.deliver_after_index import DeliverAfterIndex
 from ..index.index_file import IndexFileError
-from ..log import codec, horizon
-from ..log.segment import DLYINDEX_SUFFIX, segment_file
-from . import scan
-
-_READ_BYTES = 4 << 20
+from ..log import codec, horizon, walker
+from ..log.files import DLYINDEX_SUFFIX, LOG_SUFFIX, PartitionDir, segment_bases, segment_file
 
 
 class BatchRef(tuple):
@@ -56,7 +53,7 @@ class _Segment:
 
 
 class LivePartition:
-    def __init__(self, part: scan.PartitionDir, floor: tuple[int, int] = (-1, -1)):
+    def __init__(self, part: PartitionDir, floor: tuple[int, int] = (-1, -1)):
         self.part = part
         self.floor = floor  # (deliver_after, offset): consumed; keep only keys above it
         self.batches: SortedList = SortedList()
@@ -96,7 +93,7 @@ class LivePartition:
         bound = horizon.read_bound(self.part.path, now)
         state = horizon.read_state(self.part.path)
         idle_writer = state is not None and not state[0]
-        bases = scan.segment_bases(self.part.path)
+        bases = segment_bases(self.part.path)
         for gone in set(self._segments) - set(bases):  # deleted by retention
             del self._segments[gone]
         for i, base in enumerate(bases):
@@ -121,7 +118,7 @@ class LivePartition:
         return (da, last) > self.floor
 
     def _from_index(self, base: int) -> bool:
-        path = scan.log_path(self.part.path, base)
+        path = segment_file(self.part.path, base, LOG_SUFFIX)
         try:
             size = os.path.getsize(path)
             idx = DeliverAfterIndex.load(segment_file(self.part.path, base, DLYINDEX_SUFFIX),
@@ -136,43 +133,29 @@ class LivePartition:
 
     def _walk(self, base: int, seg: _Segment, idle_writer: bool) -> bool:
         """Catalogue the whole, CRC-valid batches appended to segment `base` since the last
-        walk; stop at the first batch that is not (yet) whole and valid. True when the walk
-        reached the end of the file."""
-        path = scan.log_path(self.part.path, base)
+        walk (the shared walker's framing parse); stop at the first batch that is not (yet)
+        whole and valid. True when the walk reached the end of the file."""
+        path = segment_file(self.part.path, base, LOG_SUFFIX)
         if seg.next_offset < 0:
             seg.next_offset = base
         fd = os.open(path, os.O_RDONLY)
         try:
             size = os.fstat(fd).st_size
-            pos = seg.walked
-            while pos < size:
-                buf = os.pread(fd, min(_READ_BYTES, size - pos), pos)
-                rel = 0
-                while rel + codec.HEADER_SIZE <= len(buf):
-                    try:
-                        h = codec.parse_header(buf, rel, path=path, file_pos=pos + rel,
-                                               available=size - pos - rel)
-                    except CorruptLogError:
-                        return self._bad(seg, pos + rel, idle_writer, path)
-                    if rel + h.size > len(buf):
-                        if rel == 0:  # one batch bigger than the read: read it whole
-                            buf = os.pread(fd, h.size, pos)
-                            if len(buf) < h.size:
-                                return False
-                        else:
-                            break
+            frames = walker.frames(lambda pos, n: os.pread(fd, n, pos), seg.walked, size,
+                                   path=path)
+            try:
+                for pos, h, buf, rel in frames:
                     if h.base_offset != seg.next_offset or not codec.crc_ok(buf, rel, h):
-                        return self._bad(seg, pos + rel, idle_writer, path)
+                        return self._bad(seg, pos, idle_writer, path)
                     if self._keep(h.deliver_after, h.last_offset):
                         self.batches.add(BatchRef(h.deliver_after, h.base_offset,
-                                                  h.last_offset, base, pos + rel, h.size))
+                                                  h.last_offset, base, pos, h.size))
                     seg.next_offset = h.last_offset + 1
-                    rel += h.size
-                    seg.walked = pos + rel
+                    seg.walked = pos + h.size
                     seg.bad_at = -1
-                if rel == 0:
-                    return False  # a header not yet whole: still being written
-                pos += rel
+            except CorruptLogError as e:  # not whole yet (or damaged): see _bad
+                return self._bad(seg, e.position if e.position is not None else seg.walked,
+                                 idle_writer, path)
         finally:
             os.close(fd)
         return True

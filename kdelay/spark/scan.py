@@ -15,7 +15,6 @@ what the filters keep (Spark re-applies them), never a subset.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -25,20 +24,19 @@ from ..errors import CorruptLogError
 from ..index.deliver_after_index import DeliverAfterIndex
 from ..index.index_file import IndexFileError
 from ..index.offset_index import OffsetIndex
-from ..log import codec
-from ..log.loader import CLEAN_SHUTDOWN_FILE
-from ..log.segment import (
+from ..log import codec, files, walker
+from ..log.files import (
     DLYINDEX_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
-    parse_segment_name,
+    PartitionDir,
+    segment_bases,
     segment_file,
 )
 from .columnar import PAD, ChunkBatch
 
 CHUNK_BYTES = 8 << 20  # bytes of .log per read (and per Arrow batch, roughly)
 _MAX_GAP = 64 << 10  # selected batches closer than this are read together
-_PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>\d+)$")
 _LONG_MIN = -(1 << 63)
 _LONG_MAX = (1 << 63) - 1
 
@@ -46,49 +44,23 @@ _LONG_MAX = (1 << 63) - 1
 # ---------------------------------------------------------------------------- layout
 
 
-@dataclass(frozen=True)
-class PartitionDir:
-    path: str
-    topic: str | None = None
-    partition: int | None = None
-
-
-def segment_bases(directory: str) -> list[int]:
-    bases = []
-    for name in os.listdir(directory):
-        parsed = parse_segment_name(name)
-        if parsed is not None and parsed[1] == LOG_SUFFIX:
-            bases.append(parsed[0])
-    return sorted(bases)
-
-
 def discover(path: str) -> tuple[bool, list[PartitionDir]]:
     """(topic layout?, partition directories). `path` is a partition directory (it holds
-    .log segments, or nothing at all) or a directory of Kafka-style `name-i` partition
+    segment files, or nothing at all) or a directory of Kafka-style `name-i` partition
     directories."""
     path = os.path.abspath(path)
     if not os.path.isdir(path):
         raise FileNotFoundError(f"kdelay: no such directory: {path}")
-    if segment_bases(path):
-        return False, [PartitionDir(path)]
-    parts = []
-    for name in sorted(os.listdir(path)):
-        m = _PARTITION_DIR.match(name)
-        full = os.path.join(path, name)
-        if m and os.path.isdir(full):
-            parts.append(PartitionDir(full, m["topic"], int(m["partition"])))
+    under_root, found = files.find_partitions(path)
+    parts = [p for p in found if p.topic is not None] if under_root else []
     if not parts:
         return False, [PartitionDir(path)]
     parts.sort(key=lambda p: (p.topic, p.partition))
     return True, parts
 
 
-def log_path(directory: str, base: int) -> str:
-    return segment_file(directory, base, LOG_SUFFIX)
-
-
 def cleanly_closed(directory: str) -> bool:
-    return os.path.exists(os.path.join(directory, CLEAN_SHUTDOWN_FILE))
+    return os.path.exists(os.path.join(directory, files.CLEAN_SHUTDOWN_FILE))
 
 
 # ---------------------------------------------------------------------------- bounds
@@ -171,7 +143,7 @@ def _segment_may_match(directory: str, base: int, nxt: int | None, bounds: Bound
     if ohi < base or (nxt is not None and olo >= nxt):
         return False
     try:
-        size = os.path.getsize(log_path(directory, base))
+        size = os.path.getsize(segment_file(directory, base, LOG_SUFFIX))
     except OSError:
         return True  # let the reader report it
     idx = load_dly_index(directory, base, size)
@@ -222,7 +194,7 @@ class SegmentReader:
                  check_crc: bool = True):
         self.directory = directory
         self.base = base
-        self.path = log_path(directory, base)
+        self.path = segment_file(directory, base, LOG_SUFFIX)
         self.bounds = bounds if bounds is not None else Bounds()
         self.use_index = use_index
         self.chunk_bytes = chunk_bytes
@@ -280,42 +252,34 @@ class SegmentReader:
 
     def _scan(self, fd: int, size: int, start: int,
               skip: set[int] | None = None) -> Iterator[Chunk]:
-        pos = start
-        while pos < size:
-            want = min(self.chunk_bytes, size - pos)
-            buf = self._read(fd, pos, want)
-            avail = len(buf) - PAD
-            rel = 0
-            batches: list[ChunkBatch] = []
-            while pos + rel < size:
-                if avail - rel < codec.HEADER_SIZE and pos + avail < size:
-                    break  # header straddles the chunk end: next chunk
-                try:
-                    h = codec.parse_header(buf, rel, path=self.path, file_pos=pos + rel,
-                                           available=size - (pos + rel))
-                except CorruptLogError as e:
+        """The walker's filtered mode: every header from `start`, keeping the batches in
+        bounds (and not in `skip`); a batch out of bounds costs its header parse only."""
+        def read(pos: int, length: int) -> bytearray:
+            return self._read(fd, pos, length)
+
+        buf: bytearray | None = None
+        buf_pos = 0
+        batches: list[ChunkBatch] = []
+        try:
+            keep = self.bounds.keep_batch
+            for fpos, h, fbuf, rel in walker.frames(read, start, size, path=self.path,
+                                                    chunk=self.chunk_bytes, pad=PAD):
+                if fbuf is not buf:  # a new read: hand on what the previous one held
                     if batches:
-                        yield Chunk(buf, pos, batches)
-                    self._fail(e)
-                    return
-                if rel + h.size > avail:
-                    if rel == 0:  # one batch bigger than a chunk: read it whole
-                        buf = self._read(fd, pos, h.size)
-                        avail = len(buf) - PAD
-                        if avail < h.size:
-                            self._fail(CorruptLogError("truncated batch", self.path, pos))
-                            return
-                    else:
-                        break
+                        yield Chunk(buf, buf_pos, batches)
+                    buf, buf_pos, batches = fbuf, fpos - rel, []
                 self.stats.batches_seen += 1
-                fp = pos + rel
-                if (skip is None or fp not in skip) and \
-                        self.bounds.keep_batch(h.deliver_after, h.base_offset, h.last_offset):
-                    batches.append(self._take(buf, rel, fp, h))
-                rel += h.size
-            if batches:
-                yield Chunk(buf, pos, batches)
-            pos += rel
+                if (skip is None or fpos not in skip) and \
+                        keep(h.deliver_after, h.base_offset, h.last_offset):
+                    batches.append(self._take(fbuf, rel, fpos, h))
+        except CorruptLogError as e:
+            error: CorruptLogError | None = e
+        else:
+            error = None
+        if batches:
+            yield Chunk(buf, buf_pos, batches)
+        if error is not None:
+            self._fail(error)
 
     def _take(self, buf: bytearray, rel: int, file_pos: int, h: codec.BatchHeader) -> ChunkBatch:
         self.stats.batches_read += 1

@@ -47,7 +47,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ..log.segment import DLYINDEX_SUFFIX, segment_file
+from ..log.files import DLYINDEX_SUFFIX, LOG_SUFFIX, segment_file, segment_name
 from . import columnar, scan
 from .columnar import TOPIC_FIELDS
 
@@ -303,7 +303,7 @@ def _index_batch(plan: scan.SegmentPlan, schema: pa.Schema, with_topic: bool) ->
     directory, base = plan.part.path, plan.base
     path = segment_file(directory, base, DLYINDEX_SUFFIX)
     try:
-        size = os.path.getsize(scan.log_path(directory, base))
+        size = os.path.getsize(segment_file(directory, base, LOG_SUFFIX))
         idx = DeliverAfterIndex.load(path, base_offset=base, log_bytes=size)
         status = None
     except (IndexFileError, OSError, ValueError) as e:
@@ -327,4 +327,4 @@ def _write_stats(directory: str, plan: scan.SegmentPlan, stats: scan.ScanStats) 
     tmp = os.path.join(directory, f".{uuid.uuid4().hex}.tmp")
     with open(tmp, "w") as f:
         json.dump(doc, f)
-    os.replace(tmp, os.path.join(directory, f"{plan.base:020d}-{uuid.uuid4().hex}.json"))
+    os.replace(tmp, os.path.join(directory, f"{segment_name(plan.base)}-{uuid.uuid4().hex}.json"))

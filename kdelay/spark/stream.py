@@ -41,6 +41,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from ..errors import CorruptLogError
 from ..log import codec
+from ..log.files import LOG_SUFFIX, segment_file
 from . import columnar, scan
 from .live import BatchRef, LivePartition
 
@@ -177,7 +178,7 @@ def read_range(part: scan.PartitionDir, start: tuple[int, int], end: tuple[int, 
             run = batches[i:j]
             fd = fds.get(seg)
             if fd is None:
-                path = scan.log_path(part.path, seg)
+                path = segment_file(part.path, seg, LOG_SUFFIX)
                 try:
                     fd = fds[seg] = os.open(path, os.O_RDONLY)
                 except FileNotFoundError:
@@ -186,7 +187,7 @@ def read_range(part: scan.PartitionDir, start: tuple[int, int], end: tuple[int, 
             buf = columnar.padded_buffer(total)
             chunk = []
             rel = 0
-            path = scan.log_path(part.path, seg)
+            path = segment_file(part.path, seg, LOG_SUFFIX)
             for da, base, last, _, pos, size in run:
                 got = os.preadv(fd, [memoryview(buf)[rel:rel + size]], pos)
                 h = codec.parse_header(buf, rel, path=path, file_pos=pos,

@@ -138,7 +138,7 @@ class KdelayWriter(DataSourceArrowWriter):
 
 def _targets(path: str, options: dict) -> list[str]:
     """The partition directories rows go to, by partition number."""
-    from ..topic import Topic
+    from ..clients.topic import Topic
 
     n = options.get("partitions")
     topic = options.get("topic")

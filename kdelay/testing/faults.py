@@ -284,7 +284,7 @@ def _fd_path(fd: int) -> str:
 def close_abandoned(log) -> None:
     """Drop an open Log as a crashed process would: close its descriptors (releasing the
     directory lock) without flushing, persisting or marking anything."""
-    for seg in list(getattr(log, "_segments", {}).values()):
+    for seg in list(getattr(log, "_segments", ())):
         if getattr(seg, "fd", -1) >= 0:
             with contextlib.suppress(OSError):
                 os.close(seg.fd)

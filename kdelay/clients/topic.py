@@ -1,0 +1,236 @@
+"""Topic: N partition Logs under one root, laid out and keyed as in Kafka.
+
+Partition `i` of topic `name` lives in `root/name-i`. The partition count is stored in
+`root/.kdelay-topics/name` (JSON, written atomically), so reopening with another count is
+refused instead of silently re-hashing keys onto different partitions. The metadata lives
+in a subdirectory because a 249-character name leaves no room for a suffix (plus the
+atomic write's ".tmp") within the file system's 255-byte name limit.
+
+Every partition Log gets an append listener that bumps the topic's `ActivitySignal`: a
+Consumer long-polling several partitions sleeps on that one signal (and on a timer to the
+earliest pending deliverAfter) instead of polling.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from collections.abc import Sequence
+
+from .. import fsio
+from ..clock import Clock
+from ..config import LogConfig
+from ..errors import InvalidRecordError, InvalidTopicError, KdelayError
+from ..partition import Log
+from ..records import AppendResult, Record
+from .partitioner import partition_for_key
+
+__all__ = ["META_DIR", "MAX_TOPIC_NAME_LENGTH", "ActivitySignal", "Topic", "validate_topic_name"]
+
+MAX_TOPIC_NAME_LENGTH = 249  # Kafka's limit (255 minus room for "-<partition>" suffixes)
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
+META_DIR = ".kdelay-topics"
+_META_FORMAT = "kdelay-topic v1"
+
+
+def validate_topic_name(name: object) -> str:
+    """Kafka's topic-name rules. These also keep every partition directory a direct child
+    of the root: no separator, and never "." or ".."."""
+    if not isinstance(name, str):
+        raise InvalidTopicError(f"topic name must be a str, got {type(name).__name__}")
+    if not name:
+        raise InvalidTopicError("topic name must not be empty")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name cannot be {name!r}")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(
+            f"topic name is {len(name)} characters; the maximum is {MAX_TOPIC_NAME_LENGTH}")
+    if not _LEGAL.fullmatch(name):
+        raise InvalidTopicError(
+            f"topic name {name!r} is illegal: only ASCII letters, digits, '.', '_' and '-'")
+    return name
+
+
+class ActivitySignal:
+    """A counter plus condition: waiters note `version`, check their sources, then
+    `wait(seen, ...)` returns at once if anything happened in between (no lost wake-up)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.version = 0
+
+    def bump(self) -> None:
+        with self._cond:
+            self.version += 1
+            self._cond.notify_all()
+
+    def wait(self, seen: int, timeout: float) -> None:
+        with self._cond:
+            if self.version == seen:
+                self._cond.wait(timeout)
+
+
+class Topic:
+    """Open with `Topic.open(root, name, partitions=N, config=..., clock=...)`."""
+
+    def __init__(self, root: str, name: str, logs: list[Log]):
+        self.root = root
+        self.name = name
+        self._logs = logs
+        self.signal = ActivitySignal()
+        for log in logs:
+            # every append wakes waiting consumers, however it is made
+            log.add_append_listener(self._wake)
+        self._rr_lock = threading.Lock()
+        self._next_keyless = 0
+        self._closed = False
+
+    @classmethod
+    def open(cls, root: str | os.PathLike, name: str, partitions: int | None = None,
+             config: LogConfig | None = None, clock: Clock | None = None) -> Topic:
+        """Open (creating if missing) topic `name` under `root`. `partitions` None means the
+        stored count (1 for a new topic); any other count than the stored one is refused."""
+        name = validate_topic_name(name)
+        if partitions is not None and (not isinstance(partitions, int)
+                                       or isinstance(partitions, bool) or partitions <= 0):
+            raise InvalidTopicError(f"partitions must be a positive int, got {partitions!r}")
+        root = os.fspath(root)
+        os.makedirs(root, exist_ok=True)
+        meta_path = os.path.join(root, META_DIR, name)
+        stored = _read_meta(meta_path, name)
+        found = _existing_partitions(root, name)
+        if stored is not None:
+            if found and max(found) >= stored:
+                raise InvalidTopicError(
+                    f"topic {name!r} in {root} is recorded with {stored} partitions but has a "
+                    f"directory for partition {max(found)}")
+            count = stored
+        elif found:
+            # directories without metadata (e.g. made by another tool): infer the count
+            count = max(found) + 1
+        else:
+            count = partitions if partitions is not None else 1
+        if partitions is not None and partitions != count:
+            raise InvalidTopicError(
+                f"topic {name!r} in {root} has {count} partitions; cannot reopen it with "
+                f"{partitions} (keys would map to other partitions)")
+        if stored is None:
+            if not os.path.isdir(os.path.dirname(meta_path)):
+                os.makedirs(os.path.dirname(meta_path), exist_ok=True)
+                fsio.fsync_dir(root)
+            body = {"format": _META_FORMAT, "name": name, "partitions": count}
+            fsio.atomic_write(meta_path, (json.dumps(body) + "\n").encode())
+        logs: list[Log] = []
+        try:
+            for i in range(count):
+                logs.append(Log.open(os.path.join(root, f"{name}-{i}"), config=config,
+                                     clock=clock))
+        except BaseException:
+            for log in logs:
+                log.close()
+            raise
+        return cls(root, name, logs)
+
+    def _wake(self, _result: AppendResult) -> None:
+        self.signal.bump()
+
+    # ------------------------------------------------------------------ access
+
+    @property
+    def partitions(self) -> int:
+        return len(self._logs)
+
+    def partition(self, i: int) -> Log:
+        if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < len(self._logs):
+            raise KdelayError(f"topic {self.name!r} has no partition {i!r} "
+                              f"(it has {len(self._logs)})")
+        return self._logs[i]
+
+    @property
+    def logs(self) -> list[Log]:
+        return list(self._logs)
+
+    def partition_for(self, key: bytes | None) -> int:
+        """Where a batch with this key goes: murmur2 for a key, round-robin without one."""
+        if key is None:
+            with self._rr_lock:
+                p = self._next_keyless % len(self._logs)
+                self._next_keyless += 1
+            return p
+        if not isinstance(key, (bytes, bytearray)):
+            raise InvalidRecordError(f"key must be bytes or None, got {type(key).__name__}")
+        return partition_for_key(bytes(key), len(self._logs))
+
+    # ------------------------------------------------------------------ writing
+
+    def send(self, records: Sequence[Record], *, key: bytes | None = None,
+             deliver_after: int | None = None) -> tuple[int, AppendResult]:
+        """Append one batch to the partition chosen from `key`, else the first record's key
+        (Kafka's default partitioner); keyless batches rotate over the partitions."""
+        if self._closed:
+            raise KdelayError(f"topic {self.name!r} is closed")
+        if key is None and isinstance(records, (list, tuple)) and records \
+                and isinstance(records[0], Record):
+            key = records[0].key
+        p = self.partition_for(key)
+        return p, self._logs[p].append(records, deliver_after=deliver_after)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Close every partition (each flushes and marks itself cleanly shut down)."""
+        if self._closed:
+            return
+        self._closed = True
+        errors = []
+        for log in self._logs:
+            try:
+                log.close()
+            except Exception as e:  # close the rest anyway
+                errors.append(e)
+        self.signal.bump()  # waiting consumers wake and see the closed logs
+        if errors:
+            raise errors[0]
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Topic:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Topic({self.root!r}, {self.name!r}, partitions={len(self._logs)})"
+
+
+def _read_meta(path: str, name: str) -> int | None:
+    raw = fsio.read_small(path)
+    if raw is None:
+        return None
+    try:
+        meta = json.loads(raw)
+        count = meta["partitions"]
+        ok = meta.get("format") == _META_FORMAT and meta.get("name") == name
+    except (ValueError, KeyError, TypeError, AttributeError):
+        ok, count = False, None
+    if not ok or not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+        raise InvalidTopicError(f"topic metadata file {path} is corrupt")
+    return count
+
+
+def _existing_partitions(root: str, name: str) -> list[int]:
+    """Partition numbers of the `name-<i>` directories already under root."""
+    prefix = name + "-"
+    out = []
+    with os.scandir(root) as it:
+        for entry in it:
+            tail = entry.name[len(prefix):]
+            if entry.name.startswith(prefix) and tail.isdigit() and tail.isascii() \
+                    and str(int(tail)) == tail and entry.is_dir():
+                out.append(int(tail))
+    return out

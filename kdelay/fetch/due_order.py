@@ -1,0 +1,52 @@
+"""The due-order read: one page of due records after a cursor, in (deliverAfter, offset)
+order, planned by planner.py and filled by page.py.
+
+DueOrderReader keeps what one fetch leaves for the next: the sealed segments' runs
+(ResumePoints), and, after an empty page, how long nothing after that cursor can come
+due, so that an idle poll skips the merge entirely until then or until an append that
+is due sooner. The Log's lock guards every call.
+"""
+
+from __future__ import annotations
+
+from ..log.segment_set import SegmentSet
+from ..records import DeliveryKey, FetchedRecord
+from . import planner
+from .page import read_page
+
+NEVER = 1 << 63
+
+
+class DueOrderReader:
+    def __init__(self) -> None:
+        self._resume = planner.ResumePoints()
+        # (cursor, until) from the last empty page: nothing after `cursor` is due before
+        # `until`; appends lower `until`
+        self._quiet: tuple[DeliveryKey | None, int] | None = None
+
+    def appended(self, deliver_after: int) -> None:
+        """An append of a batch due at `deliver_after` (may end a quiet spell sooner)."""
+        if self._quiet is not None and deliver_after < self._quiet[1]:
+            self._quiet = (self._quiet[0], deliver_after)
+
+    def page(self, segments: SegmentSet, cursor: DeliveryKey | None, now: int,
+             max_records: int, max_bytes: int
+             ) -> tuple[list[FetchedRecord], DeliveryKey | None, int | None]:
+        """(records, next cursor, until): with no records, nothing after `cursor` is due
+        before `until` (NEVER if nothing is after it at all)."""
+        quiet = self._quiet
+        if quiet is not None and quiet[0] == cursor and now < quiet[1]:
+            return [], cursor, quiet[1]  # known: nothing after the cursor is due
+        sealed = planner.sealed_runs(segments, self._resume, cursor, now)
+        runs = sealed.runs + planner.active_runs(segments.active, cursor)
+        page = read_page(runs, cursor, now, max_records, max_bytes)
+        self._resume.remember(page.next, sealed)
+        if page.records:
+            return page.records, page.next, None
+        # every record after the cursor is due at `until` or later: the smallest run head,
+        # or parked segment, not yet due
+        until = NEVER if page.next_pending is None else page.next_pending
+        if sealed.parked:
+            until = min(until, sealed.parked[0][0])
+        self._quiet = (cursor, until)
+        return [], cursor, until

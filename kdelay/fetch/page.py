@@ -1,0 +1,82 @@
+"""Page filling: a k-way heap merge of runs (see runs.py) into one page of due records.
+
+The merge pops the smallest head, so a page touches only the entries it returns plus one
+head per run. Work is per batch: each batch is read and verified once, its records decoded
+column-wise, and only the slice the page needs becomes FetchedRecords.
+"""
+
+from __future__ import annotations
+
+import heapq
+from itertools import repeat
+from typing import NamedTuple
+
+from ..errors import CorruptLogError
+from ..log import codec
+from ..records import DeliveryKey, FetchedRecord
+from .runs import BatchSource
+
+_new_record = tuple.__new__
+
+
+class Page(NamedTuple):
+    records: list[FetchedRecord]
+    next: DeliveryKey | None
+    next_pending: int | None  # deliverAfter of the first entry not yet due (None: none seen)
+
+
+def batch_records(h: codec.BatchHeader, data: bytes, skip: int, limit: int,
+                  source: BatchSource, position: int) -> list[FetchedRecord]:
+    """Records `skip` .. `skip + limit` of a verified batch as FetchedRecords."""
+    cols = codec.decode_records(data, h, path=source.log_path, file_pos=position)
+    stop = min(h.record_count, skip + limit)
+    if skip == 0 and stop == h.record_count:
+        ts, keys, values, headers = cols
+    else:
+        ts, keys, values, headers = (c[skip:stop] for c in cols)
+    offsets = range(h.base_offset + skip, h.base_offset + stop)
+    rows = zip(offsets, repeat(h.deliver_after), ts, keys, values, headers, repeat(None))
+    return list(map(_new_record, repeat(FetchedRecord), rows))
+
+
+def read_page(runs: list, after: DeliveryKey | None, now: int, max_records: int,
+              max_bytes: int) -> Page:
+    """Fill one page by merging `runs`: records with key > `after` and deliverAfter <= `now`,
+    at most `max_records`, and `max_bytes` as a soft cap (at least one batch). Each run is
+    left positioned at its first entry not fully consumed."""
+    out: list[FetchedRecord] = []
+    taken_bytes = 0
+    next_pending = None
+    heap = [(r.head[0], r.head[1], k) for k, r in enumerate(runs) if r.head is not None]
+    heapq.heapify(heap)
+    while heap:
+        da, base, k = heap[0]
+        if da > now:
+            next_pending = da
+            break
+        run = runs[k]
+        _, _, pos, lod, size = run.head
+        skip = 0
+        if after is not None and da == after.deliver_after and base <= after.offset:
+            skip = after.offset - base + 1
+        if skip <= lod:
+            if out and taken_bytes + size > max_bytes:
+                break
+            h, data = run.seg.read_verified(pos, size, base)
+            if h.deliver_after != da or h.last_offset_delta != lod:
+                raise CorruptLogError(f"batch disagrees with its index entry ({da}, {base})",
+                                      run.seg.log_path, pos)
+            want = max_records - len(out)
+            out.extend(batch_records(h, data, skip, want, run.seg, pos))
+            taken_bytes += size
+            if lod + 1 - skip > want:
+                break  # page full inside this batch: the run stays on it
+        run.advance()
+        if run.head is None:
+            heapq.heappop(heap)
+        else:
+            heapq.heapreplace(heap, (run.head[0], run.head[1], k))
+        if len(out) >= max_records:
+            break
+    nxt = DeliveryKey(out[-1].deliver_after, out[-1].offset) if out else after
+    return Page(out, nxt, next_pending)

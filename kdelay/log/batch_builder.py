@@ -1,0 +1,47 @@
+"""Turn a validated batch (columns from kdelay.validation.record_columns) into the bytes
+the active segment appends: timestamps filled in from the log clock, the delay limit
+checked, the batch deliverAfter settled, the batch encoded (kdelay.log.codec) and its size
+checked. Raises InvalidRecordError (or a subclass) and writes nothing. O(records)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ..config import LogConfig
+from ..errors import InvalidRecordError
+from ..validation import check_delay_limit
+from . import codec
+
+
+class BuiltBatch(NamedTuple):
+    data: bytes
+    deliver_after: int   # the batch's: never below `now`
+    max_timestamp: int
+
+
+def build_batch(columns: list[tuple], *, base_offset: int, now: int, requested: int | None,
+                explicit: int | None, config: LogConfig) -> BuiltBatch:
+    """`requested` is the deliverAfter the batch asks for (validation.requested_deliver_after)
+    and `explicit` the caller's own `deliver_after` argument (None if it gave none)."""
+    values, keys, headers, timestamps, record_das = columns
+    if timestamps.count(None) == len(timestamps):
+        ts_list = None
+        base_ts = max_ts = now
+    else:
+        ts_list = [now if t is None else t for t in timestamps]
+        base_ts, max_ts = ts_list[0], max(ts_list)
+    check_delay_limit(config.max_delivery_delay_ms, requested, explicit, record_das, ts_list,
+                      now)
+    batch_da = now if requested is None or requested < now else requested
+    data = codec.encode_batch(
+        base_offset=base_offset, base_timestamp=base_ts, deliver_after=batch_da,
+        keys=keys, values=values,
+        timestamp_deltas=(None if ts_list is None else
+                          np.array(ts_list, dtype=np.int64) - base_ts),
+        headers=headers)  # the codec treats all-empty headers as none
+    if len(data) > config.max_batch_bytes:
+        raise InvalidRecordError(f"batch of {len(data)} bytes exceeds max_batch_bytes "
+                                 f"({config.max_batch_bytes})")
+    return BuiltBatch(data, batch_da, max_ts)

@@ -1,0 +1,179 @@
+"""File names and the directory inventory: the one module that names a segment's files,
+lists a partition directory, finds partition directories under a root, and says which
+files are leftovers.
+
+Layout of a partition directory (as in Kafka):
+
+    <base offset, 20 digits>.log        the segment's batches
+    <base offset>.index                 sparse offset index
+    <base offset>.timeindex             sparse time index
+    <base offset>.dlyindex              DeliverAfterIndex (one entry per batch)
+    .lock, .kdelay_cleanshutdown, recovery-point-offset-checkpoint, group files
+    *.tmp, *.deleted                    leftovers of an interrupted atomic write or deletion
+
+A topic root holds one `<topic>-<partition>` directory per partition (Kafka's naming).
+Listing a directory costs one `listdir`; nothing here reads file contents.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIMEINDEX_SUFFIX = ".timeindex"
+DLYINDEX_SUFFIX = ".dlyindex"
+INDEX_SUFFIXES = (INDEX_SUFFIX, TIMEINDEX_SUFFIX, DLYINDEX_SUFFIX)
+# an interrupted atomic write leaves `.tmp`, an interrupted delete `.deleted`
+TEMP_SUFFIXES = (".tmp", ".deleted")
+# kdelay's own small files: their presence alone marks a partition directory
+LOCK_FILE = ".lock"
+CLEAN_SHUTDOWN_FILE = ".kdelay_cleanshutdown"
+RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
+_MARKERS = (LOCK_FILE, CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE)
+_PARTITION_NAME = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>\d+)$")
+
+
+# ---------------------------------------------------------------------------- names
+
+
+def segment_name(base_offset: int) -> str:
+    """Kafka's naming: the base offset zero-padded to 20 digits."""
+    return f"{base_offset:020d}"
+
+
+def segment_file(directory: str, base_offset: int, suffix: str) -> str:
+    """The path of one of a segment's files, e.g. `segment_file(d, 0, LOG_SUFFIX)`."""
+    return os.path.join(directory, segment_name(base_offset) + suffix)
+
+
+def parse_segment_name(filename: str) -> tuple[int, str] | None:
+    """(base offset, suffix) of a segment file name, or None if it is not one."""
+    stem, dot, suffix = filename.partition(".")
+    if not dot or len(stem) != 20 or not stem.isdigit():
+        return None
+    return int(stem), "." + suffix
+
+
+def parse_partition_name(name: str) -> tuple[str, int] | None:
+    """(topic, partition) of a Kafka-style `<topic>-<n>` directory name, or None."""
+    m = _PARTITION_NAME.match(name)
+    return None if m is None else (m["topic"], int(m["partition"]))
+
+
+# ---------------------------------------------------------------------------- segments
+
+
+@dataclass(frozen=True)
+class SegmentFiles:
+    """One segment on disk: its directory, base offset and the .log's size when listed."""
+
+    directory: str
+    base_offset: int
+    log_size: int
+
+    def path(self, suffix: str) -> str:
+        return segment_file(self.directory, self.base_offset, suffix)
+
+    @property
+    def log_path(self) -> str:
+        return self.path(LOG_SUFFIX)
+
+
+def is_temporary(name: str) -> bool:
+    """A leftover of an interrupted atomic write or deletion."""
+    return name.endswith(TEMP_SUFFIXES)
+
+
+def classify(names: list[str]) -> tuple[list[int], list[str]]:
+    """(segment bases in offset order, leftover names in name order) of a directory listing.
+    Leftovers are temporary files and index files whose .log is gone: the next open removes
+    them. O(n log n) in the number of names."""
+    bases: set[int] = set()
+    indexes: list[tuple[int, str]] = []
+    leftovers: list[str] = []
+    for name in names:
+        if is_temporary(name):
+            leftovers.append(name)
+            continue
+        parsed = parse_segment_name(name)
+        if parsed is None:
+            continue
+        if parsed[1] == LOG_SUFFIX:
+            bases.add(parsed[0])
+        elif parsed[1] in INDEX_SUFFIXES:
+            indexes.append((parsed[0], name))
+    leftovers += [name for base, name in indexes if base not in bases]
+    return sorted(bases), sorted(leftovers)
+
+
+def inventory(directory: str) -> tuple[list[int], list[str]]:
+    """(segment bases, leftover names) of a partition directory. Raises OSError."""
+    return classify(os.listdir(directory))
+
+
+def segment_bases(directory: str) -> list[int]:
+    """The base offsets of the directory's segments (one per .log), ascending."""
+    return inventory(directory)[0]
+
+
+def leftover_files(directory: str) -> list[str]:
+    """Names of the directory's leftovers (see `classify`), sorted."""
+    return inventory(directory)[1]
+
+
+def list_segments(directory: str) -> list[SegmentFiles]:
+    """The directory's segments in offset order, with their .log sizes; a segment deleted
+    while listing (retention) is left out. Raises OSError if the directory is unreadable."""
+    out = []
+    for base in segment_bases(directory):
+        try:
+            size = os.path.getsize(segment_file(directory, base, LOG_SUFFIX))
+        except FileNotFoundError:
+            continue
+        out.append(SegmentFiles(directory, base, size))
+    return out
+
+
+# ---------------------------------------------------------------------------- partitions
+
+
+@dataclass(frozen=True)
+class PartitionDir:
+    """A partition directory; `topic`/`partition` come from a `<topic>-<n>` name under a
+    topic root (None for a directory given directly)."""
+
+    path: str
+    topic: str | None = None
+    partition: int | None = None
+
+
+def is_partition_dir(path: str) -> bool:
+    """Does `path` look like a partition directory (segment files or kdelay's own files)?"""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return False
+    return any(n in _MARKERS or parse_segment_name(n) is not None for n in names)
+
+
+def find_partitions(root: str) -> tuple[bool, list[PartitionDir]]:
+    """(found under a root?, partition directories). `root` itself when it is a partition
+    directory; else its subdirectories that are partition directories or carry a
+    `<topic>-<n>` name, in name order (an empty list when there are none).
+    Raises OSError when `root` cannot be listed."""
+    if is_partition_dir(root):
+        return False, [PartitionDir(root)]
+    found = []
+    for name in sorted(os.listdir(root)):
+        full = os.path.join(root, name)
+        if not os.path.isdir(full):
+            continue
+        parsed = parse_partition_name(name)
+        if parsed is not None:
+            found.append(PartitionDir(full, *parsed))
+        elif is_partition_dir(full):
+            found.append(PartitionDir(full))
+    return True, found

@@ -1,0 +1,132 @@
+"""SegmentSet: a partition's open segments, kept three ways.
+
+- by base offset (a SortedDict), to find the segment holding an offset: O(log segments);
+- sealed segments by the largest (deliverAfter, offset) they hold (a SortedList of
+  (deliverAfter, offset, base)), so a fetch or a "what comes due next" question skips every
+  segment with nothing after its cursor without touching it;
+- the active one, which takes the appends (always the last by base offset).
+
+Not thread-safe by itself: the Log's lock guards every call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from sortedcontainers import SortedDict, SortedList
+
+from .. import fsio
+from .loader import write_recovery_point
+from .segment import LogSegment
+
+_MAX = 1 << 63
+
+
+class SegmentSet:
+    def __init__(self, directory: str, segments: list[LogSegment]):
+        self.directory = directory
+        if not segments:
+            raise ValueError("a SegmentSet needs at least the active segment")
+        self._by_base: SortedDict = SortedDict((s.base_offset, s) for s in segments)
+        self._by_max_key = SortedList()
+        for seg in segments[:-1]:
+            self._add_sealed(seg)
+        self.active: LogSegment = segments[-1]
+
+    def _add_sealed(self, seg: LogSegment) -> None:
+        key = seg.dly_index.max_key()
+        if key is not None:
+            seg.min_deliver_after = seg.dly_index.min_deliver_after()
+            self._by_max_key.add((key[0], key[1], seg.base_offset))
+
+    # ------------------------------------------------------------------ changes
+
+    def should_roll(self, incoming: int, now: int, segment_bytes: int, segment_ms: int
+                    ) -> bool:
+        """True if a batch of `incoming` bytes appended at `now` must go to a new segment:
+        the active one would pass `segment_bytes`, or its first batch is `segment_ms` old.
+        An empty active segment never rolls."""
+        seg = self.active
+        if seg.size == 0:
+            return False
+        first = seg.first_timestamp
+        return (seg.size + incoming > segment_bytes
+                or first is not None and now - first >= segment_ms)
+
+    def roll(self) -> None:
+        """Seal the active segment (its .log fsync'd, its indexes persisted), start a new
+        one where it ends, and move the recovery point to the new one."""
+        old = self.active
+        old.persist_indexes()  # fsyncs the .log first
+        new = LogSegment.create(self.directory, old.next_offset)
+        fsio.fsync_dir(self.directory)
+        self._by_base[new.base_offset] = new
+        self.active = new
+        self._add_sealed(old)
+        write_recovery_point(self.directory, new.base_offset)
+
+    def remove_oldest(self) -> LogSegment:
+        """Forget the oldest sealed segment (the caller deletes its files)."""
+        seg = self._by_base.peekitem(0)[1]
+        if seg is self.active:
+            raise ValueError("the active segment cannot be removed")
+        key = seg.dly_index.max_key()
+        if key is not None:
+            self._by_max_key.discard((key[0], key[1], seg.base_offset))
+        del self._by_base[seg.base_offset]
+        return seg
+
+    # ------------------------------------------------------------------ by base offset
+
+    def __len__(self) -> int:
+        return len(self._by_base)
+
+    def __iter__(self) -> Iterator[LogSegment]:
+        """Every segment in offset order, the active one last."""
+        return iter(self._by_base.values())
+
+    def __getitem__(self, base: int) -> LogSegment:
+        return self._by_base[base]
+
+    def bases(self) -> list[int]:
+        return list(self._by_base.keys())
+
+    @property
+    def oldest(self) -> LogSegment:
+        return self._by_base.peekitem(0)[1]
+
+    def segment_for(self, offset: int) -> LogSegment | None:
+        """The segment whose range starts at or below `offset` (None: before the log)."""
+        i = self._by_base.bisect_right(offset) - 1
+        return None if i < 0 else self._by_base.peekitem(i)[1]
+
+    def deliver_after_of(self, offset: int) -> int | None:
+        """The deliverAfter of the batch holding `offset` (None: not in the log)."""
+        seg = self.segment_for(offset)
+        found = seg.find_batch(offset) if seg is not None else None
+        return None if found is None else found[1].deliver_after
+
+    def next_after(self, seg: LogSegment) -> LogSegment | None:
+        i = self._by_base.bisect_right(seg.base_offset)
+        return self._by_base.peekitem(i)[1] if i < len(self._by_base) else None
+
+    def between(self, lo: int, hi: int) -> Iterator[LogSegment]:
+        """Segments with base offset in [lo, hi), in offset order."""
+        for base in self._by_base.irange(lo, hi, inclusive=(True, False)):
+            yield self._by_base[base]
+
+    # ------------------------------------------------------------------ by largest key
+
+    def sealed_after(self, key: tuple[int, int] | None) -> Iterator[LogSegment]:
+        """Sealed segments holding a record with (deliverAfter, offset) > `key` (all sealed
+        segments that hold anything if `key` is None), by their largest key."""
+        found = (self._by_max_key if key is None else
+                 self._by_max_key.irange(minimum=(key[0], key[1], _MAX),
+                                         inclusive=(False, True)))
+        for _, _, base in found:
+            yield self._by_base[base]
+
+    def sealed_not_all_due(self, now: int) -> Iterator[LogSegment]:
+        """Sealed segments holding a record with deliverAfter > `now`."""
+        for _, _, base in self._by_max_key.irange(minimum=(now, _MAX, 0)):
+            yield self._by_base[base]

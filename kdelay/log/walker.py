@@ -1,0 +1,250 @@
+"""The one batch walker over a .log's framing, in the modes its callers need.
+
+Every mode runs the same loop (`frames`): read the file in large chunks, parse and
+sanity-check each batch header (codec.parse_header), step over the batch by its length.
+Per batch that is one header parse; a chunk read costs one syscall per few MiB.
+
+- strict (`scan_log`, recovery): also checks offset continuity and CRCs, and stops at the
+  first torn or corrupt batch, saying where (`ScanResult.error`).
+- header-only (`iter_headers`, offset lookups): reads only the 61-byte header of each batch.
+- tolerant (`walk`, inspection): a CRC failure is reported on the batch and the walk goes
+  on; where the framing breaks a `FramingBreak` is yielded and, with resync, the walk
+  resumes at the next intact batch (`resync`).
+- filtered (Spark's reader): `frames` with a padded reader; the caller skips batches outside
+  its bounds without a CRC check.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from .. import fsio
+from ..errors import CorruptLogError
+from ..index.deliver_after_index import Entry
+from . import codec
+
+CHUNK = 8 << 20  # bytes read per syscall
+RESYNC_LIMIT = 256 << 20  # how far past a framing break to look for the next intact batch
+
+Reader = Callable[[int, int], "bytes | bytearray"]  # (position, length) -> the bytes there
+Progress = Callable[[int], None]  # called with bytes just walked
+
+
+class Frame(NamedTuple):
+    """One batch found by `frames`: its file position and header, and the buffer holding
+    it at `rel` (the whole batch, unless walking headers only)."""
+
+    position: int
+    header: codec.BatchHeader
+    buf: bytes | bytearray
+    rel: int
+
+
+def frames(read: Reader, start: int, end: int, *, path: str | None = None,
+           chunk: int = CHUNK, headers_only: bool = False, pad: int = 0) -> Iterator[Frame]:
+    """The framing parse every mode shares: each batch from `start` up to `end`, in file
+    order. Raises CorruptLogError (with the file position) where the framing breaks: a bad
+    header, or a batch running past `end`. `pad` is how many bytes at the end of each buffer
+    `read` returns are padding, not file data."""
+    buf: bytes | bytearray = b""
+    buf_pos = pos = start
+    avail = 0  # file bytes in buf
+    header_size = codec.HEADER_SIZE
+    parse = codec.parse_header
+    make = tuple.__new__  # a Frame without NamedTuple's Python-level __new__ (hot loop)
+    while pos < end:
+        rel = pos - buf_pos
+        if avail - rel < header_size:
+            want = header_size if headers_only else chunk
+            buf = read(pos, min(max(want, header_size), end - pos))
+            buf_pos, rel, avail = pos, 0, len(buf) - pad
+        # a batch may run past the buffer (read again below), not past `end`; a buffer
+        # short of a whole header means the file ended early
+        room = avail - rel
+        h = parse(buf, rel, path=path, file_pos=pos,
+                  available=room if room < header_size else end - pos)
+        if not headers_only and room < h.size:
+            buf = read(pos, min(max(chunk, h.size), end - pos))
+            buf_pos, rel, avail = pos, 0, len(buf) - pad
+            if avail < h.size:  # the file shrank under us
+                raise CorruptLogError(f"truncated batch: batchLength says {h.size} bytes, "
+                                      f"{avail} remain", path, pos)
+        yield make(Frame, (pos, h, buf, rel))
+        pos += h.size
+
+
+def _pread(fd: int, read: Callable[[int, int, int], bytes] = fsio.pread) -> Reader:
+    return lambda pos, length: read(fd, length, pos)
+
+
+# ---------------------------------------------------------------------------- strict
+
+
+class ScanResult(NamedTuple):
+    """What a strict scan of a .log found: every good batch, where the good bytes end, and
+    the problem that stopped it (None if it reached the end cleanly)."""
+
+    entries: list[Entry]
+    max_timestamps: list[int]
+    valid_bytes: int
+    next_offset: int
+    error: CorruptLogError | None
+
+
+def scan_log(fd: int, path: str, base_offset: int, *, start: int = 0, end: int | None = None,
+             check_crc: bool = True, expected_offset: int | None = None,
+             index_bad_crc: bool = False) -> ScanResult:
+    """Walk the batches of a .log from `start`, checking framing, offset continuity and
+    (optionally) CRCs; stops at the first problem (with `index_bad_crc`, a batch whose
+    framing is sound but whose CRC fails is listed and the walk goes on). O(file size) for
+    the CRCs, one header parse per batch."""
+    if end is None:
+        end = os.fstat(fd).st_size
+    entries: list[Entry] = []
+    max_ts: list[int] = []
+    pos = start
+    next_offset = base_offset if expected_offset is None else expected_offset
+    error = None
+    try:
+        for pos, h, buf, rel in frames(_pread(fd), start, end, path=path):
+            if h.base_offset != next_offset:
+                raise CorruptLogError(
+                    f"batch base offset {h.base_offset}, expected {next_offset}", path, pos)
+            if check_crc and not codec.crc_ok(buf, rel, h):
+                e = CorruptLogError("CRC-32C mismatch", path, pos)
+                if not index_bad_crc:
+                    raise e
+                error = error or e
+            entries.append((h.deliver_after, h.base_offset, pos, h.last_offset_delta, h.size))
+            max_ts.append(h.max_timestamp)
+            next_offset = h.last_offset + 1
+            pos += h.size
+    except CorruptLogError as e:
+        error = error or e
+    return ScanResult(entries, max_ts, pos, next_offset, error)
+
+
+# ---------------------------------------------------------------------------- header-only
+
+
+def iter_headers(fd: int, path: str, start: int, end: int
+                 ) -> Iterator[tuple[int, codec.BatchHeader]]:
+    """(position, header) of each batch from byte `start`, reading headers only (one small
+    read per batch: meant for short walks from an index entry). Raises CorruptLogError."""
+    for f in frames(_pread(fd), start, end, path=path, headers_only=True):
+        yield f.position, f.header
+
+
+# ---------------------------------------------------------------------------- tolerant
+
+
+@dataclass
+class Batch:
+    """A batch found by the tolerant walk; `crc_valid` False when its CRC fails."""
+
+    position: int
+    header: codec.BatchHeader
+    crc_valid: bool
+    data: bytes | None = None  # the whole batch, when asked for
+
+    @property
+    def base_offset(self) -> int:
+        return self.header.base_offset
+
+    @property
+    def last_offset(self) -> int:
+        return self.header.last_offset
+
+    @property
+    def size(self) -> int:
+        return self.header.size
+
+    def entry(self) -> Entry:
+        """Its DeliverAfterIndex entry."""
+        h = self.header
+        return (h.deliver_after, h.base_offset, self.position, h.last_offset_delta, h.size)
+
+
+@dataclass
+class FramingBreak:
+    """Where batches stop parsing: `reason` says why, `resume_at` is the next position at
+    which an intact batch (sane header, good CRC) was found, or None."""
+
+    position: int
+    reason: str
+    resume_at: int | None
+    file_size: int
+
+    def describe(self) -> str:
+        if self.resume_at is None:
+            return (f"framing breaks: {self.reason}; no intact batch follows "
+                    f"({self.file_size - self.position} bytes unreadable to the end)")
+        return (f"framing breaks: {self.reason}; next intact batch at byte {self.resume_at} "
+                f"({self.resume_at - self.position} bytes skipped)")
+
+
+def walk(fd: int, start: int, end: int, *, check_crc: bool = True, keep_data: bool = False,
+         resync: bool = True, progress: Progress | None = None
+         ) -> Iterator[Batch | FramingBreak]:
+    """Every batch from `start` to `end` in file order, never stopping at damage: a batch
+    whose CRC fails is yielded with crc_valid False and the walk goes on after it; where the
+    framing breaks a FramingBreak is yielded and, with `resync`, the walk resumes at the
+    next intact batch. Reads with plain os.pread (tools, not the engine's fault seam)."""
+    read = _pread(fd, os.pread)
+    pos = reported = start
+    last_bad: int | None = None  # position of a CRC-failed batch just before `pos`
+    while pos < end:
+        try:
+            for f in frames(read, pos, end):
+                ok = codec.crc_ok(f.buf, f.rel, f.header) if check_crc else True
+                data = bytes(f.buf[f.rel:f.rel + f.header.size]) if keep_data else None
+                yield Batch(f.position, f.header, ok, data)
+                last_bad = None if ok else f.position
+                pos = f.position + f.header.size
+                if progress and pos - reported >= 1 << 20:
+                    progress(pos - reported)
+                    reported = pos
+        except CorruptLogError as e:
+            # after a CRC-failed batch its length field is suspect: search from inside it
+            search_from = (last_bad if last_bad is not None else pos) + 1
+            resume = find_intact(fd, search_from, end) if resync else None
+            # the reason without the "(path at byte N)" suffix: the break says where
+            yield FramingBreak(pos, str(e), resume, end)
+            if resume is None:
+                break
+            pos, last_bad = resume, None
+    if progress and end > reported:
+        progress(end - reported)
+
+
+def find_intact(fd: int, start: int, end: int, limit: int = RESYNC_LIMIT) -> int | None:
+    """The first position >= start holding an intact batch (magic byte, sane header, good
+    CRC), looking at most `limit` bytes ahead; None if there is none. O(bytes searched)."""
+    pos = start
+    stop = min(end, start + limit)
+    while pos < stop:
+        buf = os.pread(fd, min(CHUNK, end - pos), pos)
+        if len(buf) < codec.HEADER_SIZE:
+            return None
+        i = 16  # the magic byte sits at batch byte 16
+        last_candidate = len(buf) - codec.HEADER_SIZE
+        while True:
+            i = buf.find(b"\x03", i)
+            p = i - 16
+            if i < 0 or p > last_candidate:
+                break
+            try:
+                h = codec.parse_header(buf, p, available=end - (pos + p))
+            except CorruptLogError:
+                i += 1
+                continue
+            data = buf[p:p + h.size] if p + h.size <= len(buf) else os.pread(fd, h.size,
+                                                                                pos + p)
+            if codec.crc_ok(data, 0, h):
+                return pos + p
+            i += 1
+        pos += last_candidate + 1
+    return None

@@ -1,0 +1,188 @@
+"""`kdelay dump-log`: the batches (and with --print-data the records) of one .log file,
+as a table or JSON lines; damage is reported on stderr and the walk goes on."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Iterator
+
+from ..errors import KdelayError
+from ..log import codec
+from ..log.files import LOG_SUFFIX
+from ..log.walker import Batch, FramingBreak
+from .formatting import Out, bytes_json, err, fmt_time, iso_or_none, show_bytes
+from .progress import ProgressBar, fmt_size
+from .scanning import (
+    OFFSET,
+    InspectError,
+    existing,
+    kind_for_path,
+    open_log_file,
+    read_index_file,
+    scan_batches,
+)
+
+EXIT_OK, EXIT_PROBLEMS = 0, 1
+
+
+def _log_file(path: str) -> str:
+    existing(path)
+    if os.path.isdir(path):
+        raise InspectError(f"{path}: is a directory; dump-log takes one .log file "
+                               f"(try: kdelay verify {path})")
+    if kind_for_path(path) is not None:
+        raise InspectError(f"{path}: is an index file; use: kdelay dump-index {path}")
+    return path
+
+
+
+def _batch_json(b: Batch) -> dict:
+    h = b.header
+    return {
+        "position": b.position, "base_offset": h.base_offset, "last_offset": h.last_offset,
+        "record_count": h.record_count, "size": h.size, "batch_length": h.batch_length,
+        "deliver_after": h.deliver_after, "deliver_after_iso": iso_or_none(h.deliver_after),
+        "base_timestamp": h.base_timestamp, "max_timestamp": h.max_timestamp,
+        "crc": h.crc, "crc_valid": b.crc_valid, "magic": h.magic, "attributes": h.attributes,
+        "partition_leader_epoch": h.leader_epoch, "producer_id": h.producer_id,
+        "producer_epoch": h.producer_epoch, "base_sequence": h.base_sequence,
+    }
+
+
+_LOG_COLS = (f"{'POSITION':>12}  {'BASE_OFFSET':>12}  {'LAST_OFFSET':>12}  {'RECORDS':>7}  "
+             f"{'SIZE':>9}  {'CRC':<3}  {'DELIVER_AFTER (UTC, ms)':<42}  MAX_TIMESTAMP (UTC)")
+
+
+def _batch_row(b: Batch) -> str:
+    h = b.header
+    da = f"{fmt_time(h.deliver_after)} ({h.deliver_after})"
+    return (f"{b.position:>12}  {h.base_offset:>12}  {h.last_offset:>12}  {h.record_count:>7}  "
+            f"{fmt_size(h.size):>9}  {'ok' if b.crc_valid else 'BAD':<3}  {da:<42}  "
+            f"{fmt_time(h.max_timestamp)}")
+
+
+def _start_position(path: str, lo: int | None, size: int) -> int:
+    """Where to start reading for offset `lo`: from the segment's offset index when it is
+    current for this log (as Kafka seeks), else from the beginning."""
+    if not lo:
+        return 0
+    stem = path[: -len(LOG_SUFFIX)] if path.endswith(LOG_SUFFIX) else None
+    if stem is None:
+        return 0
+    idx = read_index_file(stem + OFFSET.suffix, OFFSET)
+    if idx.problems or idx.meta is None or idx.columns is None or idx.meta.log_bytes != size:
+        return 0
+    offsets, positions = idx.columns
+    i = int(offsets.searchsorted(lo, side="right")) - 1
+    return 0 if i < 0 else int(positions[i])
+
+
+def cmd_dump_log(args: argparse.Namespace, out: Out) -> int:
+    path = _log_file(args.file)
+    lo, hi = args.offsets if args.offsets else (None, None)
+    fd, size = open_log_file(path)
+    os.close(fd)
+    start = _start_position(path, lo, size)
+    bar = ProgressBar("dump-log", size - start)
+    problems = 0
+    batches = records = 0
+    expected: int | None = None
+    if not args.json:
+        out.line(f"# {path}: {fmt_size(size)} ({size} bytes)"
+                 + (f", from byte {start} via the offset index" if start else ""))
+        out.line(_LOG_COLS)
+    try:
+        for item in scan_batches(path, start=start, end=size, keep_data=args.print_data,
+                                     progress=bar):
+            if isinstance(item, FramingBreak):
+                problems += 1
+                bar.close()
+                what = item.describe()
+                if item.position == 0 and item.resume_at is None:
+                    what = f"not a kdelay log, or damaged from its first byte: {what}"
+                err(f"{path} at byte {item.position}: {what}")
+                if not args.json:
+                    out.line(f"{item.position:>12}  !! {item.describe()}")
+                expected = None
+                continue
+            b = item
+            if not b.crc_valid:
+                problems += 1
+                bar.close()
+                err(f"{path} at byte {b.position}: CRC-32C mismatch in batch of offsets "
+                    f"{b.base_offset}..{b.last_offset}")
+            if expected is not None and b.base_offset != expected and start == 0:
+                problems += 1
+                err(f"{path} at byte {b.position}: batch starts at offset {b.base_offset}, "
+                    f"expected {expected}")
+            expected = b.last_offset + 1
+            if hi is not None and b.base_offset > hi and b.crc_valid:
+                break  # offsets only grow in a healthy log: nothing further is wanted
+            if (lo is not None and b.last_offset < lo) or (hi is not None and b.base_offset > hi):
+                continue
+            batches += 1
+            records += b.header.record_count
+            if args.json:
+                obj = _batch_json(b)
+                if args.print_data:
+                    obj["records"] = _records_json(b, lo, hi)
+                out.json(obj)
+            else:
+                out.line(_batch_row(b))
+                if args.print_data:
+                    for line in _records_text(b, lo, hi, args.max_bytes):
+                        out.line(line)
+    finally:
+        bar.close()
+    if not args.json:
+        out.line(f"# {batches} batches, {records} records"
+                 + (f"; {problems} problems (details on stderr)" if problems else ""))
+    return EXIT_PROBLEMS if problems else EXIT_OK
+
+
+def _decoded(b: Batch):
+    """(offset, timestamp, key, value, headers) rows of a batch, or an error string."""
+    assert b.data is not None
+    try:
+        cols = codec.decode_records(b.data, b.header)
+    except KdelayError as e:
+        return str(e)
+    base = b.base_offset
+    return [(base + i, ts, k, v, hs) for i, (ts, k, v, hs) in
+            enumerate(zip(cols.timestamps, cols.keys, cols.values, cols.headers, strict=True))]
+
+
+def _records_json(b: Batch, lo: int | None, hi: int | None) -> list[dict] | str:
+    rows = _decoded(b)
+    if isinstance(rows, str):
+        return rows
+    out = []
+    for off, ts, k, v, hs in rows:
+        if (lo is not None and off < lo) or (hi is not None and off > hi):
+            continue
+        kt, kh = bytes_json(k)
+        vt, vh = bytes_json(v)
+        out.append({"offset": off, "timestamp": ts, "key": kt, "key_hex": kh, "value": vt,
+                    "value_hex": vh,
+                    "headers": [{"key": hk, "value": bytes_json(hv)[0],
+                                 "value_hex": bytes_json(hv)[1]} for hk, hv in hs]})
+    return out
+
+
+def _records_text(b: Batch, lo: int | None, hi: int | None, limit: int) -> Iterator[str]:
+    rows = _decoded(b)
+    note = "" if b.crc_valid else "  (unverified: CRC failed)"
+    if isinstance(rows, str):
+        yield f"{'':>12}  | records cannot be decoded: {rows}"
+        return
+    for off, ts, k, v, hs in rows:
+        if (lo is not None and off < lo) or (hi is not None and off > hi):
+            continue
+        head = ""
+        if hs:
+            head = "  headers " + " ".join(f"{show_bytes(hk.encode(), limit)}="
+                                           f"{show_bytes(hv, limit)}" for hk, hv in hs)
+        yield (f"{'':>12}  | offset {off}  ts {fmt_time(ts)}  key {show_bytes(k, limit)}  "
+               f"value {show_bytes(v, limit)}{head}{note}")
+

@@ -1,0 +1,226 @@
+"""`kdelay stats`: records, due and pending counts, a delivery forecast and each consumer
+group's backlog, from the persisted DeliverAfterIndexes when current (no .log read), else
+from a walk of the batch headers. Only reads."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..clock import wall_clock
+from ..errors import KdelayError
+from ..fetch.lag import due_after
+from ..index.index_file import currency_mismatches
+from ..log.files import CLEAN_SHUTDOWN_FILE, SegmentFiles
+from ..log.groups import GroupStore
+from ..log.loader import read_recovery_point
+from ..log.walker import Progress
+from .formatting import Out, fmt_duration, fmt_time
+from .progress import ProgressBar, fmt_size
+from .scanning import (
+    DLY,
+    KINDS,
+    InspectError,
+    existing,
+    list_segments,
+    partition_dirs,
+    read_index_file,
+    scan_segment,
+    total_log_bytes,
+)
+
+EXIT_OK = 0
+
+
+FORECAST = (("within_1m", 60_000), ("within_1h", 3_600_000), ("within_1d", 86_400_000))
+
+
+@dataclass
+class SegmentSummary:
+    """Per-batch (deliver_after, base_offset, last_offset_delta) of one segment, from its
+    persisted DeliverAfterIndex when current, else from a walk of the .log's headers."""
+
+    segment: SegmentFiles
+    deliver_after: np.ndarray
+    base: np.ndarray
+    lod: np.ndarray
+    from_index: bool
+    next_offset: int
+    damaged: bool = False
+
+
+def summarize_segment(seg: SegmentFiles, progress: Progress | None = None) -> SegmentSummary:
+    idx = read_index_file(seg.path(DLY.suffix), DLY)
+    if (not idx.problems and idx.meta is not None and idx.columns is not None
+            and not currency_mismatches(idx.meta, base_offset=seg.base_offset,
+                                        log_bytes=seg.log_size)):
+        da, base, _, lod, _ = idx.columns
+        if progress:
+            progress(seg.log_size)
+        return SegmentSummary(seg, da.astype(np.int64), base.astype(np.int64),
+                              lod.astype(np.int64), True, idx.meta.next_offset)
+    scan = scan_segment(seg, check_crc=False, progress=progress)
+    da = np.array([b.header.deliver_after for b in scan.batches], dtype=np.int64)
+    base = np.array([b.base_offset for b in scan.batches], dtype=np.int64)
+    lod = np.array([b.header.last_offset_delta for b in scan.batches], dtype=np.int64)
+    return SegmentSummary(seg, da, base, lod, False, scan.next_offset(), bool(scan.breaks))
+
+
+def partition_stats(directory: str, now: int, progress: Progress | None = None) -> dict:
+    segments = list_segments(directory)
+    sums = [summarize_segment(s, progress) for s in segments]
+    da = np.concatenate([s.deliver_after for s in sums]) if sums else np.empty(0, np.int64)
+    base = np.concatenate([s.base for s in sums]) if sums else np.empty(0, np.int64)
+    counts = (np.concatenate([s.lod for s in sums]) + 1) if sums else np.empty(0, np.int64)
+    pending_mask = da > now
+    records = int(counts.sum())
+    pending = int(counts[pending_mask].sum())
+    forecast = {name: int(counts[pending_mask & (da <= now + ms)].sum())
+                for name, ms in FORECAST}
+    forecast["beyond_1d"] = int(counts[da > now + FORECAST[-1][1]].sum())
+    groups = []
+    positions = _read_groups(directory)
+    # lag as the facade's metrics count it, over all segments' batches in key order
+    order = np.lexsort((base, da))
+    lags = due_after(da[order], base[order], counts[order] - 1, now,
+                     [key for _, key in positions])
+    for (name, key), lag in zip(positions, lags, strict=True):
+        groups.append({"group": name,
+                       "deliver_after": None if key is None else key[0],
+                       "offset": None if key is None else key[1],
+                       "due_not_consumed": lag})
+    clean = os.path.exists(os.path.join(directory, CLEAN_SHUTDOWN_FILE))
+    return {
+        "path": directory,
+        "now": now,
+        "segments": len(segments),
+        "log_start_offset": segments[0].base_offset if segments else 0,
+        "log_end_offset": sums[-1].next_offset if sums else 0,
+        "records": records,
+        "batches": int(len(da)),
+        "bytes": sum(s.log_size for s in segments),
+        "index_bytes": _index_bytes(segments),
+        "due_records": records - pending,
+        "pending_records": pending,
+        "earliest_pending_deliver_after": int(da[pending_mask].min()) if pending else None,
+        "latest_deliver_after": int(da.max()) if len(da) else None,
+        "forecast": forecast,
+        "segments_from_index": sum(s.from_index for s in sums),
+        "segments_scanned": sum(not s.from_index for s in sums),
+        "damaged_segments": [s.segment.log_path for s in sums if s.damaged],
+        "clean_shutdown": clean,
+        "recovery_point": read_recovery_point(directory),
+        "groups": groups,
+    }
+
+
+def _read_groups(directory: str) -> list[tuple[str, tuple[int, int] | None]]:
+    """Every readable group position (unreadable ones are verify's business)."""
+    store = GroupStore(directory)
+    out = []
+    for group in store.groups():
+        try:
+            key = store.committed(group)
+        except KdelayError:
+            continue
+        out.append((group, None if key is None else (key.deliver_after, key.offset)))
+    return out
+
+
+def _index_bytes(segments: list[SegmentFiles]) -> int:
+    total = 0
+    for s in segments:
+        for suffix in KINDS:
+            with contextlib.suppress(OSError):
+                total += os.path.getsize(s.path(suffix))
+    return total
+
+
+def cmd_stats(args: argparse.Namespace, out: Out) -> int:
+    existing(args.dir)
+    if not os.path.isdir(args.dir):
+        raise InspectError(f"{args.dir}: not a directory; stats takes a log directory")
+    now = args.now if args.now is not None else wall_clock()
+    dirs = partition_dirs(args.dir)
+    total = sum(total_log_bytes(d) for d in dirs)
+    bar = ProgressBar("stats", total)
+    try:
+        parts = [partition_stats(d, now, progress=bar) for d in dirs]
+    finally:
+        bar.close()
+    if len(parts) == 1:
+        result = parts[0]
+    else:
+        result = _totals(parts, now)
+        result["path"] = args.dir
+        result["partitions"] = parts
+    if args.json:
+        out.json(result)
+    else:
+        for p in parts:
+            _stats_text(p, out)
+        if len(parts) > 1:
+            out.line(f"TOTAL over {len(parts)} partitions")
+            _stats_body(result, out)
+    return EXIT_OK
+
+
+def _totals(parts: list[dict], now: int) -> dict:
+    def opt(key: str, fn: Callable) -> int | None:
+        vals = [p[key] for p in parts if p[key] is not None]
+        return fn(vals) if vals else None
+
+    keys = ("segments", "records", "batches", "bytes", "index_bytes", "due_records",
+            "pending_records", "segments_from_index", "segments_scanned")
+    t = {k: sum(p[k] for p in parts) for k in keys}
+    t["now"] = now
+    t["earliest_pending_deliver_after"] = opt("earliest_pending_deliver_after", min)
+    t["latest_deliver_after"] = opt("latest_deliver_after", max)
+    t["forecast"] = {k: sum(p["forecast"][k] for p in parts) for k in parts[0]["forecast"]}
+    t["damaged_segments"] = [s for p in parts for s in p["damaged_segments"]]
+    return t
+
+
+def _stats_text(p: dict, out: Out) -> None:
+    out.line(f"{p['path']}")
+    out.line(f"  {'offsets':<22} {p['log_start_offset']}..{p['log_end_offset'] - 1} "
+             f"(log end {p['log_end_offset']})")
+    _stats_body(p, out)
+    shut = "clean" if p["clean_shutdown"] else "not clean (open now, or crashed)"
+    out.line(f"  {'last shutdown':<22} {shut}; recovery point {p['recovery_point']}")
+    for g in p["groups"]:
+        pos = ("none" if g["offset"] is None else
+               f"offset {g['offset']}, deliverAfter {fmt_time(g['deliver_after'])}")
+        out.line(f"  {'group ' + g['group']:<22} at {pos}; {g['due_not_consumed']:,} due "
+                 f"records not yet consumed")
+    out.line()
+
+
+def _stats_body(p: dict, out: Out) -> None:
+    now = p["now"]
+    src = f"{p['segments_from_index']} from indexes, {p['segments_scanned']} scanned"
+    out.line(f"  {'segments':<22} {p['segments']} ({src})")
+    out.line(f"  {'records':<22} {p['records']:,} in {p['batches']:,} batches")
+    out.line(f"  {'bytes':<22} {fmt_size(p['bytes'])} of log, {fmt_size(p['index_bytes'])} "
+             f"of indexes")
+    out.line(f"  {'due':<22} {p['due_records']:,}   (as of {fmt_time(now)})")
+    out.line(f"  {'pending':<22} {p['pending_records']:,}")
+    e = p["earliest_pending_deliver_after"]
+    if e is not None:
+        out.line(f"  {'earliest pending':<22} {fmt_time(e)} ({e}), in {fmt_duration(e - now)}")
+    last = p["latest_deliver_after"]
+    if last is not None:
+        when = (f"in {fmt_duration(last - now)}" if last > now
+                else f"{fmt_duration(now - last)} ago")
+        out.line(f"  {'latest deliverAfter':<22} {fmt_time(last)} ({last}), {when}")
+    f = p["forecast"]
+    out.line(f"  {'coming due':<22} next minute {f['within_1m']:,} | next hour "
+             f"{f['within_1h']:,} | next day {f['within_1d']:,} | later {f['beyond_1d']:,}")
+    for s in p["damaged_segments"]:
+        out.line(f"  {'DAMAGED':<22} {s} (counts stop at the damage; run kdelay verify)")
+

@@ -1,0 +1,502 @@
+"""The batch codec: round trips, the kafka-python oracle, the template fast path against the
+general path, header layout, and corruption (which must only ever raise CorruptLogError)."""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import crc32c
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from kafka.record.util import decode_varint, encode_varint
+
+from kdelay.errors import CorruptLogError, InvalidRecordError
+from kdelay.log import codec, varint
+
+# ---------------------------------------------------------------------------- oracles
+
+
+def to_kafka_v2(batch: bytes) -> bytes:
+    """The same batch as a plain Kafka v2 RecordBatch: drop deliverAfter, magic 2, new CRC."""
+    h = codec.parse_header(batch)
+    body = batch[codec.CRC_START:codec.DELIVER_AFTER_OFFSET] + \
+        batch[codec.DELIVER_AFTER_OFFSET + 8: h.size]
+    head = struct.pack(">qiibI", h.base_offset, h.batch_length - 8, h.leader_epoch, 2,
+                       crc32c.crc32c(body))
+    return head + body
+
+
+def varint_encode_all(unsigned: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+    """Every (zigzagged) value's varint bytes, concatenated (vectorised; `nbytes` is
+    `varint.sizes(unsigned)`)."""
+    flat = unsigned.ravel()
+    sz = nbytes.ravel()
+    width = int(sz.max()) if flat.shape[0] else 1
+    if width == 1:
+        return flat.astype(np.uint8)
+    mat = np.empty((flat.shape[0], width), dtype=np.uint8)
+    for j in range(width):
+        group = (flat >> np.uint64(7 * j)) & np.uint64(0x7F)
+        mat[:, j] = group | ((sz > j + 1).astype(np.uint64) << np.uint64(7))
+    return mat[np.arange(width) < sz[:, None]]
+
+
+BASE_TS = 1_700_000_000_000
+SETTINGS = settings(max_examples=60, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+class Spec:
+    """One batch's inputs, with what decoding it must give back."""
+
+    def __init__(self, keys, values, deltas=None, headers=None, base_offset=0,
+                 base_ts=BASE_TS, deliver_after=BASE_TS + 5000):
+        self.keys = keys
+        self.values = values
+        self.deltas = deltas
+        self.headers = headers
+        self.base_offset = base_offset
+        self.base_ts = base_ts
+        self.deliver_after = deliver_after
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    def encode(self) -> bytes:
+        return codec.encode_batch(
+            base_offset=self.base_offset, base_timestamp=self.base_ts,
+            deliver_after=self.deliver_after, keys=self.keys, values=self.values,
+            timestamp_deltas=None if self.deltas is None else np.array(self.deltas, np.int64),
+            headers=self.headers)
+
+    def timestamps(self) -> list[int]:
+        if self.deltas is None:
+            return [self.base_ts] * self.n
+        return [self.base_ts + d for d in self.deltas]
+
+    def expected(self) -> codec.RecordColumns:
+        headers = [[] for _ in range(self.n)] if self.headers is None else \
+            [list(h) for h in self.headers]
+        return codec.RecordColumns(self.timestamps(), list(self.keys), list(self.values),
+                                   headers)
+
+    def kafka_builder_bytes(self) -> bytes:
+        b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                      producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                      batch_size=1 << 30)
+        hs = self.headers or [[] for _ in range(self.n)]
+        for i, (ts, k, v, h) in enumerate(zip(self.timestamps(), self.keys, self.values, hs,
+                                              strict=True)):
+            b.append(i, timestamp=ts, key=k, value=v, headers=list(h))
+        return bytes(b.build())
+
+
+def _blob(rng: random.Random, length: int) -> bytes:
+    return rng.randbytes(length)
+
+
+@st.composite
+def specs(draw, max_records: int = 300) -> Spec:
+    """Arbitrary batches. Payloads come from a seeded RNG (drawing 300 binaries one by one
+    through hypothesis is slow); the shape knobs come from hypothesis."""
+    n = draw(st.integers(1, max_records))
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    homogeneous = draw(st.booleans())
+    null_keys = draw(st.sampled_from([0.0, 0.3, 1.0]))
+    null_values = draw(st.sampled_from([0.0, 0.1]))
+    max_len = draw(st.sampled_from([0, 1, 20, 70, 300]))
+    if homogeneous:
+        kl = rng.randint(0, max_len)
+        vl = rng.randint(0, max_len)
+        keys = [None if null_keys == 1.0 else _blob(rng, kl) for _ in range(n)]
+        values = [_blob(rng, vl) for _ in range(n)]
+        return Spec(keys, values, base_offset=draw(st.integers(0, 2**62)))
+    keys = [None if rng.random() < null_keys else _blob(rng, rng.randint(0, max_len))
+            for _ in range(n)]
+    values = [None if rng.random() < null_values else _blob(rng, rng.randint(0, max_len))
+              for _ in range(n)]
+    ts_mode = draw(st.sampled_from(["none", "zero", "small", "wide"]))
+    deltas = None
+    if ts_mode == "zero":
+        deltas = [0] * n
+    elif ts_mode == "small":
+        deltas = [rng.randint(-70, 70) for _ in range(n)]
+    elif ts_mode == "wide":
+        deltas = [rng.randint(-(2**40), 2**40) for _ in range(n)]
+    headers = None
+    if draw(st.booleans()):
+        headers = [
+            [(rng.choice(["", "a", "trace-id", "é"]),
+              None if rng.random() < 0.3 else _blob(rng, rng.randint(0, 30)))
+             for _ in range(rng.choice([0, 0, 1, 3]))]
+            for _ in range(n)]
+    return Spec(keys, values, deltas, headers, base_offset=draw(st.integers(0, 2**62)),
+                base_ts=draw(st.integers(0, 2**42)))
+
+
+def decode(buf) -> codec.RecordColumns:
+    h = codec.parse_header(buf)
+    codec.check_crc(buf, 0, h)
+    return codec.decode_records(buf, h)
+
+
+def from_kafka_v2(buf: bytes, deliver_after: int) -> bytes:
+    """A kafka-python v2 batch turned into ours, independently of encode_batch."""
+    body = buf[21:43] + struct.pack(">q", deliver_after) + buf[43:]
+    base_offset, batch_length, epoch = struct.unpack_from(">qii", buf)
+    return struct.pack(">qiibI", base_offset, batch_length + 8, epoch, 3,
+                       crc32c.crc32c(body)) + body
+
+
+# ---------------------------------------------------------------------------- round trips
+
+
+@SETTINGS
+@given(specs())
+def test_round_trip(spec):
+    buf = spec.encode()
+    assert isinstance(buf, bytes)
+    cols = decode(buf)
+    assert cols == spec.expected()
+    h = codec.parse_header(buf)
+    assert h.base_offset == spec.base_offset
+    assert h.record_count == spec.n
+    assert h.last_offset == spec.base_offset + spec.n - 1
+    assert h.deliver_after == spec.deliver_after
+    assert h.size == len(buf)
+    assert h.max_timestamp == max(spec.timestamps())
+    # other buffer types decode the same (the Log may hand in mmap slices or bytearrays)
+    assert codec.decode_records(bytearray(buf), h) == cols
+    assert codec.decode_records(memoryview(buf), h) == cols
+    assert codec.decode_records(buf + b"\xff" * 9, h) == cols
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=12)),
+                          st.one_of(st.none(), st.binary(max_size=12)),
+                          st.integers(-(2**33), 2**33),
+                          st.lists(st.tuples(st.text(max_size=4),
+                                             st.one_of(st.none(), st.binary(max_size=4))),
+                                   max_size=2)),
+                min_size=1, max_size=12))
+def test_round_trip_small_drawn(recs):
+    """Fully hypothesis-drawn (and so well shrunk) small batches."""
+    spec = Spec([r[0] for r in recs], [r[1] for r in recs], [r[2] for r in recs],
+                [r[3] for r in recs])
+    assert decode(spec.encode()) == spec.expected()
+
+
+# ---------------------------------------------------------------------------- kafka oracle
+
+
+@SETTINGS
+@given(specs())
+def test_matches_kafka_python(spec):
+    spec.base_offset = 0  # the builder always writes base offset 0
+    if spec.deltas is not None:  # the builder's base timestamp is the first record's
+        spec.base_ts += spec.deltas[0]
+        spec.deltas = [d - spec.deltas[0] for d in spec.deltas]
+    ours = to_kafka_v2(spec.encode())
+    assert ours == spec.kafka_builder_bytes()
+    kb = DefaultRecordBatch(ours)
+    assert kb.validate_crc()
+    got = [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in kb]
+    exp = spec.expected()
+    assert got == list(zip(range(spec.n), exp.timestamps, exp.keys, exp.values, exp.headers,
+                           strict=True))
+
+
+@SETTINGS
+@given(specs(max_records=120))
+def test_decodes_kafka_built_batches(spec):
+    """Decoding does not just invert our own encoder: it reads what Kafka writes."""
+    if spec.deltas is not None:
+        spec.base_ts += spec.deltas[0]
+        spec.deltas = [d - spec.deltas[0] for d in spec.deltas]
+    buf = from_kafka_v2(spec.kafka_builder_bytes(), 123)
+    assert decode(buf) == spec.expected()
+    assert codec.parse_header(buf).deliver_after == 123
+
+
+def test_offset_delta_varints_past_8192():
+    """Three record-size groups in one homogeneous batch (offset deltas of 1, 2, 3 bytes)."""
+    n = 8300
+    spec = Spec([b"k%04d" % (i % 10000) for i in range(n)], [b"v"] * n)
+    buf = spec.encode()
+    assert to_kafka_v2(buf) == spec.kafka_builder_bytes()
+    assert decode(buf) == spec.expected()
+    assert codec._decode_general(buf, n, len(buf), BASE_TS) == spec.expected()
+
+
+# ---------------------------------------------------------------------------- the two paths
+
+
+@SETTINGS
+@given(n=st.integers(1, 300), kl=st.integers(-1, 200), vl=st.integers(-1, 300),
+       seed=st.integers(0, 2**32))
+def test_template_and_general_paths_agree(n, kl, vl, seed):
+    rng = random.Random(seed)
+    keys = [None if kl < 0 else _blob(rng, kl) for _ in range(n)]
+    values = [None if vl < 0 else _blob(rng, vl) for _ in range(n)]
+    spec = Spec(keys, values)
+    buf = spec.encode()
+    assert buf[codec.HEADER_SIZE:] == codec._encode_records(keys, values, None, None)
+    # explicit zero deltas and empty header lists are the same batch
+    same = codec.encode_batch(base_offset=0, base_timestamp=BASE_TS,
+                              deliver_after=BASE_TS + 5000, keys=keys, values=values,
+                              timestamp_deltas=np.zeros(n, np.int64),
+                              headers=[[] for _ in range(n)])
+    assert same == buf
+    assert codec._decode_template(buf, n, len(buf), BASE_TS) == spec.expected()
+    assert codec._decode_general(buf, n, len(buf), BASE_TS) == spec.expected()
+    assert decode(buf) == spec.expected()
+
+
+def test_template_decode_after_cache_is_cleared():
+    """A reader in a fresh process has no templates: decoding builds one from the bytes."""
+    spec = Spec([b"0123456789abcdef"] * 100, [bytes(range(100))] * 100)
+    buf = spec.encode()
+    codec.clear_template_cache()
+    assert codec._decode_template(buf, 100, len(buf), BASE_TS) == spec.expected()
+    assert (100, 16, 100) in codec._templates
+
+
+def test_template_rejects_near_misses():
+    """A batch that differs from a template in any non-payload byte is not template-decoded."""
+    n = 70
+    spec = Spec([b"kkkk"] * n, [b"vvvvvvvv"] * n)
+    buf = spec.encode()
+    tmpl = codec._templates[(n, 4, 8)]
+    payload = np.zeros(len(buf), bool)
+    for sl in tmpl.key_slices + tmpl.val_slices:
+        payload[sl] = True
+    for pos in range(codec.HEADER_SIZE, len(buf)):
+        bad = bytearray(buf)
+        bad[pos] ^= 0x01
+        got = codec._decode_template(bytes(bad), n, len(buf), BASE_TS)
+        if payload[pos]:
+            assert got is not None
+        else:
+            assert got is None, pos
+
+
+def test_template_cache_is_bounded():
+    for n in range(1, 200):
+        codec.encode_batch(base_offset=0, base_timestamp=0, deliver_after=0,
+                           keys=[None] * n, values=[b"x"] * n)
+    assert len(codec._templates) <= codec._TEMPLATE_MAX_ENTRIES
+    assert codec._templates_records <= codec._TEMPLATE_MAX_RECORDS
+
+
+def test_bad_arguments():
+    with pytest.raises(InvalidRecordError):
+        codec.encode_batch(base_offset=0, base_timestamp=0, deliver_after=0, keys=[], values=[])
+    with pytest.raises(InvalidRecordError):
+        codec.encode_batch(base_offset=0, base_timestamp=0, deliver_after=0, keys=[None],
+                           values=[b"a", b"b"])
+
+
+# ---------------------------------------------------------------------------- header layout
+
+
+@SETTINGS
+@given(specs(max_records=80), st.integers(0, 2**63 - 1))
+def test_header_layout(spec, deliver_after):
+    spec.deliver_after = deliver_after
+    buf = spec.encode()
+    assert len(buf) == codec.parse_header(buf).size
+    assert struct.unpack_from(">q", buf, 0)[0] == spec.base_offset
+    assert struct.unpack_from(">i", buf, 8)[0] == len(buf) - 12
+    assert buf[16] == 3
+    assert struct.unpack_from(">I", buf, 17)[0] == crc32c.crc32c(buf[21:])
+    assert struct.unpack_from(">h", buf, 21)[0] == 0
+    assert struct.unpack_from(">i", buf, 23)[0] == spec.n - 1
+    assert struct.unpack_from(">q", buf, 27)[0] == spec.base_ts
+    assert struct.unpack_from(">q", buf, 35)[0] == max(spec.timestamps())
+    assert struct.unpack_from(">q", buf, 43)[0] == deliver_after
+    assert struct.unpack_from(">qhii", buf, 51) == (-1, -1, -1, spec.n)
+    assert codec.crc_ok(buf, 0, codec.parse_header(buf))
+    # inside a larger buffer at an offset
+    big = b"\x00" * 7 + buf + b"\x01" * 5
+    h = codec.parse_header(big, 7)
+    codec.check_crc(big, 7, h)
+
+
+# ---------------------------------------------------------------------------- varints
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=1, max_size=40))
+def test_varints_match_kafka(values):
+    arr = np.array(values, dtype=np.int64)
+    u = varint.zigzag(arr)
+    sz = varint.sizes(u)
+    enc = varint_encode_all(u, sz).tobytes()
+    ref = bytearray()
+    for v in values:
+        encode_varint(v, ref.append)
+    assert enc == bytes(ref)
+    assert b"".join(varint.encode_one(v) for v in values) == bytes(ref)
+    assert [varint.size_one(v) for v in values] == sz.tolist()
+    starts = np.concatenate([[0], np.cumsum(sz)[:-1]])
+    padded = np.frombuffer(enc + bytes(16), np.uint8)
+    got, got_sz = varint.decode_at(padded, starts)
+    assert got.tolist() == values
+    assert got_sz.tolist() == sz.tolist()
+    pos = 0
+    for v in values:
+        assert decode_varint(ref, pos)[0] == v
+        d, pos = varint.decode_one(ref, pos)
+        assert d == v
+
+
+def test_overlong_varint_is_an_error():
+    buf = np.frombuffer(b"\x80" * 11 + bytes(16), np.uint8)
+    with pytest.raises(ValueError):
+        varint.decode_at(buf, np.array([0]))
+    with pytest.raises(ValueError):
+        varint.decode_one(b"\x80" * 11, 0)
+
+
+# ---------------------------------------------------------------------------- corruption
+
+
+def _checked_decode(buf: bytes):
+    """What a reader does: header, CRC, records. Only CorruptLogError may escape."""
+    try:
+        h = codec.parse_header(buf, path="x.log", file_pos=0)
+        codec.check_crc(buf, 0, h, path="x.log", file_pos=0)
+        return codec.decode_records(buf, h, path="x.log", file_pos=0)
+    except CorruptLogError as e:
+        assert e.path == "x.log"
+        return None
+
+
+@SETTINGS
+@given(specs(max_records=150), st.data())
+def test_bit_flips_truncation_garbage(spec, data):
+    buf = spec.encode()
+    expected = spec.expected()
+    # bit flips: bytes 0..16 (base offset, length, epoch) are outside the CRC, so a flip
+    # there may leave the records readable, but never different
+    for pos in data.draw(st.lists(st.integers(0, len(buf) - 1), min_size=1, max_size=20)):
+        bad = bytearray(buf)
+        bad[pos] ^= 1 << data.draw(st.integers(0, 7))
+        got = _checked_decode(bytes(bad))
+        assert got is None or got == expected
+        if pos >= 16:
+            assert got is None
+    # truncation
+    for cut in data.draw(st.lists(st.integers(0, len(buf) - 1), min_size=1, max_size=10)):
+        assert _checked_decode(buf[:cut]) is None
+    # garbage over a range
+    start = data.draw(st.integers(0, len(buf) - 1))
+    junk = data.draw(st.binary(min_size=1, max_size=64))
+    bad = (buf[:start] + junk + buf[start + len(junk):])[:len(buf)]
+    got = _checked_decode(bad)
+    assert got is None or got == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(min_size=0, max_size=400))
+def test_random_bytes_never_crash(blob):
+    got = _checked_decode(blob)
+    assert got is None or isinstance(got, codec.RecordColumns)
+
+
+def _bypass_crc(buf: bytes) -> codec.RecordColumns | None:
+    """decode_records on bytes whose CRC was never checked: CorruptLogError or columns."""
+    try:
+        h = codec.parse_header(buf)
+    except CorruptLogError:
+        return None
+    try:
+        cols = codec.decode_records(buf, h)
+    except CorruptLogError:
+        return None
+    n = h.record_count
+    assert len(cols.timestamps) == len(cols.keys) == len(cols.values) == len(cols.headers) == n
+    assert all(k is None or type(k) is bytes for k in cols.keys)
+    assert all(v is None or type(v) is bytes for v in cols.values)
+    assert all(isinstance(hk, str) and (hv is None or type(hv) is bytes)
+               for hs in cols.headers for hk, hv in hs)
+    return cols
+
+
+def _with_length_and_count(buf: bytearray, count: int | None = None) -> bytes:
+    """Fix up batchLength (and optionally the record count) so parse_header accepts the
+    mutated bytes and decode_records gets to see them."""
+    struct.pack_into(">i", buf, 8, len(buf) - 12)
+    if count is not None:
+        struct.pack_into(">i", buf, 23, count - 1)
+        struct.pack_into(">i", buf, 65, count)
+    return bytes(buf)
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(specs(max_records=100), st.data())
+def test_decode_without_crc_only_raises_corrupt(spec, data):
+    buf = spec.encode()
+    body = len(buf) - codec.HEADER_SIZE
+    ops = data.draw(st.lists(st.tuples(
+        st.sampled_from(["set", "flip", "insert", "delete", "count", "varint"]),
+        st.integers(0, body - 1), st.integers(0, 255)), min_size=1, max_size=6))
+    bad = bytearray(buf)
+    count = None
+    for op, at, val in ops:
+        at = codec.HEADER_SIZE + at % max(1, len(bad) - codec.HEADER_SIZE)
+        if op == "set":
+            bad[at] = val
+        elif op == "flip":
+            bad[at] ^= 1 << (val % 8)
+        elif op == "insert":
+            bad[at:at] = bytes([val])
+        elif op == "delete" and len(bad) > codec.HEADER_SIZE + 1:
+            del bad[at]
+        elif op == "count":
+            count = max(1, spec.n + (val % 7) - 3)
+        elif op == "varint":  # a long run of continuation bytes
+            bad[at:at + 12] = b"\xff" * 12
+    _bypass_crc(_with_length_and_count(bad, count))
+
+
+def test_decode_without_crc_edge_cases():
+    spec = Spec([b"abc"] * 5, [b"hello"] * 5)
+    buf = bytearray(spec.encode())
+    # a huge record count cannot make the decoder allocate or loop over it
+    assert _bypass_crc(_with_length_and_count(bytearray(buf), 2**31 - 1)) is None
+    # huge key length varint (would overflow int64 positions if unchecked)
+    bad = bytearray(buf)
+    pos = codec.HEADER_SIZE + 1 + 3  # length varint, attributes, ts, offset -> key length
+    bad[pos:pos + 1] = b"\xfe\xff\xff\xff\xff\xff\xff\xff\xff\x01"
+    assert _bypass_crc(_with_length_and_count(bad)) is None
+    # a batch that ends inside the records
+    assert _bypass_crc(_with_length_and_count(bytearray(buf[:-3]))) is None
+    # a header count far beyond the record
+    h_spec = Spec([b"k"], [b"v"], headers=[[("a", b"b")]])
+    hb = bytearray(h_spec.encode())
+    hb[-5] = 0x7E  # header count varint -> 63
+    assert _bypass_crc(bytes(hb)) is None
+    # invalid utf-8 in a header key
+    hb = bytearray(h_spec.encode())
+    hb[-3] = 0xFF
+    assert _bypass_crc(bytes(hb)) is None
+
+
+def test_decode_records_error_names_file_and_position():
+    buf = bytearray(Spec([b"abc"] * 3, [b"hello"] * 3).encode())
+    bad = _with_length_and_count(bytearray(buf[:-2]))
+    h = codec.parse_header(bad)
+    with pytest.raises(CorruptLogError) as e:
+        codec.decode_records(bad, h, path="seg.log", file_pos=4096)
+    assert e.value.path == "seg.log" and e.value.position == 4096
+    assert "seg.log" in str(e.value) and "4096" in str(e.value)
