@@ -111,6 +111,25 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def check_file(directory: str) -> str | None:
+    """Why the directory's horizon file is malformed, or None (absent or well-formed).
+    A malformed file is harmless (readers treat it as "no writer", the next Log.open
+    rewrites it); `kdelay verify` reports it as a warning."""
+    path = os.path.join(directory, HORIZON_FILE)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(SIZE + 1)
+    except FileNotFoundError:
+        return None
+    if len(raw) != SIZE:
+        return f"{len(raw)} bytes, expected {SIZE}"
+    if raw[:8] != MAGIC:
+        return f"bad magic {raw[:8]!r}"
+    if int.from_bytes(raw[8:16], "little", signed=True) < 0:
+        return "negative pid"
+    return None
+
+
 def read_state(directory: str) -> tuple[bool, int] | None:
     """(append in progress?, floor) as published, or None when there is no live writer
     (no file, a damaged one, or its writer process is gone)."""

@@ -8,7 +8,7 @@ import argparse
 import os
 
 from ..errors import KdelayError
-from ..log import files
+from ..log import files, horizon
 from ..log.files import LOG_SUFFIX, SegmentFiles, parse_segment_name, segment_file
 from ..log.groups import GroupStore
 from ..log.walker import Batch, FramingBreak, Progress
@@ -76,6 +76,11 @@ def verify_partition(directory: str, *, only_base: int | None = None,
         prev_next, prev_path = scan.next_offset(), seg.log_path
     if only_base is None:
         _check_groups(rep, directory)
+        bad = horizon.check_file(directory)
+        if bad is not None:
+            rep.add(False, os.path.join(directory, horizon.HORIZON_FILE), None,
+                    f"append horizon unreadable ({bad}): lock-free readers treat it as no "
+                    f"writer; the next open rewrites it")
     return rep
 
 

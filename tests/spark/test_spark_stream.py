@@ -32,41 +32,6 @@ def _wall() -> int:
 # ---------------------------------------------------------------------------- no Spark
 
 
-def test_horizon_states(tmp_path):
-    path = str(tmp_path / "p")
-    assert horizon.read_state(path) is None  # no writer ever
-    assert horizon.read_bound(path, T0) == T0 - 1
-    log = Log.open(path, clock=lambda: T0)
-    try:
-        assert horizon.read_state(path) == (False, 0)  # idle
-        log.append([Record(b"x")])
-        assert horizon.read_state(path) == (False, T0)
-        log._horizon.begin(T0 + 5)  # as an append does before it reads the clock
-        assert horizon.read_state(path) == (True, T0 + 5)
-        assert horizon.read_bound(path, T0 + 10) == T0 + 4
-        assert horizon.read_bound(path, T0 + 3) == T0 + 2
-        log._horizon.end(T0 + 5)
-        assert horizon.read_bound(path, T0 + 10) == T0 + 9
-    finally:
-        log.close()
-    # a closed writer is no writer; nor is a garbled file
-    assert horizon.read_state(path) is None
-    with open(os.path.join(path, horizon.HORIZON_FILE), "r+b") as f:
-        f.write(b"garbage!")
-    assert horizon.read_state(path) is None
-
-
-def test_horizon_of_a_dead_writer_is_ignored(tmp_path):
-    """A writer killed in the middle of an append must not stall readers forever."""
-    path = str(tmp_path / "p")
-    code = ("import os, sys\nfrom kdelay import Log\nlog = Log.open(sys.argv[1])\n"
-            "log._horizon.begin(123)\nos._exit(0)\n")
-    subprocess.run([sys.executable, "-c", code, path], check=True,
-                   env=dict(os.environ, PYTHONPATH=os.getcwd()))
-    assert horizon.read_state(path) is None
-    assert horizon.read_bound(path, T0) == T0 - 1
-
-
 def test_kill_9_writer_mid_stream(tmp_path):
     """kill -9 of a writer while a lock-free reader follows it: the dead writer's horizon
     counts as no writer, and everything the reader catalogued survives recovery."""
