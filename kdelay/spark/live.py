@@ -49,6 +49,7 @@ class _Segment:
     walked: int = 0  # bytes of the .log already catalogued
     next_offset: int = -1  # the base offset the next batch must have (-1: unknown yet)
     complete: bool = False  # sealed and fully catalogued
+    ident: tuple[int, int] | None = None  # (inode, size) of the .log when it was completed
     bad_at: int = -1  # position of a bad batch seen by the previous walk
 
 
@@ -95,24 +96,42 @@ class LivePartition:
         idle_writer = state is not None and not state[0]
         bases = segment_bases(self.part.path)
         for gone in set(self._segments) - set(bases):  # deleted by retention
-            del self._segments[gone]
+            self._drop(gone)
         for i, base in enumerate(bases):
             sealed = i + 1 < len(bases)
             seg = self._segments.get(base)
+            if seg is not None and seg.complete and seg.ident != self._ident(base):
+                self._drop(base)  # rewritten in place (compaction): catalogue it afresh
+                seg = None
             if seg is None:
                 seg = self._segments[base] = _Segment()
                 if sealed and self._from_index(base):
-                    seg.complete = True
+                    seg.complete, seg.ident = True, self._ident(base)
                     continue
             if seg.complete:
                 continue
             try:
                 whole = self._walk(base, seg, idle_writer)
             except FileNotFoundError:
-                self._segments.pop(base, None)
+                self._drop(base)
                 continue
             seg.complete = sealed and whole
+            if seg.complete:
+                seg.ident = self._ident(base)
         return bound
+
+    def _ident(self, base: int) -> tuple[int, int] | None:
+        try:
+            st = os.stat(segment_file(self.part.path, base, LOG_SUFFIX))
+        except FileNotFoundError:
+            return None
+        return st.st_ino, st.st_size
+
+    def _drop(self, base: int) -> None:
+        """Forget a segment and its batches (deleted, or replaced by a rewrite). O(n)."""
+        self._segments.pop(base, None)
+        if any(b[3] == base for b in self.batches):
+            self.batches = SortedList(b for b in self.batches if b[3] != base)
 
     def _keep(self, da: int, last: int) -> bool:
         return (da, last) > self.floor

@@ -103,7 +103,7 @@ class KdelayStreamReader(DataSourceStreamReader):
         for p in parts:
             live = LivePartition(p)
             out[part_key(p)] = _encode(live.latest(live.refresh(now), _BEFORE_ALL))
-        return {"partitions": out}
+        return {"partitions": dict(sorted(out.items()))}
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
         start = start or {"partitions": {}}
@@ -113,7 +113,8 @@ class KdelayStreamReader(DataSourceStreamReader):
             key = live.latest(self._bound[k], _key(start, k))
             if key != _BEFORE_ALL:
                 out[k] = _encode(key)
-        return {"partitions": out}
+        # one spelling per offset: Spark compares offsets as JSON text
+        return {"partitions": dict(sorted(out.items()))}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         if not self._live:

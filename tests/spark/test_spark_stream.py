@@ -118,6 +118,30 @@ def test_live_catalog_follows_rolls_and_sealed_indexes(tmp_path):
                                                       if w[0] > T0 + 100]
 
 
+def test_live_catalog_follows_rewritten_and_deleted_segments(tmp_path):
+    """A sealed segment replaced in place (as compaction swaps one in) is catalogued
+    afresh; a deleted one (retention) leaves the catalogue."""
+    import shutil
+
+    path = str(tmp_path / "p")
+    with Log.open(path, config=LogConfig(segment_bytes=2048), clock=lambda: T0) as log:
+        for _ in range(60):
+            log.append([Record(b"z" * 100)])
+        bases = log.segments
+    live = LivePartition(scan.PartitionDir(path))
+    live.refresh(T0 + 1)
+    before = list(live.batches)
+    victim = segment_file(path, bases[1], ".log")
+    shutil.copy(victim, victim + ".new")
+    os.replace(victim + ".new", victim)  # same bytes, new inode
+    live.refresh(T0 + 1)
+    assert list(live.batches) == before
+    for suffix in (".log", ".index", ".timeindex", ".dlyindex"):
+        os.remove(segment_file(path, bases[0], suffix))
+    live.refresh(T0 + 1)
+    assert list(live.batches) == [b for b in before if b[3] != bases[0]]
+
+
 def test_live_catalog_waits_for_a_torn_tail_and_flags_damage(tmp_path):
     path = str(tmp_path / "p")
     with Log.open(path, clock=lambda: T0) as log:
