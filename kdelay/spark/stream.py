@@ -177,9 +177,9 @@ def read_range(part: scan.PartitionDir, start: tuple[int, int], end: tuple[int, 
                 total += batches[j][5]
                 j += 1
             run = batches[i:j]
+            path = segment_file(part.path, seg, LOG_SUFFIX)
             fd = fds.get(seg)
             if fd is None:
-                path = segment_file(part.path, seg, LOG_SUFFIX)
                 try:
                     fd = fds[seg] = os.open(path, os.O_RDONLY)
                 except FileNotFoundError:
@@ -188,7 +188,6 @@ def read_range(part: scan.PartitionDir, start: tuple[int, int], end: tuple[int, 
             buf = columnar.padded_buffer(total)
             chunk = []
             rel = 0
-            path = segment_file(part.path, seg, LOG_SUFFIX)
             for da, base, last, _, pos, size in run:
                 got = os.preadv(fd, [memoryview(buf)[rel:rel + size]], pos)
                 h = codec.parse_header(buf, rel, path=path, file_pos=pos,
