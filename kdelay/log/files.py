@@ -9,6 +9,7 @@ Layout of a partition directory (as in Kafka):
     <base offset>.timeindex             sparse time index
     <base offset>.dlyindex              DeliverAfterIndex (one entry per batch)
     .lock, .kdelay_cleanshutdown, recovery-point-offset-checkpoint, group files
+    append.horizon                      the live writer's state for lock-free readers
     *.tmp, *.deleted                    leftovers of an interrupted atomic write or deletion
 
 A topic root holds one `<topic>-<partition>` directory per partition (Kafka's naming).
@@ -32,6 +33,7 @@ TEMP_SUFFIXES = (".tmp", ".deleted")
 LOCK_FILE = ".lock"
 CLEAN_SHUTDOWN_FILE = ".kdelay_cleanshutdown"
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
+HORIZON_FILE = "append.horizon"  # see kdelay/log/horizon.py
 _MARKERS = (LOCK_FILE, CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE)
 _PARTITION_NAME = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>\d+)$")
 

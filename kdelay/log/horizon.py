@@ -47,7 +47,9 @@ import threading
 
 import numpy as np
 
-HORIZON_FILE = "append.horizon"
+from .files import HORIZON_FILE
+
+__all__ = ["HORIZON_FILE", "Horizon", "check_file", "read_bound", "read_state"]
 MAGIC = b"KDLYHRZ1"
 SIZE = 32
 _PID, _SEQ, _FLOOR = 1, 2, 3  # word indexes
