@@ -11,6 +11,7 @@ from .errors import (
     CorruptLogError,
     DelayedDeliveryDisabledError,
     DeliveryDelayExceededError,
+    GroupFencedError,
     InvalidConfigError,
     InvalidRecordError,
     InvalidTopicError,
@@ -21,13 +22,21 @@ from .errors import (
     OffsetOutOfRangeError,
 )
 from .partition import Log
-from .records import AppendResult, DeliveryKey, FetchedRecord, FetchResult, Record
+from .records import (
+    AppendResult,
+    CompactionResult,
+    DeliveryKey,
+    FetchedRecord,
+    FetchResult,
+    Record,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AppendResult", "Consumer", "CorruptLogError", "DelayedDeliveryDisabledError",
+    "AppendResult", "CompactionResult", "Consumer", "CorruptLogError", "DelayedDeliveryDisabledError",
     "DeliveryDelayExceededError", "DeliveryKey", "FetchResult", "FetchedRecord",
+    "GroupFencedError",
     "InvalidConfigError", "InvalidRecordError", "InvalidTopicError", "KdelayError", "Log", "LogClosedError",
     "LogConfig", "LogLockedError", "LogWriteError", "OffsetOutOfRangeError", "Record", "Topic",
 ]

@@ -57,6 +57,12 @@ class LogWriteError(KdelayError, OSError):
     `filename` are the OSError's. Nothing of a refused append is left for a read to see."""
 
 
+class GroupFencedError(KdelayError):
+    """A Consumer whose group was joined by a newer Consumer on the same Log: as with
+    Kafka's group generations, the older member may neither poll nor commit any more (its
+    commits would move the group's position backwards)."""
+
+
 class OffsetOutOfRangeError(KdelayError):
     """An offset that is not in the log (deleted by retention, or never written)."""
 
@@ -81,3 +87,12 @@ def write_errors(method):
             raise LogWriteError(e.errno, f"{method.__name__} on {self.path} failed: "
                                 f"{e.strerror or e}", e.filename) from e
     return wrapper
+
+
+class InspectError(KdelayError):
+    """Input the inspector cannot work on: a missing path, a directory that is not a log,
+    a file of the wrong kind. Its message is one line meant for a person."""
+
+
+class IndexUnreadable(KdelayError):
+    """An index file too damaged to show (bad magic, header checksum, truncated)."""

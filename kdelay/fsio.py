@@ -11,7 +11,7 @@ import contextlib
 import os
 
 __all__ = [
-    "atomic_write", "fsync", "fsync_dir", "open_append", "pread", "rename", "truncate",
+    "atomic_write", "fsync", "fsync_dir", "open_append", "open_read", "pread", "rename", "write_new", "truncate",
     "unlink", "write", "read_small",
 ]
 
@@ -21,6 +21,12 @@ O_BINARY = getattr(os, "O_BINARY", 0)
 def open_append(path: str) -> int:
     """Open (creating if needed) a file for appending; returns the descriptor."""
     return os.open(path, os.O_RDWR | os.O_CREAT | O_BINARY, 0o666)
+
+
+def open_read(path: str) -> int:
+    """Open an existing file read-only (a reader that must outlive a concurrent unlink or
+    rename of the name keeps reading the same file through it)."""
+    return os.open(path, os.O_RDONLY | O_BINARY)
 
 
 def write(fd: int, data: bytes, position: int) -> None:
@@ -74,6 +80,19 @@ def atomic_write(path: str, data: bytes, *, sync_dir: bool = True) -> None:
     rename(tmp, path)
     if sync_dir:
         fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def write_new(path: str, data: bytes) -> None:
+    """Create (or overwrite) `path` with `data` and fsync it; no rename, no directory fsync:
+    for a file that is itself temporary until a later rename publishes it (compaction's
+    `.cleaned` files), so that rename's directory fsync makes the name durable."""
+    fd = open_append(path)
+    try:
+        truncate(fd, 0)
+        write(fd, data, 0)
+        fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def read_small(path: str) -> bytes | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 
 from . import fsio
@@ -30,19 +31,30 @@ from .errors import (
 )
 from .fetch import metrics, offset_order
 from .fetch.due_order import DueOrderReader
-from .log import groups, retention
+from .log import compaction, groups, retention
 from .log.batch_builder import build_batch
 from .log.flushing import FlushPolicy
 from .log.horizon import Horizon
 from .log.loader import CLEAN_SHUTDOWN_FILE, LoadReport, open_directory, write_recovery_point
 from .log.segment import LogSegment
 from .log.segment_set import SegmentSet
-from .records import AppendResult, DeliveryKey, FetchedRecord, FetchResult, Record
+from .records import (
+    AppendResult,
+    CompactionResult,
+    DeliveryKey,
+    FetchedRecord,
+    FetchResult,
+    Record,
+)
 from .validation import (
+    MAX_INT64,
     as_delivery_key,
+    as_int,
+    check_open_args,
     check_page_limits,
+    clock_value,
     is_int,
-    is_positive_int,
+    os_errors,
     record_columns,
     requested_deliver_after,
 )
@@ -73,10 +85,25 @@ class Log:
         self._groups = groups.GroupStore(path)
         self._due_order = DueOrderReader()
         self._listeners: list[AppendListener] = []
+        # one compaction at a time; it takes self._lock only for snapshots and swaps
+        self._compaction_lock = threading.Lock()
+        self._compaction_totals = dict.fromkeys(
+            ("runs", "segments_rewritten", "bytes_read", "bytes_written"), 0)
+        self._compaction_totals.update(seconds=0.0, longest_swap_ms=0.0)
+        # which offsets are cancelled: (first, end) -> sorted offsets (None: none are; the
+        # cancel feature installs its store's answer here)
+        self.cancelled_offsets: compaction.Cancelled | None = None
         self._flusher: threading.Thread | None = None
+        # A Log dropped without close() (garbage-collected) still releases its descriptors
+        # and so the directory lock, as a crashed process would: a later open in this
+        # process recovers the directory instead of failing with LogLockedError forever.
+        # The finalizer holds no reference to the Log; close() detaches it.
+        self._finalizer = weakref.finalize(self, _release, self._segments, lock_fd)
         if config.flush_ms is not None:
-            self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
-                                             name=f"kdelay-flush-{path}")
+            # the thread holds only a weak reference, so it does not keep the Log alive
+            self._flusher = threading.Thread(target=_flush_loop,
+                                             args=(weakref.ref(self), config.flush_ms / 1000),
+                                             daemon=True, name=f"kdelay-flush-{path}")
             self._flusher.start()
 
     # ------------------------------------------------------------------ open / close
@@ -85,11 +112,9 @@ class Log:
     def open(cls, path: str | os.PathLike, config: LogConfig | None = None,
              clock: Clock | None = None) -> Log:
         """Open (creating if missing) and recover the log directory at `path`."""
-        config = config if config is not None else LogConfig()
-        if not isinstance(config, LogConfig):
-            raise KdelayError(f"config must be a LogConfig, got {type(config).__name__}")
-        path = os.fspath(path)
-        opened = open_directory(path, config.index_interval_bytes)
+        path, config = check_open_args(path, config, clock)
+        opened = os_errors("opening", path,
+                           lambda: open_directory(path, config.index_interval_bytes))
         log = cls(path, config, clock or wall_clock, opened.lock_fd, opened.segments,
                   opened.report)
         log._marker_present = opened.marker_present
@@ -125,11 +150,10 @@ class Log:
                 fsio.atomic_write(os.path.join(self.path, CLEAN_SHUTDOWN_FILE),
                                   str(self._now_floor).encode("ascii"))
             finally:
-                for seg in self._segments:
-                    seg.close()
+                self._finalizer.detach()
                 if self._horizon is not None:
                     self._horizon.close()
-                os.close(self._lock_fd)
+                _release(self._segments, self._lock_fd)
                 self._appended.notify_all()
 
     def __enter__(self) -> Log:
@@ -150,8 +174,11 @@ class Log:
     # ------------------------------------------------------------------ clock
 
     def now(self) -> int:
-        """The log clock: never below any time it has already handed out."""
+        """The log clock: never below any time it has already handed out. A clock value
+        that is not an int (or numpy integer) in [0, 2**63) raises KdelayError."""
         t = self._clock()
+        if type(t) is not int or t < 0 or t > MAX_INT64:
+            t = clock_value(t)
         with self._lock:
             if t > self._now_floor:
                 self._now_floor = t
@@ -180,16 +207,19 @@ class Log:
                 batch = build_batch(columns, base_offset=base, now=now, requested=requested,
                                     explicit=deliver_after, config=cfg)
                 self._mark_dirty()
-                if self._segments.should_roll(len(batch.data), now, cfg.segment_bytes,
-                                              cfg.segment_ms):
+                if self._segments.should_roll(len(batch.data), batch.max_timestamp,
+                                              cfg.segment_bytes, cfg.segment_ms):
                     self._roll_locked()
                 n = len(columns[0])
+                sync = self._flush_policy.due_after(n)
                 self._segments.active.append(batch.data, base, n - 1, batch.deliver_after,
-                                             batch.max_timestamp, cfg.index_interval_bytes)
+                                             batch.max_timestamp, cfg.index_interval_bytes,
+                                             sync=sync)
             finally:
                 self._horizon.end(self._now_floor)
-            if self._flush_policy.appended(n):
-                self._flush_locked()
+            self._flush_policy.appended(n)
+            if sync:
+                self._flush_policy.flushed()
             self._due_order.appended(batch.deliver_after)
             self._appended.notify_all()
             result = AppendResult(base, base + n - 1, batch.deliver_after, now)
@@ -223,24 +253,16 @@ class Log:
         self._segments.active.flush()
         self._flush_policy.flushed()
 
-    def _flush_loop(self) -> None:
-        period = self.config.flush_ms / 1000
-        while True:
-            time.sleep(period / 2)
-            with self._lock:
-                if self._closed:
-                    return
-                if self._flush_policy.overdue():
-                    self._flush_locked()
-
     # ------------------------------------------------------------------ reading
 
     def fetch(self, after: DeliveryKey | int | None = None, *, max_records: int = 500,
               max_bytes: int = 1 << 20, max_wait_ms: int = 0) -> FetchResult:
         """Due records strictly after `after`, in (deliverAfter, offset) order."""
-        check_page_limits(max_records, max_bytes, max_wait_ms)
+        max_records, max_bytes, max_wait_ms = check_page_limits(max_records, max_bytes,
+                                                                max_wait_ms)
         deadline = time.monotonic() + max_wait_ms / 1000
         with self._lock:
+            self._check_open()
             cursor = self._resolve_cursor(after)
             while True:
                 self._check_open()
@@ -261,7 +283,8 @@ class Log:
         if key is not None:
             return key
         if is_int(after):
-            da = self._segments.deliver_after_of(after)
+            after = int(after)
+            da = self._segments.deliver_after_of(after) if after >= 0 else None
             if da is None:
                 raise OffsetOutOfRangeError(
                     f"offset {after} is not in the log [{self.log_start_offset}, "
@@ -271,10 +294,8 @@ class Log:
 
     def read(self, offset: int, *, max_records: int = 500) -> list[FetchedRecord]:
         """Records in plain offset order from `offset` (due or not)."""
-        if not is_int(offset) or offset < 0:
-            raise KdelayError(f"offset must be a non-negative int, got {offset!r}")
-        if not is_positive_int(max_records):
-            raise KdelayError("max_records must be a positive int")
+        offset = as_int(offset, "offset")
+        max_records = check_page_limits(max_records)[0]
         with self._lock:
             self._check_open()
             return offset_order.read_from(self._segments, max(offset, self.log_start_offset),
@@ -283,18 +304,30 @@ class Log:
     # ------------------------------------------------------------------ groups
 
     @write_errors
-    def commit(self, group: str, key: DeliveryKey | None) -> None:
-        """Durably store `group`'s position (the key of the last record it consumed)."""
+    def commit(self, group: str, key: DeliveryKey | None, *,
+               generation: int | None = None) -> None:
+        """Durably store `group`'s position (the key of the last record it consumed). With
+        `generation` (from `join_group`), refused with GroupFencedError once a newer member
+        has joined."""
         if key is not None:
             as_key = as_delivery_key(key)
             if as_key is None:
                 raise KdelayError(f"commit needs a DeliveryKey, got {key!r}")
             key = as_key
         self._check_open()
-        self._groups.commit(group, key, self.now())
+        self._groups.commit(group, key, self.now(), generation)
 
     def committed(self, group: str) -> DeliveryKey | None:
         return self._groups.committed(group)
+
+    def join_group(self, group: str) -> int:
+        """Register a new member (Consumer) of `group` on this Log and return its
+        generation; every older member is fenced (see `check_member`)."""
+        return self._groups.join(group)
+
+    def check_member(self, group: str, generation: int) -> None:
+        """Raise GroupFencedError if a member newer than `generation` joined `group`."""
+        self._groups.check_member(group, generation)
 
     # ------------------------------------------------------------------ retention
 
@@ -302,11 +335,45 @@ class Log:
     def enforce_retention(self) -> int:
         """Delete the oldest sealed segments whose every record has been due for longer than
         `retention_ms`, and, while the log is over `retention_bytes`, those whose every record
-        is due. Returns how many segments were deleted."""
+        is due; then, when `compaction_min_ratio` > 0, compact (and delete what compaction
+        emptied at the log start). Returns how many segments were deleted."""
+        deleted = self._retention_pass()
+        if self.config.compaction_min_ratio > 0 and self.compact().segments_rewritten:
+            deleted += self._retention_pass()
+        return deleted
+
+    def _retention_pass(self) -> int:
         with self._lock:
             self._check_open()
             return retention.enforce(self._segments, self.config, self.now(), self.path,
                                      self._mark_dirty)
+
+    @write_errors
+    def compact(self) -> CompactionResult:
+        """Rewrite sealed segments in which at least `compaction_min_ratio` of the bytes are
+        removable (due for longer than `retention_ms`, or cancelled) without those records,
+        keeping every other record with its offset (see kdelay.log.compaction). Appends and
+        fetches go on meanwhile: the log's lock is held only to swap each rewritten segment
+        in. Cost: one sequential read of the rewritten segments and one write of what
+        survives; memory O(one segment's index)."""
+        self._check_open()
+        cfg = self.config
+        settings = compaction.Settings(cfg.retention_ms, cfg.compaction_min_ratio,
+                                       cfg.segment_bytes, cfg.index_interval_bytes)
+        with self._compaction_lock:
+            t = time.perf_counter()
+            result = compaction.run(self.path, self._segments, self._lock, settings,
+                                    now=self.now, cancelled=self.cancelled_offsets,
+                                    before_change=self._mark_dirty,
+                                    after_change=self._due_order.reset,
+                                    is_closed=lambda: self._closed)
+            totals = self._compaction_totals
+            totals["runs"] += 1
+            totals["seconds"] += time.perf_counter() - t
+            for name in ("segments_rewritten", "bytes_read", "bytes_written"):
+                totals[name] += getattr(result, name)
+            totals["longest_swap_ms"] = max(totals["longest_swap_ms"], result.longest_swap_ms)
+        return result
 
     # ------------------------------------------------------------------ introspection
 
@@ -332,8 +399,17 @@ class Log:
         position to its committed key and its lag: records due now and after that key."""
         with self._lock:
             now = self.now()
-            group_keys = {g: self._groups.committed(g) for g in self._groups.groups()}
-            return metrics.collect(self._segments, group_keys, now, self.earliest_pending(now))
+            group_keys, unreadable = {}, {}
+            for g in self._groups.groups():
+                try:
+                    group_keys[g] = self._groups.committed(g)
+                except KdelayError as e:  # one damaged file: that group reports it
+                    unreadable[g] = str(e)
+            out = metrics.collect(self._segments, group_keys, now, self.earliest_pending(now))
+            for g, error in unreadable.items():
+                out["groups"][g] = {"committed": None, "lag": None, "error": error}
+            out["compaction"] = dict(self._compaction_totals)  # totals since open
+            return out
 
     def earliest_pending(self, now: int) -> int | None:
         """The smallest deliverAfter > `now` in the log (None: nothing pending). Sealed
@@ -342,3 +418,26 @@ class Log:
             segs = [*self._segments.sealed_not_all_due(now), self._segments.active]
             firsts = [f for f in (s.dly_index.first_after(now) for s in segs) if f is not None]
             return min(firsts, default=None)
+
+
+def _release(segments: SegmentSet, lock_fd: int) -> None:
+    """Close every segment's descriptor and the lock's (which releases the lock)."""
+    for seg in segments:
+        seg.close()
+    os.close(lock_fd)
+
+
+def _flush_loop(ref: weakref.ref, period: float) -> None:
+    """The flush_ms thread: fsync once the oldest unflushed append is flush_ms old. Ends
+    when its Log is closed or garbage-collected."""
+    while True:
+        time.sleep(period / 2)
+        log = ref()
+        if log is None:
+            return
+        with log._lock:
+            if log._closed:
+                return
+            if log._flush_policy.overdue():
+                log._flush_locked()
+        del log

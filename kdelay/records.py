@@ -66,6 +66,20 @@ class FetchedRecord(NamedTuple):
         return DeliveryKey(self.deliver_after, self.offset)
 
 
+class CompactionResult(NamedTuple):
+    """What `Log.compact()` did: segments rewritten (a merge of n segments counts n), the
+    bytes of all the log's .log files before and after, the .log bytes the rewrite read
+    (the rewritten segments) and wrote (their replacements), and the longest time the log's
+    lock was held for a swap (appends wait that long at most)."""
+
+    segments_rewritten: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    longest_swap_ms: float = 0.0
+
+
 class FetchResult(NamedTuple):
     records: list[FetchedRecord]
     next: DeliveryKey | None

@@ -1,11 +1,22 @@
 """Argument checks shared by the facade and the clients: ints, offsets, keys and whole
 batches. Every check raises a KdelayError (InvalidRecordError for a batch) before anything
-is written. bool is refused wherever an int is wanted."""
+is written.
+
+One rule for every time, offset and count: an `int` or a numpy integer is accepted (and
+handed on as a plain `int`, so nothing downstream ever sees a numpy scalar: fixed-width
+arithmetic would overflow, and the group and marker files would hold what their readers
+refuse); bool, float, str, None (where not optional) and anything else is refused. Times
+and offsets must fit the on-disk int64 fields: 0 <= value < 2**63.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 
+import numpy as np
+
+from .config import LogConfig
 from .errors import (
     DelayedDeliveryDisabledError,
     DeliveryDelayExceededError,
@@ -15,10 +26,72 @@ from .errors import (
 from .records import DeliveryKey, Record
 
 _NONE_TYPE = type(None)
+MAX_INT64 = (1 << 63) - 1
+
+
+def check_open_args(path: object, config: object, clock: object, what: str = "log"
+                    ) -> tuple[str, LogConfig]:
+    """The arguments of Log.open / Topic.open, checked before anything is created: a str
+    or PathLike that is a directory or does not exist yet, a LogConfig (None: defaults),
+    a callable clock (None: the wall clock). Returns (path, config)."""
+    try:
+        path = os.fspath(path)  # type: ignore[arg-type]
+    except TypeError:
+        raise KdelayError(f"{what} path must be a str or os.PathLike, got {path!r}") from None
+    if not isinstance(path, str) or not path:
+        raise KdelayError(f"{what} path must be a non-empty str, got {path!r}")
+    if config is None:
+        config = LogConfig()
+    elif not isinstance(config, LogConfig):
+        raise KdelayError(f"config must be a LogConfig, got {type(config).__name__}")
+    if clock is not None and not callable(clock):
+        raise KdelayError(f"clock must be a callable returning ms since the epoch (or None),"
+                          f" got {clock!r}")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise KdelayError(f"{what} path {path} exists and is not a directory")
+    return path, config
+
+
+def os_errors(what: str, path: str, call: Callable):
+    """Run `call()`; an OSError it raises (EIO, ENOSPC, ENOTDIR, EACCES...) surfaces as
+    LogWriteError, a KdelayError keeping errno and filename."""
+    from .errors import LogWriteError
+    try:
+        return call()
+    except OSError as e:
+        if isinstance(e, KdelayError):
+            raise
+        raise LogWriteError(e.errno, f"{what} {path} failed: {e.strerror or e}",
+                            e.filename) from e
 
 
 def is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+    """An int or a numpy integer (never a bool)."""
+    return (isinstance(x, int) and not isinstance(x, bool)) or isinstance(x, np.integer)
+
+
+def as_int(x: object, what: str, *, lo: int = 0, hi: int = MAX_INT64,
+           error: type[KdelayError] = KdelayError) -> int:
+    """`x` as a plain int in [lo, hi], else `error` naming `what`. O(1)."""
+    if type(x) is not int:
+        if not is_int(x):
+            raise error(f"{what} must be an int, got {x!r} ({type(x).__name__})")
+        x = int(x)
+    if not lo <= x <= hi:
+        raise error(f"{what} must be in [{lo}, {hi}], got {x}")
+    return x
+
+
+def as_time(x: object, what: str, error: type[KdelayError] = KdelayError) -> int:
+    """A time in ms since the epoch (or an offset): an int in [0, 2**63)."""
+    return as_int(x, what, error=error)
+
+
+def clock_value(t: object) -> int:
+    """Check what a clock returned (called on every reading: the int case is one test)."""
+    if type(t) is int and 0 <= t <= MAX_INT64:
+        return t
+    return as_int(t, "the clock's value (ms since the epoch)")
 
 
 def is_non_negative_int(x: object) -> bool:
@@ -30,21 +103,31 @@ def is_positive_int(x: object) -> bool:
 
 
 def as_delivery_key(x: object) -> DeliveryKey | None:
-    """A DeliveryKey, or a (deliver_after, offset) pair of ints made into one; None if `x`
-    is neither."""
-    if isinstance(x, DeliveryKey):
-        return x
-    if isinstance(x, tuple) and len(x) == 2 and all(map(is_int, x)):
-        return DeliveryKey(*x)
-    return None
+    """A DeliveryKey (or a (deliver_after, offset) tuple) with both fields checked and made
+    plain ints; None if `x` is not a tuple at all. A tuple that is not two valid fields
+    raises KdelayError: a malformed key must never reach a comparison or a file."""
+    if not isinstance(x, tuple):
+        return None
+    if len(x) != 2:
+        raise KdelayError(f"a DeliveryKey has two fields (deliver_after, offset), got {x!r}")
+    da, off = x
+    if type(da) is int and type(off) is int and 0 <= da <= MAX_INT64 \
+            and 0 <= off <= MAX_INT64:
+        return x if type(x) is DeliveryKey else DeliveryKey(da, off)
+    return DeliveryKey(as_time(da, "DeliveryKey.deliver_after"),
+                       as_time(off, "DeliveryKey.offset"))
 
 
 def check_page_limits(max_records: object, max_bytes: object = 1,
-                      max_wait_ms: object = 0) -> None:
-    if not is_positive_int(max_records) or not is_positive_int(max_bytes):
-        raise KdelayError("max_records and max_bytes must be positive ints")
-    if not isinstance(max_wait_ms, int) or max_wait_ms < 0:
-        raise KdelayError("max_wait_ms must be a non-negative int")
+                      max_wait_ms: object = 0) -> tuple[int, int, int]:
+    """The page limits as plain ints: max_records and max_bytes >= 1, max_wait_ms >= 0
+    (any size: they are counts, never stored)."""
+    if type(max_records) is int and type(max_bytes) is int and type(max_wait_ms) is int \
+            and max_records > 0 and max_bytes > 0 and max_wait_ms >= 0:
+        return max_records, max_bytes, max_wait_ms
+    return (as_int(max_records, "max_records", lo=1, hi=1 << 64),
+            as_int(max_bytes, "max_bytes", lo=1, hi=1 << 64),
+            as_int(max_wait_ms, "max_wait_ms", lo=0, hi=1 << 64))
 
 
 def _all_of_types(items, exact: set, allowed) -> bool:
@@ -77,22 +160,37 @@ def record_columns(records: Sequence[Record]) -> list[tuple]:
                 if not (isinstance(h, tuple) and len(h) == 2 and isinstance(h[0], str)
                         and (h[1] is None or isinstance(h[1], bytes))):
                     raise InvalidRecordError(f"bad header {h!r}: want (str, bytes | None)")
-    for name, col in (("timestamp", timestamps), ("deliver_after", das)):
-        if col.count(None) != len(col):
-            for v in col:
-                if v is not None and not is_non_negative_int(v):
-                    raise InvalidRecordError(f"record {name} must be a non-negative int, "
-                                             f"got {v!r}")
+                if not h[0].isascii():
+                    try:
+                        h[0].encode("utf-8")
+                    except UnicodeEncodeError:
+                        raise InvalidRecordError(
+                            f"header key {h[0]!r} cannot be encoded as UTF-8") from None
+    cols[3] = _time_column(timestamps, "timestamp")
+    cols[4] = _time_column(das, "deliver_after")
     return cols
+
+
+def _time_column(col: tuple, name: str) -> tuple:
+    """A column of per-record times (None or a time), checked, numpy ints made plain ints.
+    The common cases (all None; plain ints) cost a few C-level passes."""
+    if col.count(None) == len(col):
+        return col
+    kinds = set(map(type, col))
+    if kinds <= {int, _NONE_TYPE}:
+        present = [v for v in col if v is not None]
+        if min(present) >= 0 and max(present) <= MAX_INT64:
+            return col
+    return tuple(None if v is None else as_time(v, f"record {name}", InvalidRecordError)
+                 for v in col)
 
 
 def requested_deliver_after(record_das: tuple, deliver_after: object, *,
                             delayed_delivery_enable: bool, path: str) -> int | None:
     """The deliverAfter a batch asks for: `deliver_after`, else the largest of its
     records', else None (deliver at append time)."""
-    if deliver_after is not None and not is_non_negative_int(deliver_after):
-        raise InvalidRecordError(f"deliver_after must be a non-negative int, "
-                                 f"got {deliver_after!r}")
+    if deliver_after is not None:
+        deliver_after = as_time(deliver_after, "deliver_after", InvalidRecordError)
     has_record_da = record_das.count(None) != len(record_das)
     if not delayed_delivery_enable and (deliver_after is not None or has_record_da):
         raise DelayedDeliveryDisabledError(
@@ -102,19 +200,15 @@ def requested_deliver_after(record_das: tuple, deliver_after: object, *,
     return deliver_after  # type: ignore[return-value]
 
 
-def check_delay_limit(limit: int, requested: int | None, explicit: int | None,
-                      record_das: tuple, stamps: list[int] | None, now: int) -> None:
-    """Refuse a delay (deliverAfter minus the record's timestamp) over `limit` ms (0: no
-    limit). With an explicit batch deliverAfter the earliest timestamp counts; else each
-    record's own deliverAfter against its own timestamp (`stamps` None: all are `now`)."""
+def check_delay_limit(limit: int, requested: int | None, stamps: list[int] | None,
+                      now: int) -> None:
+    """Refuse a batch in which some record would wait more than `limit` ms (0: no limit)
+    after its own timestamp: every record is delivered at the batch's requested
+    deliverAfter, however it was asked for (per record or for the batch), so the delay that
+    counts is that minus the earliest timestamp (`stamps` None: all are `now`)."""
     if not limit or requested is None:
         return
-    if stamps is None:
-        stamps = [now] * len(record_das)
-    if explicit is not None:
-        delay = explicit - min(stamps)
-    else:
-        delay = max(d - t for d, t in zip(record_das, stamps, strict=True) if d is not None)
+    delay = requested - (now if stamps is None else min(stamps))
     if delay > limit:
         raise DeliveryDelayExceededError(
             f"requested delivery delay of {delay} ms exceeds max_delivery_delay_ms="

@@ -22,14 +22,18 @@ import random
 import time
 from typing import NamedTuple
 
-from ..errors import InvalidRecordError, KdelayError
+import numpy as np
+
+from ..errors import InvalidConfigError, InvalidRecordError, KdelayError
 from ..partition import Log
 from ..records import AppendResult, DeliveryKey, FetchedRecord, Record
+from ..validation import as_int, check_page_limits, is_int
 from .topic import Topic
 
 __all__ = ["ATTEMPT_HEADER", "Consumer", "RetryOutcome", "attempt_of", "backoff_ms"]
 
 ATTEMPT_HEADER = "kdelay.attempt"
+MAX_ATTEMPT = 999_999_999
 _new_tuple = tuple.__new__
 RETRIED = "retried"
 DEAD_LETTERED = "dead_lettered"
@@ -56,13 +60,10 @@ def backoff_ms(attempt: int, *, base_ms: int = 1000, factor: float = 2.0,
     """Exponential backoff for retry number `attempt` (1 = first retry):
     `min(max_ms, base_ms * factor ** (attempt - 1))`, then, with `jitter` j in [0, 1],
     scaled by a uniform factor in [1 - j, 1] so retries of many records spread out.
-    Deterministic when jitter is 0."""
-    if not isinstance(attempt, int) or attempt < 1:
-        raise ValueError(f"attempt must be an int >= 1, got {attempt!r}")
-    if base_ms < 0 or max_ms < 0 or factor < 1:
-        raise ValueError("need base_ms >= 0, max_ms >= 0 and factor >= 1")
-    if not 0.0 <= jitter <= 1.0:
-        raise ValueError(f"jitter must be in [0, 1], got {jitter!r}")
+    Deterministic when jitter is 0. Bad settings raise InvalidConfigError (a ValueError)."""
+    if not is_int(attempt) or attempt < 1:
+        raise InvalidConfigError(f"attempt must be an int >= 1, got {attempt!r}")
+    base_ms, factor, max_ms, jitter = check_backoff(base_ms, factor, max_ms, jitter)
     # cap the exponent first so a large attempt cannot overflow a float
     delay = float(max_ms)
     if base_ms == 0:
@@ -72,6 +73,26 @@ def backoff_ms(attempt: int, *, base_ms: int = 1000, factor: float = 2.0,
     if jitter:
         delay *= 1.0 - jitter * (rng or random).random()
     return int(delay)
+
+
+def check_backoff(base_ms: object, factor: object, max_ms: object, jitter: object
+                  ) -> tuple[int, float, int, float]:
+    """The backoff settings, checked: base_ms and max_ms ints >= 0, factor a number >= 1,
+    jitter a number in [0, 1]."""
+    def number(x: object, what: str) -> float:
+        if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
+            raise InvalidConfigError(f"{what} must be a number, got {x!r}")
+        return float(x)
+
+    base = as_int(base_ms, "backoff base_ms", error=InvalidConfigError)
+    top = as_int(max_ms, "backoff max_ms", error=InvalidConfigError)
+    f = number(factor, "backoff factor")
+    j = number(jitter, "backoff jitter")
+    if not f >= 1:  # also refuses NaN
+        raise InvalidConfigError(f"backoff factor must be >= 1, got {factor!r}")
+    if not 0.0 <= j <= 1.0:
+        raise InvalidConfigError(f"backoff jitter must be in [0, 1], got {jitter!r}")
+    return base, f, top, j
 
 
 def attempt_of(record: FetchedRecord | Record) -> int:
@@ -87,7 +108,10 @@ def attempt_of(record: FetchedRecord | Record) -> int:
         text = value.decode("ascii")
     except (UnicodeDecodeError, AttributeError):
         return 0
-    return int(text) if text.isdigit() else 0
+    if not text.isdigit():
+        return 0
+    # a count beyond any real retry (and beyond what str() of an int may print) is capped
+    return MAX_ATTEMPT if len(text) > 9 else min(int(text), MAX_ATTEMPT)
 
 
 class Consumer:
@@ -120,8 +144,12 @@ class Consumer:
         self.group = group
         self.max_attempts = max_attempts
         self.dead_letter = dead_letter
-        self._backoff = {"base_ms": backoff_base_ms, "factor": backoff_factor,
-                         "max_ms": backoff_max_ms, "jitter": backoff_jitter}
+        base, factor, top, jitter = check_backoff(backoff_base_ms, backoff_factor,
+                                                  backoff_max_ms, backoff_jitter)
+        self._backoff = {"base_ms": base, "factor": factor, "max_ms": top, "jitter": jitter}
+        # joining fences every older Consumer of the group on these logs (Kafka's group
+        # generations): two members would both consume, and move the position backwards
+        self._generations = [log.join_group(group) for log in self._logs]
         self._committed: list[DeliveryKey | None] = [log.committed(group) for log in self._logs]
         self._positions: list[DeliveryKey | None] = list(self._committed)
         self._start = 0  # first partition of the next poll (rotates for fairness)
@@ -140,10 +168,16 @@ class Consumer:
 
     def commit(self) -> None:
         """Durably store the position after the last poll (only partitions that moved)."""
+        self._check_member()
         for i, log in enumerate(self._logs):
             if self._positions[i] != self._committed[i]:
-                log.commit(self.group, self._positions[i])
+                log.commit(self.group, self._positions[i], generation=self._generations[i])
                 self._committed[i] = self._positions[i]
+
+    def _check_member(self) -> None:
+        """GroupFencedError if a newer Consumer of this group joined on any of the logs."""
+        for log, gen in zip(self._logs, self._generations, strict=True):
+            log.check_member(self.group, gen)
 
     def rewind(self) -> None:
         """Go back to the committed positions: the next poll re-delivers what was polled
@@ -155,10 +189,8 @@ class Consumer:
     def poll(self, max_records: int = 500, timeout_ms: int = 0) -> list[FetchedRecord]:
         """Due records after the current position, at most `max_records`. With `timeout_ms`
         > 0 and nothing due, waits until something is due or the time is up."""
-        if not isinstance(max_records, int) or isinstance(max_records, bool) or max_records < 1:
-            raise KdelayError(f"max_records must be a positive int, got {max_records!r}")
-        if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 0:
-            raise KdelayError(f"timeout_ms must be a non-negative int, got {timeout_ms!r}")
+        max_records, _, timeout_ms = check_page_limits(max_records, 1, timeout_ms)
+        self._check_member()
         if self._topic is None:
             res = self._logs[0].fetch(self._positions[0], max_records=max_records,
                                       max_wait_ms=timeout_ms)
@@ -225,11 +257,17 @@ class Consumer:
         nxt = done + 1
         if self.max_attempts is not None and nxt > self.max_attempts:
             return self._dead_letter(record, done)
+        log, partition = self._origin(record)
         if delay_ms is None:
             delay_ms = backoff_ms(nxt, **self._backoff)
-        if not isinstance(delay_ms, int) or isinstance(delay_ms, bool) or delay_ms < 0:
-            raise InvalidRecordError(f"delay_ms must be a non-negative int, got {delay_ms!r}")
-        log, partition = self._origin(record)
+            # never ask for more than the log allows (PIP-315's trap: a backoff past
+            # max_delivery_delay_ms would make every later retry fail)
+            if not log.config.delayed_delivery_enable:
+                delay_ms = 0
+            elif log.config.max_delivery_delay_ms:
+                delay_ms = min(delay_ms, log.config.max_delivery_delay_ms)
+        else:
+            delay_ms = as_int(delay_ms, "delay_ms", error=InvalidRecordError)
         copy = Record(record.value, record.key, _with_attempt(record.headers, nxt))
         # no delay: append without deliver_after, so it also works on a FIFO-only log
         due = None if delay_ms == 0 else log.now() + delay_ms

@@ -22,9 +22,10 @@ from collections.abc import Sequence
 from .. import fsio
 from ..clock import Clock
 from ..config import LogConfig
-from ..errors import InvalidRecordError, InvalidTopicError, KdelayError
+from ..errors import InvalidRecordError, InvalidTopicError, KdelayError, LogClosedError
 from ..partition import Log
 from ..records import AppendResult, Record
+from ..validation import check_open_args, os_errors
 from .partitioner import partition_for_key
 
 __all__ = ["META_DIR", "MAX_TOPIC_NAME_LENGTH", "ActivitySignal", "Topic", "validate_topic_name"]
@@ -96,7 +97,13 @@ class Topic:
         if partitions is not None and (not isinstance(partitions, int)
                                        or isinstance(partitions, bool) or partitions <= 0):
             raise InvalidTopicError(f"partitions must be a positive int, got {partitions!r}")
-        root = os.fspath(root)
+        root, config = check_open_args(root, config, clock, "topic root")
+        return os_errors("opening topic in", root,
+                         lambda: cls._open(root, name, partitions, config, clock))
+
+    @classmethod
+    def _open(cls, root: str, name: str, partitions: int | None, config: LogConfig,
+              clock: Clock | None) -> Topic:
         os.makedirs(root, exist_ok=True)
         meta_path = os.path.join(root, META_DIR, name)
         stored = _read_meta(meta_path, name)
@@ -170,7 +177,7 @@ class Topic:
         """Append one batch to the partition chosen from `key`, else the first record's key
         (Kafka's default partitioner); keyless batches rotate over the partitions."""
         if self._closed:
-            raise KdelayError(f"topic {self.name!r} is closed")
+            raise LogClosedError(f"topic {self.name!r} is closed")
         if key is None and isinstance(records, (list, tuple)) and records \
                 and isinstance(records[0], Record):
             key = records[0].key

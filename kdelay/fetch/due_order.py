@@ -24,6 +24,11 @@ class DueOrderReader:
         # `until`; appends lower `until`
         self._quiet: tuple[DeliveryKey | None, int] | None = None
 
+    def reset(self) -> None:
+        """Forget every remembered merge state (segments were replaced by compaction)."""
+        self._resume = planner.ResumePoints()
+        self._quiet = None
+
     def appended(self, deliver_after: int) -> None:
         """An append of a batch due at `deliver_after` (may end a quiet spell sooner)."""
         if self._quiet is not None and deliver_after < self._quiet[1]:

@@ -23,7 +23,10 @@ def collect(segments: SegmentSet, group_keys: dict[str, DeliveryKey | None], now
         p, pb = seg.dly_index.count_pending(now)
         pending += p
         pending_batches += pb
-        records += seg.next_offset - seg.base_offset
+        if seg.compacted:  # offsets have gaps: count what the batches hold
+            records += int((seg.dly_index.columns()[3].astype("int64") + 1).sum())
+        else:
+            records += seg.next_offset - seg.base_offset
         size += seg.size
         for idx in (seg.dly_index, seg.offset_index, seg.time_index):
             index_mem += idx.memory_bytes()

@@ -1,6 +1,7 @@
 """The offset-order read: records in plain offset order from an offset, due or not.
 
-The sparse offset index finds the batch holding the start offset; from there batch
+The sparse offset index finds the batch holding the start offset (in a compacted segment,
+the first batch at or after it: offsets removed by compaction are skipped); from there batch
 headers are walked forward, segment after segment, and each batch is read and verified
 once. O(batches read) plus one index search.
 """
@@ -13,22 +14,28 @@ from .page import batch_records
 
 
 def read_from(segments: SegmentSet, offset: int, max_records: int) -> list[FetchedRecord]:
-    """Up to `max_records` records from `offset` (at or above the log start) on."""
+    """Up to `max_records` records from `offset` (at or above the log start) on, continuing
+    at the next surviving offset across any gap: between segments (recovery cut a damaged
+    sealed segment short, compaction removed records) or inside one. A segment is read only
+    up to its indexed end (`next_offset`): bytes past it are damage the open cut off."""
     out: list[FetchedRecord] = []
     seg = segments.segment_for(offset)
     while seg is not None and len(out) < max_records:
-        found = seg.find_batch(offset)
-        start = found[0] if found else seg.size
-        expected = found[1].base_offset if found else seg.next_offset
-        for pos, h in seg.batch_headers(start):
-            # offsets must run on without a gap: a header's own base offset is no check
-            # of itself
-            h, data = seg.read_verified(pos, h.size, expected)
-            expected = h.last_offset + 1
-            skip = max(0, offset - h.base_offset)
-            out.extend(batch_records(h, data, skip, max_records - len(out), seg, pos))
-            if len(out) >= max_records:
-                break
-        offset = seg.next_offset
+        if offset < seg.next_offset:
+            found = seg.find_from(max(offset, seg.base_offset))
+            start, expected = (found[0], found[1].base_offset) if found else (seg.size, 0)
+            for pos, h in seg.batch_headers(start):
+                # offsets must run on without a gap (a header's own base offset is no check
+                # of itself), except forward in a segment compaction rewrote
+                if seg.compacted and h.base_offset > expected:
+                    expected = h.base_offset
+                h, data = seg.read_verified(pos, h.size, expected)
+                expected = h.last_offset + 1
+                skip = max(0, offset - h.base_offset)
+                out.extend(batch_records(h, data, skip, max_records - len(out), seg, pos))
+                if len(out) >= max_records or expected >= seg.next_offset:
+                    break  # before the walk parses a header past the indexed end
         seg = segments.next_after(seg)
+        if seg is not None:
+            offset = max(offset, seg.base_offset)
     return out

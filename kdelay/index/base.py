@@ -47,11 +47,13 @@ class AbstractIndex:
     def entry_size(cls) -> int:
         return sum(d.itemsize for d in cls.DTYPES)
 
-    def persist(self, path: str, *, log_bytes: int, next_offset: int) -> None:
-        """Write every entry atomically, then serve them from the mapped file."""
+    def persist(self, path: str, *, log_bytes: int, next_offset: int,
+                atomic: bool = True) -> None:
+        """Write every entry (atomically, unless the caller publishes the file by a rename
+        of its own), then serve them from the mapped file."""
         columns = self.columns()
         meta = IndexMeta(self.base_offset, log_bytes, next_offset, len(columns[0]))
-        write_index(path, self.MAGIC, meta, columns)
+        write_index(path, self.MAGIC, meta, columns, atomic=atomic)
         loaded = type(self).load(path, base_offset=self.base_offset, log_bytes=log_bytes)
         self._columns = loaded._columns
         self.generation = next(_generations)

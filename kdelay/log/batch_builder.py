@@ -24,7 +24,8 @@ class BuiltBatch(NamedTuple):
 def build_batch(columns: list[tuple], *, base_offset: int, now: int, requested: int | None,
                 explicit: int | None, config: LogConfig) -> BuiltBatch:
     """`requested` is the deliverAfter the batch asks for (validation.requested_deliver_after)
-    and `explicit` the caller's own `deliver_after` argument (None if it gave none)."""
+    and `explicit` the caller's own `deliver_after` argument (None if it gave none; the
+    delay limit no longer depends on how the delay was asked for, so it is informational)."""
     values, keys, headers, timestamps, record_das = columns
     if timestamps.count(None) == len(timestamps):
         ts_list = None
@@ -32,8 +33,7 @@ def build_batch(columns: list[tuple], *, base_offset: int, now: int, requested: 
     else:
         ts_list = [now if t is None else t for t in timestamps]
         base_ts, max_ts = ts_list[0], max(ts_list)
-    check_delay_limit(config.max_delivery_delay_ms, requested, explicit, record_das, ts_list,
-                      now)
+    check_delay_limit(config.max_delivery_delay_ms, requested, ts_list, now)
     batch_da = now if requested is None or requested < now else requested
     data = codec.encode_batch(
         base_offset=base_offset, base_timestamp=base_ts, deliver_after=batch_da,

@@ -8,6 +8,8 @@ Layout of a partition directory (as in Kafka):
     <base offset>.index                 sparse offset index
     <base offset>.timeindex             sparse time index
     <base offset>.dlyindex              DeliverAfterIndex (one entry per batch)
+    <base offset>.compacted             marker of a segment rewritten by compaction
+    <base offset>.<suffix>.cleaned/.swap  a compaction's replacement being written/swapped in
     .lock, .kdelay_cleanshutdown, recovery-point-offset-checkpoint, group files
     append.horizon                      the live writer's state for lock-free readers
     *.tmp, *.deleted                    leftovers of an interrupted atomic write or deletion
@@ -27,6 +29,14 @@ INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
 DLYINDEX_SUFFIX = ".dlyindex"
 INDEX_SUFFIXES = (INDEX_SUFFIX, TIMEINDEX_SUFFIX, DLYINDEX_SUFFIX)
+# compaction (log/swap.py): the marker of a compacted segment, and the suffixes a
+# replacement carries while it is written and while it is swapped in (the loader completes
+# or undoes a swap before it lists segments)
+MARKER_SUFFIX = ".compacted"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+# files that belong to a segment besides its .log: removed with it, orphans without it
+COMPANION_SUFFIXES = (*INDEX_SUFFIXES, MARKER_SUFFIX)
 # an interrupted atomic write leaves `.tmp`, an interrupted delete `.deleted`
 TEMP_SUFFIXES = (".tmp", ".deleted")
 # kdelay's own small files: their presence alone marks a partition directory
@@ -91,8 +101,8 @@ def is_temporary(name: str) -> bool:
 
 def classify(names: list[str]) -> tuple[list[int], list[str]]:
     """(segment bases in offset order, leftover names in name order) of a directory listing.
-    Leftovers are temporary files and index files whose .log is gone: the next open removes
-    them. O(n log n) in the number of names."""
+    Leftovers are temporary files and index files (or compaction markers) whose .log is
+    gone: the next open removes them. O(n log n) in the number of names."""
     bases: set[int] = set()
     indexes: list[tuple[int, str]] = []
     leftovers: list[str] = []
@@ -105,10 +115,16 @@ def classify(names: list[str]) -> tuple[list[int], list[str]]:
             continue
         if parsed[1] == LOG_SUFFIX:
             bases.add(parsed[0])
-        elif parsed[1] in INDEX_SUFFIXES:
+        elif parsed[1] in COMPANION_SUFFIXES:
             indexes.append((parsed[0], name))
     leftovers += [name for base, name in indexes if base not in bases]
     return sorted(bases), sorted(leftovers)
+
+
+def compaction_in_progress(directory: str) -> list[str]:
+    """Names of a compaction's `.cleaned`/`.swap` files in the directory, sorted."""
+    return sorted(n for n in os.listdir(directory)
+                  if n.endswith((CLEANED_SUFFIX, SWAP_SUFFIX)) and parse_segment_name(n))
 
 
 def inventory(directory: str) -> tuple[list[int], list[str]]:

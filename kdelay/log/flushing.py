@@ -16,6 +16,12 @@ class FlushPolicy:
         self._unflushed = 0
         self._oldest: float | None = None  # time.monotonic() of the oldest unflushed append
 
+    def due_after(self, n: int) -> bool:
+        """True if appending `n` more records makes a flush due (changes nothing): the
+        append then fsyncs its batch before acknowledging it."""
+        return (self._messages is not None and self._unflushed + n >= self._messages
+                or self.overdue())
+
     def appended(self, n: int) -> bool:
         """Note an append of `n` records; True if the segment should be flushed now."""
         self._unflushed += n

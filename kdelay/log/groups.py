@@ -15,7 +15,7 @@ import threading
 import crc32c
 
 from .. import fsio
-from ..errors import KdelayError
+from ..errors import GroupFencedError, KdelayError
 from ..records import DeliveryKey
 
 GROUPS_DIR = "groups"
@@ -29,6 +29,25 @@ class GroupStore:
         self.directory = os.path.join(log_path, GROUPS_DIR)
         self._cache: dict[str, DeliveryKey | None] = {}
         self._lock = threading.Lock()
+        # group -> generation of its current member (in memory: members are Consumers of
+        # this open Log; a reopen starts every group afresh)
+        self._generations: dict[str, int] = {}
+
+    def join(self, group: str) -> int:
+        """A new member of `group`: returns its generation, fencing every older member."""
+        self._file(group)  # the name check
+        with self._lock:
+            gen = self._generations.get(group, 0) + 1
+            self._generations[group] = gen
+            return gen
+
+    def check_member(self, group: str, generation: int) -> None:
+        """Raise GroupFencedError if a newer member has joined `group`."""
+        current = self._generations.get(group)
+        if current is not None and current != generation:
+            raise GroupFencedError(
+                f"this consumer of group {group!r} was fenced: a newer Consumer of the group "
+                f"joined on the same log (generation {current}, this one {generation})")
 
     def path(self, group: str) -> str:
         """The file holding `group`'s position."""
@@ -46,12 +65,17 @@ class GroupStore:
                               f"{MAX_GROUP_NAME_BYTES}")
         return os.path.join(self.directory, raw.hex() + ".pos")
 
-    def commit(self, group: str, key: DeliveryKey | None, clock: int) -> None:
+    def commit(self, group: str, key: DeliveryKey | None, clock: int,
+               generation: int | None = None) -> None:
+        """Store `group`'s position; with `generation`, only if that member is current
+        (checked and written under one lock, so no join slips in between)."""
         path = self._file(group)
         body = ("none" if key is None else f"{key.deliver_after} {key.offset}") + f" {clock}"
         text = f"{_TAG}\n{group}\n{body}\n"
         data = f"{text}{crc32c.crc32c(text.encode('utf-8')):08x}\n".encode()
         with self._lock:
+            if generation is not None:
+                self.check_member(group, generation)
             if not os.path.isdir(self.directory):
                 os.makedirs(self.directory, exist_ok=True)
                 fsio.fsync_dir(os.path.dirname(self.directory))

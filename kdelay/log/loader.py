@@ -24,11 +24,13 @@ from typing import NamedTuple
 
 from .. import fsio
 from ..errors import CorruptLogError, IndexFileError, LogLockedError
+from . import swap
 from .files import (
     CLEAN_SHUTDOWN_FILE,
-    INDEX_SUFFIXES,
+    COMPANION_SUFFIXES,
     LOCK_FILE,
     LOG_SUFFIX,
+    MARKER_SUFFIX,
     RECOVERY_POINT_FILE,
     inventory,
     segment_file,
@@ -49,6 +51,7 @@ class LoadReport:
     indexes_rebuilt: int = 0
     orphans_removed: int = 0
     problems: list[str] = field(default_factory=list)
+    swaps: list[str] = field(default_factory=list)  # interrupted compactions finished/undone
 
 
 def take_lock(directory: str) -> int:
@@ -132,10 +135,20 @@ def load_segments(directory: str, index_interval_bytes: int) -> tuple[list[LogSe
     report = LoadReport()
     report.clean = os.path.exists(os.path.join(directory, CLEAN_SHUTDOWN_FILE))
     recovery_point = read_recovery_point(directory)
+    # an interrupted compaction swap is finished or undone before anything is listed
+    report.swaps = swap.recover(directory)
+    for note in report.swaps:
+        log.info("kdelay recovery: %s", note)
     bases = _tidy_directory(directory, report)
     segments: list[LogSegment] = []
     try:
         for i, base in enumerate(bases):
+            if segments and base < segments[-1].next_offset and _empty_log(directory, base):
+                # an empty file left by a roll whose later steps failed: it holds nothing
+                _delete_files(directory, base)
+                report.orphans_removed += 1
+                report.problems.append(f"removed empty segment {base} left by a failed roll")
+                continue
             if segments and base != segments[-1].next_offset:
                 if base < segments[-1].next_offset:
                     raise CorruptLogError(
@@ -146,12 +159,13 @@ def load_segments(directory: str, index_interval_bytes: int) -> tuple[list[LogSe
                     f"segment {base}")
             unflushed = not report.clean and (i == len(bases) - 1 or base >= recovery_point)
             cut = 0
+            end = _compacted_end(directory, bases, i, report)
             if unflushed:
                 seg, cut, _ = _recover(directory, base, index_interval_bytes, report,
-                                       truncate=True)
+                                       truncate=True, compacted_end=end)
             else:
                 try:
-                    seg = LogSegment.load(directory, base)
+                    seg = _load(directory, base, end)
                 except IndexFileError as e:
                     report.problems.append(f"rebuilding indexes: {e}")
                     # The last segment takes the appends: a damaged tail left there would
@@ -159,7 +173,7 @@ def load_segments(directory: str, index_interval_bytes: int) -> tuple[list[LogSe
                     # the next crash recovery together with the acknowledged batches).
                     last = i == len(bases) - 1
                     seg, _, damaged = _recover(directory, base, index_interval_bytes, report,
-                                               truncate=last)
+                                               truncate=last, compacted_end=end)
                     # Persist the rebuilt indexes (atomically), so the damage is repaired
                     # once: a repair is the one write a clean open may make. Not for a
                     # damaged sealed segment: an index of it would make the next open trust
@@ -181,14 +195,51 @@ def load_segments(directory: str, index_interval_bytes: int) -> tuple[list[LogSe
     return segments, report
 
 
+def _compacted_end(directory: str, bases: list[int], i: int, report: LoadReport
+                   ) -> int | None:
+    """The end offset of segment `bases[i]` if compaction wrote it (None if not). A damaged
+    marker is rewritten from the next segment's base (a compacted segment is never the
+    last one); without a next segment the segment is treated as never compacted, so that
+    any gap in it is reported as damage."""
+    base = bases[i]
+    if not swap.marker_exists(directory, base):
+        return None
+    marker = swap.read_marker(directory, base)
+    if marker is not None:
+        return marker.end_offset
+    if i + 1 == len(bases):
+        report.problems.append(f"segment {base}: damaged compaction marker, no next segment "
+                               f"to take its end offset from")
+        return None
+    end = bases[i + 1]
+    report.problems.append(f"segment {base}: damaged compaction marker rewritten (ends at "
+                           f"{end}, the next segment's base)")
+    fsio.atomic_write(segment_file(directory, base, MARKER_SUFFIX),
+                      swap.encode_marker(swap.Marker(base, end)))
+    return end
+
+
+def _load(directory: str, base: int, compacted_end: int | None) -> LogSegment:
+    """LogSegment.load, plus the compaction marker's word on where the segment ends."""
+    seg = LogSegment.load(directory, base)
+    if compacted_end is not None:
+        seg.compacted = True
+        if seg.next_offset != compacted_end:
+            seg.close()
+            raise IndexFileError(f"segment {base}: indexes end at {seg.next_offset}, its "
+                                 f"compaction marker at {compacted_end}")
+    return seg
+
+
 def _recover(directory: str, base: int, interval: int, report: LoadReport, *,
-             truncate: bool) -> tuple[LogSegment, int, bool]:
+             truncate: bool, compacted_end: int | None = None) -> tuple[LogSegment, int, bool]:
     """Rebuild a segment's indexes from its .log; returns it, how many bytes were cut, and
     whether the scan stopped at damage."""
     path = segment_file(directory, base, LOG_SUFFIX)
     before = os.path.getsize(path)
     seg, error = LogSegment.recover(directory, base, index_interval_bytes=interval,
-                                    check_crc=True, truncate=truncate)
+                                    check_crc=True, truncate=truncate,
+                                    compacted_end=compacted_end)
     report.segments_scanned += 1
     report.bytes_scanned += before
     report.indexes_rebuilt += 3
@@ -213,7 +264,14 @@ def _tidy_directory(directory: str, report: LoadReport) -> list[int]:
     return bases
 
 
+def _empty_log(directory: str, base: int) -> bool:
+    try:
+        return os.path.getsize(segment_file(directory, base, LOG_SUFFIX)) == 0
+    except FileNotFoundError:
+        return False
+
+
 def _delete_files(directory: str, base: int) -> None:
     fsio.unlink(segment_file(directory, base, LOG_SUFFIX))
-    for suffix in INDEX_SUFFIXES:
+    for suffix in COMPANION_SUFFIXES:
         fsio.unlink(segment_file(directory, base, suffix))

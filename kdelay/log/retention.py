@@ -8,6 +8,7 @@ contiguous from the log start); the active segment is never deleted.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 from .. import fsio
@@ -33,9 +34,15 @@ def enforce(segments: SegmentSet, config: LogConfig, now: int, directory: str,
             break
         if not deleted:
             before_first_delete()
-        segments.remove_oldest()
+        # the .log goes first: if that fails the segment stays, whole and in the set, and
+        # the offsets stay contiguous; once it is gone the set forgets it (a failure on
+        # an index file after that leaves an orphan the next open removes)
+        try:
+            seg.delete()
+        finally:
+            if not os.path.exists(seg.log_path):
+                segments.remove_oldest()
         total -= seg.size
-        seg.delete()
         deleted += 1
     if deleted:
         fsio.fsync_dir(directory)

@@ -3,6 +3,11 @@
 The .log is append-only. Indexes of the active segment grow in memory; `persist_indexes`
 writes them atomically (on roll and on clean close) and re-maps them. A segment whose
 persisted indexes are missing, stale or corrupt is rebuilt from a scan of its .log.
+
+A sealed segment rewritten by compaction (`compacted`, marked on disk by its `.compacted`
+file, see swap.py) may have offset gaps between its batches: its records lie in
+[base_offset, next_offset) but not every offset there exists. Offsets inside every batch
+stay contiguous.
 """
 
 from __future__ import annotations
@@ -18,9 +23,10 @@ from ..index.offset_index import OffsetIndex
 from ..index.time_index import TimeIndex
 from . import codec
 from .files import (
+    COMPANION_SUFFIXES,
     DLYINDEX_SUFFIX,
     INDEX_SUFFIX,
-    INDEX_SUFFIXES,
+    INDEX_SUFFIXES,  # noqa: F401 - re-exported for existing importers
     LOG_SUFFIX,
     TIMEINDEX_SUFFIX,
     segment_file,
@@ -47,6 +53,7 @@ class LogSegment:
         self._first_timestamp = first_timestamp
         self._bytes_since_index_entry = 0
         self.max_timestamp = -1 if time_index.last_key() is None else time_index.last_key()
+        self.compacted = False  # may have offset gaps (set by the loader and compaction)
 
     @property
     def first_timestamp(self) -> int | None:
@@ -65,8 +72,17 @@ class LogSegment:
 
     @classmethod
     def create(cls, directory: str, base_offset: int) -> LogSegment:
-        fd = fsio.open_append(os.path.join(directory, segment_name(base_offset) + LOG_SUFFIX))
-        fsio.truncate(fd, 0)
+        """A new, empty segment. If the file cannot be made empty, it is removed again
+        (best effort; the loader also drops an empty .log that overlaps its predecessor)."""
+        path = os.path.join(directory, segment_name(base_offset) + LOG_SUFFIX)
+        fd = fsio.open_append(path)
+        try:
+            fsio.truncate(fd, 0)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                fsio.unlink(path)
+            raise
         return cls(directory, base_offset, fd, 0, base_offset, OffsetIndex(base_offset),
                    TimeIndex(base_offset), DeliverAfterIndex(base_offset), None)
 
@@ -94,10 +110,12 @@ class LogSegment:
 
     @classmethod
     def recover(cls, directory: str, base_offset: int, *, index_interval_bytes: int,
-                check_crc: bool, truncate: bool) -> tuple[LogSegment, CorruptLogError | None]:
+                check_crc: bool, truncate: bool, compacted_end: int | None = None
+                ) -> tuple[LogSegment, CorruptLogError | None]:
         """Rebuild every index from a scan of the .log. With `truncate`, a torn or corrupt
         tail is cut off (the segment was not known to be flushed); otherwise indexing stops
-        at the damage and the error is returned for the caller to report."""
+        at the damage and the error is returned for the caller to report. `compacted_end`:
+        the segment is a compacted one ending there (offset gaps allowed)."""
         path = os.path.join(directory, segment_name(base_offset) + LOG_SUFFIX)
         fd = fsio.open_append(path)
         try:
@@ -105,7 +123,11 @@ class LogSegment:
             # that reads reaching it raise CorruptLogError and the intact batches behind it
             # stay fetchable, rather than silently dropping them from the index.
             result = scan_log(fd, path, base_offset, check_crc=check_crc,
-                              index_bad_crc=not truncate)
+                              index_bad_crc=not truncate, gaps=compacted_end is not None)
+            if compacted_end is not None and result.next_offset > compacted_end:
+                raise CorruptLogError(f"compacted segment holds offsets up to "
+                                      f"{result.next_offset - 1}, its marker says it ends at "
+                                      f"{compacted_end}", path)
             size = os.fstat(fd).st_size
             if truncate and result.valid_bytes < size:
                 fsio.truncate(fd, result.valid_bytes)
@@ -120,19 +142,28 @@ class LogSegment:
             seg._index_batch(entry, max_ts, index_interval_bytes)
         seg.dly_index = DeliverAfterIndex.from_entries(base_offset, result.entries)
         seg.next_offset = result.next_offset
+        if compacted_end is not None:
+            seg.compacted = True
+            if result.error is None:  # else reads must stop at the damage, as for any segment
+                seg.next_offset = compacted_end
         return seg, result.error
 
     # ------------------------------------------------------------------ writing
 
     def append(self, batch: bytes, header_base: int, last_offset_delta: int, deliver_after: int,
-               max_timestamp: int, index_interval_bytes: int) -> int:
-        """Write one encoded batch at the end; returns its position."""
+               max_timestamp: int, index_interval_bytes: int, *, sync: bool = False) -> int:
+        """Write one encoded batch at the end (and fsync it with `sync`); returns its
+        position. A failed write or fsync leaves the segment as it was: the batch is cut
+        off again and never indexed, so a refused append leaves nothing a read sees."""
         pos = self.size
         try:
             fsio.write(self.fd, batch, pos)
+            if sync:
+                fsio.fsync(self.fd)
         except OSError:
-            # a short write (disk full) left part of the batch on disk: cut it off, so that
-            # the file holds only whole batches and the next append lands at `pos`
+            # a short write (disk full) left part of the batch on disk, or the whole batch
+            # is there but not durable: cut it off, so that the file holds only acknowledged
+            # batches and the next append lands at `pos`
             with contextlib.suppress(OSError):  # best effort: recovery cuts a torn tail too
                 fsio.truncate(self.fd, pos)
             raise
@@ -175,9 +206,9 @@ class LogSegment:
     def delete(self) -> None:
         """Remove the segment's files: the .log first, so a crash part-way leaves only
         orphan indexes, which the next open removes."""
+        fsio.unlink(self.log_path)  # if this fails, the segment is untouched and open
         self.close()
-        fsio.unlink(self.log_path)
-        for suffix in INDEX_SUFFIXES:
+        for suffix in COMPANION_SUFFIXES:
             fsio.unlink(self.path(suffix))
 
     # ------------------------------------------------------------------ reading
@@ -200,15 +231,25 @@ class LogSegment:
         return iter_headers(self.fd, self.log_path, start, self.size)
 
     def find_batch(self, offset: int) -> tuple[int, codec.BatchHeader] | None:
-        """The batch holding `offset`, found via the sparse offset index."""
+        """The batch holding `offset`, found via the sparse offset index (None if it is not
+        in this segment, or was removed by compaction)."""
+        found = self.find_from(offset)
+        if found is None or found[1].base_offset > offset:
+            return None
+        return found
+
+    def find_from(self, offset: int) -> tuple[int, codec.BatchHeader] | None:
+        """The first batch holding `offset` or, in a compacted segment, the first after it
+        (offsets removed by compaction are skipped). None if there is none."""
         if not (self.base_offset <= offset < self.next_offset):
             return None
         entry = self.offset_index.floor(offset)
         expected, start = (self.base_offset, 0) if entry is None else entry
         for pos, h in self.batch_headers(start):
             # the index entry (or the segment base) says which offset each batch must start
-            # at; a damaged base offset would otherwise be believed
-            if h.base_offset != expected:
+            # at (in a compacted segment: at the least); a damaged base offset would
+            # otherwise be believed
+            if h.base_offset != expected and not (self.compacted and h.base_offset > expected):
                 raise CorruptLogError(f"batch base offset {h.base_offset}, expected {expected}",
                                       self.log_path, pos)
             if h.last_offset >= offset:

@@ -41,17 +41,21 @@ class SegmentSet:
 
     # ------------------------------------------------------------------ changes
 
-    def should_roll(self, incoming: int, now: int, segment_bytes: int, segment_ms: int
-                    ) -> bool:
-        """True if a batch of `incoming` bytes appended at `now` must go to a new segment:
-        the active one would pass `segment_bytes`, or its first batch is `segment_ms` old.
-        An empty active segment never rolls."""
+    def should_roll(self, incoming: int, max_timestamp: int, segment_bytes: int,
+                    segment_ms: int) -> bool:
+        """True if a batch of `incoming` bytes whose largest record timestamp is
+        `max_timestamp` must go to a new segment: the active one would pass
+        `segment_bytes`, or the batch's records are `segment_ms` later than the first
+        batch's. Record time is compared with record time, as Kafka does: a replay or
+        backfill of old records rolls by how much time its records span, not once per
+        batch because they are old (records the log stamps carry the log clock, so live
+        appends roll by the clock as before). An empty active segment never rolls."""
         seg = self.active
         if seg.size == 0:
             return False
         first = seg.first_timestamp
         return (seg.size + incoming > segment_bytes
-                or first is not None and now - first >= segment_ms)
+                or first is not None and max_timestamp - first >= segment_ms)
 
     def roll(self) -> None:
         """Seal the active segment (its .log fsync'd, its indexes persisted), start a new
@@ -59,10 +63,12 @@ class SegmentSet:
         old = self.active
         old.persist_indexes()  # fsyncs the .log first
         new = LogSegment.create(self.directory, old.next_offset)
-        fsio.fsync_dir(self.directory)
+        # The new file exists: adopt it at once, so that memory and directory agree even
+        # if what follows fails (appends must never go on into `old` behind a later file).
         self._by_base[new.base_offset] = new
         self.active = new
         self._add_sealed(old)
+        fsio.fsync_dir(self.directory)
         write_recovery_point(self.directory, new.base_offset)
 
     def remove_oldest(self) -> LogSegment:
@@ -75,6 +81,20 @@ class SegmentSet:
             self._by_max_key.discard((key[0], key[1], seg.base_offset))
         del self._by_base[seg.base_offset]
         return seg
+
+    def replace(self, old: list[LogSegment], new: LogSegment) -> None:
+        """Swap adjacent sealed segments `old` for `new`, which covers their offsets
+        (compaction; the caller closes the old ones). O(len(old) * log segments)."""
+        for seg in old:
+            if seg is self.active or self._by_base.get(seg.base_offset) is not seg:
+                raise ValueError(f"segment {seg.base_offset} is not a sealed segment here")
+        for seg in old:
+            key = seg.dly_index.max_key()
+            if key is not None:
+                self._by_max_key.discard((key[0], key[1], seg.base_offset))
+            del self._by_base[seg.base_offset]
+        self._by_base[new.base_offset] = new
+        self._add_sealed(new)
 
     # ------------------------------------------------------------------ by base offset
 

@@ -96,10 +96,11 @@ class ScanResult(NamedTuple):
 
 def scan_log(fd: int, path: str, base_offset: int, *, start: int = 0, end: int | None = None,
              check_crc: bool = True, expected_offset: int | None = None,
-             index_bad_crc: bool = False) -> ScanResult:
+             index_bad_crc: bool = False, gaps: bool = False) -> ScanResult:
     """Walk the batches of a .log from `start`, checking framing, offset continuity and
     (optionally) CRCs; stops at the first problem (with `index_bad_crc`, a batch whose
-    framing is sound but whose CRC fails is listed and the walk goes on). O(file size) for
+    framing is sound but whose CRC fails is listed and the walk goes on). With `gaps` (a
+    compacted segment) a batch may start past the previous one's end, never before it. O(file size) for
     the CRCs, one header parse per batch."""
     if end is None:
         end = os.fstat(fd).st_size
@@ -110,7 +111,7 @@ def scan_log(fd: int, path: str, base_offset: int, *, start: int = 0, end: int |
     error = None
     try:
         for pos, h, buf, rel in frames(_pread(fd), start, end, path=path):
-            if h.base_offset != next_offset:
+            if h.base_offset != next_offset and not (gaps and h.base_offset > next_offset):
                 raise CorruptLogError(
                     f"batch base offset {h.base_offset}, expected {next_offset}", path, pos)
             if check_crc and not codec.crc_ok(buf, rel, h):

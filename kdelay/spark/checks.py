@@ -9,7 +9,9 @@ segment so the work spreads over the executors, and neither has a row per record
   saying why the file is missing, stale or corrupt.
 
 Checks: every CRC; framing; offset continuity per partition (each batch starts one past
-the previous batch's last offset, each segment's first batch at the segment's base offset);
+the previous batch's last offset, each segment's first batch at the segment's base offset;
+in a segment compaction rewrote, which its `.compacted` marker says, offsets may skip
+forward, and the next segment must start at the end offset the marker gives);
 every persisted .dlyindex equal, entry for entry, to the index recomputed here from its
 .log (the batches sorted by (deliverAfter, baseOffset), with position, lastOffsetDelta and
 size), which also proves each index entry's deliverAfter equals its batch header's; and the
@@ -31,7 +33,8 @@ from dataclasses import asdict, dataclass, field
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from ..log.files import segment_bases, segment_file
+from ..log.files import MARKER_SUFFIX, segment_bases, segment_file
+from ..log.swap import read_marker
 from . import register, scan
 
 MAX_PROBLEMS_PER_CHECK = 1000  # a badly damaged log would otherwise flood the report
@@ -87,12 +90,31 @@ def verify(spark: SparkSession, path: str) -> VerifyReport:
         "segment", "position", "base_offset", "last_offset", "deliver_after", "size",
         "record_count", "crc_valid", "error"])).cache()
     index = load("dlyindex").cache()
+    markers = _markers(parts)
+    compacted = spark.createDataFrame(
+        [(*((p.topic, p.partition) if keys else ()), base)
+         for p, found in zip(parts, markers, strict=True) for base in found],
+        schema=("topic string, partition int, " if keys else "") + "segment bigint")
     try:
-        rows = _findings(batches, index, keys).collect()
+        rows = _findings(batches, index, keys, compacted).collect()
     finally:
         batches.unpersist()
         index.unpersist()
-    return _report(rows, with_topic, parts)
+    return _report(rows, with_topic, parts, markers)
+
+
+def _markers(parts: list[scan.PartitionDir]) -> list[dict[int, int | None]]:
+    """Per partition: base offset -> end offset of each compacted segment (None: the marker
+    is damaged). Reads only the small marker files."""
+    out = []
+    for p in parts:
+        found: dict[int, int | None] = {}
+        for base in segment_bases(p.path):
+            if os.path.exists(segment_file(p.path, base, MARKER_SUFFIX)):
+                marker = read_marker(p.path, base)
+                found[base] = None if marker is None else marker.end_offset
+        out.append(found)
+    return out
 
 
 # (kind, topic, partition, segment, position, a, b, c, text): a/b/c/text mean what the kind says
@@ -115,7 +137,8 @@ def _row(df: DataFrame, keys: list[str], kind: str, *, position="position", a=No
                      col(text, "string").alias("text"))
 
 
-def _findings(batches: DataFrame, index: DataFrame, keys: list[str]) -> DataFrame:
+def _findings(batches: DataFrame, index: DataFrame, keys: list[str],
+              compacted: DataFrame) -> DataFrame:
     framed = batches.where(F.col("error").isNull())
     parts = []
 
@@ -136,9 +159,22 @@ def _findings(batches: DataFrame, index: DataFrame, keys: list[str]) -> DataFram
     cont = framed.select(*keys, "segment", "position", "base_offset",
                          F.lag("last_offset").over(w).alias("prev_last"),
                          F.lag("segment").over(w).alias("prev_segment"))
+    # compaction leaves forward gaps inside the segments it rewrote (and so at their ends)
+    comp = compacted.withColumn("comp", F.lit(True))
+    cont = cont.join(F.broadcast(comp), on=[*keys, "segment"], how="left").join(
+        F.broadcast(comp.withColumnRenamed("segment", "prev_segment")
+                    .withColumnRenamed("comp", "prev_comp")),
+        on=[*keys, "prev_segment"], how="left")
+    cur_comp = F.coalesce(F.col("comp"), F.lit(False))
+    prev_comp = F.coalesce(F.col("prev_comp"), F.lit(False))
     new_segment = F.col("prev_segment").isNull() | (F.col("prev_segment") != F.col("segment"))
-    gap = F.col("prev_last").isNotNull() & (F.col("base_offset") != F.col("prev_last") + 1)
-    parts.append(_row(cont.where(gap | (new_segment & (F.col("base_offset") != F.col("segment")))),
+    forward_ok = cur_comp | (new_segment & prev_comp)
+    gap = F.col("prev_last").isNotNull() & (
+        (F.col("base_offset") <= F.col("prev_last"))
+        | ((F.col("base_offset") > F.col("prev_last") + 1) & ~forward_ok))
+    bad_first = new_segment & (F.col("base_offset") != F.col("segment")) & ~(
+        cur_comp & (F.col("base_offset") > F.col("segment")))
+    parts.append(_row(cont.where(gap | bad_first),
                       keys, "offset", a="base_offset", b="prev_last",
                       c=F.when(gap, F.lit(1)).otherwise(F.lit(0))))
 
@@ -206,7 +242,8 @@ def _message(r) -> str:
     return r["text"]
 
 
-def _report(rows: list, with_topic: bool, parts: list[scan.PartitionDir]) -> VerifyReport:
+def _report(rows: list, with_topic: bool, parts: list[scan.PartitionDir],
+            markers: list[dict[int, int | None]]) -> VerifyReport:
     dirs = {(p.topic, p.partition): p.path for p in parts}
     last_segment = {(p.topic, p.partition): (segment_bases(p.path) or [None])[-1]
                     for p in parts}
@@ -235,6 +272,18 @@ def _report(rows: list, with_topic: bool, parts: list[scan.PartitionDir]) -> Ver
                 problems.append(prob)
             continue
         problems.append(Problem(kind, file, r["position"], _message(r)))
+    for p, found in zip(parts, markers, strict=True):
+        bases = segment_bases(p.path)
+        for base, end in found.items():
+            file = segment_file(p.path, base, MARKER_SUFFIX)
+            later = [b for b in bases if b > base]
+            if end is not None and not (later and later[0] != end):
+                continue
+            problems.append(Problem("offset", file, None, "compaction marker unreadable"
+                                    if end is None else
+                                    f"compacted segment ends at offset {end} but the next "
+                                    f"segment starts at {later[0]}"))
+            totals["offset"] = totals.get("offset", 0) + 1
     order = {k: i for i, k in enumerate(("framing", "crc", "offset", "index", "due-order"))}
     problems.sort(key=lambda p: (order[p.kind], p.file, p.position or 0))
     segments = sum(len(segment_bases(p.path)) for p in parts)

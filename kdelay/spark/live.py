@@ -111,7 +111,7 @@ class LivePartition:
             if seg.complete:
                 continue
             try:
-                whole = self._walk(base, seg, idle_writer)
+                whole = self._walk(base, seg, idle_writer, sealed)
             except FileNotFoundError:
                 self._drop(base)
                 continue
@@ -150,10 +150,12 @@ class LivePartition:
                 self.batches.add(BatchRef(d, b, b + lo, base, p, s))
         return True
 
-    def _walk(self, base: int, seg: _Segment, idle_writer: bool) -> bool:
+    def _walk(self, base: int, seg: _Segment, idle_writer: bool, sealed: bool) -> bool:
         """Catalogue the whole, CRC-valid batches appended to segment `base` since the last
         walk (the shared walker's framing parse); stop at the first batch that is not (yet)
-        whole and valid. True when the walk reached the end of the file."""
+        whole and valid. True when the walk reached the end of the file. Offsets run on
+        without a gap in the segment being appended to; a sealed one may have gaps
+        (compaction drops removable records), never a step back."""
         path = segment_file(self.part.path, base, LOG_SUFFIX)
         if seg.next_offset < 0:
             seg.next_offset = base
@@ -164,7 +166,9 @@ class LivePartition:
                                    path=path)
             try:
                 for pos, h, buf, rel in frames:
-                    if h.base_offset != seg.next_offset or not codec.crc_ok(buf, rel, h):
+                    gap_ok = sealed and h.base_offset > seg.next_offset
+                    if (h.base_offset != seg.next_offset and not gap_ok) or \
+                            not codec.crc_ok(buf, rel, h):
                         return self._bad(seg, pos, idle_writer, path)
                     if self._keep(h.deliver_after, h.last_offset):
                         self.batches.add(BatchRef(h.deliver_after, h.base_offset,

@@ -284,6 +284,9 @@ def _fd_path(fd: int) -> str:
 def close_abandoned(log) -> None:
     """Drop an open Log as a crashed process would: close its descriptors (releasing the
     directory lock) without flushing, persisting or marking anything."""
+    finalizer = getattr(log, "_finalizer", None)
+    if finalizer is not None:
+        finalizer.detach()  # the descriptors are closed here, once
     for seg in list(getattr(log, "_segments", ())):
         if getattr(seg, "fd", -1) >= 0:
             with contextlib.suppress(OSError):

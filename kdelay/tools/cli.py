@@ -5,10 +5,12 @@
     kdelay verify DIR|FILE [--json] [-q]
     kdelay rebuild-index DIR [--index-interval-bytes N]
     kdelay stats DIR [--now MS] [--json]
+    kdelay compact DIR [--retention-ms MS] [--min-ratio R] [--json]
     kdelay demo ...
 
 Exit status: 0 fine, 1 damage found (or the log is locked), 2 bad usage or input.
-Everything but rebuild-index only reads and takes no lock, so it is safe on a live log.
+Everything but rebuild-index and compact only reads and takes no lock, so it is safe on a
+live log.
 """
 
 from __future__ import annotations
@@ -17,12 +19,12 @@ import argparse
 import os
 import sys
 
-from ..errors import KdelayError
+from ..errors import InspectError, KdelayError
+from . import compact
 from .dump_index import cmd_dump_index
 from .dump_log import cmd_dump_log
 from .formatting import Out, err
 from .rebuild_index import cmd_rebuild_index
-from .scanning import InspectError
 from .stats import cmd_stats
 from .verify import cmd_verify
 
@@ -90,8 +92,9 @@ def run_demo(argv: list[str]) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kdelay",
-        description="Inspect, check and repair kdelay logs. Everything except rebuild-index "
-                    "only reads and takes no lock: safe on a live log.",
+        description="Inspect, check, compact and repair kdelay logs. Everything except "
+                    "rebuild-index and compact only reads and takes no lock: safe on a "
+                    "live log.",
         epilog="exit status: 0 ok, 1 problems found (or log locked), 2 usage or input error")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -133,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the time to count from, ms since the epoch (default: wall clock)")
     s.add_argument("--json", action="store_true", help="one JSON object")
     s.set_defaults(handler=cmd_stats)
+
+    compact.add_parser(sub, non_negative_int)
 
     sub.add_parser("demo", help="run the demo (options: kdelay demo --help)", add_help=False)
     # Spark commands (kdelay.spark; need the spark extra) parse their own options

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from ..errors import IndexUnreadable, InspectError
 from ..index.index_file import currency_mismatches
 from ..log.files import LOG_SUFFIX, parse_segment_name
 from .formatting import Out, err, fmt_time, iso_or_none
@@ -15,8 +16,6 @@ from .scanning import (
     OFFSET,
     IndexFile,
     IndexKind,
-    IndexUnreadable,
-    InspectError,
     existing,
     kind_for_path,
     read_index_file,

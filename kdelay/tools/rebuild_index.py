@@ -6,12 +6,18 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..errors import LogLockedError
+from ..errors import InspectError, LogLockedError
+from ..log import swap
 from ..log.loader import take_lock
 from ..log.segment import LogSegment
 from .formatting import Out, err
 from .progress import ProgressBar
-from .scanning import InspectError, existing, list_segments, partition_dirs
+from .scanning import (
+    compaction_marker,
+    existing,
+    list_segments,
+    partition_dirs,
+)
 
 EXIT_OK, EXIT_PROBLEMS = 0, 1
 
@@ -34,12 +40,15 @@ def cmd_rebuild_index(args: argparse.Namespace, out: Out) -> int:
     for directory in dirs:
         lock_fd = _lock(directory)
         try:
+            swap.recover(directory)  # an interrupted compaction first, as Log.open does
             segments = list_segments(directory)
             bar = ProgressBar("rebuild-index", sum(s.log_size for s in segments))
             for s in segments:
+                end, _ = compaction_marker(s)
                 seg, error = LogSegment.recover(directory, s.base_offset,
                                                 index_interval_bytes=args.index_interval_bytes,
-                                                check_crc=True, truncate=False)
+                                                check_crc=True, truncate=False,
+                                                compacted_end=end)
                 try:
                     bar(s.log_size)
                     if error is not None:

@@ -10,30 +10,21 @@ for the next intact batch (log/walker.py's tolerant mode).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import KdelayError
+from ..errors import InspectError
 from ..index.base import AbstractIndex
 from ..index.deliver_after_index import DeliverAfterIndex
 from ..index.index_file import HEADER_SIZE, IndexReading
 from ..index.offset_index import OffsetIndex
 from ..index.time_index import TimeIndex
 from ..log import files
-from ..log.files import SegmentFiles
+from ..log.files import MARKER_SUFFIX, SegmentFiles
+from ..log.swap import read_marker
 from ..log.walker import Batch, FramingBreak, Progress, walk
-
-
-class InspectError(KdelayError):
-    """Input the inspector cannot work on: a missing path, a directory that is not a log,
-    a file of the wrong kind. Its message is one line meant for a person."""
-
-
-class IndexUnreadable(KdelayError):
-    """An index file too damaged to show (bad magic, header checksum, truncated)."""
-
 
 # ---------------------------------------------------------------------------- index kinds
 
@@ -189,19 +180,24 @@ class SegmentScan:
     batches: list[Batch]
     breaks: list[FramingBreak]
     max_timestamps: list[int]
+    # a compacted segment (its marker, see kdelay/log/swap.py): offsets may have gaps and
+    # the segment ends at `end_offset`; `marker_damaged`: the marker is there but unreadable
+    end_offset: int | None = None
+    marker_damaged: bool = False
 
     @property
     def records(self) -> int:
         return sum(b.header.record_count for b in self.batches)
 
     def next_offset(self, upto_bytes: int | None = None) -> int:
-        """One past the last offset of the batches that end within `upto_bytes`."""
+        """One past the last offset of the batches that end within `upto_bytes` (for a
+        compacted segment read whole: the end offset its marker gives)."""
         nxt = self.segment.base_offset
         for b in self.batches:
             if upto_bytes is not None and b.position + b.size > upto_bytes:
-                break
+                return nxt
             nxt = b.last_offset + 1
-        return nxt
+        return nxt if self.end_offset is None else self.end_offset
 
 
 def scan_segment(seg: SegmentFiles, *, check_crc: bool = True,
@@ -213,7 +209,17 @@ def scan_segment(seg: SegmentFiles, *, check_crc: bool = True,
             breaks.append(item)
         else:
             batches.append(item)
-    return SegmentScan(seg, batches, breaks, [b.header.max_timestamp for b in batches])
+    end, damaged = compaction_marker(seg)
+    return SegmentScan(seg, batches, breaks, [b.header.max_timestamp for b in batches],
+                       end, damaged)
+
+
+def compaction_marker(seg: SegmentFiles) -> tuple[int | None, bool]:
+    """(end offset, damaged) of a segment's compaction marker; (None, False) without one."""
+    if not os.path.exists(seg.path(MARKER_SUFFIX)):
+        return None, False
+    marker = read_marker(seg.directory, seg.base_offset)
+    return (None, True) if marker is None else (marker.end_offset, False)
 
 
 def expected_dly_columns(batches: list[Batch]) -> list[np.ndarray]:
@@ -261,3 +267,50 @@ class VerifyReport:
 
     def add(self, problem: bool, path: str, position: int | None, message: str) -> None:
         self.findings.append(Finding(problem, path, position, message))
+
+
+# ---------------------------------------------------------------------------- live logs
+
+_SUBDIRS = ("", "groups")
+
+
+def fingerprint(directory: str) -> frozenset:
+    """What a writer changes in a partition directory: every file's name, inode, size and
+    mtime (the directory itself and its groups/ subdirectory). Equal before and after a
+    check: nothing moved while it read."""
+    out = set()
+    for sub in _SUBDIRS:
+        try:
+            with os.scandir(os.path.join(directory, sub)) as it:
+                for e in it:
+                    try:
+                        st = e.stat()
+                    except FileNotFoundError:
+                        continue
+                    out.add((sub, e.name, st.st_ino, st.st_size, st.st_mtime_ns))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+    return frozenset(out)
+
+
+def settle(directory: str, run: Callable[[bool], object],
+           problems: Callable[[object], set], attempts: int = 3) -> tuple[object, set]:
+    """Run a read-only check of `directory` (`run(first)`) so that a live log (another
+    process appending, rolling, applying retention, committing) is not reported damaged
+    for what is merely in motion. A check that finds nothing, or during which nothing in
+    the directory changed, is the answer. Otherwise it runs again (up to `attempts`), and
+    only problems found by every run count: real damage stays where it is, while what a
+    check saw half-done (a file deleted between listing and reading, an index persisted
+    mid-check) is gone or elsewhere the next time. Returns the last run's result and the
+    problems that count. Costs one run on a still log."""
+    found: set = set()
+    persistent: set | None = None
+    result: object = None
+    for i in range(attempts):
+        before = fingerprint(directory)
+        result = run(i == 0)
+        found = problems(result)
+        if not found or fingerprint(directory) == before:
+            return result, found
+        persistent = found if persistent is None else persistent & found
+    return result, persistent or set()

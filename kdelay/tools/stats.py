@@ -31,10 +31,11 @@ from .scanning import (
     partition_dirs,
     read_index_file,
     scan_segment,
+    settle,
     total_log_bytes,
 )
 
-EXIT_OK = 0
+EXIT_OK, EXIT_PROBLEMS = 0, 1
 
 
 FORECAST = (("within_1m", 60_000), ("within_1h", 3_600_000), ("within_1d", 86_400_000))
@@ -72,8 +73,32 @@ def summarize_segment(seg: SegmentFiles, progress: Progress | None = None) -> Se
 
 
 def partition_stats(directory: str, now: int, progress: Progress | None = None) -> dict:
-    segments = list_segments(directory)
-    sums = [summarize_segment(s, progress) for s in segments]
+    """The stats of one partition. On a live log a damaged segment only counts if it is
+    still damaged when looked at again (see scanning.settle)."""
+    result, damaged = settle(directory,
+                             lambda first: _stats_once(directory, now,
+                                                       progress if first else None),
+                             lambda r: set(r["damaged_segments"]))
+    result["damaged_segments"] = [p for p in result["damaged_segments"] if p in damaged]
+    return result
+
+
+def _summaries(directory: str, progress: Progress | None) -> list[SegmentSummary]:
+    """Each segment's summary; a segment deleted (by retention) since the listing is left
+    out, as it would have been a moment later."""
+    out = []
+    for seg in list_segments(directory):
+        try:
+            out.append(summarize_segment(seg, progress))
+        except InspectError:
+            if os.path.exists(seg.log_path):
+                raise
+    return out
+
+
+def _stats_once(directory: str, now: int, progress: Progress | None) -> dict:
+    sums = _summaries(directory, progress)
+    segments = [s.segment for s in sums]
     da = np.concatenate([s.deliver_after for s in sums]) if sums else np.empty(0, np.int64)
     base = np.concatenate([s.base for s in sums]) if sums else np.empty(0, np.int64)
     counts = (np.concatenate([s.lod for s in sums]) + 1) if sums else np.empty(0, np.int64)
@@ -167,7 +192,8 @@ def cmd_stats(args: argparse.Namespace, out: Out) -> int:
         if len(parts) > 1:
             out.line(f"TOTAL over {len(parts)} partitions")
             _stats_body(result, out)
-    return EXIT_OK
+    # the exit code agrees with what was printed: damage reported is a failure
+    return EXIT_PROBLEMS if any(p["damaged_segments"] for p in parts) else EXIT_OK
 
 
 def _totals(parts: list[dict], now: int) -> dict:

@@ -26,6 +26,7 @@ from .scanning import (
     list_segments,
     partition_dirs,
     scan_segment,
+    settle,
 )
 from .verify_index import check_index
 
@@ -35,7 +36,25 @@ EXIT_OK, EXIT_PROBLEMS = 0, 1
 def verify_partition(directory: str, *, only_base: int | None = None,
                      progress: Progress | None = None) -> VerifyReport:
     """Check every batch's CRC, offset continuity within and across segments, and every
-    persisted index against what its .log says. Only reads."""
+    persisted index against what its .log says. Only reads. On a live log a problem only
+    counts if it is still there when checked again (see scanning.settle); the others are
+    kept as information."""
+    def run(first: bool) -> VerifyReport:
+        return _verify_once(directory, only_base, progress if first else None)
+
+    def keys(rep: VerifyReport) -> set:
+        return {(f.path, f.position, f.message) for f in rep.problems}
+
+    rep, persistent = settle(directory, run, keys)
+    for f in rep.problems:
+        if (f.path, f.position, f.message) not in persistent:
+            f.problem = False
+            f.message = f"in motion (changed while checked; not seen again): {f.message}"
+    return rep
+
+
+def _verify_once(directory: str, only_base: int | None, progress: Progress | None
+                 ) -> VerifyReport:
     rep = VerifyReport(directory)
     segments = list_segments(directory)
     clean = os.path.exists(os.path.join(directory, files.CLEAN_SHUTDOWN_FILE))
@@ -46,6 +65,10 @@ def verify_partition(directory: str, *, only_base: int | None = None,
         for name in files.leftover_files(directory):
             rep.add(False, os.path.join(directory, name), None,
                     "leftover file (removed on next open)")
+        for name in files.compaction_in_progress(directory):
+            rep.add(False, os.path.join(directory, name), None,
+                    "a compaction's replacement segment file (a compaction is running, or "
+                    "was interrupted: the next open finishes or undoes it)")
     prev_next: int | None = None
     prev_path = ""
     for i, seg in enumerate(segments):
@@ -55,6 +78,7 @@ def verify_partition(directory: str, *, only_base: int | None = None,
         scan = _scan_for_verify(seg, active and not clean, progress)
         if scan is None:
             rep.add(False, seg.log_path, None, "segment deleted during the check (retention)")
+            prev_next = None  # its successor continues what retention left, not a gap
             continue
         rep.segments += 1
         rep.batches += len(scan.batches)
@@ -70,6 +94,10 @@ def verify_partition(directory: str, *, only_base: int | None = None,
                 rep.add(True, seg.log_path, 0,
                         f"segment overlaps the previous one: it starts at offset "
                         f"{seg.base_offset}, the previous ends at {prev_next - 1}")
+        if scan.marker_damaged:
+            rep.add(True, seg.path(files.MARKER_SUFFIX), 0,
+                    "compaction marker unreadable (the next open rewrites it from the next "
+                    "segment's base offset)")
         _check_batches(rep, seg, scan, active, clean)
         for kind in (DLY, OFFSET, TIME):
             check_index(rep, seg, scan, kind, active, clean)
@@ -107,6 +135,9 @@ def _check_batches(rep: VerifyReport, seg: SegmentFiles, scan: SegmentScan, acti
                    clean: bool) -> None:
     path = seg.log_path
     expected = seg.base_offset
+    # compaction removes records: in a segment it rewrote (and only there) offsets may
+    # skip forward, but every batch must still lie before the end its marker gives
+    compacted = scan.end_offset is not None
     items: list[Batch | FramingBreak] = sorted(
         [*scan.batches, *scan.breaks], key=lambda x: (x.position, isinstance(x, Batch)))
     after_break = False
@@ -126,6 +157,8 @@ def _check_batches(rep: VerifyReport, seg: SegmentFiles, scan: SegmentScan, acti
             rep.add(True, path, b.position,
                     f"offsets {expected}..{b.base_offset - 1} are lost in the damaged bytes "
                     f"before this batch")
+        elif compacted and b.base_offset >= expected and not after_break:
+            pass
         elif b.base_offset != expected and not after_break:
             if b.base_offset > expected:
                 msg = (f"offset gap: batch starts at offset {b.base_offset}, expected "
@@ -137,6 +170,10 @@ def _check_batches(rep: VerifyReport, seg: SegmentFiles, scan: SegmentScan, acti
                 msg = (f"first batch starts at offset {b.base_offset} but the file name says "
                        f"{seg.base_offset}")
             rep.add(True, path, b.position, msg)
+        if compacted and b.last_offset >= scan.end_offset:
+            rep.add(True, path, b.position,
+                    f"batch of offsets {b.base_offset}..{b.last_offset} lies past the end "
+                    f"offset {scan.end_offset} of this compacted segment")
         after_break = False
         expected = b.last_offset + 1
 

@@ -22,7 +22,7 @@ FAR_FUTURE = T0 + 10 ** 9
 # a floor under the measured counts (ops per scenario), so that a change that silently
 # stops routing operations through fsio (and so escapes injection) fails here
 MIN_POINTS = {"append": 12, "append_roll": 40, "roll": 36, "flush": 6, "recovery": 18,
-              "commit": 15, "retention": 14, "close": 20}
+              "commit": 15, "retention": 14, "close": 20, "compact": 40}
 POINTS: dict[str, int] = {}
 
 
@@ -46,6 +46,7 @@ class Model:
     commits: dict[str, list[DeliveryKey | None]] = field(default_factory=dict)
     committed_ok: dict[str, DeliveryKey | None] = field(default_factory=dict)
     retention_floor: int | None = None  # records below may be gone (retention ran)
+    removable: set[int] = field(default_factory=set)  # compaction may have removed these
     live: Log | None = None  # a log the scenario opened itself
 
     def append(self, log: Log, n: int, *, flushed: bool) -> None:
@@ -176,6 +177,38 @@ def _act_retention(path, log, m):
     return log
 
 
+def _prep_compact(path: str, m: Model, config: LogConfig) -> Log:
+    """Sealed segments of records due at once, with every third batch due in ~28 hours
+    (pinned), then the clock past retention: compaction rewrites and merges them."""
+    clock = Clock()
+    log = Log.open(path, config=config, clock=clock)
+    for i in range(14):
+        pinned = i % 3 == 0
+        da = T0 + 10 ** 8 if pinned else T0 + i
+        recs = [Record(b"c%d-%d" % (i, k) * (1 + k)) for k in range(3)]
+        res = log.append(recs, deliver_after=da)
+        for k, r in enumerate(recs):
+            o = res.base_offset + k
+            m.sent[o] = (r.value, res.deliver_after)
+            m.durable.add(o)
+            if not pinned:
+                m.removable.add(o)
+        if i % 4 == 3:
+            log.roll()
+    m.next_offset = log.log_end_offset
+    clock.t = T0 + 100 + config.retention_ms
+    return log
+
+
+def _act_compact(path, log, m):
+    cancelled = {o for o in m.sent if o % 5 == 1}  # splits pinned batches too
+    m.removable |= cancelled
+    log.cancelled_offsets = lambda lo, hi: sorted(o for o in cancelled if lo <= o < hi)
+    assert log.compact().segments_rewritten >= 3
+    m.append(log, 1, flushed=True)
+    return log
+
+
 def _act_close(path, log, m):
     m.append(log, 2, flushed=True)
     log.close()
@@ -199,6 +232,8 @@ SCENARIOS = {
     "commit": Scenario(cfg(), _prep_basic, _act_commit),
     "retention": Scenario(cfg(retention_ms=1000), _prep_retention, _act_retention),
     "close": Scenario(cfg(), _prep_basic, _act_close),
+    "compact": Scenario(cfg(retention_ms=1000, segment_bytes=4000), _prep_compact,
+                        _act_compact),
 }
 
 
@@ -225,7 +260,7 @@ def check_consistent(path: str, m: Model, config: LogConfig, where: str) -> None
     log = Log.open(path, config=config, clock=clock)
     try:
         assert log.load_report.clean and not log.load_report.problems, where
-        got = check_log(log, m2, set(m2), where=where)
+        got = check_log(log, m2, set(m2), where=where, removable=m.removable)
         assert got == m2, f"{where}: clean reopen changed the log"
     finally:
         log.close()
@@ -233,7 +268,8 @@ def check_consistent(path: str, m: Model, config: LogConfig, where: str) -> None
 
 def _check_log(log: Log, m: Model, where: str) -> set[int]:
     floor = m.retention_floor or 0
-    got = check_log(log, m.sent, {o for o in m.durable if o >= floor}, where=where)
+    got = check_log(log, m.sent, {o for o in m.durable if o >= floor} - m.removable,
+                    where=where, removable=m.removable)
     return set(got)
 
 

@@ -1,0 +1,189 @@
+"""Delay-aware compaction: rewrite sealed segments without their removable records.
+
+Retention deletes whole segments from the log start, so one record due in a month pins
+every segment behind it for a month. Compaction reclaims that space while keeping offsets:
+
+- A record is *removable* once it has been due for longer than `retention_ms` (its batch's
+  deliverAfter < now - retention_ms: the rule retention applies to whole segments) or it
+  is cancelled (asked through a `Cancelled` hook, so this module knows nothing of how
+  cancellations are stored).
+- `plan` picks groups of adjacent sealed segments: each group holds at least one segment
+  in which at least `min_ratio` of the bytes are removable, plus neighbours that are small
+  after compaction, as long as the survivors fit in `segment_bytes`. A group is rewritten
+  into one segment named by its first base offset (so the log start never moves).
+- `rewriter.rewrite` writes each group's replacement once (whole batches copied byte for
+  byte, partly cancelled ones re-encoded: see rewriter.py) under `.cleaned` names, fsync'd;
+  swap.install then swaps it in (see swap.py for the protocol).
+- `run` drives it on a live log: the log's lock is held only for a snapshot and, per
+  group, for the swap's renames.
+
+Offsets may then have gaps inside a compacted segment, which carries a marker file saying
+so (swap.py). Memory: one group's index entries (bounded by `segment_bytes` of survivors,
+and the sources' index columns, which are memory-mapped); I/O: one sequential read of the
+sources, one sequential write.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import CorruptLogError
+from ..records import CompactionResult
+from . import swap
+from .rewriter import BatchPlan, Cancelled, Rewritten, Source, batch_plan, rewrite
+from .segment import LogSegment
+
+__all__ = ["BatchPlan", "Cancelled", "CompactionResult", "NO_HORIZON", "Rewritten",
+           "Settings", "Source", "batch_plan", "horizon", "plan", "removable_bytes",
+           "rewrite", "run"]
+
+_log = logging.getLogger("kdelay")
+NO_HORIZON = -(1 << 63)  # retention_ms = -1: nothing becomes removable by age
+
+
+def horizon(now: int, retention_ms: int) -> int:
+    """Batches with deliverAfter below this are removable by age."""
+    return NO_HORIZON if retention_ms < 0 else now - retention_ms
+
+
+def removable_bytes(src: Source, horizon_ms: int, cancelled: Cancelled | None) -> int:
+    """What `batch_plan(...).removable_bytes` says, without sorting anything: the index is
+    in deliverAfter order, so the batches removable by age are a prefix (one search); a
+    `cancelled` hook adds one search per batch. O(log batches), or O(batches) with cancels.
+    """
+    da, base, _, lod, size = src.columns
+    k = int(np.searchsorted(da, horizon_ms, side="left"))  # da < horizon: removable
+    removable = float(size[:k].astype(np.int64).sum())
+    if cancelled is not None and len(base) > k:
+        gone = np.unique(np.asarray(cancelled(src.base_offset, src.end_offset),
+                                    dtype=np.int64))
+        if len(gone):
+            b = base[k:].astype(np.int64)
+            count = lod[k:].astype(np.int64) + 1
+            n = np.searchsorted(gone, b + count) - np.searchsorted(gone, b)
+            removable += float((size[k:] * np.minimum(n, count) / count).sum())
+    return int(removable)
+
+
+def plan(sources: list[Source], *, horizon_ms: int, min_ratio: float, segment_bytes: int,
+         cancelled: Cancelled | None = None) -> list[list[Source]]:
+    """Groups of adjacent sealed segments to rewrite (see the module docstring). A segment
+    is dirty when at least `min_ratio` of its bytes (and at least one byte) are removable,
+    small when its survivors take under a quarter of `segment_bytes`. A group is a run of
+    dirty or small segments with at least one dirty one, whose survivors fit in
+    `segment_bytes`. `min_ratio` <= 0 plans nothing. O(total index entries)."""
+    if min_ratio <= 0:
+        return []
+    groups: list[list[Source]] = []
+    group: list[Source] = []
+    kept = 0
+    dirty = False
+
+    def close() -> None:
+        if dirty and group:
+            groups.append(list(group))
+
+    for src in sources:
+        removable = removable_bytes(src, horizon_ms, cancelled)
+        survivors = src.size - removable
+        is_dirty = removable > 0 and removable >= min_ratio * src.size
+        small = survivors < segment_bytes // 4
+        contiguous = not group or group[-1].end_offset == src.base_offset
+        if (is_dirty or small) and contiguous and kept + survivors <= segment_bytes:
+            group.append(src)
+            kept += survivors
+            dirty = dirty or is_dirty
+            continue
+        close()
+        group, kept, dirty = [], 0, False
+        if is_dirty or small:
+            group, kept, dirty = [src], survivors, is_dirty
+    close()
+    return groups
+
+
+# ---------------------------------------------------------------------------- the driver
+
+
+@dataclass
+class Settings:
+    retention_ms: int
+    min_ratio: float
+    segment_bytes: int
+    index_interval_bytes: int
+
+
+def run(directory: str, segments, lock, settings: Settings, *, now: Callable[[], int],
+        cancelled: Cancelled | None = None, before_change: Callable[[], None] = lambda: None,
+        after_change: Callable[[], None] = lambda: None,
+        is_closed: Callable[[], bool] = lambda: False) -> CompactionResult:
+    """Compact a live log's sealed segments. `segments` is its SegmentSet and `lock` the
+    lock guarding it: held only to take a snapshot of the sealed segments and, per group,
+    for the swap (a few renames and two directory fsyncs); planning and rewriting read
+    immutable sealed files through their own descriptors while appends and fetches go on.
+    A group whose segments changed meanwhile (retention deleted one) is dropped, as is one
+    whose source turns out damaged (logged; verify reports the damage). Call with the
+    caller's compaction lock held (one compaction at a time per log)."""
+    with lock:
+        if settings.min_ratio <= 0 or is_closed():
+            total = sum(s.size for s in segments)
+            return CompactionResult(0, total, total)
+        hz = horizon(now(), settings.retention_ms)
+        live = {s.base_offset: s for s in segments if s is not segments.active}
+        sources = [Source.of(s) for s in live.values()]
+        before = sum(s.size for s in segments)
+    groups = plan(sources, horizon_ms=hz, min_ratio=settings.min_ratio,
+                  segment_bytes=settings.segment_bytes, cancelled=cancelled)
+    rewritten = read = written = 0
+    longest = 0.0
+    for group in groups:
+        try:
+            rw = rewrite(directory, group, horizon_ms=hz, cancelled=cancelled,
+                         index_interval_bytes=settings.index_interval_bytes)
+        except CorruptLogError as e:
+            _log.warning("kdelay compaction: segment group at %d left as it is: %s",
+                         group[0].base_offset, e)
+            swap.discard_cleaned(directory, group[0].base_offset)
+            continue
+        with lock:
+            held = time.perf_counter()
+            olds = [_current(segments, live, src) for src in group]
+            if is_closed() or any(o is None for o in olds):
+                rw.segment.close()
+                swap.discard_cleaned(directory, group[0].base_offset)
+                continue
+            before_change()
+            try:
+                others = swap.install(directory, rw.segment.base_offset, rw.replaced)
+            except BaseException:
+                rw.segment.close()
+                raise
+            segments.replace(olds, rw.segment)
+            after_change()
+            longest = max(longest, time.perf_counter() - held)
+        # no reader can reach the old segments any more (they left the set under the lock,
+        # and the fetch state that remembered them was reset): close them unlocked
+        for old in olds:
+            old.close()
+        swap.remove_companions(directory, others)
+        rewritten += len(olds)
+        read += rw.bytes_before
+        written += rw.segment.size
+    with lock:
+        after = sum(s.size for s in segments)
+    return CompactionResult(rewritten, before, after, read, written, longest * 1000)
+
+
+def _current(segments, live: dict, src: Source) -> LogSegment | None:
+    """The segment object `src` was taken from, if it is still in the log unchanged."""
+    seg = live.get(src.base_offset)
+    try:
+        still = segments[src.base_offset] is seg
+    except KeyError:
+        return None
+    return seg if still and seg.size == src.size else None

@@ -1,0 +1,322 @@
+"""The segment rewriter of compaction: one group of adjacent sealed segments in, one
+segment out, as `.cleaned` files (swap.py installs them).
+
+The sources are streamed once, in position order, through their own descriptors: a batch
+with nothing removable is copied byte for byte (runs of adjacent ones as one slice, each
+batch's header checked against the index and its CRC recomputed on the way), a wholly
+removable batch is skipped, and a batch that loses some records (cancelled) is decoded and
+re-encoded as one batch per run of contiguous surviving offsets: same deliverAfter, base
+timestamp and leader epoch; every record keeps its offset, key, value, headers and
+timestamp; a new CRC. Splitting, rather than leaving offset-delta gaps inside a batch as
+Kafka's compacted v2 batches may, keeps every reader's rule "record i of a batch has offset
+base + i". The three indexes are built as the new file is written. Memory: the group's
+index entries; I/O: one sequential read, one sequential write, one fsync per file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import crc32c
+import numpy as np
+
+from .. import fsio
+from ..errors import CorruptLogError
+from ..index.deliver_after_index import DeliverAfterIndex, Entry
+from ..index.offset_index import OffsetIndex
+from ..index.time_index import TimeIndex
+from . import codec, swap
+from .files import DLYINDEX_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX
+from .segment import LogSegment
+
+# (first offset, end offset) -> the cancelled offsets in [first, end), sorted (any int
+# sequence; numpy int64 preferred). The cancel feature answers it from its own storage.
+Cancelled = Callable[[int, int], Sequence[int]]
+
+_READ_CHUNK = 8 << 20
+_WRITE_CHUNK = 4 << 20
+_MIN_RUN = 8  # adjacent whole batches copied as one slice from this many on
+
+
+class Source(NamedTuple):
+    """A sealed segment as compaction sees it: immutable files, read through its own
+    descriptor (so a concurrent retention delete cannot pull them away mid-read)."""
+
+    base_offset: int
+    end_offset: int
+    size: int
+    path: str
+    columns: list[np.ndarray]  # its DeliverAfterIndex columns (da, base, pos, lod, size)
+
+    @classmethod
+    def of(cls, seg: LogSegment) -> Source:
+        return cls(seg.base_offset, seg.next_offset, seg.size, seg.log_path,
+                   seg.dly_index.columns())
+
+
+class BatchPlan(NamedTuple):
+    """A source's batches in position order, what goes, and the removable byte count."""
+
+    base: np.ndarray
+    pos: np.ndarray
+    count: np.ndarray   # records per batch
+    size: np.ndarray
+    drop: np.ndarray    # bool: the whole batch is removable
+    cancelled: np.ndarray  # sorted cancelled offsets among the batches not dropped
+    removable_bytes: int
+
+
+def batch_plan(src: Source, horizon_ms: int, cancelled: Cancelled | None) -> BatchPlan:
+    """Which records of `src` are removable. O(batches) numpy work on the index columns and
+    one `cancelled` query; no log data is read. A partly cancelled batch counts the
+    cancelled share of its bytes."""
+    da, base, pos, lod, size = src.columns
+    order = np.argsort(pos, kind="stable")
+    da, base, pos = da[order], base[order].astype(np.int64), pos[order].astype(np.int64)
+    count = lod[order].astype(np.int64) + 1
+    size = size[order].astype(np.int64)
+    drop = da < horizon_ms
+    removable = float(size[drop].sum())
+    gone = np.empty(0, dtype=np.int64)
+    if cancelled is not None and len(base):
+        gone = np.unique(np.asarray(cancelled(src.base_offset, src.end_offset),
+                                    dtype=np.int64))
+        if len(gone):
+            lo = np.searchsorted(gone, base, side="left")
+            hi = np.searchsorted(gone, base + count, side="left")
+            k = hi - lo  # cancelled records per batch
+            keep = ~drop
+            whole = keep & (k >= count)
+            drop |= whole
+            part = keep & ~whole & (k > 0)
+            removable += float(size[whole].sum())
+            removable += float((size[part] * k[part] / count[part]).sum())
+    return BatchPlan(base, pos, count, size, drop, gone, int(removable))
+
+
+@dataclass
+class Rewritten:
+    """A group's replacement, fsync'd under `.cleaned` names and opened as a LogSegment
+    (its descriptor and index maps follow the files through the renames of the swap)."""
+
+    segment: LogSegment
+    replaced: list[int]
+    bytes_before: int
+
+
+def rewrite(directory: str, group: list[Source], *, horizon_ms: int,
+            index_interval_bytes: int, cancelled: Cancelled | None = None) -> Rewritten:
+    """Write the replacement of `group` as `.cleaned` files (see the module docstring).
+    Raises CorruptLogError if a source batch fails its checks (the caller then keeps the
+    group as it is and calls swap.discard_cleaned). Any `.cleaned` leftovers of an earlier
+    attempt are overwritten."""
+    base = group[0].base_offset
+    end = group[-1].end_offset
+    swap.discard_cleaned(directory, base)
+    fd = fsio.open_append(swap.cleaned_path(directory, base, LOG_SUFFIX))
+    seg = LogSegment(directory, base, fd, 0, end, OffsetIndex(base), TimeIndex(base),
+                     DeliverAfterIndex(base), None)
+    try:
+        writer = _Writer(fd)
+        entries: list[Entry] = []
+        for src in group:
+            _copy_survivors(src, batch_plan(src, horizon_ms, cancelled), writer, entries, seg,
+                            index_interval_bytes)
+        writer.flush()
+        fsio.fsync(fd)
+        seg.size = writer.pos
+        seg.dly_index = DeliverAfterIndex.from_entries(base, entries)
+        seg.compacted = True
+        meta = {"log_bytes": seg.size, "next_offset": end}
+        for suffix, index in ((INDEX_SUFFIX, seg.offset_index),
+                              (TIMEINDEX_SUFFIX, seg.time_index),
+                              (DLYINDEX_SUFFIX, seg.dly_index)):
+            # each .cleaned file is fsync'd; the swap's directory fsync publishes the names
+            index.persist(swap.cleaned_path(directory, base, suffix), atomic=False, **meta)
+        fsio.write_new(swap.cleaned_path(directory, base, swap.MARKER_SUFFIX),
+                       swap.encode_marker(swap.Marker(base, end)))
+    except BaseException:
+        seg.close()
+        raise
+    return Rewritten(seg, [s.base_offset for s in group], sum(s.size for s in group))
+
+
+class _Writer:
+    """Sequential buffered writes to the new .log through fsio."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.pos = 0  # bytes accepted (written or buffered)
+        self._buf = bytearray()
+        self._flushed = 0
+
+    def add(self, data) -> int:
+        at = self.pos
+        self._buf += data
+        self.pos += len(data)
+        if len(self._buf) >= _WRITE_CHUNK:
+            self.flush()
+        return at
+
+    def flush(self) -> None:
+        if self._buf:
+            fsio.write(self.fd, bytes(self._buf), self._flushed)
+            self._flushed += len(self._buf)
+            self._buf.clear()
+
+
+def _copy_survivors(src: Source, bp: BatchPlan, writer: _Writer, entries: list[Entry],
+                    seg: LogSegment, interval: int) -> None:
+    """Append the surviving records of one source to the new segment, in offset order.
+    Batches kept whole are copied in runs of adjacent batches (checked per batch, with
+    numpy over the run's headers and one CRC call each); a batch that loses records is
+    decoded and re-encoded on its own."""
+    keep = np.flatnonzero(~bp.drop)
+    if not len(keep):
+        return
+    base, pos, count, size = bp.base[keep], bp.pos[keep], bp.count[keep], bp.size[keep]
+    gone = bp.cancelled
+    if len(gone):
+        partial = np.searchsorted(gone, base + count) > np.searchsorted(gone, base)
+    else:
+        partial = np.zeros(len(keep), dtype=bool)
+    end = pos + size
+    brk = np.ones(len(keep), dtype=bool)  # a run of whole, adjacent batches starts here
+    brk[1:] = partial[1:] | partial[:-1] | (pos[1:] != end[:-1])
+    starts = [*np.flatnonzero(brk).tolist(), len(keep)]
+    fd = fsio.open_read(src.path)
+    try:
+        if os.fstat(fd).st_size < src.size:
+            raise CorruptLogError(f"segment shorter than its index says ({src.size} bytes)",
+                                  src.path)
+        reader = _ChunkReader(fd)
+        for a, b in zip(starts[:-1], starts[1:], strict=True):
+            if partial[a] or b - a < _MIN_RUN:  # numpy's per-call cost beats short runs
+                for i in range(a, b):
+                    _copy_one(reader, src, int(base[i]), int(pos[i]), int(count[i]),
+                              int(size[i]), gone, writer, entries, seg, interval)
+                continue
+            k = a
+            while k < b:  # pieces of at most one read chunk
+                e = max(k + 1, k + int(np.searchsorted(end[k:b], pos[k] + _READ_CHUNK,
+                                                       side="right")))
+                if not _copy_run(reader, base[k:e], pos[k:e], count[k:e], size[k:e], writer,
+                                 entries, seg, interval):
+                    for i in range(k, e):  # something is off: find it batch by batch
+                        _copy_one(reader, src, int(base[i]), int(pos[i]), int(count[i]),
+                                  int(size[i]), gone, writer, entries, seg, interval)
+                k = e
+    finally:
+        os.close(fd)
+
+
+def _field(arr: np.ndarray, rel: np.ndarray, at: int, dtype: str) -> np.ndarray:
+    """One big-endian header field of every batch starting at `rel` in `arr`."""
+    width = np.dtype(dtype).itemsize
+    return arr[rel[:, None] + (at + np.arange(width))].view(dtype).ravel()
+
+
+def _copy_run(reader: _ChunkReader, base: np.ndarray, pos: np.ndarray, count: np.ndarray,
+              size: np.ndarray, writer: _Writer, entries: list[Entry], seg: LogSegment,
+              interval: int) -> bool:
+    """Copy adjacent whole batches as one slice, after checking each one's header against
+    the index and its CRC; False (nothing written) if any check fails."""
+    start = int(pos[0])
+    total = int(pos[-1] + size[-1]) - start
+    buf, at = reader.get(start, total)
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    rel = pos - start + at
+    ok = ((_field(arr, rel, 0, ">i8") == base).all()
+          and (_field(arr, rel, 8, ">i4").astype(np.int64) + codec.LOG_OVERHEAD == size).all()
+          and (arr[rel + 16] == codec.MAGIC).all()
+          and (_field(arr, rel, 23, ">i4").astype(np.int64) == count - 1).all()
+          and (_field(arr, rel, 65, ">i4").astype(np.int64) == count).all())
+    if not ok:
+        return False
+    view = memoryview(buf)
+    rl, sl = rel.tolist(), size.tolist()
+    crcs = [crc32c.crc32c(view[r + codec.CRC_START:r + n]) for r, n in zip(rl, sl, strict=True)]
+    if crcs != _field(arr, rel, codec.CRC_OFFSET, ">u4").tolist():
+        return False
+    out = writer.add(view[at:at + total])
+    new = list(zip(_field(arr, rel, codec.DELIVER_AFTER_OFFSET, ">i8").tolist(), base.tolist(),
+                   (pos - start + out).tolist(), (count - 1).tolist(), sl, strict=True))
+    entries.extend(new)
+    for entry, max_ts in zip(new, _field(arr, rel, 35, ">i8").tolist(), strict=True):
+        seg._index_batch(entry, max_ts, interval)
+    return True
+
+
+def _copy_one(reader: _ChunkReader, src: Source, b: int, pos: int, n: int, size: int,
+              gone: np.ndarray, writer: _Writer, entries: list[Entry], seg: LogSegment,
+              interval: int) -> None:
+    """Check one batch fully (raising CorruptLogError naming the problem), then copy it,
+    or re-encode it without its cancelled records."""
+    buf, rel = reader.get(pos, size)
+    h = codec.parse_header(buf, rel, path=src.path, file_pos=pos, available=size)
+    if h.base_offset != b or h.size != size:
+        raise CorruptLogError(f"batch has base offset {h.base_offset} and {h.size} "
+                              f"bytes, the index says {b} and {size}", src.path, pos)
+    codec.check_crc(buf, rel, h, path=src.path, file_pos=pos)
+    data = bytes(memoryview(buf)[rel:rel + size])
+    lo, hi = np.searchsorted(gone, [b, b + n]) if len(gone) else (0, 0)
+    if lo == hi:
+        _emit(writer, entries, seg, h, data, interval)
+        return
+    for batch in _reencode(h, data, gone[lo:hi], src.path, pos):
+        _emit(writer, entries, seg, codec.parse_header(batch), batch, interval)
+
+
+def _emit(writer: _Writer, entries: list[Entry], seg: LogSegment, h: codec.BatchHeader,
+          data: bytes, interval: int) -> None:
+    at = writer.add(data)
+    entry = (h.deliver_after, h.base_offset, at, h.last_offset_delta, h.size)
+    entries.append(entry)
+    seg._index_batch(entry, h.max_timestamp, interval)
+
+
+def _reencode(h: codec.BatchHeader, data: bytes, gone: np.ndarray, path: str,
+              pos: int) -> list[bytes]:
+    """The records of batch `h` not in `gone`, as one batch per run of contiguous offsets."""
+    ts, keys, values, headers = codec.decode_records(data, h, path=path, file_pos=pos)
+    keep = np.ones(h.record_count, dtype=bool)
+    keep[gone - h.base_offset] = False
+    idx = np.flatnonzero(keep)
+    # runs of consecutive indexes: split where the step is not 1
+    cuts = np.flatnonzero(np.diff(idx) != 1) + 1
+    out = []
+    for run in np.split(idx, cuts):
+        if not len(run):
+            continue
+        i, j = int(run[0]), int(run[-1]) + 1
+        run_headers = headers[i:j]
+        out.append(codec.encode_batch(
+            base_offset=h.base_offset + i, base_timestamp=h.base_timestamp,
+            deliver_after=h.deliver_after, keys=keys[i:j], values=values[i:j],
+            timestamp_deltas=np.array(ts[i:j], dtype=np.int64) - h.base_timestamp,
+            headers=run_headers if any(run_headers) else None,
+            leader_epoch=h.leader_epoch))
+    return out
+
+
+class _ChunkReader:
+    """Sequential reads in large chunks; `get` returns (buffer, offset in it) holding the
+    `size` bytes at `pos` (positions must not go backwards)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.buf = b""
+        self.start = 0
+
+    def get(self, pos: int, size: int) -> tuple[bytes, int]:
+        rel = pos - self.start
+        if rel < 0 or rel + size > len(self.buf):
+            self.buf = fsio.pread(self.fd, max(_READ_CHUNK, size), pos)
+            self.start, rel = pos, 0
+            if len(self.buf) < size:
+                raise CorruptLogError(f"truncated batch: {size} bytes expected, "
+                                      f"{len(self.buf)} remain", None, pos)
+        return self.buf, rel

@@ -1,0 +1,256 @@
+"""Class 3: number types of every time and offset parameter, and of the clock.
+
+A matrix over every parameter that is a time, an offset or a count (append's deliver_after,
+a record's timestamp and deliver_after, fetch's `after` as an int and as each DeliveryKey
+field, commit's key fields, read's offset, max_records / max_bytes / max_wait_ms) and over
+the values the clock returns, times a list of value types (int, numpy int64 / int32 /
+uint64, float, bool, str, None, 2**63, negative):
+
+- an int or a numpy integer behaves exactly as the equal int does (same result, same
+  error), on a separate log;
+- anything else is refused with a KdelayError, and the directory is byte for byte as it
+  was (log_end_offset, every file's contents);
+- nothing is persisted that the reader would reject: after a reopen every record reads
+  back and the group position is there, as an int.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from kdelay import Consumer, DeliveryKey, KdelayError, Log, LogConfig, Record
+
+T0 = 1_700_000_000_000
+NOW = T0 + 2000
+
+
+class Clock:
+    def __init__(self, t=NOW):
+        self.t = t
+
+    def __call__(self):
+        return self.t
+
+
+VALUES: dict[str, Callable[[int], object]] = {
+    "int": lambda b: b,
+    "np.int64": lambda b: np.int64(b),
+    "np.int32": lambda b: np.int32(min(b, 2 ** 31 - 1)),
+    "np.uint64": lambda b: np.uint64(b),
+    "float": lambda b: float(b),
+    "float.5": lambda b: b + 0.5,
+    "bool": lambda b: True,
+    "str": lambda b: str(b),
+    "None": lambda b: None,
+    "2**63": lambda b: 2 ** 63,
+    "np.uint64 2**63": lambda b: np.uint64(2 ** 63),
+    "negative": lambda b: -1,
+    "np.int64 negative": lambda b: np.int64(-1),
+}
+
+
+def setup(log: Log) -> None:
+    log.append([Record(b"a0"), Record(b"a1")], deliver_after=T0)
+    log.append([Record(b"b0")], deliver_after=T0 + 1000)
+    log.append([Record(b"c0"), Record(b"c1")], deliver_after=T0 + 3000)
+    log.commit("g", DeliveryKey(T0, 0))
+
+
+def _fetch(res):
+    return [(r.offset, r.deliver_after, r.timestamp, r.value) for r in res.records], res.next
+
+
+def _read(recs):
+    return [(r.offset, r.deliver_after, r.timestamp, r.value) for r in recs]
+
+
+def _appended(log, res):
+    return (res.base_offset, res.last_offset, res.deliver_after, _read(log.read(5)))
+
+
+def _commit(log, key):
+    log.commit("g", key)
+    return log.committed("g")
+
+
+# parameter -> (base int, whether None is a legal value, op(log, value) -> comparable result)
+PARAMS: dict[str, tuple[int, bool, Callable]] = {
+    "append deliver_after": (T0 + 5000, True, lambda log, v: _appended(
+        log, log.append([Record(b"x")], deliver_after=v))),
+    "record deliver_after": (T0 + 5000, True, lambda log, v: _appended(
+        log, log.append([Record(b"x", deliver_after=v), Record(b"y")]))),
+    "record timestamp": (T0 - 5000, True, lambda log, v: _appended(
+        log, log.append([Record(b"x", timestamp=v), Record(b"y")]))),
+    "fetch after (offset)": (1, True, lambda log, v: _fetch(log.fetch(v))),
+    "fetch DeliveryKey.deliver_after": (T0, False, lambda log, v: _fetch(
+        log.fetch(DeliveryKey(v, 1)))),
+    "fetch DeliveryKey.offset": (1, False, lambda log, v: _fetch(
+        log.fetch(DeliveryKey(T0, v)))),
+    "fetch max_records": (1, False, lambda log, v: _fetch(log.fetch(None, max_records=v))),
+    "fetch max_bytes": (1, False, lambda log, v: _fetch(log.fetch(None, max_bytes=v))),
+    "fetch max_wait_ms": (1, False, lambda log, v: _fetch(log.fetch(None, max_wait_ms=v))),
+    "commit DeliveryKey.deliver_after": (T0 + 1000, False, lambda log, v: _commit(
+        log, DeliveryKey(v, 2))),
+    "commit DeliveryKey.offset": (T0, False, lambda log, v: _commit(
+        log, DeliveryKey(T0 + 1000, v))),
+    "read offset": (1, False, lambda log, v: _read(log.read(v))),
+    "read max_records": (2, False, lambda log, v: _read(log.read(0, max_records=v))),
+    "Consumer.poll max_records": (2, False, lambda log, v: _read(
+        Consumer(log, "g2").poll(max_records=v))),
+    "Consumer.poll timeout_ms": (1, False, lambda log, v: _read(
+        Consumer(log, "g2").poll(timeout_ms=v))),
+    "Consumer.retry delay_ms": (5000, True, lambda log, v: _retried(log, v)),
+}
+
+
+def _retried(log, v):
+    consumer = Consumer(log, "g2")
+    out = consumer.retry(consumer.poll(max_records=1)[0], delay_ms=v)
+    return out.attempt, out.result.deliver_after - out.result.append_time, _read(log.read(5))
+
+
+# counts: any size is fine (as long as numpy and int agree); times and offsets are int64
+COUNTS = {"fetch max_records", "fetch max_bytes", "fetch max_wait_ms", "read max_records",
+          "Consumer.poll max_records", "Consumer.poll timeout_ms"}
+
+
+@pytest.fixture(autouse=True)
+def _no_real_fsync(monkeypatch):
+    """Nothing crashes here: the real fsync only costs time."""
+    monkeypatch.setattr(os, "fsync", lambda fd: None)
+
+
+def int_like(v) -> bool:
+    return (isinstance(v, int) and not isinstance(v, bool)) or isinstance(v, np.integer)
+
+
+def snapshot(path: str) -> dict[str, bytes]:
+    out = {}
+    for d, _, names in os.walk(path):
+        for n in names:
+            if n != ".lock":
+                with open(os.path.join(d, n), "rb") as f:
+                    out[os.path.relpath(os.path.join(d, n), path)] = f.read()
+    return out
+
+
+KEEP = object()  # outcome(): leave the clock alone
+
+
+def outcome(path: str, op: Callable, value, clock_value=KEEP) -> tuple[str, object]:
+    """Run `op` on a fresh log at `path`; ("ok", result) or ("error", class name). A
+    refusal must be a KdelayError that changed nothing on disk."""
+    clock = Clock()
+    log = Log.open(path, config=LogConfig(), clock=clock)
+    try:
+        setup(log)
+        end = log.log_end_offset
+        before = snapshot(path)
+        if clock_value is not KEEP:
+            clock.t = clock_value
+        try:
+            result = ("ok", op(log, value))
+        except KdelayError as e:
+            assert log.log_end_offset == end, "a refused call moved log_end_offset"
+            assert snapshot(path) == before, "a refused call changed files"
+            result = ("error", type(e).__name__)
+        except Exception as e:
+            raise AssertionError(f"{type(e).__name__} escaped the hierarchy: {e}") from e
+        clock.t = NOW
+    finally:
+        log.close()
+    check_reopen(path)
+    return result
+
+
+def check_reopen(path: str) -> None:
+    """Nothing persisted that the reader rejects: every record and the group position
+    read back (as ints)."""
+    with Log.open(path, config=LogConfig(), clock=Clock(T0 + 10 ** 9)) as log:
+        recs = log.read(0, max_records=100)
+        assert [r.offset for r in recs] == list(range(log.log_end_offset))
+        assert all(type(r.timestamp) is int and type(r.deliver_after) is int for r in recs)
+        fetched = log.fetch(None, max_records=100).records
+        assert sorted(r.offset for r in fetched) == [r.offset for r in recs]
+        key = log.committed("g")
+        assert key is not None and type(key.deliver_after) is int and type(key.offset) is int
+
+
+@pytest.mark.parametrize("value_name", list(VALUES))
+@pytest.mark.parametrize("param", list(PARAMS))
+def test_parameter_types(tmp_path, param: str, value_name: str) -> None:
+    base, none_ok, op = PARAMS[param]
+    value = VALUES[value_name](base)
+    got = outcome(str(tmp_path / "subject"), op, value)
+    if int_like(value):
+        want = outcome(str(tmp_path / "reference"), op, int(value))
+        assert got == want, f"{param} = {value!r} ({value_name}): {got} but as an int {want}"
+        out_of_range = int(value) < 0 or (int(value) >= 2 ** 63 and param not in COUNTS)
+        if out_of_range:
+            assert got[0] == "error", f"{param} = {value!r} accepted"
+    elif value is None and none_ok:
+        assert got[0] == "ok", f"{param} = None refused: {got}"
+    else:
+        assert got[0] == "error", f"{param} = {value!r} ({value_name}) accepted: {got}"
+
+
+CLOCK_OPS = {
+    "append": lambda log, v: _appended(log, log.append([Record(b"x")])),
+    "append record timestamps": lambda log, v: _appended(
+        log, log.append([Record(b"x"), Record(b"y", timestamp=T0)])),
+    "fetch": lambda log, v: _fetch(log.fetch(None, max_records=100)),
+    "fetch after key": lambda log, v: _fetch(log.fetch(DeliveryKey(T0, 1))),
+    "commit": lambda log, v: _commit(log, DeliveryKey(T0 + 1000, 2)),
+    "metrics": lambda log, v: sorted((k, v) for k, v in log.metrics().items()
+                                     if k not in ("groups",)),
+}
+
+
+@pytest.mark.parametrize("value_name", list(VALUES))
+@pytest.mark.parametrize("op_name", list(CLOCK_OPS))
+def test_clock_value_types(tmp_path, op_name: str, value_name: str) -> None:
+    """The clock returns `value` from the op on (after a normal setup); an int-like value
+    behaves as the equal int, anything else makes the op refuse with nothing written."""
+    value = VALUES[value_name](T0 + 5000)
+    op = CLOCK_OPS[op_name]
+    got = outcome(str(tmp_path / "subject"), op, None, clock_value=value)
+    if int_like(value) and 0 <= int(value) < 2 ** 63:
+        want = outcome(str(tmp_path / "reference"), op, None, clock_value=int(value))
+        assert got == want, f"clock -> {value!r} ({value_name}): {got}, as an int {want}"
+    else:
+        assert got[0] == "error", f"clock -> {value!r} ({value_name}) accepted: {got}"
+
+
+CONFIG_FIELDS = {"segment_bytes": 1 << 20, "segment_ms": 3_600_000, "index_interval_bytes": 64,
+                 "max_delivery_delay_ms": 60_000, "retention_ms": 3_600_000,
+                 "retention_bytes": 1 << 20, "flush_messages": 1, "flush_ms": 1000,
+                 "max_batch_bytes": 1 << 16}
+
+
+@pytest.mark.parametrize("value_name", list(VALUES))
+@pytest.mark.parametrize("name", list(CONFIG_FIELDS))
+def test_config_types(tmp_path, name: str, value_name: str) -> None:
+    """LogConfig's times and sizes: an int or numpy integer is stored as the equal int
+    (and the log works with it); anything else is an InvalidConfigError (a KdelayError)."""
+    value = VALUES[value_name](CONFIG_FIELDS[name])
+    try:
+        cfg = LogConfig(**{name: value})
+    except KdelayError:
+        cfg = None
+    except Exception as e:
+        raise AssertionError(f"{type(e).__name__} escaped the hierarchy: {e}") from e
+    if int_like(value) and 0 < int(value) < 2 ** 63:
+        assert cfg is not None and type(getattr(cfg, name)) is int
+        assert getattr(cfg, name) == int(value)
+        with Log.open(tmp_path / "p", config=cfg, clock=Clock()) as log:
+            setup(log)
+    elif value is None and name in ("flush_messages", "flush_ms"):
+        assert cfg is not None
+    elif value_name == "negative" and name in ("retention_ms", "retention_bytes"):
+        assert cfg is not None  # -1: no limit
+    elif not int_like(value) or int(value) >= 2 ** 63:
+        assert cfg is None, f"LogConfig({name}={value!r}) accepted"
