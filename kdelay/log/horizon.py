@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import sys
 import threading
 
 import numpy as np
@@ -66,7 +67,10 @@ class Horizon:
             self._map = mmap.mmap(fd, SIZE)
         finally:
             os.close(fd)
-        self._words = np.frombuffer(self._map, dtype="<i8")
+        # plain 8-byte stores: a native int64 view on little-endian machines (a few tens of
+        # ns each, aligned, so never torn on x86-64/arm64), numpy's '<i8' elsewhere
+        self._words = (memoryview(self._map).cast("q") if sys.byteorder == "little"
+                       else np.frombuffer(self._map, dtype="<i8"))
         self._fence = threading.Lock()
         self._map[0:8] = MAGIC
         self._words[_SEQ] = 0
@@ -96,6 +100,8 @@ class Horizon:
         if self._seq % 2:
             self.end(int(self._words[_FLOOR]))
         self._words[_PID] = 0
+        if isinstance(self._words, memoryview):
+            self._words.release()
         self._words = None  # release the buffer export before unmapping
         with contextlib.suppress(BufferError, ValueError):
             self._map.close()
