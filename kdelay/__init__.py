@@ -5,6 +5,7 @@ deliverAfter; fetches return due records in (deliverAfter, offset) order.
 """
 
 from .clients.consumer import Consumer
+from .clients.queue import QueueConsumer, QueueRecord
 from .clients.topic import Topic
 from .config import LogConfig
 from .errors import (
@@ -38,5 +39,5 @@ __all__ = [
     "DeliveryDelayExceededError", "DeliveryKey", "FetchResult", "FetchedRecord",
     "GroupFencedError",
     "InvalidConfigError", "InvalidRecordError", "InvalidTopicError", "KdelayError", "Log", "LogClosedError",
-    "LogConfig", "LogLockedError", "LogWriteError", "OffsetOutOfRangeError", "Record", "Topic",
+    "LogConfig", "LogLockedError", "LogWriteError", "OffsetOutOfRangeError", "QueueConsumer", "QueueRecord", "Record", "Topic",
 ]

@@ -48,6 +48,11 @@ class CorruptLogError(KdelayError):
         self.position = position
 
 
+class CorruptQueueStateError(CorruptLogError):
+    """A queue group's snapshot or journal is damaged where a crash cannot have left it;
+    the group does not open and its files are left as they are."""
+
+
 class LogClosedError(KdelayError):
     """An operation on a Log that has been closed."""
 

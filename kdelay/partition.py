@@ -63,6 +63,10 @@ __all__ = ["Clock", "Log", "OffsetOutOfRangeError"]
 
 AppendListener = Callable[[AppendResult], None]
 
+# Sections of `Log.metrics()` contributed by higher layers (kdelay.clients.queue adds
+# "queues"): name -> fn(log, now), called after the log's lock is released.
+METRICS_SECTIONS: dict[str, Callable[[Log, int], object]] = {}
+
 
 class Log:
     """One partition. Open with `Log.open(path, config=..., clock=...)`."""
@@ -409,7 +413,15 @@ class Log:
             for g, error in unreadable.items():
                 out["groups"][g] = {"committed": None, "lag": None, "error": error}
             out["compaction"] = dict(self._compaction_totals)  # totals since open
-            return out
+        for name, section in METRICS_SECTIONS.items():
+            out[name] = section(self, now)
+        return out
+
+    def due_after(self, keys: Sequence[DeliveryKey | None], now: int) -> list[int]:
+        """Per key (a position in due order, None: the start), the records due at `now`
+        after it: what a reader at that position has left to read now."""
+        with self._lock:
+            return metrics.due_after_keys(self._segments, keys, now)
 
     def earliest_pending(self, now: int) -> int | None:
         """The smallest deliverAfter > `now` in the log (None: nothing pending). Sealed

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from kdelay import DeliveryKey, Log, LogConfig, Record
+from kdelay import DeliveryKey, Log, LogConfig, QueueConsumer, Record
 from kdelay.testing.faults import close_abandoned
 
 T0 = 1_700_000_000_000
@@ -44,6 +44,10 @@ def _lifecycle(path: str) -> None:
     log.commit("../../escape", DeliveryKey(T0, 1))
     log.commit("/etc/passwd", DeliveryKey(T0, 2))
     log.commit("g\x00\n", None)
+    q = QueueConsumer(log, "work", compact_min_bytes=0)  # a queue group's files, compacted
+    q.ack(q.poll(max_records=3))
+    q.release(q.poll(max_records=2), delay_ms=5)
+    q.close()
     log.roll()
     clock[0] = T0 + 30 * 86_400_000
     log.enforce_retention()

@@ -55,3 +55,14 @@ def collect(segments: SegmentSet, group_keys: dict[str, DeliveryKey | None], now
                                                                       strict=True)},
         "now": now,
     }
+
+
+def due_after_keys(segments: SegmentSet, keys: list[DeliveryKey | None], now: int
+                   ) -> list[int]:
+    """For each key, the records due at `now` after it, over every segment."""
+    total = [0] * len(keys)
+    for seg in segments:
+        da, off, _, lod, _ = seg.dly_index.columns()
+        for i, n in enumerate(due_after(da, off, lod, now, keys)):
+            total[i] += n
+    return total

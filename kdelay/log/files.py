@@ -12,6 +12,7 @@ Layout of a partition directory (as in Kafka):
     <base offset>.<suffix>.cleaned/.swap  a compaction's replacement being written/swapped in
     .lock, .kdelay_cleanshutdown, recovery-point-offset-checkpoint, group files
     append.horizon                      the live writer's state for lock-free readers
+    queues/<group>.snapshot, .journal   queue group state (kdelay.clients.queue_state)
     *.tmp, *.deleted                    leftovers of an interrupted atomic write or deletion
 
 A topic root holds one `<topic>-<partition>` directory per partition (Kafka's naming).

@@ -3,7 +3,9 @@
 Writes a delayed workload shaped like production traffic (immediate records, retries with
 exponential backoff, jobs scheduled hours ahead) across several segments with a simulated
 clock, takes an unclean copy of the live directory (what a crash leaves behind), recovers
-it, then drains everything in due order while checking the delivery invariant.
+it, then drains everything in due order while checking the delivery invariant. Then a
+worker pool (kdelay.tools.queue_demo) works through a job queue with failures, backoff and
+a restart, and checks that every job was acked exactly once or dead-lettered after the limit.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import zlib
 from ..config import LogConfig
 from ..partition import Log
 from ..records import Record
+from . import queue_demo
 from .progress import ProgressBar
 
 HOUR_MS = 3_600_000
@@ -160,14 +163,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=100)
     p.add_argument("--segment-mib", type=float, default=8.0)
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--jobs", type=int, default=3000,
+                   help="jobs for the worker-pool part (0: skip it)")
+    p.add_argument("--workers", type=int, default=4)
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = p.parse_args(argv)
     if args.records < 1 or args.batch_size < 1 or args.segment_mib <= 0:
         p.error("--records, --batch-size and --segment-mib must be positive")
+    if args.jobs < 0 or args.workers < 1:
+        p.error("--jobs must be >= 0 and --workers positive")
     workdir = tempfile.mkdtemp(prefix="kdelay-demo-")
     sys.stdout.reconfigure(line_buffering=True)
     try:
         s = run(args.records, args.batch_size, int(args.segment_mib * 2**20), workdir, args.seed)
+        pool = None
+        if args.jobs:
+            print(f"kdelay demo: worker pool, {args.jobs:,} jobs, {args.workers} workers")
+            pool = queue_demo.run_pool(os.path.join(workdir, "queue"), args.jobs,
+                                       args.workers, args.seed)
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -180,6 +193,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  crash recovery     {s['recovery_ms']:>12.1f} ms")
     print("  delivery invariant: every record once, in (deliverAfter, offset) order, never "
           "early, bytes intact: OK")
+    if pool is not None:
+        print(f"  worker pool        {pool['jobs'] / pool['elapsed_s']:>12,.0f} jobs/s "
+              f"({pool['workers']} workers, {pool['released']:,} failures released with "
+              f"backoff, {pool['restarts']} restart)")
+        print(f"  job invariant: {pool['acked']:,} jobs acked exactly once, "
+              f"{pool['dead_lettered']:,} dead-lettered once after "
+              f"{queue_demo.MAX_DELIVERIES} deliveries: OK")
     if args.keep:
         print(f"  kept {workdir}")
     return 0

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..clients import queue_state
 from ..clock import wall_clock
 from ..errors import KdelayError
 from ..fetch.lag import due_after
@@ -119,6 +120,7 @@ def _stats_once(directory: str, now: int, progress: Progress | None) -> dict:
                        "deliver_after": None if key is None else key[0],
                        "offset": None if key is None else key[1],
                        "due_not_consumed": lag})
+    queues = _queue_groups(directory, now, da[order], base[order], counts[order] - 1)
     clean = os.path.exists(os.path.join(directory, CLEAN_SHUTDOWN_FILE))
     return {
         "path": directory,
@@ -141,7 +143,29 @@ def _stats_once(directory: str, now: int, progress: Progress | None) -> dict:
         "clean_shutdown": clean,
         "recovery_point": read_recovery_point(directory),
         "groups": groups,
+        "queues": queues,
     }
+
+
+def _queue_groups(directory: str, now: int, da: np.ndarray, base: np.ndarray,
+                  lod: np.ndarray) -> list[dict]:
+    """Each queue group's counts from its state files; never-delivered due records (after
+    its cursor) count as available. A group whose files are damaged shows the error."""
+    out = []
+    for name in queue_state.group_names(directory):
+        try:
+            st = queue_state.load(directory, name)
+        except KdelayError as e:
+            out.append({"group": name, "error": str(e)})
+            continue
+        c = queue_state.offline_counts(st, now)
+        cursor = c.pop("cursor")
+        key = None if cursor is None else (cursor.deliver_after, cursor.offset)
+        c["available"] += due_after(da, base, lod, now, [key])[0]
+        out.append({"group": name, **c,
+                    "cursor": None if key is None else {"deliver_after": key[0],
+                                                        "offset": key[1]}})
+    return out
 
 
 def _read_groups(directory: str) -> list[tuple[str, tuple[int, int] | None]]:
@@ -224,6 +248,13 @@ def _stats_text(p: dict, out: Out) -> None:
                f"offset {g['offset']}, deliverAfter {fmt_time(g['deliver_after'])}")
         out.line(f"  {'group ' + g['group']:<22} at {pos}; {g['due_not_consumed']:,} due "
                  f"records not yet consumed")
+    for q in p.get("queues", []):
+        if "error" in q:
+            out.line(f"  {'queue ' + q['group']:<22} UNREADABLE: {q['error']} (run kdelay verify)")
+            continue
+        out.line(f"  {'queue ' + q['group']:<22} acquired {q['acquired']:,} | available "
+                 f"{q['available']:,} | delayed {q['delayed']:,} | acked {q['acked']:,} | "
+                 f"rejected {q['rejected']:,}")
     out.line()
 
 

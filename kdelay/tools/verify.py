@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from ..clients import queue_state
 from ..errors import KdelayError
 from ..log import files, horizon
 from ..log.files import LOG_SUFFIX, SegmentFiles, parse_segment_name, segment_file
@@ -103,7 +104,7 @@ def _verify_once(directory: str, only_base: int | None, progress: Progress | Non
             check_index(rep, seg, scan, kind, active, clean)
         prev_next, prev_path = scan.next_offset(), seg.log_path
     if only_base is None:
-        _check_groups(rep, directory)
+        _check_groups(rep, directory, prev_next)
         bad = horizon.check_file(directory)
         if bad is not None:
             rep.add(False, os.path.join(directory, horizon.HORIZON_FILE), None,
@@ -179,13 +180,17 @@ def _check_batches(rep: VerifyReport, seg: SegmentFiles, scan: SegmentScan, acti
 
 
 
-def _check_groups(rep: VerifyReport, directory: str) -> None:
+def _check_groups(rep: VerifyReport, directory: str, log_end: int | None) -> None:
     store = GroupStore(directory)  # reads only: a store creates nothing until a commit
     for group in store.groups():
         try:
             store.committed(group)
         except KdelayError as e:
             rep.add(True, store.path(group), 0, f"consumer group position unreadable: {e}")
+    for group in queue_state.group_names(directory):
+        for problem, path, position, message in queue_state.verify_group(directory, group,
+                                                                         log_end):
+            rep.add(problem, path, position, f"queue group {group!r}: {message}")
 
 
 

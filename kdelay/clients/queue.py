@@ -1,0 +1,289 @@
+"""QueueConsumer: work-queue consumption of a delayed topic (Kafka share groups, KIP-932,
+with a delay on release).
+
+Every member of a queue group acquires records one by one: a due record is held by at most
+one QueueConsumer at a time, under a lock of `lock_ms` on the log clock, until it is acked
+(done), released (offered again, optionally after a delay, with no copy appended to the
+log), rejected (done, dead-lettered if configured), or its lock runs out (offered again).
+Each delivery counts; the delivery after `max_delivery_count` is rejected instead.
+
+The group's shared state on each Log is `queue_group.GroupPartition`; its files are
+`queue_state`'s. Long polls sleep on the consumer's signal, bumped by appends (the log's
+append listener), by releases and by closes; they also wake when the earliest delayed
+release, lock expiry or pending record comes due on the log clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from ..errors import KdelayError
+from ..partition import METRICS_SECTIONS, Log
+from ..records import Record
+from . import queue_state
+from .queue_group import GroupPartition, QueueRecord, attach, detach, open_groups
+from .queue_state import ACK, REJECT, RELEASE
+from .topic import ActivitySignal, Topic
+
+__all__ = ["QueueConsumer", "QueueRecord", "queue_metrics"]
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+class QueueConsumer:
+    """`QueueConsumer(log_or_topic, group, *, lock_ms=30_000, max_delivery_count=5,
+    dead_letter=None)`: one member of a queue group (see the module docstring).
+
+    Thread-safe to share, but meant as one per worker thread; many QueueConsumers of one
+    group share the group's state on each open Log."""
+
+    def __init__(self, source: Log | Topic, group: str, *, lock_ms: int = 30_000,
+                 max_delivery_count: int = 5, dead_letter: Log | Topic | None = None,
+                 compact_min_bytes: int = 1 << 20):
+        if isinstance(source, Topic):
+            logs, self._is_topic = source.logs, True
+        elif isinstance(source, Log):
+            logs, self._is_topic = [source], False
+        else:
+            raise KdelayError(f"QueueConsumer needs a Log or a Topic, "
+                              f"got {type(source).__name__}")
+        queue_state.validate_group(group)
+        if not _is_int(lock_ms) or lock_ms < 0:
+            raise KdelayError(f"lock_ms must be a non-negative int, got {lock_ms!r}")
+        if not _is_int(max_delivery_count) or max_delivery_count < 1:
+            raise KdelayError(f"max_delivery_count must be an int >= 1, "
+                              f"got {max_delivery_count!r}")
+        if dead_letter is not None and not isinstance(dead_letter, (Log, Topic)):
+            raise KdelayError(f"dead_letter must be a Log or a Topic, "
+                              f"got {type(dead_letter).__name__}")
+        if not _is_int(compact_min_bytes) or compact_min_bytes < 0:
+            raise KdelayError("compact_min_bytes must be a non-negative int")
+        self.source, self.group = source, group
+        self.lock_ms, self.max_delivery_count = lock_ms, max_delivery_count
+        self.dead_letter = dead_letter
+        self._signal = ActivitySignal()
+        self._parts: list[GroupPartition] = []
+        try:
+            for log in logs:
+                part = attach(log, group, compact_min_bytes)
+                self._parts.append(part)
+                part.subscribe(self._signal)
+        except BaseException:
+            for part in self._parts:
+                part.unsubscribe(self._signal)
+                detach(part)
+            raise
+        self._start = 0
+        self._closed = False
+
+    # ------------------------------------------------------------------ poll
+
+    def poll(self, max_records: int = 500, timeout_ms: int = 0) -> list[QueueRecord]:
+        """Acquire up to `max_records` due records, in (time, offset) order per partition.
+        With `timeout_ms` > 0 and nothing to acquire, waits (asleep) until an append, a
+        release, a lock expiry or a delayed record makes one available, or time is up."""
+        if not _is_int(max_records) or max_records < 1:
+            raise KdelayError(f"max_records must be a positive int, got {max_records!r}")
+        if not _is_int(timeout_ms) or timeout_ms < 0:
+            raise KdelayError(f"timeout_ms must be a non-negative int, got {timeout_ms!r}")
+        self._check_open()
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            seen = self._signal.version  # before the round: no wake-up in between is lost
+            out = self._poll_round(max_records)
+            remaining = deadline - time.monotonic()
+            if out or remaining <= 0:
+                return out
+            wait = remaining
+            for part in self._parts:
+                now = part.log.now()
+                times = [part.next_event(now), part.log.earliest_pending(now)]
+                for t in times:
+                    if t is not None:
+                        wait = min(wait, max(0.001, (t - now) / 1000))
+            self._signal.wait(seen, wait)
+            self._check_open()
+
+    def _poll_round(self, max_records: int) -> list[QueueRecord]:
+        n = len(self._parts)
+        if n == 1:
+            return self._parts[0].poll(self, max_records, None)
+        order = [(self._start + k) % n for k in range(n)]
+        self._start = (self._start + 1) % n
+        out: list[QueueRecord] = []
+        budget, active = max_records, order
+        while budget > 0 and active:
+            share = max(1, budget // len(active))
+            still_full = []
+            for i in active:
+                if budget <= 0:
+                    break
+                take = min(share, budget)
+                got = self._parts[i].poll(self, take, i)
+                out += got
+                budget -= len(got)
+                if len(got) == take:
+                    still_full.append(i)
+            active = still_full
+        return out
+
+    # ------------------------------------------------------------------ ack / release
+
+    def ack(self, records: Iterable[QueueRecord]) -> None:
+        """Done: never delivered to this group again. Durable when it returns."""
+        self._finish(records, ACK)
+
+    def reject(self, records: Iterable[QueueRecord]) -> None:
+        """Never delivered again; appended to `dead_letter` (if set) first. Durable."""
+        self._finish(records, REJECT)
+
+    def release(self, records: Iterable[QueueRecord], delay_ms: int = 0) -> None:
+        """Offer again to the group, no earlier than now + `delay_ms` on the log clock (the
+        record keeps its offset; nothing is appended). Durable when it returns."""
+        if not _is_int(delay_ms) or delay_ms < 0:
+            raise KdelayError(f"delay_ms must be a non-negative int, got {delay_ms!r}")
+        self._finish(records, RELEASE, delay_ms)
+
+    def renew(self, records: Iterable[QueueRecord]) -> None:
+        """Extend the locks of held records to `lock_ms` from now (not persisted: a lock
+        does not outlive the process)."""
+        self._finish(records, None)
+
+    def _finish(self, records: Iterable[QueueRecord], kind: int | None,
+                delay_ms: int = 0) -> None:
+        self._check_open()
+        by_part = self._by_partition(records)
+        parts = sorted(by_part)
+        locks = [self._parts[i].lock for i in parts]
+        for lk in locks:
+            lk.acquire()
+        try:
+            nows = {}
+            for i in parts:
+                part = self._parts[i]
+                part._check_open()
+                nows[i] = part.log.now()
+                part.check_held(self, [(o, c) for o, c, _ in by_part[i]], nows[i])
+            if kind == REJECT:
+                self._dead_letter([r for i in parts for _, _, r in by_part[i]])
+            pending = []
+            for i in parts:
+                offsets = [o for o, _, _ in by_part[i]]
+                if kind is None:
+                    self._parts[i].renew(offsets, nows[i] + self.lock_ms)
+                else:
+                    lsn = self._parts[i].finish(kind, offsets, nows[i] + delay_ms)
+                    pending.append((self._parts[i].store, lsn))
+        finally:
+            for lk in locks:
+                lk.release()
+        for store, lsn in pending:  # group commit: outside the locks
+            store.sync_to(lsn)
+        if kind == RELEASE:
+            for i in parts:
+                self._parts[i].notify()
+
+    def _by_partition(self, records: Iterable[QueueRecord]) -> dict[int, list]:
+        if isinstance(records, QueueRecord):
+            raise KdelayError("pass a list of records, not one record")
+        try:
+            recs = list(records)
+        except TypeError:
+            raise KdelayError(f"records must be an iterable of QueueRecord, "
+                              f"got {type(records).__name__}") from None
+        by_part: dict[int, list] = {}
+        seen = set()
+        for r in recs:
+            if not isinstance(r, QueueRecord):
+                raise KdelayError(f"expected records polled by a QueueConsumer, "
+                                  f"got {type(r).__name__}")
+            p = r.partition
+            if self._is_topic:
+                if not _is_int(p) or not 0 <= p < len(self._parts):
+                    raise KdelayError(f"record has partition {p!r}, not one of this topic's")
+                i = p
+            elif p is not None:
+                raise KdelayError(f"record has partition {p!r} but this consumer reads a Log")
+            else:
+                i = 0
+            if (i, r.offset) in seen:
+                raise KdelayError(f"offset {r.offset} appears twice in one call")
+            seen.add((i, r.offset))
+            by_part.setdefault(i, []).append((r.offset, r.delivery_count, r))
+        return by_part
+
+    def _dead_letter(self, records: list) -> None:
+        """Copy records (key, value, headers) to the dead-letter log and flush it, before
+        the reject is journaled: a crash in between dead-letters a record twice at worst."""
+        dl = self.dead_letter
+        if dl is None or not records:
+            return
+        copies = [Record(r.value, r.key, list(r.headers)) for r in records]
+        if isinstance(dl, Topic):
+            touched = {dl.send([c])[0] for c in copies}
+            for p in touched:
+                dl.partition(p).flush()
+        else:
+            dl.append(copies)
+            dl.flush()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Leave the group: records this consumer holds are available again at once."""
+        if self._closed:
+            return
+        self._closed = True
+        for part in self._parts:
+            part.unsubscribe(self._signal)
+            with part.lock:
+                released = part.release_all(self)
+            if released:
+                part.notify()
+            detach(part)
+        self._signal.bump()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> QueueConsumer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KdelayError("QueueConsumer is closed")
+
+
+def queue_metrics(log: Log, now: int) -> dict[str, dict]:
+    """Per queue group with state on `log`: acquired, available (due now: released, expired
+    or never delivered), delayed (released with a delay, not yet due), acked, rejected. An
+    open group is read from memory; others from their files (O(in flight) each)."""
+    live = open_groups(log)
+    out: dict[str, dict] = {}
+    for group in sorted(set(queue_state.group_names(log.path)) | set(live)):
+        part = live.get(group)
+        if part is not None:
+            counts = part.counts(now)
+        else:
+            try:
+                st = queue_state.load(log.path, group)
+            except KdelayError as e:
+                out[group] = {"error": str(e)}
+                continue
+            delayed = sum(1 for _, at in st.inflight.values() if at > now)
+            counts = {"acquired": 0, "available": len(st.inflight) - delayed,
+                      "delayed": delayed, "acked": st.acked, "rejected": st.rejected,
+                      "in_flight": len(st.inflight), "cursor": st.cursor}
+        counts["available"] += log.due_after([counts["cursor"]], now)[0]
+        out[group] = counts
+    return out
+
+
+METRICS_SECTIONS["queues"] = queue_metrics

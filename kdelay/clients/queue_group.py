@@ -1,0 +1,440 @@
+"""A queue group's shared state on one open Log (see `queue` for the consumer side).
+
+One `GroupPartition` per (open Log, group) holds the group's state on that partition and
+is shared by every QueueConsumer of the group on that Log (threads of one process):
+
+- `cursor`: the DeliveryKey up to which the log's due order has been acquired at least
+  once; new records come from `log.fetch(cursor)` (so cancelled records never appear);
+- `inflight`: offset -> _Entry (delivery count, available-at time, holder, lock expiry);
+- a heap of available entries keyed by (available-at, offset) and a heap of locks keyed by
+  expiry, both with lazy deletion (an item is live while its version matches the entry's),
+  so a poll costs O(page * log n) whatever the size of the in-flight set.
+
+A poll merges the heap's due head with the next page of the log in (time, offset) order.
+Durability (the journal and snapshot) is `queue_state`'s; see there for what a crash keeps.
+A registry keyed by Log finds the state of (log, group); one append listener per Log wakes
+the consumers of every group open on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import heapq
+import itertools
+import threading
+import weakref
+from typing import TYPE_CHECKING, NamedTuple
+
+from ..errors import KdelayError
+from ..partition import Log
+from ..records import DeliveryKey, FetchedRecord, Header
+from . import queue_state
+from .queue_state import ACK, ACQUIRE, ACQUIRED_BIT, DROP, REJECT, RELEASE, StateStore
+from .topic import ActivitySignal
+
+if TYPE_CHECKING:
+    from .queue import QueueConsumer
+
+__all__ = ["GroupPartition", "QueueRecord", "attach", "detach", "open_groups"]
+
+
+class QueueRecord(NamedTuple):
+    """A record acquired by a QueueConsumer: FetchedRecord's fields plus `delivery_count`
+    (1 on the first delivery to the group, +1 on each later one)."""
+
+    offset: int
+    deliver_after: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[Header]
+    partition: int | None = None
+    delivery_count: int = 1
+
+    @property
+    def delivery_key(self) -> DeliveryKey:
+        return DeliveryKey(self.deliver_after, self.offset)
+
+
+class _Entry:
+    """One in-flight record. `holder` is the QueueConsumer holding it (None: available at
+    `avail_at`); `version` changes on every state change (lazy heap deletion)."""
+
+    __slots__ = ("count", "avail_at", "holder", "lock_until", "version")
+
+    def __init__(self, count: int, avail_at: int, version: int):
+        self.count = count
+        self.avail_at = avail_at
+        self.holder: QueueConsumer | None = None
+        self.lock_until = 0
+        self.version = version
+
+
+_READ_SPAN = 256  # redeliveries closer than this share one read
+_REGISTRY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Log -> {group: part}
+_REGISTRY_LOCK = threading.Lock()
+
+
+class GroupPartition:
+    """A queue group's state on one Log, shared by its QueueConsumers; every method that
+    touches the state runs under `lock`."""
+
+    def __init__(self, log: Log, group: str, compact_min_bytes: int):
+        self.log = log
+        self.group = group
+        self.lock = threading.Lock()
+        self.store = StateStore(log.path, group, compact_min_bytes=compact_min_bytes)
+        gc_was_on = gc.isenabled()
+        gc.disable()  # building O(in flight) objects at once: collections would rescan them
+        try:
+            st = self.store.open()
+            try:
+                self._load(st)
+            except BaseException:
+                self.store.close()
+                raise
+        finally:
+            if gc_was_on:
+                gc.enable()
+        self.refs = 0
+        self.closed = False
+        self._subscribers: set[ActivitySignal] = set()
+        self._sub_lock = threading.Lock()
+
+    def _load(self, st: queue_state.LoadedState) -> None:
+        self.cursor = st.cursor
+        self.acked, self.rejected, self.dropped = st.acked, st.rejected, 0
+        self._ver = itertools.count(1)
+        # version 0 for all: versions only have to change when an entry does
+        items = st.inflight.items()
+        self.inflight: dict[int, _Entry] = {off: _Entry(count, at, 0)
+                                             for off, (count, at) in items}
+        self._avail: list[tuple[int, int, int]] = [(at, off, 0) for off, (_, at) in items]
+        heapq.heapify(self._avail)
+        self._locks: list[tuple[int, int, int]] = []
+        self._forget_lost_tail(st)
+
+    def _forget_lost_tail(self, st) -> None:
+        """The log can lose an unflushed tail in a power loss (flush_messages=None) that
+        the group, fsync'd, had already seen: forget those offsets (new appends will reuse
+        them) and pull the cursor back below the log end, durably, before anything else."""
+        end = self.log.log_end_offset
+        lost = sorted(o for o in self.inflight if o >= end)
+        cursor = self.cursor
+        if not lost and (cursor is None or cursor.offset < end):
+            return
+        if cursor is not None and cursor.offset >= end:
+            cursor = DeliveryKey(cursor.deliver_after, end - 1)
+        self.store.append([(DROP, queue_state.offsets_payload(lost)),
+                           (ACQUIRE, queue_state.acquire_payload(cursor, []))], sync=True)
+        for o in lost:
+            del self.inflight[o]
+        self.cursor = cursor
+
+    # ------------------------------------------------------------------ wake-ups
+
+    def subscribe(self, signal: ActivitySignal) -> None:
+        with self._sub_lock:
+            self._subscribers.add(signal)
+
+    def unsubscribe(self, signal: ActivitySignal) -> None:
+        with self._sub_lock:
+            self._subscribers.discard(signal)
+
+    def notify(self) -> None:
+        with self._sub_lock:
+            subs = list(self._subscribers)
+        for s in subs:
+            s.bump()
+
+    # ------------------------------------------------------------------ heaps
+
+    def _expire(self, now: int) -> None:
+        """Locks that ran out (the log clock passed their expiry) make records available."""
+        locks, inflight = self._locks, self.inflight
+        while locks and locks[0][0] < now:
+            _, off, ver = heapq.heappop(locks)
+            e = inflight.get(off)
+            if e is not None and e.version == ver and e.holder is not None:
+                e.holder = None
+                e.version = next(self._ver)
+                heapq.heappush(self._avail, (e.avail_at, off, e.version))
+
+    def _live_avail_head(self) -> tuple[int, int, int] | None:
+        avail, inflight = self._avail, self.inflight
+        while avail:
+            at, off, ver = avail[0]
+            e = inflight.get(off)
+            if e is not None and e.version == ver and e.holder is None:
+                return avail[0]
+            heapq.heappop(avail)
+        return None
+
+    def next_event(self, now: int) -> int | None:
+        """The earliest log-clock time after `now` at which a delayed release comes due or
+        a lock runs out (None: none)."""
+        with self.lock:
+            best = None
+            head = self._live_avail_head()
+            if head is not None:
+                best = head[0]
+            locks = self._locks
+            while locks:
+                until, off, ver = locks[0]
+                e = self.inflight.get(off)
+                if e is not None and e.version == ver and e.holder is not None:
+                    best = until + 1 if best is None else min(best, until + 1)
+                    break
+                heapq.heappop(locks)
+            return best
+
+    # ------------------------------------------------------------------ acquire
+
+    def poll(self, q: QueueConsumer, budget: int, partition: int | None
+             ) -> list[QueueRecord]:
+        """Acquire up to `budget` due records for `q`: O(budget * log n) plus one page."""
+        with self.lock:
+            self._check_open()
+            now = self.log.now()
+            self._expire(now)
+            page = self.log.fetch(self.cursor, max_records=budget).records
+            picked: list[tuple[int, int, FetchedRecord | None]] = []
+            popped = []
+            i = 0
+            head = self._live_avail_head()
+            while len(picked) < budget:
+                if head is not None and head[0] > now:
+                    head = None
+                if head is None:  # the rest comes from the page, in one slice
+                    take = page[i:i + budget - len(picked)]
+                    picked += [(r.offset, r.deliver_after, r) for r in take]
+                    i += len(take)
+                    break
+                rec = page[i] if i < len(page) else None
+                if rec is None or (head[0], head[1]) < (rec.deliver_after, rec.offset):
+                    popped.append(heapq.heappop(self._avail))
+                    picked.append((head[1], head[0], None))
+                    head = self._live_avail_head()
+                else:
+                    picked.append((rec.offset, rec.deliver_after, rec))
+                    i += 1
+            if not picked:
+                return []
+            try:
+                return self._acquire(q, picked, page[i - 1].delivery_key if i else None,
+                                     now, partition)
+            except BaseException:
+                for item in popped:  # nothing was applied: offer them again
+                    heapq.heappush(self._avail, item)
+                raise
+
+    def _acquire(self, q: QueueConsumer, picked: list, new_cursor: DeliveryKey | None,
+                 now: int, partition: int | None) -> list[QueueRecord]:
+        inflight = self.inflight
+        items: list[tuple[int, int, int]] = []        # (offset, count, avail_at)
+        taken: list[tuple[int, int, FetchedRecord]] = []
+        rejects: list[tuple[int, FetchedRecord]] = []
+        dropped: list[int] = []
+        contents = self._read_many(sorted(off for off, _, rec in picked if rec is None))
+        for off, at, rec in picked:
+            e = inflight.get(off)
+            if rec is None:
+                rec = contents.get(off)
+                if rec is None:  # removed by retention while in flight
+                    dropped.append(off)
+                    continue
+            count = 1 if e is None else e.count + 1
+            if count > q.max_delivery_count:
+                rejects.append((off, rec))
+                continue
+            items.append((off, count, at))
+            taken.append((off, count, rec))
+        if rejects:
+            q._dead_letter([rec for _, rec in rejects])
+        entries = []
+        if items or new_cursor is not None:
+            entries.append((ACQUIRE, queue_state.acquire_payload(new_cursor or self.cursor,
+                                                                 items)))
+        if rejects:
+            entries.append((REJECT, queue_state.offsets_payload([o for o, _ in rejects])))
+        if dropped:
+            entries.append((DROP, queue_state.offsets_payload(dropped)))
+        if entries:
+            # acquisitions are not fsync'd (see queue_state); a reject is, before it counts
+            self.store.append(entries, sync=bool(rejects))
+        # applied only once written
+        if new_cursor is not None:
+            self.cursor = new_cursor
+        lock_until = now + q.lock_ms
+        out = []
+        ver = self._ver
+        for (off, count, at), (_, _, rec) in zip(items, taken, strict=True):
+            e = inflight.get(off)
+            if e is None:
+                e = inflight[off] = _Entry(count, at, 0)
+            e.count, e.avail_at, e.holder, e.lock_until = count, at, q, lock_until
+            e.version = next(ver)
+            heapq.heappush(self._locks, (lock_until, off, e.version))
+            out.append(QueueRecord(rec.offset, rec.deliver_after, rec.timestamp, rec.key,
+                                   rec.value, rec.headers, partition, count))
+        for off, _ in rejects:
+            del inflight[off]
+        self.rejected += len(rejects)
+        for off in dropped:
+            del inflight[off]
+        self.dropped += len(dropped)
+        self._maybe_compact()
+        return out
+
+    def _read_many(self, offsets: list[int]) -> dict[int, FetchedRecord]:
+        """The records at sorted `offsets`, read in runs of nearby offsets (one read per
+        run, not per record: a read decodes whole batches)."""
+        out: dict[int, FetchedRecord] = {}
+        i = 0
+        while i < len(offsets):
+            j = i
+            while j + 1 < len(offsets) and offsets[j + 1] - offsets[i] < _READ_SPAN:
+                j += 1
+            wanted = set(offsets[i:j + 1])
+            for rec in self.log.read(offsets[i], max_records=offsets[j] - offsets[i] + 1):
+                if rec.offset in wanted:
+                    out[rec.offset] = rec
+            i = j + 1
+        return out
+
+    # ------------------------------------------------------------------ finish
+
+    def check_held(self, q: QueueConsumer, items: list[tuple[int, int]], now: int) -> None:
+        """Raise KdelayError unless `q` holds every (offset, delivery count) with a lock
+        that has not run out. Changes nothing."""
+        for off, count in items:
+            e = self.inflight.get(off)
+            if e is None or e.holder is not q or e.count != count:
+                raise KdelayError(f"record at offset {off} (delivery {count}) is not held "
+                                  f"by this consumer of queue group {self.group!r}")
+            if e.lock_until < now:
+                raise KdelayError(f"the lock on offset {off} ran out at {e.lock_until} "
+                                  f"(log clock now {now})")
+
+    def finish(self, kind: int, offsets: list[int], avail_at: int | None) -> int:
+        """Ack/reject (remove) or release (make available at `avail_at`): one journal
+        write, then the change in memory. Returns the sequence number the caller must
+        `store.sync_to` (after letting go of the lock, so that concurrent calls share an
+        fsync) before it returns: until then the call has not happened, and a crash may
+        undo it, which is all a caller that has not returned can tell."""
+        if kind == RELEASE:
+            payload = queue_state.release_payload([(o, avail_at) for o in offsets])
+        else:
+            payload = queue_state.offsets_payload(offsets)
+        lsn = self.store.append([(kind, payload)], sync=False)
+        inflight = self.inflight
+        if kind == RELEASE:
+            for off in offsets:
+                e = inflight[off]
+                e.holder, e.avail_at, e.version = None, avail_at, next(self._ver)
+                heapq.heappush(self._avail, (avail_at, off, e.version))
+        else:
+            for off in offsets:
+                del inflight[off]
+            if kind == ACK:
+                self.acked += len(offsets)
+            else:
+                self.rejected += len(offsets)
+        self._maybe_compact()
+        return lsn
+
+    def renew(self, offsets: list[int], until: int) -> None:
+        for off in offsets:
+            e = self.inflight[off]
+            e.lock_until, e.version = until, next(self._ver)
+            heapq.heappush(self._locks, (until, off, e.version))
+
+    def release_all(self, q: QueueConsumer) -> int:
+        """Make every record `q` holds available again at its place (close): O(in-flight).
+        The journal notes it without an fsync: it only keeps `kdelay stats` from showing
+        them as held (after a restart they are available anyway)."""
+        items = []
+        for off, e in self.inflight.items():
+            if e.holder is q:
+                e.holder, e.version = None, next(self._ver)
+                heapq.heappush(self._avail, (e.avail_at, off, e.version))
+                items.append((off, e.avail_at))
+        if items and not self.store.failed:
+            with contextlib.suppress(KdelayError):  # best effort: closing must not fail
+                self.store.append([(RELEASE, queue_state.release_payload(items))],
+                                  sync=False)
+        return len(items)
+
+    def _maybe_compact(self) -> None:
+        if self.store.should_compact(len(self.inflight)):
+            self.store.compact(self.cursor, self.acked, self.rejected,
+                               [(o, e.count | (0 if e.holder is None else ACQUIRED_BIT),
+                                 e.avail_at) for o, e in self.inflight.items()])
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise KdelayError(f"queue group {self.group!r} on {self.log.path} is closed")
+        self.store._check_failed()
+
+    # ------------------------------------------------------------------ metrics
+
+    def counts(self, now: int) -> dict:
+        with self.lock:
+            self._expire(now)
+            acquired = available = delayed = 0
+            for e in self.inflight.values():
+                if e.holder is not None:
+                    acquired += 1
+                elif e.avail_at <= now:
+                    available += 1
+                else:
+                    delayed += 1
+            return {"acquired": acquired, "available": available, "delayed": delayed,
+                    "acked": self.acked, "rejected": self.rejected,
+                    "in_flight": len(self.inflight), "cursor": self.cursor}
+
+
+def _on_append(log_ref: weakref.ref) -> None:
+    """A Log's append listener (one per Log, whatever the number of groups): wake the
+    consumers of every queue group open on it."""
+    log = log_ref()
+    if log is None:
+        return
+    with _REGISTRY_LOCK:
+        parts = list(_REGISTRY.get(log, {}).values())
+    for part in parts:
+        part.notify()
+
+
+def attach(log: Log, group: str, compact_min_bytes: int) -> GroupPartition:
+    with _REGISTRY_LOCK:
+        groups = _REGISTRY.get(log)
+        if groups is None:
+            groups = _REGISTRY[log] = {}
+            ref = weakref.ref(log)  # the listener must not keep the log alive
+            log.add_append_listener(lambda _result: _on_append(ref))
+        part = groups.get(group)
+        if part is None or part.closed:
+            if log.closed:
+                raise KdelayError(f"log {log.path} is closed")
+            part = groups[group] = GroupPartition(log, group, compact_min_bytes)
+        part.refs += 1
+        return part
+
+
+def detach(part: GroupPartition) -> None:
+    with _REGISTRY_LOCK, part.lock:
+        part.refs -= 1
+        if part.refs == 0:
+            part.closed = True
+            part.store.close()
+            groups = _REGISTRY.get(part.log)
+            if groups is not None and groups.get(part.group) is part:
+                del groups[part.group]
+
+
+def open_groups(log: Log) -> dict[str, GroupPartition]:
+    """The queue groups with a live state on `log` (for metrics)."""
+    with _REGISTRY_LOCK:
+        return dict(_REGISTRY.get(log, {}))
