@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import ctypes
 import gc
 import io
 import json
@@ -28,7 +29,7 @@ import sys
 import tempfile
 import time
 from array import array
-from typing import Any
+from typing import Any, NamedTuple
 
 from peers import ENGINES, Engine, FakeClock, Workload, available_engines, make_engine
 
@@ -36,14 +37,36 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 T0 = 1_700_000_000_000  # the injected clock's starting time (ms)
 KEY_BYTES = 16
 VALUE_BYTES = 100
-BATCH = 100
 PAGE = 500
+
+
+class Shape(NamedTuple):
+    spread_ms: int  # deliverAfter = append time + uniform(0, spread_ms)
+    batch: int  # records per batch
+    stamped: bool  # every record carries its own timestamp (a producer's CreateTime)
+    record_da: bool  # deliver_after per record (the batch takes the max), not per batch
+    retry_share: float  # share of batches whose records all carry the kdelay.attempt header
+    about: str
+
+
 WORKLOADS = {
-    # deliverAfter = append time + uniform(0, 15 min): the "delayed topic" case
-    "uniform": 15 * 60_000,
-    # deliverAfter = append time + uniform(0, 100 ms): almost sorted, the "retry topic" case
-    "almost-sorted": 100,
+    "producer": Shape(15 * 60_000, 100, True, False, 0.0,
+                      "a timestamp per record, deliver_after per batch (the default)"),
+    "producer-record-da": Shape(15 * 60_000, 100, True, True, 0.0,
+                                "a timestamp per record, deliver_after per record"),
+    "retry": Shape(100, 100, True, False, 0.25,
+                   "almost sorted (due within 100 ms), 1 batch in 4 carries kdelay.attempt "
+                   "on every record"),
+    "small-batch": Shape(15 * 60_000, 10, True, False, 0.0,
+                         "10-record batches, a timestamp per record"),
+    "no-timestamps": Shape(15 * 60_000, 100, False, False, 0.0,
+                           "the old benchmark shape: no record timestamps, no headers"),
+    "almost-sorted": Shape(100, 100, False, False, 0.0,
+                           "the old retry-topic shape: no timestamps, due within 100 ms"),
+    "single-record": Shape(15 * 60_000, 1, True, False, 0.0,
+                           "one record per batch, a timestamp per record"),
 }
+DEFAULT_WORKLOADS = ["producer", "producer-record-da", "retry", "small-batch", "no-timestamps"]
 DEFAULT_ENGINES = ["kdelay", "sqlite", "heapq", "rocksdb", "redis", "rawfile"]
 perf = time.perf_counter
 cpu = time.process_time  # CPU seconds of this process, all threads
@@ -51,19 +74,37 @@ cpu = time.process_time  # CPU seconds of this process, all threads
 
 def generate(name: str, n_records: int, seed: int) -> Workload:
     """Batch i is appended at T0 + i ms (the clock moves 1 ms per batch) and is due at its
-    append time plus a random delay; 16-byte keys and 100-byte values are random bytes."""
-    if n_records % BATCH:
-        raise SystemExit(f"--records must be a multiple of the batch size {BATCH}")
+    append time plus a random delay; 16-byte keys and 100-byte values are random bytes.
+    Stamped records carry increasing timestamps from the 20 ms before their append (a
+    producer's linger); per-record deliver_after wishes lie up to 1 s below the batch's,
+    with the first record's equal to it (so the batch's deliverAfter is known)."""
+    shape = WORKLOADS[name]
+    bs = shape.batch
+    if n_records % bs:
+        raise SystemExit(f"--records must be a multiple of the batch size {bs}")
     rng = random.Random(f"{seed}-{name}")
-    n_batches = n_records // BATCH
-    spread = WORKLOADS[name]
+    n_batches = n_records // bs
     append_time = [T0 + i for i in range(n_batches)]
-    deliver_after = [t + rng.randint(0, spread) for t in append_time]
+    deliver_after = [t + rng.randint(0, shape.spread_ms) for t in append_time]
     kb = rng.randbytes(KEY_BYTES * n_records)
     vb = rng.randbytes(VALUE_BYTES * n_records)
     keys = [kb[i:i + KEY_BYTES] for i in range(0, len(kb), KEY_BYTES)]
     values = [vb[i:i + VALUE_BYTES] for i in range(0, len(vb), VALUE_BYTES)]
-    return Workload(name, BATCH, append_time, deliver_after, keys, values)
+    timestamps = record_da = attempt = None
+    if shape.stamped:
+        timestamps = []
+        for t in append_time:
+            timestamps.extend(sorted(t - rng.randint(0, 20) for _ in range(bs)))
+    if shape.record_da:
+        record_da = []
+        for da in deliver_after:
+            record_da.append(da)
+            record_da.extend(da - rng.randint(0, 1000) for _ in range(bs - 1))
+    if shape.retry_share:
+        attempt = [rng.randint(1, 5) if rng.random() < shape.retry_share else None
+                   for _ in range(n_batches)]
+    return Workload(name, bs, append_time, deliver_after, keys, values, timestamps, record_da,
+                    attempt)
 
 
 def expected_offsets(work: Workload) -> array:
@@ -244,6 +285,7 @@ def run_once(eng: Engine, work: Workload, expected: array, root: str,
     out["interleaved_batches_cpu_s"] = nb / dc
     out["interleaved_p50_ms"] = srt[len(srt) // 2] * 1000
     out["interleaved_p99_ms"] = srt[min(len(srt) - 1, int(len(srt) * 0.99))] * 1000
+    out["interleaved_max_ms"] = srt[-1] * 1000
     out["interleaved_delivered_while_running"] = delivered
     return out
 
@@ -251,42 +293,71 @@ def run_once(eng: Engine, work: Workload, expected: array, root: str,
 # --------------------------------------------------------------------------- memory
 
 
-def rss_anon() -> int:
-    """Anonymous resident memory of this process (RssAnon in /proc/self/status), bytes:
-    heap and malloc'd caches, excluding file-backed pages such as mmap'd logs."""
+def memory_figures() -> dict[str, int]:
+    """USS (the process's private pages: what it alone holds, as `smem` reports it) and
+    RssAnon (its anonymous resident memory), bytes, from /proc/self."""
+    out = {}
+    with open("/proc/self/smaps_rollup") as f:
+        uss = 0
+        for line in f:
+            if line.startswith(("Private_Clean:", "Private_Dirty:", "Private_Hugetlb:")):
+                uss += int(line.split()[1]) * 1024
+        out["uss"] = uss
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no RssAnon in /proc/self/status")
+                out["rss_anon"] = int(line.split()[1]) * 1024
+    return out
+
+
+def _trim() -> None:
+    """Collect garbage and hand freed heap back to the OS (glibc malloc_trim), so that what
+    remains is what the process really holds."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def memory_child(engine: str, workload: str, n_records: int, seed: int, root: str) -> None:
-    """Runs in a fresh process: RssAnon (plus a server's own used_memory) growth from an empty
-    open store to one holding every record pending. Prints one JSON line."""
-    work = generate(workload, n_records, seed)
+    """Runs in a fresh process: process memory growth from an empty open store to one holding
+    every record pending, as a user sees it in `top`. The baseline is taken with the store
+    open and before the input exists; after the appends, the input records are freed and the
+    allocator trimmed, so the growth is what the engine holds (and what the input it freed
+    leaves pinned). USS is the headline; RssAnon and a server's used_memory are reported too.
+    Prints one JSON line."""
     eng = make_engine(engine)
-    eng.prepare(work)
     path = tempfile.mkdtemp(prefix=f"mem-{engine}-", dir=root)
     clock = FakeClock(T0)
+    # an empty store, opened once and closed, so that imports and one-time caches are warm
+    work0 = generate(workload, WORKLOADS[workload].batch, seed + 1)
+    eng.prepare(work0)
     eng.open(path, clock)
-    gc.collect()
-    gc.freeze()
-    before = rss_anon()
+    eng.append(0)
+    eng.close()
+    _clean(path)
+    del work0
+    eng.open(path, clock)
+    _trim()
+    before = memory_figures()
     ext_before = eng.external_memory()
+    work = generate(workload, n_records, seed)
+    eng.prepare(work)
     for i in range(work.n_batches):
         clock.now = work.append_time[i]
         eng.append(i)
-    gc.collect()
-    after = rss_anon()
+    eng.prepare(generate(workload, WORKLOADS[workload].batch, seed + 2))  # drops its input
+    del work
+    _trim()
+    after = memory_figures()
     ext_after = eng.external_memory()
     eng.close()
     eng.shutdown()
     _clean(path)
-    res = {"rss_anon_delta": after - before}
+    res = {"uss_delta": after["uss"] - before["uss"],
+           "rss_anon_delta": after["rss_anon"] - before["rss_anon"]}
     if ext_before is not None and ext_after is not None:
         res["server_used_memory_delta"] = ext_after - ext_before
-    res["bytes_per_pending_record"] = (res["rss_anon_delta"]
+    res["bytes_per_pending_record"] = (res["uss_delta"]
                                        + res.get("server_used_memory_delta", 0)) / n_records
     print(json.dumps(res))
 
@@ -310,6 +381,7 @@ METRICS = [
     ("reopen_first_page_ms", "reopen + 1st page ms", False, "ms"),
     ("interleaved_batches_s", "interleaved batches/s", True, "rate"),
     ("interleaved_p99_ms", "interleaved p99 step ms", False, "ms"),
+    ("interleaved_max_ms", "interleaved max step ms", False, "ms"),
 ]
 CPU_METRICS = [
     ("append_rec_cpu_s", "append rec/CPU-s", True, "rate"),
@@ -360,7 +432,9 @@ def build_tables(summary: dict, memory: dict, engines: list[str], workloads: lis
     for w in workloads:
         med = summary.get(w, {})
         ref = med.get("kdelay")
-        lines.append(f"### Workload `{w}`\n")
+        sh = WORKLOADS[w]
+        lines.append(f"### Workload `{w}`: {sh.about}\n")
+        lines.append(f"{sh.batch}-record batches, due within {sh.spread_ms:,} ms of the append.\n")
         head = ["engine"] + [m[1] for m in METRICS] + ["B / pending rec", "disk B / rec", "order check"]
         lines.append("| " + " | ".join(head) + " |")
         lines.append("|" + "---|" * len(head))
@@ -393,6 +467,19 @@ def build_tables(summary: dict, memory: dict, engines: list[str], workloads: lis
             row = [e, *metric_cells(med[e], ref, e == "kdelay", CPU_METRICS)]
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
+    extra = [w for w in memory if w not in workloads]
+    if extra:
+        lines.append("### Memory only\n")
+        lines.append("| workload | " + " | ".join(e for e in engines) + " |")
+        lines.append("|" + "---|" * (len(engines) + 1))
+        for w in extra:
+            cells = []
+            for e in engines:
+                mem = memory[w].get(e) or {}
+                cells.append(f"{mem['bytes_per_pending_record']:.0f}"
+                             if "bytes_per_pending_record" in mem else "—")
+            lines.append(f"| `{w}` ({WORKLOADS[w].about}) | " + " | ".join(cells) + " |")
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -407,9 +494,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=None, help="rounds; medians are reported (default 3)")
     p.add_argument("--engines", default=",".join(DEFAULT_ENGINES),
                    help=f"comma-separated subset of {','.join(DEFAULT_ENGINES)}")
-    p.add_argument("--workloads", default=",".join(WORKLOADS),
+    p.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS),
                    help=f"comma-separated subset of {','.join(WORKLOADS)}")
     p.add_argument("--no-memory", action="store_true", help="skip the per-engine memory subprocesses")
+    p.add_argument("--memory-workloads", default=None,
+                   help="workloads whose memory is measured (default: the first one); e.g. "
+                        "producer,single-record")
     p.add_argument("--profile", action="store_true",
                    help="also profile kdelay's timed phases with cProfile (an extra, untimed run)")
     p.add_argument("--seed", type=int, default=42)
@@ -474,11 +564,14 @@ def main(argv: list[str] | None = None) -> int:
 
         memory: dict[str, dict[str, dict]] = {}
         if not a.no_memory:
-            mw = workloads[0]
-            memory[mw] = {}
-            for e in engines:
-                memory[mw][e] = measure_memory(e, mw, a.records, a.seed, root)
-                print(f"memory {mw} {e}: {memory[mw][e]}", flush=True)
+            mws = a.memory_workloads.split(",") if a.memory_workloads else workloads[:1]
+            for mw in mws:
+                if mw not in WORKLOADS:
+                    raise SystemExit(f"unknown workload {mw!r}")
+                memory[mw] = {}
+                for e in engines:
+                    memory[mw][e] = measure_memory(e, mw, a.records, a.seed, root)
+                    print(f"memory {mw} {e}: {memory[mw][e]}", flush=True)
 
         profile_text = None
         if a.profile and "kdelay" in engines:
@@ -504,9 +597,9 @@ def main(argv: list[str] | None = None) -> int:
             for e in summary[w]} for w in workloads if "kdelay" in summary[w]
     }
     with open(os.path.join(a.out, "compare.json"), "w") as f:
-        json.dump({"config": {"records": a.records, "rounds": a.rounds, "batch": BATCH,
+        json.dump({"config": {"records": a.records, "rounds": a.rounds,
                               "page": PAGE, "key_bytes": KEY_BYTES, "value_bytes": VALUE_BYTES,
-                              "workloads": {w: WORKLOADS[w] for w in workloads},
+                              "workloads": {w: WORKLOADS[w]._asdict() for w in workloads},
                               "engines": engines, "seed": a.seed, "quick": a.quick},
                    "machine": machine_info(),
                    "runs": raw, "medians": summary, "ratios_vs_kdelay": ratios,
@@ -544,17 +637,18 @@ def machine_info() -> dict:
 def report_notes(a: argparse.Namespace, engines: list[str]) -> str:
     mi = machine_info()
     return (
-        f"{a.records:,} records per workload (16-byte keys, 100-byte values, 100-record batches, "
-        f"pages of 500), median of {a.rounds} round(s) with the engine order rotated each round; "
+        f"{a.records:,} records per workload (16-byte keys, 100-byte values, pages of 500), median of {a.rounds} round(s) with the engine order rotated each round; "
         f"Python {mi['python']}, {mi['cpus']} CPUs (1-min load average at the end "
         f"{mi['loadavg'][0]:.1f}: other work on the machine adds noise), commit "
         f"{mi.get('git', '?')}. "
         "`(×r)` = this engine's figure / kdelay's (for rec/s and batches/s above 1 means faster "
         "than kdelay; for ms, above 1 means slower). Drain = records after the reopen's first "
         "page, clock past the last deliverAfter. B / pending rec = growth of the process's "
-        "RssAnon (anonymous resident memory: heap, caches, memtables; not mmap'd files) from an "
-        "empty store to one holding every record pending, measured once in a fresh process on the "
-        "first workload; `(server)` adds redis-server's used_memory growth. Disk B / rec = file "
+        "USS (private memory, as `smem`/`top` see it) from an empty open store to one holding "
+        "every record pending, measured once in a fresh process after the input records were "
+        "freed and the allocator trimmed (malloc_trim); `(server)` adds redis-server's "
+        "used_memory growth. Peers store each record's timestamp as kdelay does (not the "
+        "retry header). Disk B / rec = file "
         "bytes after close. Every ordered engine's full delivered sequence was checked against the "
         "expected (deliverAfter, offset) order, keys and values included, in both the drain and "
         "the interleaved run.")

@@ -10,8 +10,9 @@ Every engine is a small adapter with the same consumer-shaped interface:
 - ``norm(rec)`` turns one returned record into ``(deliver_after, offset, key, value)`` so the
   harness can check the drained order outside the timed regions.
 
-Peers store exactly what the workload carries (deliverAfter, offset, key, value); kdelay stores
-more (timestamps, headers, CRCs, offset and time indexes), which is part of what is measured.
+Peers store what the workload carries (deliverAfter, offset, the record's timestamp, key,
+value); kdelay stores more (the retry header where the workload has one, CRCs, offset and
+time indexes), which is part of what is measured.
 Durability is "page cache" everywhere (no fsync per batch), matching kdelay's default
 ``flush_messages=None``.
 """
@@ -57,6 +58,13 @@ class Workload:
     deliver_after: list[int]
     keys: list[bytes]
     values: list[bytes]
+    # a producer's CreateTime per record (None: the old shape, stamped at append time)
+    timestamps: list[int] | None = None
+    # per record deliver_after wishes (their max is the batch's deliver_after), else None:
+    # the batch's deliver_after is passed explicitly
+    record_da: list[int] | None = None
+    # per batch: the retry header's value carried by every record of it, or None
+    attempt: list[int | None] | None = None
 
     @property
     def n_batches(self) -> int:
@@ -73,6 +81,14 @@ class Workload:
     def batch_values(self, i: int) -> list[bytes]:
         b = self.batch_size
         return self.values[i * b:(i + 1) * b]
+
+    def batch_timestamps(self, i: int) -> list[int]:
+        """Each record's timestamp (the append time when the workload has none): what every
+        engine stores with the record."""
+        b = self.batch_size
+        if self.timestamps is None:
+            return [self.append_time[i]] * b
+        return self.timestamps[i * b:(i + 1) * b]
 
 
 def dir_bytes(path: str) -> int:
@@ -153,10 +169,18 @@ class KdelayEngine(Engine):
         from kdelay import Record
 
         super().prepare(work)
-        self.batches = [
-            [Record(v, key=k) for k, v in zip(work.batch_keys(i), work.batch_values(i), strict=True)]
-            for i in range(work.n_batches)
-        ]
+        b = work.batch_size
+        self.batches = []
+        for i in range(work.n_batches):
+            keys, values = work.batch_keys(i), work.batch_values(i)
+            ts = [None] * b if work.timestamps is None else work.timestamps[i * b:(i + 1) * b]
+            das = [None] * b if work.record_da is None else work.record_da[i * b:(i + 1) * b]
+            att = None if work.attempt is None else work.attempt[i]
+            hs = () if att is None else (("kdelay.attempt", b"%d" % att),)
+            self.batches.append([Record(v, key=k, headers=hs, timestamp=t, deliver_after=d)
+                                 for k, v, t, d in zip(keys, values, ts, das, strict=True)])
+        # the record-level variant passes no batch deliver_after: the max of the records' wins
+        self.explicit_da = None if work.record_da is not None else work.deliver_after
 
     def open(self, path: str, clock: FakeClock) -> None:
         from kdelay import Log, LogConfig
@@ -165,7 +189,8 @@ class KdelayEngine(Engine):
         self.cursor = None
 
     def append(self, i: int) -> None:
-        self.log.append(self.batches[i], deliver_after=self.work.deliver_after[i])
+        da = self.explicit_da
+        self.log.append(self.batches[i], deliver_after=None if da is None else da[i])
 
     def fetch(self, max_records: int) -> list:
         res = self.log.fetch(after=self.cursor, max_records=max_records)
@@ -189,7 +214,7 @@ class SqliteEngine(Engine):
               "WAL, synchronous=OFF (page-cache durability, like the others), one transaction per batch (executemany of a cached "
               "prepared INSERT), keyset-paginated ordered SELECT")
 
-    INSERT = "INSERT INTO q (deliver_after, off, key, value) VALUES (?, ?, ?, ?)"
+    INSERT = "INSERT INTO q (deliver_after, off, ts, key, value) VALUES (?, ?, ?, ?, ?)"
     PAGE = ("SELECT deliver_after, off, key, value FROM q "
             "WHERE (deliver_after, off) > (?, ?) AND deliver_after <= ? "
             "ORDER BY deliver_after, off LIMIT ?")
@@ -206,15 +231,17 @@ class SqliteEngine(Engine):
             self.db.execute(f"PRAGMA {pragma}")
         self.db.execute(
             "CREATE TABLE IF NOT EXISTS q (deliver_after INTEGER NOT NULL, off INTEGER NOT NULL, "
-            "key BLOB, value BLOB, PRIMARY KEY (deliver_after, off)) WITHOUT ROWID")
+            "ts INTEGER NOT NULL, key BLOB, value BLOB, PRIMARY KEY (deliver_after, off)) "
+            "WITHOUT ROWID")
         self.cursor: tuple[int, int] = (-1, -1)
 
     def append(self, i: int) -> None:
         w = self.work
         da = w.deliver_after[i]
         base = i * w.batch_size
-        rows = [(da, base + j, k, v)
-                for j, (k, v) in enumerate(zip(w.batch_keys(i), w.batch_values(i), strict=True))]
+        rows = [(da, base + j, t, k, v)
+                for j, (k, v, t) in enumerate(zip(w.batch_keys(i), w.batch_values(i),
+                                                  w.batch_timestamps(i), strict=True))]
         db = self.db
         db.execute("BEGIN")
         db.executemany(self.INSERT, rows)
@@ -247,7 +274,7 @@ class HeapqEngine(Engine):
               "the whole file")
 
     BATCH = struct.Struct(">qqII")  # deliver_after, base_offset, count, body bytes
-    REC = struct.Struct(">HI")  # key length, value length
+    REC = struct.Struct(">HIq")  # key length, value length, timestamp
     SHIFT = 40
 
     def open(self, path: str, clock: FakeClock) -> None:
@@ -280,7 +307,7 @@ class HeapqEngine(Engine):
             q = body
             for _ in range(count):
                 pos.append(q)
-                kl, vl = unpack_r(buf, q)
+                kl, vl, _ = unpack_r(buf, q)
                 q += rsize + kl + vl
             start = (da << shift) | base
             keys.extend(range(start, start + count))
@@ -292,15 +319,15 @@ class HeapqEngine(Engine):
         w = self.work
         da = w.deliver_after[i]
         base = i * w.batch_size
-        keys, values = w.batch_keys(i), w.batch_values(i)
+        keys, values, stamps = w.batch_keys(i), w.batch_values(i), w.batch_timestamps(i)
         pack_r = self.REC.pack
         parts: list[bytes] = []
         pos = self.pos
         q = self.end + self.BATCH.size
         rsize = self.REC.size
-        for k, v in zip(keys, values, strict=True):
+        for k, v, ts in zip(keys, values, stamps, strict=True):
             pos.append(q)
-            parts.append(pack_r(len(k), len(v)))
+            parts.append(pack_r(len(k), len(v), ts))
             parts.append(k)
             parts.append(v)
             q += rsize + len(k) + len(v)
@@ -336,7 +363,7 @@ class HeapqEngine(Engine):
             key = pop(heap)
             off = key & mask
             p = pos[off]
-            kl, vl = unpack_r(mm, p)
+            kl, vl, _ = unpack_r(mm, p)
             p += rsize
             out.append((key >> shift, off, mm[p:p + kl], mm[p + kl:p + kl + vl]))
         return out
@@ -358,7 +385,7 @@ class RocksdbEngine(Engine):
               "range iteration with an upper bound at (now + 1, 0)")
 
     KEY = struct.Struct(">qq")
-    VHDR = struct.Struct(">H")
+    VHDR = struct.Struct(">qH")  # timestamp, key length
 
     @classmethod
     def unavailable(cls) -> str | None:
@@ -387,8 +414,9 @@ class RocksdbEngine(Engine):
         pack_k, pack_h = self.KEY.pack, self.VHDR.pack
         wb = WriteBatch(raw_mode=True)
         put = wb.put
-        for j, (k, v) in enumerate(zip(w.batch_keys(i), w.batch_values(i), strict=True)):
-            put(pack_k(da, base + j), pack_h(len(k)) + k + v)
+        for j, (k, v, t) in enumerate(zip(w.batch_keys(i), w.batch_values(i),
+                                          w.batch_timestamps(i), strict=True)):
+            put(pack_k(da, base + j), pack_h(t, len(k)) + k + v)
         self.db.write(wb)
 
     def fetch(self, max_records: int) -> list:
@@ -400,9 +428,9 @@ class RocksdbEngine(Engine):
         out = []
         it = self.db.items(from_key=self.cursor, read_opt=ro)
         for k, v in it:
-            (kl,) = unpack_h(v)
+            _, kl = unpack_h(v)
             da, off = unpack_k(k)
-            out.append((da, off, v[2:2 + kl], v[2 + kl:]))
+            out.append((da, off, v[10:10 + kl], v[10 + kl:]))
             if len(out) >= max_records:
                 break
         if out:
@@ -448,7 +476,7 @@ class RedisEngine(Engine):
               "reopen = server restart reloading the AOF")
 
     KEY = "q"
-    MHDR = struct.Struct(">qH")
+    MHDR = struct.Struct(">qqH")  # offset, timestamp, key length
 
     @classmethod
     def unavailable(cls) -> str | None:
@@ -494,8 +522,9 @@ class RedisEngine(Engine):
         da = w.deliver_after[i]
         base = i * w.batch_size
         pack = self.MHDR.pack
-        mapping = {pack(base + j, len(k)) + k + v: da
-                   for j, (k, v) in enumerate(zip(w.batch_keys(i), w.batch_values(i), strict=True))}
+        mapping = {pack(base + j, t, len(k)) + k + v: da
+                   for j, (k, v, t) in enumerate(zip(w.batch_keys(i), w.batch_values(i),
+                                                     w.batch_timestamps(i), strict=True))}
         self.r.zadd(self.KEY, mapping)
 
     def fetch(self, max_records: int) -> list:
@@ -504,7 +533,7 @@ class RedisEngine(Engine):
         out = []
         for j in range(0, len(items), 2):
             m = items[j]
-            off, kl = unpack(m)
+            off, _, kl = unpack(m)
             out.append((int(items[j + 1]), off, m[hs:hs + kl], m[hs + kl:]))
         return out
 
@@ -547,7 +576,7 @@ class RawFileEngine(Engine):
     models = ("the physical limit: one write() per pre-encoded batch of the same payload bytes; "
               "drain = sequential pread of 500-record chunks (no ordering, no parsing)")
 
-    REC = struct.Struct(">qqHI")
+    REC = struct.Struct(">qqqHI")  # deliverAfter, offset, timestamp, lengths
 
     def prepare(self, work: Workload) -> None:
         super().prepare(work)
@@ -558,8 +587,9 @@ class RawFileEngine(Engine):
             da = work.deliver_after[i]
             base = i * work.batch_size
             parts = []
-            for j, (k, v) in enumerate(zip(work.batch_keys(i), work.batch_values(i), strict=True)):
-                parts.append(pack(da, base + j, len(k), len(v)) + k + v)
+            for j, (k, v, t) in enumerate(zip(work.batch_keys(i), work.batch_values(i),
+                                              work.batch_timestamps(i), strict=True)):
+                parts.append(pack(da, base + j, t, len(k), len(v)) + k + v)
                 self.rec_sizes.append(len(parts[-1]))
             self.bufs.append(b"".join(parts))
 

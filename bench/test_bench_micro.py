@@ -25,41 +25,66 @@ from kdelay.log import codec
 # ---------------------------------------------------------------------------- codec
 
 
-def _general_batch() -> tuple[list, list, list]:
-    """100 records the template path cannot take: values of varying length, headers."""
-    rng = random.Random(5)
-    keys = [rng.randbytes(16) for _ in range(100)]
-    values = [rng.randbytes(rng.randint(50, 150)) for _ in range(100)]
-    headers = [[("trace", rng.randbytes(8))] for _ in range(100)]
-    return keys, values, headers
+CODEC_SHAPES = ["homogeneous", "one-timestamp", "increasing-timestamps", "arbitrary-timestamps",
+                "retry-header", "some-headers", "null-values", "mixed-sizes"]
 
 
-def _batch_columns(std_batch, path: str):
-    """Keys, values, headers of a batch for the codec's template path or its general path."""
-    if path == "template":
-        return [r.key for r in std_batch], [r.value for r in std_batch], None
-    return _general_batch()
+def shape_batch(shape: str, n: int) -> dict:
+    """encode_batch arguments for one batch shape a producer sends (16 B keys, 100 B values
+    unless the shape says otherwise)."""
+    rng = random.Random(f"{shape}-{n}")
+    keys = [rng.randbytes(16) for _ in range(n)]
+    values = [rng.randbytes(100) for _ in range(n)]
+    inc = sorted(rng.randint(0, 20) for _ in range(n))
+    inc = [d - inc[0] for d in inc]
+    kw = {"keys": keys, "values": values, "base_timestamp": T0}
+    if shape == "one-timestamp":
+        kw["base_timestamp"] = T0 - 50
+    elif shape == "increasing-timestamps":
+        kw["timestamp_deltas"] = inc
+    elif shape == "arbitrary-timestamps":
+        kw["timestamp_deltas"] = [0] + [rng.randint(-5000, 5000) for _ in range(n - 1)]
+    elif shape == "retry-header":
+        kw["timestamp_deltas"] = inc
+        kw["headers"] = [(("kdelay.attempt", b"2"),)] * n
+    elif shape == "some-headers":
+        kw["timestamp_deltas"] = inc
+        kw["headers"] = [(("trace", rng.randbytes(8)),) if i % 10 == 3 else () for i in range(n)]
+    elif shape == "null-values":
+        kw["timestamp_deltas"] = inc
+        kw["values"] = [None] * n
+    elif shape == "mixed-sizes":
+        kw["timestamp_deltas"] = inc
+        kw["keys"] = [None if i % 7 == 0 else rng.randbytes(rng.randint(1, 40)) for i in range(n)]
+        kw["values"] = [rng.randbytes(rng.randint(20, 300)) for _ in range(n)]
+    elif shape != "homogeneous":
+        raise AssertionError(shape)
+    return kw
 
 
-@pytest.mark.benchmark(group="codec")
-@pytest.mark.parametrize("path", ["template", "general"])
-def test_encode_batch(benchmark, std_batch, path):
-    keys, values, headers = _batch_columns(std_batch, path)
-    batch = benchmark(codec.encode_batch, base_offset=1000, base_timestamp=T0,
-                      deliver_after=T0 + 60_000, keys=keys, values=values, headers=headers)
+@pytest.mark.benchmark(group="codec-encode")
+@pytest.mark.parametrize("n", [1, 10, 100, 1000])
+@pytest.mark.parametrize("shape", CODEC_SHAPES)
+def test_encode_batch(benchmark, shape, n):
+    """encode_batch per shape and batch size; compare a shape's time with `homogeneous` of
+    the same n (the issue's bound: 1.3x per record)."""
+    kw = shape_batch(shape, n)
+    benchmark.extra_info["records"] = n
+    batch = benchmark(codec.encode_batch, base_offset=1000, deliver_after=T0 + 60_000, **kw)
     h = codec.parse_header(batch)
-    assert h.record_count == 100 and codec.crc_ok(batch, 0, h)
+    assert h.record_count == n and codec.crc_ok(batch, 0, h)
 
 
-@pytest.mark.benchmark(group="codec")
-@pytest.mark.parametrize("path", ["template", "general"])
-def test_decode_batch(benchmark, std_batch, path):
-    keys, values, headers = _batch_columns(std_batch, path)
-    batch = codec.encode_batch(base_offset=1000, base_timestamp=T0, deliver_after=T0,
-                               keys=keys, values=values, headers=headers)
+@pytest.mark.benchmark(group="codec-decode")
+@pytest.mark.parametrize("n", [1, 10, 100, 1000])
+@pytest.mark.parametrize("shape", CODEC_SHAPES)
+def test_decode_batch(benchmark, shape, n):
+    kw = shape_batch(shape, n)
+    benchmark.extra_info["records"] = n
+    batch = codec.encode_batch(base_offset=1000, deliver_after=T0, **kw)
     h = codec.parse_header(batch)
     cols = benchmark(codec.decode_records, batch, h)
-    assert cols.values == values and cols.keys == keys
+    assert cols.values == kw["values"] and cols.keys == kw["keys"]
 
 
 # ---------------------------------------------------------------------------- append

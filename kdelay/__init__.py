@@ -10,10 +10,12 @@ from .clients.topic import Topic
 from .config import LogConfig
 from .errors import (
     CorruptLogError,
+    CorruptQueueStateError,
     DelayedDeliveryDisabledError,
     DeliveryDelayExceededError,
     GroupFencedError,
     InvalidConfigError,
+    InvalidOffsetError,
     InvalidRecordError,
     InvalidTopicError,
     KdelayError,
@@ -35,9 +37,10 @@ from .records import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "AppendResult", "CompactionResult", "Consumer", "CorruptLogError", "DelayedDeliveryDisabledError",
-    "DeliveryDelayExceededError", "DeliveryKey", "FetchResult", "FetchedRecord",
-    "GroupFencedError",
-    "InvalidConfigError", "InvalidRecordError", "InvalidTopicError", "KdelayError", "Log", "LogClosedError",
-    "LogConfig", "LogLockedError", "LogWriteError", "OffsetOutOfRangeError", "QueueConsumer", "QueueRecord", "Record", "Topic",
+    "AppendResult", "CompactionResult", "Consumer", "CorruptLogError", "CorruptQueueStateError",
+    "DelayedDeliveryDisabledError", "DeliveryDelayExceededError", "DeliveryKey", "FetchResult",
+    "FetchedRecord", "GroupFencedError", "InvalidConfigError", "InvalidOffsetError",
+    "InvalidRecordError", "InvalidTopicError", "KdelayError", "Log", "LogClosedError",
+    "LogConfig", "LogLockedError", "LogWriteError", "OffsetOutOfRangeError", "QueueConsumer",
+    "QueueRecord", "Record", "Topic",
 ]

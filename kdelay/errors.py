@@ -101,3 +101,8 @@ class InspectError(KdelayError):
 
 class IndexUnreadable(KdelayError):
     """An index file too damaged to show (bad magic, header checksum, truncated)."""
+
+
+class InvalidOffsetError(KdelayError, ValueError):
+    """An offset argument that is not a non-negative int (a bool, a float, a string, a
+    negative number...). Nothing was written."""

@@ -18,12 +18,14 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from . import fsio
 from .clock import Clock, wall_clock
 from .config import LogConfig
 from .errors import (
+    InvalidOffsetError,
+    InvalidRecordError,
     KdelayError,
     LogClosedError,
     OffsetOutOfRangeError,
@@ -31,8 +33,9 @@ from .errors import (
 )
 from .fetch import metrics, offset_order
 from .fetch.due_order import DueOrderReader
-from .log import compaction, groups, retention
+from .log import cancel_ops, compaction, groups, retention
 from .log.batch_builder import build_batch
+from .log.cancel_store import CancelStore
 from .log.flushing import FlushPolicy
 from .log.horizon import Horizon
 from .log.loader import CLEAN_SHUTDOWN_FILE, LoadReport, open_directory, write_recovery_point
@@ -50,10 +53,12 @@ from .validation import (
     MAX_INT64,
     as_delivery_key,
     as_int,
+    as_offset,
     check_open_args,
     check_page_limits,
     clock_value,
     is_int,
+    offsets_arg,
     os_errors,
     record_columns,
     requested_deliver_after,
@@ -88,6 +93,7 @@ class Log:
         self._flush_policy = FlushPolicy(config)
         self._groups = groups.GroupStore(path)
         self._due_order = DueOrderReader()
+        self._cancels = CancelStore(path)  # loaded by open()
         self._listeners: list[AppendListener] = []
         # one compaction at a time; it takes self._lock only for snapshots and swaps
         self._compaction_lock = threading.Lock()
@@ -102,7 +108,8 @@ class Log:
         # and so the directory lock, as a crashed process would: a later open in this
         # process recovers the directory instead of failing with LogLockedError forever.
         # The finalizer holds no reference to the Log; close() detaches it.
-        self._finalizer = weakref.finalize(self, _release, self._segments, lock_fd)
+        self._finalizer = weakref.finalize(self, _release, self._segments, lock_fd,
+                                           self._cancels)
         if config.flush_ms is not None:
             # the thread holds only a weak reference, so it does not keep the Log alive
             self._flusher = threading.Thread(target=_flush_loop,
@@ -122,6 +129,18 @@ class Log:
         log = cls(path, config, clock or wall_clock, opened.lock_fd, opened.segments,
                   opened.report)
         log._marker_present = opened.marker_present
+        try:
+            # after a crash every journal is checked against the recovered segments' ends,
+            # and reschedules in flight are settled against the log (cancel_store.py)
+            log._cancels.load(
+                [(s.base_offset, s.next_offset) for s in opened.segments],
+                recovered=() if opened.report.clean else log._segments.bases(),
+                copy_check=cancel_ops.copy_checker(log._segments))
+        except BaseException:
+            log._finalizer()  # closes every descriptor and releases the lock, once
+            raise
+        opened.report.problems.extend(log._cancels.problems)
+        log.cancelled_offsets = _settled_hook(log._lock, log._cancels)
         # the log clock must not run backwards across a restart: the clean close stored
         # it, and commits record the clock they saw (which covers a crash)
         log._now_floor = max(opened.clock_floor, log._groups.max_clock())
@@ -151,13 +170,14 @@ class Log:
                 if not self._marker_present:  # else nothing changed since the clean open
                     self._segments.active.persist_indexes()
                     write_recovery_point(self.path, self._segments.active.next_offset)
+                self._cancels.checkpoint(everything=True)  # after the .log fsync above
                 fsio.atomic_write(os.path.join(self.path, CLEAN_SHUTDOWN_FILE),
                                   str(self._now_floor).encode("ascii"))
             finally:
                 self._finalizer.detach()
                 if self._horizon is not None:
                     self._horizon.close()
-                _release(self._segments, self._lock_fd)
+                _release(self._segments, self._lock_fd, self._cancels)
                 self._appended.notify_all()
 
     def __enter__(self) -> Log:
@@ -243,6 +263,9 @@ class Log:
                 self._roll_locked()
 
     def _roll_locked(self) -> None:
+        if self._cancels.dirty():  # caches written before the recovery point moves on
+            self._segments.active.flush()
+            self._cancels.checkpoint(everything=True)
         self._segments.roll()
         self._flush_policy.flushed()
 
@@ -255,6 +278,8 @@ class Log:
 
     def _flush_locked(self) -> None:
         self._segments.active.flush()
+        self._cancels.log_synced()  # the copies of reschedules so far are durable
+        self._cancels.sync()
         self._flush_policy.flushed()
 
     # ------------------------------------------------------------------ reading
@@ -272,7 +297,8 @@ class Log:
                 self._check_open()
                 now = self.now()
                 records, nxt, until = self._due_order.page(self._segments, cursor, now,
-                                                           max_records, max_bytes)
+                                                           max_records, max_bytes,
+                                                           self._cancels)
                 remaining = deadline - time.monotonic()
                 if records or remaining <= 0:
                     return FetchResult(records, nxt)
@@ -304,6 +330,76 @@ class Log:
             self._check_open()
             return offset_order.read_from(self._segments, max(offset, self.log_start_offset),
                                           max_records)
+
+    # ------------------------------------------------------------------ cancel
+
+    @write_errors
+    def cancel(self, offsets: int | Iterable[int]) -> int:
+        """Withdraw pending records by offset (an int or an iterable of ints); returns how
+        many were cancelled now. Offsets already cancelled, already due, or not in the log
+        are skipped. Durable per the flush policy (counted like appended records)."""
+        wanted = offsets_arg(offsets)
+        with self._lock:
+            self._check_open()
+            # a cancel only takes records due after the clock it reads: published like an
+            # append's, so a lock-free reader never plans past a cancel not yet written
+            self._horizon.begin(self._now_floor)
+            try:
+                n = cancel_ops.cancel(self._segments, self._cancels, wanted, self.now())
+            finally:
+                self._horizon.end(self._now_floor)
+            if n and self._flush_policy.appended(n):
+                self._flush_locked()
+            if self._cancels.needs_checkpoint():
+                self._segments.active.flush()
+                self._cancels.checkpoint(everything=False)
+            return n
+
+    @write_errors
+    def reschedule(self, offset: int, deliver_after: int) -> AppendResult:
+        """Move one pending record: cancel it and append a copy (same key, value, headers,
+        timestamp) due at `deliver_after`, atomically across crashes (cancellations.py).
+        A record that is cancelled, due or not in the log raises KdelayError."""
+        off, due = as_offset(offset), as_offset(deliver_after)
+        if off is None or due is None:
+            raise InvalidOffsetError(f"reschedule needs a non-negative int offset and "
+                                     f"deliver_after, got {offset!r}, {deliver_after!r}")
+        requested_deliver_after((None,), due, path=self.path,
+                                delayed_delivery_enable=self.config.delayed_delivery_enable)
+        cfg = self.config
+        with self._lock:
+            self._check_open()
+            self._horizon.begin(self._now_floor)  # as an append (see append)
+            try:
+                now = self.now()
+                copy = cancel_ops.reschedule_copy(self._segments, self._cancels, off, due, now,
+                                                  max_delay_ms=cfg.max_delivery_delay_ms)
+                if len(copy.batch) > cfg.max_batch_bytes:
+                    raise InvalidRecordError(f"the copy ({len(copy.batch)} bytes) exceeds "
+                                             f"max_batch_bytes ({cfg.max_batch_bytes})")
+                self._mark_dirty()
+                if self._segments.should_roll(len(copy.batch), now, cfg.segment_bytes,
+                                              cfg.segment_ms):
+                    self._roll_locked()
+                self._cancels.begin_move(copy.source_base, off, copy.base_offset, copy.crc)
+                try:
+                    self._segments.active.append(copy.batch, copy.base_offset, 0,
+                                                 copy.deliver_after, copy.max_timestamp,
+                                                 cfg.index_interval_bytes)
+                except BaseException:
+                    self._cancels.abort_move(copy.source_base, off)
+                    raise
+                self._cancels.end_move(copy.source_base, off)
+            finally:
+                self._horizon.end(self._now_floor)
+            if self._flush_policy.appended(1):
+                self._flush_locked()
+            self._due_order.appended(copy.deliver_after)
+            self._appended.notify_all()
+            result = AppendResult(copy.base_offset, copy.base_offset, copy.deliver_after, now)
+        for listener in self._listeners:
+            listener(result)
+        return result
 
     # ------------------------------------------------------------------ groups
 
@@ -349,8 +445,10 @@ class Log:
     def _retention_pass(self) -> int:
         with self._lock:
             self._check_open()
-            return retention.enforce(self._segments, self.config, self.now(), self.path,
-                                     self._mark_dirty)
+            deleted = retention.enforce(self._segments, self.config, self.now(), self.path,
+                                        self._mark_dirty)
+            self._cancels.forget_below(self.log_start_offset)
+            return deleted
 
     @write_errors
     def compact(self) -> CompactionResult:
@@ -370,14 +468,23 @@ class Log:
                                     now=self.now, cancelled=self.cancelled_offsets,
                                     before_change=self._mark_dirty,
                                     after_change=self._due_order.reset,
-                                    is_closed=lambda: self._closed)
+                                    is_closed=lambda: self._closed,
+                                    may_swap=self._may_swap)
             totals = self._compaction_totals
             totals["runs"] += 1
             totals["seconds"] += time.perf_counter() - t
             for name in ("segments_rewritten", "bytes_read", "bytes_written"):
                 totals[name] += getattr(result, name)
             totals["longest_swap_ms"] = max(totals["longest_swap_ms"], result.longest_swap_ms)
+            if result.segments_rewritten:
+                with self._lock:  # compacted away: no longer counted as cancelled
+                    self._cancels.prune(self._segments)
         return result
+
+    def _may_swap(self, olds: list[LogSegment], merged: LogSegment) -> bool:
+        """Compaction may swap `olds` for `merged` unless a cancellation recorded under a
+        merged-away segment would be lost (called with the lock held)."""
+        return not self._cancels.would_strand([o.base_offset for o in olds[1:]], merged)
 
     # ------------------------------------------------------------------ introspection
 
@@ -413,6 +520,7 @@ class Log:
             for g, error in unreadable.items():
                 out["groups"][g] = {"committed": None, "lag": None, "error": error}
             out["compaction"] = dict(self._compaction_totals)  # totals since open
+            out["cancelled_records"] = self._cancels.total()
         for name, section in METRICS_SECTIONS.items():
             out[name] = section(self, now)
         return out
@@ -432,8 +540,23 @@ class Log:
             return min(firsts, default=None)
 
 
-def _release(segments: SegmentSet, lock_fd: int) -> None:
-    """Close every segment's descriptor and the lock's (which releases the lock)."""
+def _settled_hook(lock: threading.RLock, store: CancelStore) -> compaction.Cancelled:
+    """Compaction's `cancelled` hook: the cancelled offsets in [first, end) it may remove
+    (not the original of a reschedule whose copy is not yet durable: see cancel_store).
+    Holds no reference to the Log, so a dropped Log is still freed at once."""
+
+    def settled(first: int, end: int) -> list[int]:
+        with lock:
+            return store.settled_between(first, end)
+
+    return settled
+
+
+def _release(segments: SegmentSet, lock_fd: int, cancels: CancelStore | None = None) -> None:
+    """Close every segment's descriptor, the cancellation journals' and the lock's (which
+    releases the lock)."""
+    if cancels is not None:
+        cancels.close()
     for seg in segments:
         seg.close()
     os.close(lock_fd)

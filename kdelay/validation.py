@@ -20,6 +20,7 @@ from .config import LogConfig
 from .errors import (
     DelayedDeliveryDisabledError,
     DeliveryDelayExceededError,
+    InvalidOffsetError,
     InvalidRecordError,
     KdelayError,
 )
@@ -102,6 +103,44 @@ def is_positive_int(x: object) -> bool:
     return is_int(x) and x > 0
 
 
+def as_offset(x: object) -> int | None:
+    """`x` as an offset (a plain int in [0, 2**63); numpy integers accepted, bool refused),
+    else None."""
+    if type(x) is int:
+        return x if 0 <= x <= MAX_INT64 else None
+    if is_int(x) and 0 <= x <= MAX_INT64:
+        return int(x)
+    return None
+
+
+def offsets_arg(offsets: object) -> list[int]:
+    """An offset or an iterable of them as a list of plain ints; anything else (a bool, a
+    float, a string or bytes, a negative number, in place or inside the iterable) raises
+    InvalidOffsetError before anything is written. O(offsets)."""
+    one = as_offset(offsets)
+    if one is not None:
+        return [one]
+    if is_int(offsets) or isinstance(offsets, (bool, str, bytes, bytearray, memoryview)) \
+            or offsets is None:
+        raise InvalidOffsetError(f"offsets must be a non-negative int or an iterable of "
+                                 f"them, got {offsets!r}")
+    if isinstance(offsets, np.ndarray) and offsets.dtype.kind in "iu":
+        items = offsets.ravel().tolist()
+        if items and min(items) < 0:
+            raise InvalidOffsetError(f"offsets must be non-negative, got {min(items)}")
+        return items
+    try:
+        items = list(offsets)  # type: ignore[call-overload]
+    except TypeError:
+        raise InvalidOffsetError(f"offsets must be a non-negative int or an iterable of "
+                                 f"them, got {offsets!r}") from None
+    out = list(map(as_offset, items))
+    if None in out:
+        bad = items[out.index(None)]
+        raise InvalidOffsetError(f"offsets must be non-negative ints, got {bad!r}")
+    return out  # type: ignore[return-value]
+
+
 def as_delivery_key(x: object) -> DeliveryKey | None:
     """A DeliveryKey (or a (deliver_after, offset) tuple) with both fields checked and made
     plain ints; None if `x` is not a tuple at all. A tuple that is not two valid fields
@@ -136,6 +175,24 @@ def _all_of_types(items, exact: set, allowed) -> bool:
     return set(map(type, items)) <= exact or all(isinstance(x, allowed) for x in items)
 
 
+_BYTES_OR_NONE = {bytes, _NONE_TYPE}
+
+
+def _check_headers(hs) -> None:
+    if not isinstance(hs, (list, tuple)):
+        raise InvalidRecordError("record headers must be a list of (str, bytes|None)")
+    for h in hs:
+        if not (isinstance(h, tuple) and len(h) == 2 and isinstance(h[0], str)
+                and (h[1] is None or isinstance(h[1], bytes))):
+            raise InvalidRecordError(f"bad header {h!r}: want (str, bytes | None)")
+        if not h[0].isascii():
+            try:
+                h[0].encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidRecordError(
+                    f"header key {h[0]!r} cannot be encoded as UTF-8") from None
+
+
 def record_columns(records: Sequence[Record]) -> list[tuple]:
     """Validate a batch and transpose it into columns (value, key, headers, timestamp,
     deliver_after) with C-level loops: one type check per column, not per field. O(records)."""
@@ -148,24 +205,18 @@ def record_columns(records: Sequence[Record]) -> list[tuple]:
         raise InvalidRecordError("every item of records must be a kdelay.Record")
     cols = list(zip(*records, strict=False))  # all Records: five fields each
     values, keys, headers, timestamps, das = cols
-    if not _all_of_types(values, {bytes}, bytes):
-        raise InvalidRecordError("every record value must be bytes")
-    if not _all_of_types(keys, {bytes, _NONE_TYPE}, (bytes, _NONE_TYPE)):
+    if not _all_of_types(values, _BYTES_OR_NONE, (bytes, _NONE_TYPE)):
+        raise InvalidRecordError("every record value must be bytes or None (a tombstone)")
+    if not _all_of_types(keys, _BYTES_OR_NONE, (bytes, _NONE_TYPE)):
         raise InvalidRecordError("every record key must be bytes or None")
     if any(headers):
-        for hs in headers:
-            if not isinstance(hs, (list, tuple)):
-                raise InvalidRecordError("record headers must be a list of (str, bytes|None)")
-            for h in hs:
-                if not (isinstance(h, tuple) and len(h) == 2 and isinstance(h[0], str)
-                        and (h[1] is None or isinstance(h[1], bytes))):
-                    raise InvalidRecordError(f"bad header {h!r}: want (str, bytes | None)")
-                if not h[0].isascii():
-                    try:
-                        h[0].encode("utf-8")
-                    except UnicodeEncodeError:
-                        raise InvalidRecordError(
-                            f"header key {h[0]!r} cannot be encoded as UTF-8") from None
+        first = headers[0]
+        if headers.count(first) == len(headers):  # one header set on every record: check once
+            _check_headers(first)
+        else:
+            for hs in headers:
+                if hs:
+                    _check_headers(hs)
     cols[3] = _time_column(timestamps, "timestamp")
     cols[4] = _time_column(das, "deliver_after")
     return cols
@@ -174,10 +225,14 @@ def record_columns(records: Sequence[Record]) -> list[tuple]:
 def _time_column(col: tuple, name: str) -> tuple:
     """A column of per-record times (None or a time), checked, numpy ints made plain ints.
     The common cases (all None; plain ints) cost a few C-level passes."""
-    if col.count(None) == len(col):
+    nones = col.count(None)
+    if nones == len(col):
         return col
     kinds = set(map(type, col))
-    if kinds <= {int, _NONE_TYPE}:
+    if not nones and kinds == {int}:  # the common case: C-level passes only
+        if min(col) >= 0 and max(col) <= MAX_INT64:
+            return col
+    elif kinds <= {int, _NONE_TYPE}:
         present = [v for v in col if v is not None]
         if min(present) >= 0 and max(present) <= MAX_INT64:
             return col
@@ -196,6 +251,8 @@ def requested_deliver_after(record_das: tuple, deliver_after: object, *,
         raise DelayedDeliveryDisabledError(
             f"log {path} has delayed_delivery_enable=False; deliver_after refused")
     if deliver_after is None and has_record_da:
+        if None not in record_das:
+            return max(record_das)
         return max(d for d in record_das if d is not None)
     return deliver_after  # type: ignore[return-value]
 

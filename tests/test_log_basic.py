@@ -251,7 +251,7 @@ BAD_BATCHES = [
     [],
     [b"raw bytes"],
     [Record("str value")],
-    [Record(None)],
+    [Record(bytearray(b"x"))],  # None is a tombstone (API.md); other non-bytes are not
     [Record(b"ok"), Record(123)],
     [Record(b"v", key="k")],
     [Record(b"v", key=1)],

@@ -17,7 +17,7 @@ import json
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from .. import fsio
 from ..clock import Clock
@@ -183,6 +183,19 @@ class Topic:
             key = records[0].key
         p = self.partition_for(key)
         return p, self._logs[p].append(records, deliver_after=deliver_after)
+
+    def cancel(self, partition: int, offsets: int | Iterable[int]) -> int:
+        """Cancel pending records of one partition by offset (see Log.cancel)."""
+        if self._closed:
+            raise KdelayError(f"topic {self.name!r} is closed")
+        return self.partition(partition).cancel(offsets)
+
+    def reschedule(self, partition: int, offset: int, deliver_after: int) -> AppendResult:
+        """Move one pending record of a partition to `deliver_after` (see Log.reschedule);
+        the copy stays in that partition."""
+        if self._closed:
+            raise KdelayError(f"topic {self.name!r} is closed")
+        return self.partition(partition).reschedule(offset, deliver_after)
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -9,6 +9,7 @@ is due sooner. The Log's lock guards every call.
 
 from __future__ import annotations
 
+from ..log.cancel_store import CancelStore
 from ..log.segment_set import SegmentSet
 from ..records import DeliveryKey, FetchedRecord
 from . import planner
@@ -35,7 +36,7 @@ class DueOrderReader:
             self._quiet = (self._quiet[0], deliver_after)
 
     def page(self, segments: SegmentSet, cursor: DeliveryKey | None, now: int,
-             max_records: int, max_bytes: int
+             max_records: int, max_bytes: int, cancels: CancelStore | None = None
              ) -> tuple[list[FetchedRecord], DeliveryKey | None, int | None]:
         """(records, next cursor, until): with no records, nothing after `cursor` is due
         before `until` (NEVER if nothing is after it at all)."""
@@ -44,7 +45,7 @@ class DueOrderReader:
             return [], cursor, quiet[1]  # known: nothing after the cursor is due
         sealed = planner.sealed_runs(segments, self._resume, cursor, now)
         runs = sealed.runs + planner.active_runs(segments.active, cursor)
-        page = read_page(runs, cursor, now, max_records, max_bytes)
+        page = read_page(runs, cursor, now, max_records, max_bytes, cancels)
         self._resume.remember(page.next, sealed)
         if page.records:
             return page.records, page.next, None

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from ..errors import CorruptLogError
 from ..log import codec
+from ..log.cancel_store import CancelStore
 from ..records import DeliveryKey, FetchedRecord
 from .runs import BatchSource
 
@@ -39,11 +40,36 @@ def batch_records(h: codec.BatchHeader, data: bytes, skip: int, limit: int,
     return list(map(_new_record, repeat(FetchedRecord), rows))
 
 
+def _kept_records(h: codec.BatchHeader, data: bytes, skip: int, want: int, gone: list[int],
+                  source: BatchSource, position: int) -> list[FetchedRecord]:
+    """Up to `want` records of a verified batch from `skip` on, leaving out the cancelled
+    offsets `gone` (sorted, inside the batch). Decodes only as far as the last record kept;
+    O(1) Python work per cancelled record."""
+    first = h.base_offset + skip
+    stop = first + want  # one past the last offset needed
+    drop = []
+    for o in gone:
+        if o >= stop:
+            break
+        drop.append(o - first)
+        stop += 1
+    stop = min(stop, h.last_offset + 1)
+    kept = batch_records(h, data, skip, stop - first, source, position)
+    for i in reversed(drop):
+        del kept[i]
+    return kept
+
+
 def read_page(runs: list, after: DeliveryKey | None, now: int, max_records: int,
-              max_bytes: int) -> Page:
+              max_bytes: int, cancels: CancelStore | None = None) -> Page:
     """Fill one page by merging `runs`: records with key > `after` and deliverAfter <= `now`,
     at most `max_records`, and `max_bytes` as a soft cap (at least one batch). Each run is
-    left positioned at its first entry not fully consumed."""
+    left positioned at its first entry not fully consumed.
+
+    Cancelled records (`cancels`) are left out and do not count against the page: a batch
+    of a segment without cancellations costs one dict probe more; otherwise two binary
+    searches find the batch's cancelled offsets, and a batch whose remaining records are all
+    cancelled is not even read."""
     out: list[FetchedRecord] = []
     taken_bytes = 0
     next_pending = None
@@ -59,6 +85,15 @@ def read_page(runs: list, after: DeliveryKey | None, now: int, max_records: int,
         skip = 0
         if after is not None and da == after.deliver_after and base <= after.offset:
             skip = after.offset - base + 1
+        gone = None
+        if skip <= lod and cancels is not None:
+            sc = cancels.get(run.seg.base_offset)
+            if sc is not None:
+                n_gone = sc.count_in_range(base + skip, base + lod)
+                if n_gone == lod + 1 - skip:
+                    skip = lod + 1  # every record left in it is cancelled
+                elif n_gone:
+                    gone = sc.in_range(base + skip, base + lod)
         if skip <= lod:
             if out and taken_bytes + size > max_bytes:
                 break
@@ -67,9 +102,14 @@ def read_page(runs: list, after: DeliveryKey | None, now: int, max_records: int,
                 raise CorruptLogError(f"batch disagrees with its index entry ({da}, {base})",
                                       run.seg.log_path, pos)
             want = max_records - len(out)
-            out.extend(batch_records(h, data, skip, want, run.seg, pos))
+            if gone is None:
+                out.extend(batch_records(h, data, skip, want, run.seg, pos))
+                left = lod + 1 - skip
+            else:
+                out.extend(_kept_records(h, data, skip, want, gone, run.seg, pos))
+                left = lod + 1 - skip - len(gone)
             taken_bytes += size
-            if lod + 1 - skip > want:
+            if left > want:
                 break  # page full inside this batch: the run stays on it
         run.advance()
         if run.head is None:

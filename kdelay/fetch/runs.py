@@ -63,8 +63,8 @@ class ColumnRun:
 
 
 class RecentRun:
-    """The active segment's entries not yet persisted (its in-memory SortedList; mutable,
-    so never remembered across pages)."""
+    """The active segment's entries not yet persisted (in memory and growing, so never
+    remembered across pages)."""
 
     __slots__ = ("seg", "head", "_it")
 

@@ -2,86 +2,23 @@
 mapping to the batch's position (and size) in the segment's .log.
 
 Entries persisted when the segment rolled (or the log closed) are memmap'd columns searched
-with searchsorted; entries appended since live in memory (_RecentEntries: a SortedList of
-one int key per batch plus arrays). The fetch merges both: `start_in_columns` positions
+with searchsorted; entries appended since live in memory (recent_entries.RecentEntries:
+numpy columns, about 20 bytes per batch). The fetch merges both: `start_in_columns` positions
 a reader in the persisted columns and `iter_recent` walks the recent entries, each in key
 order from a cursor.
 """
 
 from __future__ import annotations
 
-from array import array
-from bisect import bisect_right
 from collections.abc import Iterator
 
 import numpy as np
-from sortedcontainers import SortedList
 
 from .base import AbstractIndex
+from .recent_entries import RecentEntries as _RecentEntries
 
 # (deliver_after, base_offset, position, last_offset_delta, size)
 Entry = tuple[int, int, int, int, int]
-
-_SEQ_BITS = 32
-_SEQ_MASK = (1 << _SEQ_BITS) - 1
-
-
-class _RecentEntries:
-    """Entries appended since the index was last persisted, kept compactly: per batch one
-    int key, (deliverAfter << 32) | seq, in a SortedList, where seq is the batch's arrival
-    number, and the other fields in arrival-order arrays. Batches arrive in offset order, so
-    ordering by (deliverAfter, seq) is ordering by (deliverAfter, offset). About 80 bytes
-    per batch, against ~200 for a tuple per batch (the active segment's whole index)."""
-
-    __slots__ = ("keys", "base", "pos", "lod", "size")
-
-    def __init__(self) -> None:
-        self.keys = SortedList()
-        self.base = array("q")
-        self.pos = array("q")
-        self.lod = array("i")
-        self.size = array("i")
-
-    def add(self, da: int, base: int, pos: int, lod: int, size: int) -> None:
-        seq = len(self.base)
-        if seq and base <= self.base[-1]:
-            raise ValueError(f"entries must arrive in offset order ({base} after "
-                             f"{self.base[-1]})")
-        self.base.append(base)
-        self.pos.append(pos)
-        self.lod.append(lod)
-        self.size.append(size)
-        self.keys.add((da << _SEQ_BITS) | seq)
-
-    def __len__(self) -> int:
-        return len(self.base)
-
-    def entry(self, key: int) -> Entry:
-        seq = key & _SEQ_MASK
-        return (key >> _SEQ_BITS, self.base[seq], self.pos[seq], self.lod[seq], self.size[seq])
-
-    def entries(self, start: int = 0) -> Iterator[Entry]:
-        """Entries in key order from the `start`-th."""
-        return map(self.entry, self.keys.islice(start))
-
-    def start_after(self, after: tuple[int, int] | None) -> int:
-        """Rank of the first entry that may hold a record with key > `after` (the batch
-        holding `after` itself if it has records past it)."""
-        if after is None:
-            return 0
-        da_c, off_c = after
-        seq_c = bisect_right(self.base, off_c)  # batches with base <= off_c come first
-        k = self.keys.bisect_left((da_c << _SEQ_BITS) | seq_c)
-        if k > 0:
-            prev = self.entry(self.keys[k - 1])
-            if prev[0] == da_c and prev[1] + prev[3] > off_c:
-                k -= 1
-        return k
-
-    def not_due(self, now: int) -> Iterator[Entry]:
-        """Entries with deliverAfter > `now`."""
-        return map(self.entry, self.keys.irange(minimum=(now + 1) << _SEQ_BITS))
-
 
 class DeliverAfterIndex(AbstractIndex):
     MAGIC = b"KDLYIDX1"
@@ -122,8 +59,7 @@ class DeliverAfterIndex(AbstractIndex):
     def columns(self) -> list[np.ndarray]:
         if not self._recent:
             return [np.asarray(c) for c in self._columns]
-        fresh = [np.array(c, dtype=d) for c, d in
-                 zip(zip(*self._recent.entries(), strict=True), self.DTYPES, strict=True)]
+        fresh = [c.astype(d) for c, d in zip(self._recent.columns(), self.DTYPES, strict=True)]
         merged = [np.concatenate([a, b]) for a, b in zip(self._columns, fresh, strict=True)]
         order = np.lexsort((merged[1], merged[0]))
         return [c[order] for c in merged]
@@ -135,7 +71,7 @@ class DeliverAfterIndex(AbstractIndex):
         if len(self._columns[0]):
             cands.append(int(self._columns[0][0]))
         if self._recent:
-            cands.append(self._recent.keys[0] >> _SEQ_BITS)
+            cands.append(self._recent.min_deliver_after())
         return min(cands) if cands else None
 
     def max_key(self) -> tuple[int, int] | None:
@@ -145,7 +81,7 @@ class DeliverAfterIndex(AbstractIndex):
         if len(da):
             cands.append((int(da[-1]), int(self._columns[1][-1]) + int(self._columns[3][-1])))
         if self._recent:
-            e = self._recent.entry(self._recent.keys[-1])
+            e = self._recent.max_entry()
             cands.append((e[0], e[1] + e[3]))
         return max(cands) if cands else None
 
@@ -156,9 +92,9 @@ class DeliverAfterIndex(AbstractIndex):
         j = int(np.searchsorted(da, now, side="right"))
         if j < len(da):
             cands.append(int(da[j]))
-        for key in self._recent.keys.irange(minimum=(now + 1) << _SEQ_BITS):
-            cands.append(key >> _SEQ_BITS)
-            break
+        later = self._recent.first_after(now)
+        if later is not None:
+            cands.append(later)
         return min(cands) if cands else None
 
     def count_pending(self, now: int) -> tuple[int, int]:
@@ -167,14 +103,14 @@ class DeliverAfterIndex(AbstractIndex):
         j = int(np.searchsorted(da, now, side="right"))
         records = int((lod[j:].astype(np.int64) + 1).sum())
         batches = len(da) - j
-        for e in self._recent.not_due(now):
-            records += e[3] + 1
-            batches += 1
+        r, b = self._recent.count_not_due(now)
+        records += r
+        batches += b
         return records, batches
 
     def memory_bytes(self) -> int:
-        # per batch: an int key (~40 B) and its SortedList slot, four array cells (24 B)
-        return len(self._recent) * 72
+        # numpy columns: ~20 B per recent batch (recent_entries.py), no Python object each
+        return self._recent.nbytes()
 
     # ------------------------------------------------------------------ reading
 

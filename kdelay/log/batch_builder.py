@@ -15,6 +15,15 @@ from ..validation import check_delay_limit
 from . import codec
 
 
+def _deltas(stamps, base: int):
+    """Timestamp deltas: a list for the codec's small-batch path, else an int64 array."""
+    if stamps is None:
+        return None
+    if len(stamps) < codec.SMALL_BATCH:
+        return [t - base for t in stamps]
+    return np.array(stamps, dtype=np.int64) - base
+
+
 class BuiltBatch(NamedTuple):
     data: bytes
     deliver_after: int   # the batch's: never below `now`
@@ -27,19 +36,19 @@ def build_batch(columns: list[tuple], *, base_offset: int, now: int, requested: 
     and `explicit` the caller's own `deliver_after` argument (None if it gave none; the
     delay limit no longer depends on how the delay was asked for, so it is informational)."""
     values, keys, headers, timestamps, record_das = columns
-    if timestamps.count(None) == len(timestamps):
+    nones = timestamps.count(None)
+    if nones == len(timestamps):
         ts_list = None
         base_ts = max_ts = now
     else:
-        ts_list = [now if t is None else t for t in timestamps]
+        ts_list = timestamps if not nones else [now if t is None else t for t in timestamps]
         base_ts, max_ts = ts_list[0], max(ts_list)
     check_delay_limit(config.max_delivery_delay_ms, requested, ts_list, now)
     batch_da = now if requested is None or requested < now else requested
     data = codec.encode_batch(
         base_offset=base_offset, base_timestamp=base_ts, deliver_after=batch_da,
         keys=keys, values=values,
-        timestamp_deltas=(None if ts_list is None else
-                          np.array(ts_list, dtype=np.int64) - base_ts),
+        timestamp_deltas=_deltas(ts_list, base_ts),
         headers=headers)  # the codec treats all-empty headers as none
     if len(data) > config.max_batch_bytes:
         raise InvalidRecordError(f"batch of {len(data)} bytes exceeds max_batch_bytes "

@@ -121,13 +121,18 @@ class Settings:
 def run(directory: str, segments, lock, settings: Settings, *, now: Callable[[], int],
         cancelled: Cancelled | None = None, before_change: Callable[[], None] = lambda: None,
         after_change: Callable[[], None] = lambda: None,
-        is_closed: Callable[[], bool] = lambda: False) -> CompactionResult:
+        is_closed: Callable[[], bool] = lambda: False,
+        may_swap: Callable[[list[LogSegment], LogSegment], bool] = lambda olds, new: True,
+        ) -> CompactionResult:
     """Compact a live log's sealed segments. `segments` is its SegmentSet and `lock` the
     lock guarding it: held only to take a snapshot of the sealed segments and, per group,
     for the swap (a few renames and two directory fsyncs); planning and rewriting read
     immutable sealed files through their own descriptors while appends and fetches go on.
     A group whose segments changed meanwhile (retention deleted one) is dropped, as is one
-    whose source turns out damaged (logged; verify reports the damage). Call with the
+    whose source turns out damaged (logged; verify reports the damage), and one `may_swap`
+    refuses (asked under the lock with the old segments and the rewritten one: state kept
+    beside a segment, such as cancellations made during the rewrite, may not survive a
+    merge; a later run plans afresh). Call with the
     caller's compaction lock held (one compaction at a time per log)."""
     with lock:
         if settings.min_ratio <= 0 or is_closed():
@@ -153,7 +158,7 @@ def run(directory: str, segments, lock, settings: Settings, *, now: Callable[[],
         with lock:
             held = time.perf_counter()
             olds = [_current(segments, live, src) for src in group]
-            if is_closed() or any(o is None for o in olds):
+            if is_closed() or any(o is None for o in olds) or not may_swap(olds, rw.segment):
                 rw.segment.close()
                 swap.discard_cleaned(directory, group[0].base_offset)
                 continue

@@ -10,6 +10,8 @@ Layout of a partition directory (as in Kafka):
     <base offset>.dlyindex              DeliverAfterIndex (one entry per batch)
     <base offset>.compacted             marker of a segment rewritten by compaction
     <base offset>.<suffix>.cleaned/.swap  a compaction's replacement being written/swapped in
+    <base offset>.cancels, .cancelindex   cancelled records: journal and sorted cache (only
+                                        for a segment with cancellations)
     .lock, .kdelay_cleanshutdown, recovery-point-offset-checkpoint, group files
     append.horizon                      the live writer's state for lock-free readers
     queues/<group>.snapshot, .journal   queue group state (kdelay.clients.queue_state)
@@ -30,6 +32,10 @@ INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
 DLYINDEX_SUFFIX = ".dlyindex"
 INDEX_SUFFIXES = (INDEX_SUFFIX, TIMEINDEX_SUFFIX, DLYINDEX_SUFFIX)
+# a segment's cancellations (kdelay/log/cancellations.py): journal, and its sorted cache
+CANCELS_SUFFIX = ".cancels"
+CANCEL_INDEX_SUFFIX = ".cancelindex"
+CANCEL_SUFFIXES = (CANCELS_SUFFIX, CANCEL_INDEX_SUFFIX)
 # compaction (log/swap.py): the marker of a compacted segment, and the suffixes a
 # replacement carries while it is written and while it is swapped in (the loader completes
 # or undoes a swap before it lists segments)
@@ -37,7 +43,7 @@ MARKER_SUFFIX = ".compacted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 # files that belong to a segment besides its .log: removed with it, orphans without it
-COMPANION_SUFFIXES = (*INDEX_SUFFIXES, MARKER_SUFFIX)
+COMPANION_SUFFIXES = (*INDEX_SUFFIXES, MARKER_SUFFIX, *CANCEL_SUFFIXES)
 # an interrupted atomic write leaves `.tmp`, an interrupted delete `.deleted`
 TEMP_SUFFIXES = (".tmp", ".deleted")
 # kdelay's own small files: their presence alone marks a partition directory

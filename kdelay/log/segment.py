@@ -23,6 +23,7 @@ from ..index.offset_index import OffsetIndex
 from ..index.time_index import TimeIndex
 from . import codec
 from .files import (
+    CANCEL_SUFFIXES,
     COMPANION_SUFFIXES,
     DLYINDEX_SUFFIX,
     INDEX_SUFFIX,
@@ -74,6 +75,11 @@ class LogSegment:
     def create(cls, directory: str, base_offset: int) -> LogSegment:
         """A new, empty segment. If the file cannot be made empty, it is removed again
         (best effort; the loader also drops an empty .log that overlaps its predecessor)."""
+        for suffix in CANCEL_SUFFIXES:
+            # a new segment has no cancellations: never inherit those of an earlier one with
+            # this base offset (cut off by recovery); durable with the fsync_dir that makes
+            # the new .log durable
+            fsio.unlink(segment_file(directory, base_offset, suffix))
         path = os.path.join(directory, segment_name(base_offset) + LOG_SUFFIX)
         fd = fsio.open_append(path)
         try:

@@ -50,6 +50,7 @@ RECORD_FIELDS: list[tuple[str, pa.DataType]] = [
     ("key", pa.binary()),
     ("value", pa.binary()),
     ("crc_valid", pa.bool_()),
+    ("cancelled", pa.bool_()),  # withdrawn by cancel or reschedule (never delivered)
 ]
 TOPIC_FIELDS: list[tuple[str, pa.DataType]] = [("topic", pa.string()), ("partition", pa.int32())]
 
@@ -252,15 +253,25 @@ def _constants(n: int, topic: str | None, partition: int | None, segment: int) -
     return cols
 
 
+def is_cancelled(offsets: np.ndarray, cancelled: np.ndarray | None) -> np.ndarray:
+    """Boolean per offset: is it in the sorted `cancelled` offsets? One vectorised binary
+    search (all False without cancellations)."""
+    if cancelled is None or not len(cancelled):
+        return np.zeros(len(offsets), dtype=bool)
+    i = np.minimum(np.searchsorted(cancelled, offsets), len(cancelled) - 1)
+    return cancelled[i] == offsets
+
+
 def records_to_arrow(buf_bytes: bytearray, batches: Sequence[ChunkBatch], *, segment: int,
                      topic: str | None = None, partition: int | None = None,
-                     log_path: str | None = None,
-                     columns: Sequence[str] | None = None) -> list[pa.RecordBatch]:
+                     log_path: str | None = None, columns: Sequence[str] | None = None,
+                     cancelled: np.ndarray | None = None) -> list[pa.RecordBatch]:
     """Arrow record batches (in file order) holding every record of `batches`, which all lie
     in `buf_bytes` (padded with PAD bytes past the last batch). With `columns`, only those
     columns are built, and the records are decoded only if `timestamp`, `key` or `value` is
     among them (the others come from the batch headers); a key or value column is built
-    only when asked for."""
+    only when asked for. `cancelled`: the segment's cancelled offsets, sorted (the
+    `cancelled` column)."""
     if not batches:
         return []
     schema = arrow_schema(topic is not None, columns)
@@ -280,12 +291,12 @@ def records_to_arrow(buf_bytes: bytearray, batches: Sequence[ChunkBatch], *, seg
             # a varint over 10 bytes somewhere in a damaged batch: decode batch by batch
             if nb == 1:
                 return [_fallback(buf_bytes, batches[0], schema, segment, topic, partition,
-                                  log_path)]
+                                  log_path, cancelled)]
             out = []
             for b in batches:
                 out.extend(records_to_arrow(buf_bytes, [b], segment=segment, topic=topic,
                                             partition=partition, log_path=log_path,
-                                            columns=columns))
+                                            columns=columns, cancelled=cancelled))
             return out
 
     total = int(counts.sum())
@@ -295,9 +306,9 @@ def records_to_arrow(buf_bytes: bytearray, batches: Sequence[ChunkBatch], *, seg
     def per_batch(values) -> pa.Array:
         return pa.array(np.fromiter(values, dtype=np.int64, count=nb)[bidx])
 
-    def offsets() -> pa.Array:
+    def offset_values() -> np.ndarray:
         base = np.fromiter((b.header.base_offset for b in batches), dtype=np.int64, count=nb)
-        return pa.array(base[bidx] + (np.arange(total, dtype=np.int64) - rstart[bidx]))
+        return base[bidx] + (np.arange(total, dtype=np.int64) - rstart[bidx])
 
     def payload(which: str) -> pa.Array:
         pos, ln = (fields.kpos, fields.klen) if which == "key" else (fields.vpos, fields.vlen)
@@ -310,13 +321,14 @@ def records_to_arrow(buf_bytes: bytearray, batches: Sequence[ChunkBatch], *, seg
         "segment": lambda: pa.repeat(pa.scalar(segment, pa.int64()), total),
         "batch_base_offset": lambda: per_batch(b.header.base_offset for b in batches),
         "position": lambda: per_batch(b.file_pos for b in batches),
-        "offset": offsets,
+        "offset": lambda: pa.array(offset_values()),
         "deliver_after": lambda: per_batch(b.header.deliver_after for b in batches),
         "timestamp": lambda: pa.array(fields.timestamps),
         "key": lambda: payload("key"),
         "value": lambda: payload("value"),
         "crc_valid": lambda: pa.array(np.fromiter((b.crc_ok for b in batches), dtype=bool,
                                                   count=nb)[bidx]),
+        "cancelled": lambda: pa.array(is_cancelled(offset_values(), cancelled)),
     }
     whole = pa.RecordBatch.from_arrays([make[n]() for n in names], schema=schema)
     if fields is None or fields.ok.all():
@@ -328,7 +340,8 @@ def records_to_arrow(buf_bytes: bytearray, batches: Sequence[ChunkBatch], *, seg
         lo = int(rstart[b])
         if lo > run_start:
             out.append(whole.slice(run_start, lo - run_start))
-        out.append(_fallback(buf_bytes, batches[b], schema, segment, topic, partition, log_path))
+        out.append(_fallback(buf_bytes, batches[b], schema, segment, topic, partition, log_path,
+                             cancelled))
         run_start = lo + int(counts[b])
     if run_start < total:
         out.append(whole.slice(run_start))
@@ -336,7 +349,8 @@ def records_to_arrow(buf_bytes: bytearray, batches: Sequence[ChunkBatch], *, seg
 
 
 def _fallback(buf_bytes: bytearray, b: ChunkBatch, schema: pa.Schema, segment: int,
-              topic: str | None, partition: int | None, log_path: str | None) -> pa.RecordBatch:
+              topic: str | None, partition: int | None, log_path: str | None,
+              cancelled: np.ndarray | None = None) -> pa.RecordBatch:
     """One batch through `codec.decode_records`; a single crc_valid=False placeholder row
     (null key and value) if even that cannot decode it."""
     h = b.header
@@ -348,14 +362,16 @@ def _fallback(buf_bytes: bytearray, b: ChunkBatch, schema: pa.Schema, segment: i
         ts, keys, values, crc = [h.base_timestamp], [None], [None], False
     n = len(values)
     full = arrow_schema(topic is not None)
+    offsets = np.arange(h.base_offset, h.base_offset + n, dtype=np.int64)
     cols = _constants(n, topic, partition, segment) + [
         pa.repeat(pa.scalar(h.base_offset, pa.int64()), n),
         pa.repeat(pa.scalar(b.file_pos, pa.int64()), n),
-        pa.array(np.arange(h.base_offset, h.base_offset + n, dtype=np.int64)),
+        pa.array(offsets),
         pa.repeat(pa.scalar(h.deliver_after, pa.int64()), n),
         pa.array(ts, type=pa.int64()),
         pa.array(keys, type=pa.binary()),
         pa.array(values, type=pa.binary()),
         pa.repeat(pa.scalar(crc, pa.bool_()), n),
+        pa.array(is_cancelled(offsets, cancelled)),
     ]
     return pa.RecordBatch.from_arrays(cols, schema=full).select(schema.names)

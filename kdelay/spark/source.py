@@ -47,6 +47,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from ..log.cancellations import read_cancelled
 from ..log.files import DLYINDEX_SUFFIX, LOG_SUFFIX, segment_file, segment_name
 from . import columnar, scan
 from .columnar import TOPIC_FIELDS
@@ -202,10 +203,13 @@ class KdelayReader(DataSourceReader):
                                     check_crc="crc_valid" in self.names)
         topic, part = plan.part.topic, plan.part.partition
         if self.mode == "records":
+            cancelled = read_cancelled(plan.part.path, plan.base) \
+                if "cancelled" in self.names else None
             for chunk in reader.chunks():
                 yield from columnar.records_to_arrow(chunk.buf, chunk.batches, segment=plan.base,
                                                      topic=topic, partition=part,
-                                                     log_path=reader.path, columns=self.names)
+                                                     log_path=reader.path, columns=self.names,
+                                                     cancelled=cancelled)
         else:
             full = _arrow_schema(_fields(self.mode, self.with_topic))
             for chunk in reader.chunks():

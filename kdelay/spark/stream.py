@@ -25,6 +25,10 @@ latency; the real latency is the trigger interval plus Spark's per-batch overhea
 needs the writer's log clock not to lag the wall clock: the default log clock is the wall
 clock, and its monotonic floor only moves it ahead.)
 
+Cancelled records are left out: each micro-batch reads the segments' cancellations after
+it was planned, and a cancel publishes the append horizon as an append does (it can only
+take a record due after the clock it reads), so a record it withdraws is never planned.
+
 Options: `maxRecordsPerPartition` (default 250000): the most records one Spark input
 partition reads; `startingOffsets` "earliest" (default: every record, as it is due) or
 "latest" (only records that come due after the query starts).
@@ -41,6 +45,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from ..errors import CorruptLogError
 from ..log import codec
+from ..log.cancellations import read_cancelled
 from ..log.files import LOG_SUFFIX, segment_file
 from . import columnar, scan
 from .live import BatchRef, LivePartition
@@ -200,10 +205,18 @@ def read_range(part: scan.PartitionDir, start: tuple[int, int], end: tuple[int, 
                 chunk.append(columnar.ChunkBatch(rel, pos, h, True))
                 rel += size
             straddles = (run[0][0], run[0][1]) <= start or (run[-1][0], run[-1][2]) > end
+            # read after planning: a cancel that could still take one of these records
+            # would have held the planning bound below it (see horizon.py)
+            cancelled = read_cancelled(part.path, seg)
             for rb in columnar.records_to_arrow(buf, chunk, segment=seg, topic=topic,
-                                                partition=pnum, log_path=path):
-                if straddles:
-                    rb = rb.filter(_in_range(rb, start, end))
+                                                partition=pnum, log_path=path,
+                                                cancelled=cancelled):
+                keep = _in_range(rb, start, end) if straddles else None
+                if len(cancelled):
+                    live = ~rb.column("cancelled").to_numpy(zero_copy_only=False)
+                    keep = live if keep is None else keep & live
+                if keep is not None:
+                    rb = rb.filter(pa.array(keep))
                 if rb.num_rows:
                     yield rb
             i = j
@@ -212,9 +225,9 @@ def read_range(part: scan.PartitionDir, start: tuple[int, int], end: tuple[int, 
             os.close(fd)
 
 
-def _in_range(rb: pa.RecordBatch, start: tuple[int, int], end: tuple[int, int]) -> pa.Array:
+def _in_range(rb: pa.RecordBatch, start: tuple[int, int], end: tuple[int, int]):
     da = rb.column("deliver_after").to_numpy()
     off = rb.column("offset").to_numpy()
     after = (da > start[0]) | ((da == start[0]) & (off > start[1]))
     upto = (da < end[0]) | ((da == end[0]) & (off <= end[1]))
-    return pa.array(after & upto)
+    return after & upto

@@ -292,6 +292,9 @@ def close_abandoned(log) -> None:
             with contextlib.suppress(OSError):
                 os.close(seg.fd)
             seg.fd = -1
+    cancels = getattr(log, "_cancels", None)
+    if cancels is not None:
+        cancels.close()  # only closes journal descriptors: writes nothing
     fd = getattr(log, "_lock_fd", -1)
     if fd is not None and fd >= 0:
         with contextlib.suppress(OSError):

@@ -1,7 +1,7 @@
 """`kdelay`: inspect and repair logs from the shell (the kafka-dump-log of kdelay).
 
     kdelay dump-log FILE.log [--print-data] [--offsets A..B] [--json]
-    kdelay dump-index FILE.dlyindex|FILE.index|FILE.timeindex [--summary] [--json]
+    kdelay dump-index FILE.dlyindex|.index|.timeindex|.cancels|.cancelindex [--summary] [--json]
     kdelay verify DIR|FILE [--json] [-q]
     kdelay rebuild-index DIR [--index-interval-bytes N]
     kdelay stats DIR [--now MS] [--json]
@@ -109,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--json", action="store_true", help="one JSON object per batch per line")
     d.set_defaults(handler=cmd_dump_log)
 
-    x = sub.add_parser("dump-index", help="print an index file (.dlyindex, .index, .timeindex)")
+    x = sub.add_parser("dump-index", help="print an index file (.dlyindex, .index, "
+                       ".timeindex) or a cancellation file (.cancels, .cancelindex)")
     x.add_argument("file")
     x.add_argument("--summary", action="store_true",
                    help="only the header and whether the index is current for its .log")

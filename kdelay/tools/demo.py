@@ -79,6 +79,7 @@ def run(records: int, batch_size: int, segment_bytes: int, workdir: str, seed: i
         bar(batch_size)
     append_s = time.perf_counter() - t0
     bar.close()
+    moves = withdraw_some_jobs(log, clock, due_of_batch, batch_size, seed)
     log.flush()
     segments = len(log.segments)
     # A crash: copy the live directory while the log is open. The copy has no clean-shutdown
@@ -95,29 +96,78 @@ def run(records: int, batch_size: int, segment_bytes: int, workdir: str, seed: i
           f"truncated {report.bytes_truncated} bytes")
 
     total = batches * batch_size
-    checked = drain_and_check(recovered, clock, total, batch_size, due_of_batch)
+    checked = drain_and_check(recovered, clock, total, batch_size, due_of_batch, moves)
     recovered.close()
     return {"records": total, "segments": segments, "append_s": append_s,
-            "recovery_ms": recovery_ms, **checked}
+            "recovery_ms": recovery_ms, "cancelled": len(moves.cancelled),
+            "rescheduled": len(moves.copies), **checked}
+
+
+class Withdrawn:
+    """What the demo cancelled and moved: the drain checks none of it comes back."""
+
+    def __init__(self) -> None:
+        self.cancelled: set[int] = set()
+        self.copies: dict[int, tuple[int, int]] = {}  # copy offset -> (original, its due)
+
+
+def withdraw_some_jobs(log: Log, clock: list[int], due_of_batch: list[int], batch_size: int,
+                       seed: int) -> Withdrawn:
+    """Cancel about 2% of the jobs scheduled hours ahead (paid orders whose reminders are no
+    longer needed) and move about 1% of them to another hour (a job moved to tonight)."""
+    rng = random.Random(seed + 1)
+    w = Withdrawn()
+    jobs = [b for b, da in enumerate(due_of_batch) if da > clock[0] + HOUR_MS // 2]
+    if not jobs:
+        return w
+    picks = rng.sample(range(len(jobs) * batch_size), max(2, len(jobs) * batch_size // 33))
+    offsets = [jobs[p // batch_size] * batch_size + p % batch_size for p in picks]
+    half = len(offsets) * 2 // 3
+    t0 = time.perf_counter()
+    n = log.cancel(offsets[:half])
+    cancel_ms = (time.perf_counter() - t0) * 1000
+    if n != half:
+        raise AssertionError(f"cancelled {n} of {half} pending jobs")
+    w.cancelled.update(offsets[:half])
+    for off in offsets[half:]:
+        res = log.reschedule(off, clock[0] + rng.randint(1, 6) * HOUR_MS)
+        w.copies[res.base_offset] = (off, res.deliver_after)
+    print(f"  cancelled {n:,} scheduled jobs in one call ({cancel_ms:.1f} ms) and "
+          f"rescheduled {len(w.copies):,} to another hour")
+    return w
 
 
 def drain_and_check(log: Log, clock: list[int], total: int, batch_size: int,
-                    due_of_batch: list[int]) -> dict:
+                    due_of_batch: list[int], moved: Withdrawn | None = None) -> dict:
     """Drain in due order while the clock moves, checking every record: exactly once, in
-    (deliverAfter, offset) order, never before its deliverAfter, bytes as written."""
+    (deliverAfter, offset) order, never before its deliverAfter, bytes as written; no
+    cancelled record and no rescheduled original, and each reschedule's copy at its new
+    time with the original's bytes."""
+    moved = moved if moved is not None else Withdrawn()
+    withdrawn = moved.cancelled | {orig for orig, _ in moved.copies.values()}
+    copies_seen = 0
     seen = 0
     cursor = None
     last_key = (-1, -1)
     bar = ProgressBar("drain", total, fmt=_count)
 
     def check(page_records) -> None:
-        nonlocal seen, last_key
+        nonlocal seen, last_key, copies_seen
         for r in page_records:
             key = (r.deliver_after, r.offset)
             if key <= last_key:
                 raise AssertionError(f"out of order: {key} after {last_key}")
             if r.deliver_after > clock[0]:
                 raise AssertionError(f"record {r.offset} delivered early")
+            if r.offset in withdrawn:
+                raise AssertionError(f"record {r.offset} was cancelled or moved, and came")
+            if r.offset >= total:
+                orig, due = moved.copies[r.offset]
+                if r.deliver_after != due or r.value != expected_value(orig):
+                    raise AssertionError(f"copy {r.offset} of {orig} came back altered")
+                copies_seen += 1
+                last_key = key
+                continue
             if r.deliver_after != due_of_batch[r.offset // batch_size]:
                 raise AssertionError(f"record {r.offset} came back with another deliverAfter")
             if r.value != expected_value(r.offset):
@@ -152,9 +202,11 @@ def drain_and_check(log: Log, clock: list[int], total: int, batch_size: int,
     for recs in pages:
         check(recs)
     bar.close()
-    if seen != total:
-        raise AssertionError(f"delivered {seen} records, appended {total}")
-    return {"drain_s": drain_s, "drained_at_speed": total - stepped, "stepped": stepped}
+    want = total - len(withdrawn) + len(moved.copies)
+    if seen != want or copies_seen != len(moved.copies):
+        raise AssertionError(f"delivered {seen} records ({copies_seen} copies), expected "
+                             f"{want} ({len(moved.copies)} copies)")
+    return {"drain_s": drain_s, "drained_at_speed": seen - stepped, "stepped": stepped}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  crash recovery     {s['recovery_ms']:>12.1f} ms")
     print("  delivery invariant: every record once, in (deliverAfter, offset) order, never "
           "early, bytes intact: OK")
+    print(f"  cancel/reschedule: none of the {s['cancelled']:,} cancelled jobs and none of "
+          f"the {s['rescheduled']:,} moved originals delivered; each copy delivered once, "
+          f"at its new time: OK")
     if pool is not None:
         print(f"  worker pool        {pool['jobs'] / pool['elapsed_s']:>12,.0f} jobs/s "
               f"({pool['workers']} workers, {pool['released']:,} failures released with "

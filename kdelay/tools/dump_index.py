@@ -9,6 +9,7 @@ import os
 from ..errors import IndexUnreadable, InspectError
 from ..index.index_file import currency_mismatches
 from ..log.files import LOG_SUFFIX, parse_segment_name
+from . import cancels
 from .formatting import Out, err, fmt_time, iso_or_none
 from .progress import fmt_size
 from .scanning import (
@@ -58,11 +59,13 @@ def cmd_dump_index(args: argparse.Namespace, out: Out) -> int:
     path = existing(args.file)
     if os.path.isdir(path):
         raise InspectError(f"{path}: is a directory; dump-index takes one index file")
+    if cancels.is_cancel_file(path):
+        return cancels.dump_cancel_file(path, out, args.json)
     kind = kind_for_path(path)
     if kind is None:
         hint = (f"; use: kdelay dump-log {path}" if path.endswith(LOG_SUFFIX) else "")
-        raise InspectError(f"{path}: not an index file (expected a .dlyindex, .index or "
-                               f".timeindex suffix){hint}")
+        raise InspectError(f"{path}: not an index file (expected a .dlyindex, .index, "
+                               f".timeindex, .cancels or .cancelindex suffix){hint}")
     idx = read_index_file(path, kind)
     if idx.wrong_kind is not None:
         raise InspectError(f"{path}: {idx.problems[0]}")

@@ -7,10 +7,13 @@ import argparse
 import os
 from collections.abc import Iterator
 
+import numpy as np
+
 from ..errors import KdelayError
 from ..log import codec
 from ..log.files import LOG_SUFFIX, SegmentFiles, parse_segment_name
 from ..log.walker import Batch, FramingBreak
+from . import cancels
 from .formatting import Out, bytes_json, err, fmt_time, iso_or_none, show_bytes
 from .progress import ProgressBar, fmt_size
 from .scanning import (
@@ -38,9 +41,24 @@ def _log_file(path: str) -> str:
 
 
 
-def _batch_json(b: Batch) -> dict:
+def _cancelled_in(gone: np.ndarray, b: Batch) -> list[int]:
+    """The batch's cancelled offsets (the segment's sorted `gone`): two binary searches."""
+    lo = int(gone.searchsorted(b.base_offset))
+    hi = int(gone.searchsorted(b.last_offset, side="right"))
+    return gone[lo:hi].tolist()
+
+
+def _segment_cancelled(path: str) -> np.ndarray:
+    parsed = parse_segment_name(os.path.basename(path))
+    if parsed is None:
+        return np.empty(0, dtype=np.int64)
+    return cancels.cancelled_offsets(os.path.dirname(os.path.abspath(path)), parsed[0])
+
+
+def _batch_json(b: Batch, gone: np.ndarray) -> dict:
     h = b.header
     return {
+        "cancelled": _cancelled_in(gone, b),
         "position": b.position, "base_offset": h.base_offset, "last_offset": h.last_offset,
         "record_count": h.record_count, "size": h.size, "batch_length": h.batch_length,
         "deliver_after": h.deliver_after, "deliver_after_iso": iso_or_none(h.deliver_after),
@@ -52,15 +70,18 @@ def _batch_json(b: Batch) -> dict:
 
 
 _LOG_COLS = (f"{'POSITION':>12}  {'BASE_OFFSET':>12}  {'LAST_OFFSET':>12}  {'RECORDS':>7}  "
-             f"{'SIZE':>9}  {'CRC':<3}  {'DELIVER_AFTER (UTC, ms)':<42}  MAX_TIMESTAMP (UTC)")
+             f"{'SIZE':>9}  {'CRC':<3}  {'DELIVER_AFTER (UTC, ms)':<42}  "
+             f"{'MAX_TIMESTAMP (UTC)':<24}  CANCELLED")
 
 
-def _batch_row(b: Batch) -> str:
+def _batch_row(b: Batch, gone: np.ndarray) -> str:
     h = b.header
     da = f"{fmt_time(h.deliver_after)} ({h.deliver_after})"
+    cancelled = _cancelled_in(gone, b)
     return (f"{b.position:>12}  {h.base_offset:>12}  {h.last_offset:>12}  {h.record_count:>7}  "
             f"{fmt_size(h.size):>9}  {'ok' if b.crc_valid else 'BAD':<3}  {da:<42}  "
-            f"{fmt_time(h.max_timestamp)}")
+            f"{fmt_time(h.max_timestamp):<24}  "
+            f"{','.join(map(str, cancelled)) if cancelled else '-'}")
 
 
 def _start_position(path: str, lo: int | None, size: int) -> int:
@@ -95,6 +116,7 @@ def cmd_dump_log(args: argparse.Namespace, out: Out) -> int:
     fd, size = open_log_file(path)
     os.close(fd)
     start = _start_position(path, lo, size)
+    gone = _segment_cancelled(path)
     gaps = _compacted(path, size)
     bar = ProgressBar("dump-log", size - start)
     problems = 0
@@ -137,12 +159,12 @@ def cmd_dump_log(args: argparse.Namespace, out: Out) -> int:
             batches += 1
             records += b.header.record_count
             if args.json:
-                obj = _batch_json(b)
+                obj = _batch_json(b, gone)
                 if args.print_data:
                     obj["records"] = _records_json(b, lo, hi)
                 out.json(obj)
             else:
-                out.line(_batch_row(b))
+                out.line(_batch_row(b, gone))
                 if args.print_data:
                     for line in _records_text(b, lo, hi, args.max_bytes):
                         out.line(line)

@@ -21,6 +21,7 @@ from ..log.files import CLEAN_SHUTDOWN_FILE, SegmentFiles
 from ..log.groups import GroupStore
 from ..log.loader import read_recovery_point
 from ..log.walker import Progress
+from . import cancels
 from .formatting import Out, fmt_duration, fmt_time
 from .progress import ProgressBar, fmt_size
 from .scanning import (
@@ -122,6 +123,7 @@ def _stats_once(directory: str, now: int, progress: Progress | None) -> dict:
                        "due_not_consumed": lag})
     queues = _queue_groups(directory, now, da[order], base[order], counts[order] - 1)
     clean = os.path.exists(os.path.join(directory, CLEAN_SHUTDOWN_FILE))
+    cancelled, cancelled_pending = _cancelled_counts(directory, sums, base, da, now)
     return {
         "path": directory,
         "now": now,
@@ -134,6 +136,8 @@ def _stats_once(directory: str, now: int, progress: Progress | None) -> dict:
         "index_bytes": _index_bytes(segments),
         "due_records": records - pending,
         "pending_records": pending,
+        "cancelled_records": cancelled,
+        "cancelled_pending": cancelled_pending,
         "earliest_pending_deliver_after": int(da[pending_mask].min()) if pending else None,
         "latest_deliver_after": int(da.max()) if len(da) else None,
         "forecast": forecast,
@@ -220,13 +224,28 @@ def cmd_stats(args: argparse.Namespace, out: Out) -> int:
     return EXIT_PROBLEMS if any(p["damaged_segments"] for p in parts) else EXIT_OK
 
 
+def _cancelled_counts(directory: str, sums: list[SegmentSummary], base: np.ndarray,
+                      da: np.ndarray, now: int) -> tuple[int, int]:
+    """(cancelled records, how many of them are not yet due): each cancelled offset is
+    mapped to its batch by one vectorised binary search over the batches' base offsets."""
+    gone = [cancels.cancelled_offsets(directory, s.segment.base_offset, s.next_offset)
+            for s in sums]
+    gone = np.concatenate(gone) if gone else np.empty(0, np.int64)
+    if not len(gone) or not len(base):
+        return int(len(gone)), 0
+    order = np.argsort(base, kind="stable")
+    i = np.searchsorted(base[order], gone, side="right") - 1
+    return int(len(gone)), int((da[order][np.maximum(i, 0)] > now).sum())
+
+
 def _totals(parts: list[dict], now: int) -> dict:
     def opt(key: str, fn: Callable) -> int | None:
         vals = [p[key] for p in parts if p[key] is not None]
         return fn(vals) if vals else None
 
     keys = ("segments", "records", "batches", "bytes", "index_bytes", "due_records",
-            "pending_records", "segments_from_index", "segments_scanned")
+            "pending_records", "cancelled_records", "cancelled_pending",
+            "segments_from_index", "segments_scanned")
     t = {k: sum(p[k] for p in parts) for k in keys}
     t["now"] = now
     t["earliest_pending_deliver_after"] = opt("earliest_pending_deliver_after", min)
@@ -267,6 +286,9 @@ def _stats_body(p: dict, out: Out) -> None:
              f"of indexes")
     out.line(f"  {'due':<22} {p['due_records']:,}   (as of {fmt_time(now)})")
     out.line(f"  {'pending':<22} {p['pending_records']:,}")
+    if p["cancelled_records"]:
+        out.line(f"  {'cancelled':<22} {p['cancelled_records']:,} "
+                 f"({p['cancelled_pending']:,} of them not yet due; never delivered)")
     e = p["earliest_pending_deliver_after"]
     if e is not None:
         out.line(f"  {'earliest pending':<22} {fmt_time(e)} ({e}), in {fmt_duration(e - now)}")

@@ -1,6 +1,7 @@
 """`kdelay verify`: check every batch's CRC, offset continuity within and across segments,
-the consumer group files, and every persisted index against what its .log says (the index
-checks are in verify_index.py). Only reads; safe on a live log."""
+the consumer group files, every persisted index against what its .log says (the index
+checks are in verify_index.py), and each segment's cancellation files (tools/cancels.py).
+Only reads; safe on a live log."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ..log import files, horizon
 from ..log.files import LOG_SUFFIX, SegmentFiles, parse_segment_name, segment_file
 from ..log.groups import GroupStore
 from ..log.walker import Batch, FramingBreak, Progress
+from . import cancels
 from .formatting import Out
 from .progress import ProgressBar, fmt_size
 from .scanning import (
@@ -102,6 +104,7 @@ def _verify_once(directory: str, only_base: int | None, progress: Progress | Non
         _check_batches(rep, seg, scan, active, clean)
         for kind in (DLY, OFFSET, TIME):
             check_index(rep, seg, scan, kind, active, clean)
+        cancels.check_segment(rep, directory, seg.base_offset, scan.next_offset())
         prev_next, prev_path = scan.next_offset(), seg.log_path
     if only_base is None:
         _check_groups(rep, directory, prev_next)

@@ -341,7 +341,6 @@ def test_metrics_counts(env):
         {"acquired": 1, "available": 3, "delayed": 1, "acked": 1}
 
 
-@pytest.mark.skipif(not hasattr(Log, "cancel"), reason="cancellation is not in this tree yet")
 def test_cancelled_records_are_never_polled(env):
     clock, open_log = env
     log = open_log()

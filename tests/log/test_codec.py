@@ -15,7 +15,7 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from kafka.record.util import decode_varint, encode_varint
 
 from kdelay.errors import CorruptLogError, InvalidRecordError
-from kdelay.log import codec, varint
+from kdelay.log import codec, sections, varint
 
 # ---------------------------------------------------------------------------- oracles
 
@@ -226,6 +226,80 @@ def test_decodes_kafka_built_batches(spec):
     assert codec.parse_header(buf).deliver_after == 123
 
 
+def shape_spec(shape: str, n: int) -> Spec:
+    """The batch shapes producers send (issue 12), each on a fast path."""
+    rng = random.Random(f"{shape}-{n}")
+    keys = [rng.randbytes(16) for _ in range(n)]
+    values = [rng.randbytes(100) for _ in range(n)]
+    increasing = sorted(rng.randint(0, 40) for _ in range(n))
+    increasing = [d - increasing[0] for d in increasing]
+    if shape == "homogeneous":
+        return Spec(keys, values)
+    if shape == "one-timestamp":  # the batch's own stamp, not the append time
+        return Spec(keys, values, base_ts=BASE_TS - 12345)
+    if shape == "increasing-timestamps":
+        return Spec(keys, values, increasing)
+    if shape == "wide-increasing-timestamps":  # 2- and 3-byte deltas
+        return Spec(keys, values, [i * 997 for i in range(n)])
+    if shape == "arbitrary-timestamps":
+        return Spec(keys, values, [0] + [rng.randint(-5000, 5000) for _ in range(n - 1)])
+    if shape == "retry-header":
+        return Spec(keys, values, increasing, [[("kdelay.attempt", b"%d" % 3)]] * n)
+    if shape == "some-headers":
+        return Spec(keys, values, increasing,
+                    [[("trace", rng.randbytes(8))] if i % 10 == 3 else [] for i in range(n)])
+    if shape == "header-none-values":
+        return Spec(keys, values, None, [[("a", None), ("b", b"")] for _ in range(n)])
+    if shape == "null-keys":
+        return Spec([None] * n, values, increasing)
+    if shape == "null-values":
+        return Spec(keys, [None] * n, increasing)
+    if shape == "some-nulls":
+        return Spec([None if i % 3 == 0 else k for i, k in enumerate(keys)],
+                    [None if i % 4 == 1 else v for i, v in enumerate(values)], increasing)
+    if shape == "mixed-sizes":
+        return Spec([rng.randbytes(rng.randint(0, 70)) for _ in range(n)],
+                    [rng.randbytes(rng.choice([0, 5, 100, 300, 9000])) for _ in range(n)],
+                    increasing)
+    raise AssertionError(shape)
+
+
+SHAPES = ["homogeneous", "one-timestamp", "increasing-timestamps", "wide-increasing-timestamps",
+          "arbitrary-timestamps", "retry-header", "some-headers", "header-none-values",
+          "null-keys", "null-values", "some-nulls", "mixed-sizes"]
+
+
+@pytest.mark.parametrize("n", [1, 10, 100, 1000])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_every_shape_against_kafka_python(shape, n):
+    """Each shape: our bytes, less deliverAfter, are the bytes kafka-python builds; kafka-python
+    reads every field back; we read kafka-python's batch; every decode path agrees."""
+    spec = shape_spec(shape, n)
+    spec.base_offset = 0
+    buf = spec.encode()
+    kafka = spec.kafka_builder_bytes()
+    assert to_kafka_v2(buf) == kafka
+    kb = DefaultRecordBatch(to_kafka_v2(buf))
+    assert kb.validate_crc()
+    exp = spec.expected()
+    got = [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in kb]
+    assert got == list(zip(range(n), exp.timestamps, exp.keys, exp.values, exp.headers,
+                           strict=True))
+    assert decode(buf) == exp
+    assert decode(from_kafka_v2(kafka, spec.deliver_after)) == exp
+    assert from_kafka_v2(kafka, spec.deliver_after) == buf
+    assert codec._decode_general(buf, n, len(buf), spec.base_ts) == exp
+    if n <= 100:
+        assert codec._decode_general(buf, n, len(buf), spec.base_ts, small=True) == exp
+    # the decoded header lists are the caller's own (a cached header set is copied)
+    cols = decode(buf)
+    with_headers = [i for i, h in enumerate(cols.headers) if h]
+    if len(with_headers) > 1:
+        cols.headers[with_headers[0]].append(("x", b"y"))
+        assert cols.headers[with_headers[1]] == exp.headers[with_headers[1]]
+    assert decode(buf) == exp
+
+
 def test_offset_delta_varints_past_8192():
     """Three record-size groups in one homogeneous batch (offset deltas of 1, 2, 3 bytes)."""
     n = 8300
@@ -236,7 +310,23 @@ def test_offset_delta_varints_past_8192():
     assert codec._decode_general(buf, n, len(buf), BASE_TS) == spec.expected()
 
 
-# ---------------------------------------------------------------------------- the two paths
+# ---------------------------------------------------------------------------- the paths
+
+
+@SETTINGS
+@given(specs(max_records=60))
+def test_small_and_column_paths_agree(spec):
+    """The per-record Python path (small batches) and the numpy column path write the same
+    bytes and read them back the same, for every shape."""
+    deltas = None if spec.deltas is None else np.array(spec.deltas, np.int64)
+    hs = spec.headers if spec.headers is not None and any(spec.headers) else None
+    cols = sections.encode_columns(spec.keys, spec.values, deltas, hs)
+    assert cols == sections.encode_small(spec.keys, spec.values, spec.deltas, hs)
+    buf = spec.encode()
+    assert buf[codec.HEADER_SIZE:] == cols
+    exp = spec.expected()
+    assert codec._decode_general(buf, spec.n, len(buf), spec.base_ts) == exp
+    assert codec._decode_general(buf, spec.n, len(buf), spec.base_ts, small=True) == exp
 
 
 @SETTINGS
@@ -248,7 +338,9 @@ def test_template_and_general_paths_agree(n, kl, vl, seed):
     values = [None if vl < 0 else _blob(rng, vl) for _ in range(n)]
     spec = Spec(keys, values)
     buf = spec.encode()
-    assert buf[codec.HEADER_SIZE:] == codec._encode_records(keys, values, None, None)
+    assert buf[codec.HEADER_SIZE:] == sections.encode_columns(keys, values, None, None)
+    if n < 40:
+        assert buf[codec.HEADER_SIZE:] == sections.encode_small(keys, values, None, None)
     # explicit zero deltas and empty header lists are the same batch
     same = codec.encode_batch(base_offset=0, base_timestamp=BASE_TS,
                               deliver_after=BASE_TS + 5000, keys=keys, values=values,
@@ -257,6 +349,7 @@ def test_template_and_general_paths_agree(n, kl, vl, seed):
     assert same == buf
     assert codec._decode_template(buf, n, len(buf), BASE_TS) == spec.expected()
     assert codec._decode_general(buf, n, len(buf), BASE_TS) == spec.expected()
+    assert codec._decode_general(buf, n, len(buf), BASE_TS, small=True) == spec.expected()
     assert decode(buf) == spec.expected()
 
 
@@ -278,12 +371,15 @@ def test_template_rejects_near_misses():
     payload = np.zeros(len(buf), bool)
     for sl in tmpl.key_slices + tmpl.val_slices:
         payload[sl] = True
+    ts_pos = tmpl.ts_idx.tolist()
     for pos in range(codec.HEADER_SIZE, len(buf)):
         bad = bytearray(buf)
         bad[pos] ^= 0x01
         got = codec._decode_template(bytes(bad), n, len(buf), BASE_TS)
         if payload[pos]:
             assert got is not None
+        elif pos in ts_pos:  # a 1-byte timestamp delta: read as one (0 -> zigzag 1 = -1)
+            assert got is not None and got.timestamps[ts_pos.index(pos)] == BASE_TS - 1
         else:
             assert got is None, pos
 

@@ -1,9 +1,11 @@
 """Stateful property test: the Log against a plain in-memory model of the delivery contract.
 
 The model is a dict of every appended record plus one consumer cursor. After any mix of
-appends (every deliver_after style), fetches, clock moves (both ways), rolls, clean reopens
-and reopens of an unclean copy, the consumer must have seen every record exactly once, in
-(deliver_after, offset) order, never before it was due.
+appends (every deliver_after style), fetches, clock moves (both ways), rolls, clean reopens,
+reopens of an unclean copy, cancels and reschedules, the consumer must have seen every
+record that is not cancelled exactly once, in (deliver_after, offset) order, never before it
+was due, and no cancelled one (a reschedule's copy is a new record; its original is
+cancelled).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import shutil
 import tempfile
 
 import hypothesis.strategies as st
+import pytest
 from conftest import T0, FakeClock
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import (
@@ -23,7 +26,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from kdelay import DeliveryKey, Log, LogConfig, Record, fsio
+from kdelay import DeliveryKey, KdelayError, Log, LogConfig, Record, fsio
 
 DA_MODES = ["none", "past", "future", "explicit_past", "explicit_future", "records",
             "records_mixed", "explicit_and_records"]
@@ -42,6 +45,7 @@ class LogModel(RuleBasedStateMachine):
         self.delivered: list[tuple[int, int]] = []  # (da, offset) in delivery order
         self.cursor: DeliveryKey | None = None
         self.dropped: set[int] = set()  # offsets deleted by retention before delivery
+        self.cancelled: set[int] = set()  # cancelled, or moved by reschedule
         self.log: Log | None = None
         # durability is not what this test is about (the copy sees the page cache), and with
         # tiny segments every append rolls: skip the fsyncs so many more steps fit
@@ -60,7 +64,8 @@ class LogModel(RuleBasedStateMachine):
     def _expected_due(self, now: int) -> list[tuple[int, int]]:
         keys = sorted((r[4], off) for off, r in self.records.items())
         cur = None if self.cursor is None else tuple(self.cursor)
-        return [k for k in keys if k[0] <= now and (cur is None or k > cur)]
+        return [k for k in keys if k[0] <= now and (cur is None or k > cur)
+                and k[1] not in self.cancelled]
 
     @initialize(segment_bytes=st.sampled_from([150, 400, 1 << 20]),
                 index_interval_bytes=st.sampled_from([1, 64, 4096]),
@@ -199,6 +204,16 @@ class LogModel(RuleBasedStateMachine):
             self.dropped.add(o)
         # model: deleted records are simply never delivered
         self.records = {o: r for o, r in self.records.items() if o >= start}
+        # compaction (enforce_retention runs it) may remove removable records anywhere:
+        # those due for longer than retention_ms, and cancelled ones
+        present = {r.offset for r in self.log.read(start, max_records=10 ** 6)}
+        for o in set(self.records) - present:
+            assert o in self.cancelled or \
+                now - self.records[o][4] > self.config.retention_ms, (o, self.records[o])
+            self.dropped.add(o)
+            del self.records[o]
+        self.cancelled &= set(self.records)
+        assert self.log.metrics()["cancelled_records"] == len(self.cancelled)
 
     @rule()
     def roll(self) -> None:
@@ -247,8 +262,42 @@ class LogModel(RuleBasedStateMachine):
                 break
         delivered = [o for _, o in self.delivered]
         assert len(delivered) == len(set(delivered))
-        assert set(self.records) <= set(delivered)
-        assert set(delivered) | self.dropped >= set(self.records)
+        assert set(self.records) - self.cancelled <= set(delivered)
+        assert not set(delivered) & self.cancelled
+
+    # ------------------------------------------------------------------ cancel / reschedule
+
+    @rule(data=st.data(), k=st.integers(1, 4))
+    def cancel(self, data, k: int) -> None:
+        now = self._now()
+        pool = sorted(self.records) + [self.next_offset, self.next_offset + 3]
+        offsets = [data.draw(st.sampled_from(pool)) for _ in range(k)]
+        want = {o for o in offsets if o in self.records and self.records[o][4] > now
+                and o not in self.cancelled}
+        assert self.log.cancel(offsets) == len(want)
+        self.cancelled |= want
+        assert self.log.metrics()["cancelled_records"] == len(self.cancelled)
+
+    @rule(data=st.data(), delay=st.integers(-2000, 6000))
+    def reschedule(self, data, delay: int) -> None:
+        now = self._now()
+        pool = sorted(self.records) + [self.next_offset]
+        offset = data.draw(st.sampled_from(pool))
+        target = max(0, self.clock.t + delay)
+        movable = offset in self.records and self.records[offset][4] > now \
+            and offset not in self.cancelled
+        if not movable:
+            with pytest.raises(KdelayError):
+                self.log.reschedule(offset, target)
+            assert self.log.log_end_offset == self.next_offset
+            return
+        res = self.log.reschedule(offset, target)
+        assert (res.base_offset, res.last_offset) == (self.next_offset, self.next_offset)
+        assert res.deliver_after == max(target, now)
+        key, value, headers, ts, _ = self.records[offset]
+        self.records[res.base_offset] = (key, value, headers, ts, res.deliver_after)
+        self.cancelled.add(offset)
+        self.next_offset += 1
 
     # ------------------------------------------------------------------ invariants
 

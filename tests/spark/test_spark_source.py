@@ -153,7 +153,7 @@ def test_columnar_matches_codec(records, copies):
             want.append({"segment": 1000, "batch_base_offset": h.base_offset,
                          "position": chunk[c].file_pos, "offset": h.base_offset + i,
                          "deliver_after": T0 + c, "timestamp": ts[i], "key": keys[i],
-                         "value": values[i], "crc_valid": True})
+                         "value": values[i], "crc_valid": True, "cancelled": False})
     assert got == want
 
 
@@ -242,7 +242,8 @@ class TestSpark:
         assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
             ("segment", "bigint"), ("batch_base_offset", "bigint"), ("position", "bigint"),
             ("offset", "bigint"), ("deliver_after", "bigint"), ("timestamp", "bigint"),
-            ("key", "binary"), ("value", "binary"), ("crc_valid", "boolean")]
+            ("key", "binary"), ("value", "binary"), ("crc_valid", "boolean"),
+            ("cancelled", "boolean")]
         rows = df.collect()
         assert all(r["crc_valid"] for r in rows)
         assert len({r["segment"] for r in rows}) == len(segment_bases(path)) > 2

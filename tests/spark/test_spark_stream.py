@@ -169,6 +169,24 @@ def test_live_catalog_across_a_compaction(tmp_path):
     assert sum(1 for da, _ in want if da > T0 + 2 * hour) == 8 * 4
 
 
+def test_stream_read_leaves_out_cancelled_records(tmp_path):
+    from kdelay.spark.stream import read_range
+
+    path = str(tmp_path / "p")
+    with Log.open(path, clock=lambda: T0) as log:
+        log.append([Record(b"r%d" % i) for i in range(5)], deliver_after=T0 + 1000)
+        log.append([Record(b"s")], deliver_after=T0 + 2000)
+        assert log.cancel([1, 3, 5]) == 3
+    live = LivePartition(scan.PartitionDir(path))
+    end = live.latest(live.refresh(T0 + 5000), (-1, -1))
+    rows = [r for rb in read_range(live.part, (-1, -1), end, live.between((-1, -1), end))
+            for r in rb.to_pylist()]
+    assert [(r["offset"], r["value"], r["cancelled"]) for r in rows] == [
+        (0, b"r0", False), (2, b"r2", False), (4, b"r4", False)]
+    with Log.open(path, clock=lambda: T0 + 5000) as log:  # the engine agrees
+        assert [r.offset for r in log.fetch(None, max_records=100).records] == [0, 2, 4]
+
+
 def test_live_catalog_waits_for_a_torn_tail_and_flags_damage(tmp_path):
     path = str(tmp_path / "p")
     with Log.open(path, clock=lambda: T0) as log:
