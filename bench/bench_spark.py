@@ -1,12 +1,24 @@
-"""Throughput of the kdelay PySpark reader (rows/s) on a local[2] SparkSession.
+"""Throughput of the kdelay PySpark reader and writer on a local[2] SparkSession.
 
 Workload (the project's standard one): N records (default 1,000,000) with 100-byte values
-and 8-byte keys, in 100-record batches, 16 MiB segments, written by `Log.append`. The
-measured action is a full read of every column into Spark's no-op sink
-(`df.write.format("noop")`), so every row is produced by the Python data source and
-ingested by the JVM. One warm-up run, then the median of `--runs` timed runs. Then the
-same for a no-work source of the same schema (prebuilt Arrow batches): Spark's own
-per-row ceiling on this machine, to put the reader's figure in context.
+and 8-byte keys, in 100-record batches, 16 MiB segments, written by `Log.append`. Each
+read goes into Spark's no-op sink (`df.write.format("noop")`), so every row is produced by
+the Python data source and ingested by the JVM; one warm-up run, then the median of
+`--runs` timed runs, each beside a no-work source of the same schema and row count
+(prebuilt Arrow batches): Spark's own per-row ceiling, measured in the same session.
+
+* full records (all nine columns);
+* `columns=offset,deliver_after` (no record decoding, no CRC);
+* `read_batches` (one row per batch; records covered per second);
+* the stream (`--only stream`): a writer process appends for 20 s (kdelay.testing.
+  live_writer: most batches due at once) while a query with a 100 ms trigger streams due
+  records; latency = wall time a record leaves its micro-batch (foreachBatch on the
+  driver) minus its deliverAfter;
+* the writer: N cached rows (100-byte values, 8-byte keys, a deliverAfter per 200 rows)
+  into a new 2-partition topic, beside a no-work Arrow sink of the same rows.
+
+Spark's per-row ingestion is the ceiling for every read; producing fewer rows (one per
+batch) and fewer columns is the lever, not faster decoding.
 
 Also reported, for scale: the same decode without Spark (scan + Arrow, one core).
 
@@ -53,9 +65,14 @@ def python_only(path: str) -> float:
     return n / (time.perf_counter() - t)
 
 
-def ceiling_source(rows: int, partitions: int):
-    """A data source with the reader's exact schema that yields prebuilt Arrow batches:
-    what Spark itself costs per row here, with no log reading or decoding at all."""
+_SPARK = {"int64": "bigint", "int32": "int", "binary": "binary", "bool": "boolean",
+          "string": "string"}
+
+
+def ceiling_source(name: str, fields: list, rows: int, partitions: int):
+    """A data source of the given (name, Arrow type) fields that yields prebuilt Arrow
+    batches of `rows` rows in all: what Spark itself costs per row here, with no log
+    reading or decoding at all."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
     class _Reader(DataSourceReader):
@@ -66,25 +83,30 @@ def ceiling_source(rows: int, partitions: int):
             import numpy as np
             import pyarrow as pa
 
-            from kdelay.spark import columnar
-
-            n = rows // partitions // 4
-            cols = [pa.array(np.arange(n, dtype=np.int64)) for _ in range(6)]
-            cols += [pa.array([b"12345678"] * n, pa.binary()),
-                     pa.array([b"x" * 100] * n, pa.binary()), pa.array(np.ones(n, bool))]
-            rb = pa.RecordBatch.from_arrays(cols, schema=columnar.arrow_schema(False))
+            n = max(1, rows // partitions // 4)
+            cols = []
+            for f, t in fields:
+                if t == pa.binary():
+                    width = 8 if f == "key" else 100
+                    cols.append(pa.array([b"x" * width] * n, pa.binary()))
+                elif t == pa.bool_():
+                    cols.append(pa.array(np.ones(n, bool)))
+                else:
+                    cols.append(pa.array(np.arange(n, dtype=np.int64)).cast(t))
+            schema = pa.schema([pa.field(f, t, nullable=True) for f, t in fields])
+            rb = pa.RecordBatch.from_arrays(cols, schema=schema)
             for _ in range(4):
                 yield rb
+
+    ddl = ", ".join(f"`{f}` {_SPARK[str(t)]}" for f, t in fields)
 
     class CeilingSource(DataSource):
         @classmethod
         def name(cls):
-            return "kdelay_ceiling"
+            return name
 
         def schema(self):
-            return ("segment bigint, batch_base_offset bigint, position bigint, offset bigint, "
-                    "deliver_after bigint, timestamp bigint, key binary, value binary, "
-                    "crc_valid boolean")
+            return ddl
 
         def reader(self, schema):
             return _Reader()
@@ -92,17 +114,123 @@ def ceiling_source(rows: int, partitions: int):
     return CeilingSource
 
 
-def timed(df, runs: int, rows: int, label: str) -> float:
+def null_sink():
+    """A data source writer that consumes its Arrow batches and keeps nothing: the
+    writer's ceiling (Spark producing and shipping the rows to Python)."""
+    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+    class _Writer(DataSourceArrowWriter):
+        def write(self, iterator):
+            for _ in iterator:
+                pass
+            return WriterCommitMessage()
+
+    class NullSink(DataSource):
+        @classmethod
+        def name(cls):
+            return "kdelay_null"
+
+        def writer(self, schema, overwrite):
+            return _Writer()
+
+    return NullSink
+
+
+def timed(action, runs: int, rows: int, label: str) -> float:
+    """Median seconds of `runs` timed runs of `action` after one warm-up run."""
     times = []
     for i in range(runs + 1):
         t = time.perf_counter()
-        df.write.format("noop").mode("overwrite").save()
+        action()
         dt = time.perf_counter() - t
         if i:
             times.append(dt)
         print(f"  {label} run {i}{' (warm-up)' if i == 0 else ''}: {dt:.2f} s, "
-              f"{rows / dt:,.0f} rows/s")
+              f"{rows / dt:,.0f} rows/s", flush=True)
     return statistics.median(times)
+
+
+def noop(df):
+    return lambda: df.write.format("noop").mode("overwrite").save()
+
+
+def compare(spark, df, fields, rows: int, runs: int, label: str, unit: str = "rows",
+            covered: int | None = None) -> None:
+    """Time `df` into the noop sink, then a no-work source of the same schema and row count;
+    print both and the ratio."""
+    import pyspark  # noqa: F401
+
+    med = timed(noop(df), runs, rows, label)
+    name = "kdelay_ceiling_" + label.replace(" ", "_").replace(",", "")
+    spark.dataSource.register(ceiling_source(name, fields, rows, 8))
+    cmed = timed(noop(spark.read.format(name).load()), runs, rows, label + " ceiling")
+    extra = f"; {covered / med:,.0f} records/s covered" if covered else ""
+    print(f"RESULT {label}: {rows / med:,.0f} {unit}/s{extra}; no-work source of the same "
+          f"schema {rows / cmed:,.0f} {unit}/s; ratio {cmed / med:.0%}", flush=True)
+
+
+def bench_writer(spark, tmp: str, records: int, runs: int) -> None:
+    from pyspark.sql import functions as F
+
+    fut = time.time_ns() // 1_000_000 + 86_400_000
+    df = spark.range(records, numPartitions=2).select(
+        F.concat(F.lpad(F.col("id").cast("string"), 10, "0"),
+                 F.lit("v" * 90)).cast("binary").alias("value"),
+        F.lpad(F.col("id").cast("string"), 8, "0").cast("binary").alias("key"),
+        (F.lit(fut) + (F.col("id") / 200).cast("long") * 7).alias("deliver_after")).cache()
+    df.count()
+    spark.dataSource.register(null_sink())
+    n = [0]
+
+    def write():
+        n[0] += 1
+        df.write.format("kdelay").mode("append").option("partitions", "2").save(
+            os.path.join(tmp, f"w{n[0]}"))
+
+    med = timed(write, runs, records, "writer")
+    cmed = timed(lambda: df.write.format("kdelay_null").mode("append").save(), runs, records,
+                 "writer ceiling")
+    print(f"RESULT writer (2 partitions by key, 100-byte values, ~100-record batches): "
+          f"{records / med:,.0f} rows/s; no-work sink of the same rows {records / cmed:,.0f} "
+          f"rows/s; ratio {cmed / med:.0%}", flush=True)
+    df.unpersist()
+
+
+def bench_stream(spark, tmp: str, seconds: float = 20) -> None:
+    import subprocess
+
+    from kdelay import Log, Record
+
+    path = os.path.join(tmp, "live")
+    with Log.open(path) as log:
+        log.append([Record(b"first")])
+    sink: list = []
+
+    def each(df, _):
+        rows = df.select("deliver_after").collect()
+        sink.append((time.time_ns() // 1_000_000, [r[0] for r in rows]))
+
+    q = (spark.readStream.format("kdelay").load(path).writeStream.foreachBatch(each)
+         .trigger(processingTime="100 milliseconds")
+         .option("checkpointLocation", os.path.join(tmp, "ck")).start())
+    try:
+        while not sink:
+            time.sleep(0.1)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        out = subprocess.run([sys.executable, "-m", "kdelay.testing.live_writer", path,
+                              str(seconds), "1"], capture_output=True, text=True, env=env,
+                             check=True).stdout
+        total = int(out.split("done ")[1])
+        deadline = time.monotonic() + 120
+        while sum(len(r) for _, r in sink) < total and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        q.stop()
+    lat = sorted(t - da for t, rows in sink[1:] for da in rows)
+    n = len(lat)
+    print(f"RESULT stream: {n:,} records in {len(sink) - 1} micro-batches over ~{seconds:.0f} s; "
+          f"latency due -> out of a micro-batch p50 {lat[n // 2]} ms, p90 {lat[n * 9 // 10]} "
+          f"ms, p99 {lat[n * 99 // 100]} ms, max {lat[-1]} ms", flush=True)
 
 
 def main() -> int:
@@ -110,8 +238,8 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--dir", help="where to write the log (default: a temp dir, removed)")
-    ap.add_argument("--no-ceiling", action="store_true",
-                    help="skip measuring Spark's own per-row cost with a no-work source")
+    ap.add_argument("--only", choices=("reads", "writer", "stream"),
+                    help="run only these figures")
     args = ap.parse_args()
 
     tmp = None
@@ -129,21 +257,34 @@ def main() -> int:
 
         os.environ["PYSPARK_PYTHON"] = sys.executable
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        import kdelay.spark
+        import pyarrow as pa
 
-        spark = kdelay.spark.local_session(2)
+        import kdelay.spark
+        from kdelay.spark import columnar
+
+        spark = kdelay.spark.local_session(2, verbose=False)
         try:
             df = kdelay.spark.read_log(spark, path)
             rows = df.count()
-            med = timed(df, args.runs, rows, "kdelay")
-            print(f"Spark reader, local[2], {rows:,} rows: median {med:.2f} s = "
-                  f"{rows / med:,.0f} rows/s (target >= 2,000,000)")
-            if not args.no_ceiling:
-                spark.dataSource.register(ceiling_source(rows, 8))
-                cdf = spark.read.format("kdelay_ceiling").load()
-                cmed = timed(cdf, args.runs, rows, "ceiling")
-                print(f"Spark ceiling (same schema, prebuilt Arrow batches, no decoding): "
-                      f"{rows / cmed:,.0f} rows/s; the reader reaches {cmed / med:.0%} of it")
+            if args.only == "stream":
+                bench_stream(spark, tmp or tempfile.mkdtemp())
+                return 0
+            if args.only == "writer":
+                bench_writer(spark, tmp or tempfile.mkdtemp(), rows, args.runs)
+                return 0
+            full = [(f.name, f.type) for f in columnar.arrow_schema(False)]
+            compare(spark, df, full, rows, args.runs, "full records")
+            two = kdelay.spark.read_log(spark, path, columns="offset,deliver_after")
+            compare(spark, two, [("offset", pa.int64()), ("deliver_after", pa.int64())], rows,
+                    args.runs, "offset,deliver_after")
+            batches = kdelay.spark.read_batches(spark, path)
+            nb = batches.count()
+            bfields = [(n, pa.bool_() if n == "crc_valid" else pa.int64())
+                       for n in kdelay.spark.BATCH_COLUMNS]
+            compare(spark, batches, bfields, nb, args.runs, "read_batches", unit="batch rows",
+                    covered=rows)
+            if args.only != "reads":
+                bench_writer(spark, tmp or tempfile.mkdtemp(), rows, args.runs)
         finally:
             spark.stop()
     finally:

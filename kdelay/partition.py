@@ -3,9 +3,9 @@
 The facade owns the lock, the log clock, the wake-ups of waiting fetches and append
 listeners, and the order of the open/close protocol; it delegates the rest: argument
 checks to kdelay.validation; to kdelay.log the directory's lifetime (lifecycle.py), the
-write path with its flush policy, cancel and reschedule (writer.py, cancel_ops.py),
-retention, compaction and group positions; to kdelay.fetch due-order and offset-order
-reads, lag and metrics.
+write path with its flush policy, cancel, reschedule and the append horizon for
+lock-free readers (writer.py, cancel_ops.py, horizon.py), retention, compaction and
+group positions; to kdelay.fetch due-order and offset-order reads, lag and metrics.
 
 Concurrency: one lock serialises appends, rolls, retention and each fetch's read of the
 segment set; long-polling fetches wait on a condition outside it. The log clock never runs
@@ -91,6 +91,11 @@ class Log:
         # the log clock must not run backwards across a restart: the clean close stored
         # it, and commits record the clock they saw (which covers a crash)
         log._now_floor = max(opened.clock_floor, log._groups.max_clock())
+        try:
+            log._life.start_horizon(log._now_floor)  # what lock-free readers may assume
+        except BaseException:
+            log.close()
+            raise
         return log
 
     @write_errors
@@ -147,8 +152,8 @@ class Log:
             delayed_delivery_enable=self.config.delayed_delivery_enable)
         with self._lock:
             self._check_open()
-            result = self._appended_locked(self._writer.append(columns, requested,
-                                                               deliver_after, self.now()))
+            result = self._appended_locked(self._writer.append(
+                columns, requested, deliver_after, self.now, self._now_floor))
         return self._tell(result)
 
     def _appended_locked(self, result: AppendResult) -> AppendResult:
@@ -193,7 +198,7 @@ class Log:
         wanted = offsets_arg(offsets)
         with self._lock:
             self._check_open()
-            return self._writer.cancel(wanted, self.now())
+            return self._writer.cancel(wanted, self.now, self._now_floor)
 
     @write_errors
     def reschedule(self, offset: int, deliver_after: int) -> AppendResult:
@@ -204,7 +209,8 @@ class Log:
                                    delayed_delivery_enable=self.config.delayed_delivery_enable)
         with self._lock:
             self._check_open()
-            result = self._appended_locked(self._writer.reschedule(off, due, self.now()))
+            result = self._appended_locked(self._writer.reschedule(off, due, self.now,
+                                                                   self._now_floor))
         return self._tell(result)
 
     # ------------------------------------------------------------------ reading

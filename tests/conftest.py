@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import heapq
 import os
+import shutil
+import sys
 
 import pytest
 
@@ -60,3 +62,38 @@ def entries_after(idx, after):
     persisted = list(zip(*(c[start:].tolist() for c in cols), strict=True))
     recent = list(idx.iter_recent(after)) if idx.has_recent else []
     return list(heapq.merge(persisted, recent))
+
+
+def have_spark() -> bool:
+    """pyspark, pyarrow and a Java runtime are all present."""
+    try:
+        import pyarrow  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError:
+        return False
+    home = os.environ.get("JAVA_HOME")
+    return bool(shutil.which("java") or (home and os.path.exists(os.path.join(home, "bin",
+                                                                                "java"))))
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The one local[2] SparkSession every Spark test shares (starting one takes seconds)."""
+    if not have_spark():
+        pytest.skip("pyspark or Java not available")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("kdelay-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.sql.session.timeZone", "UTC")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    import kdelay.spark
+
+    kdelay.spark.register(session)
+    yield session
+    session.stop()

@@ -25,26 +25,17 @@ from ..errors import (
 )
 from . import codec
 from .cancel_store import CancelStore
-from .flushing import FlushPolicy
 from .segment_set import SegmentSet
 
 
-def cancel(segments: SegmentSet, store: CancelStore, offsets: Iterable[int], now: int,
-           policy: FlushPolicy, flush: Callable[[], None]) -> int:
+def cancel(segments: SegmentSet, store: CancelStore, offsets: Iterable[int], now: int
+           ) -> int:
     """Journal the cancellation of every offset that may be cancelled now (see
-    pending_targets); returns how many. Durable per the flush policy, counted like appended
-    records (`flush` is the log's fsync); a journal grown past its threshold is
-    checkpointed, after the .log fsync that the checkpoint's recovery point relies on."""
+    pending_targets); returns how many. Not fsync'd: the caller applies its flush policy."""
     targets = pending_targets(segments, store, offsets, now)
     if targets:
         store.cancel(targets)
-    n = sum(map(len, targets.values()))
-    if n and policy.appended(n):
-        flush()
-    if store.needs_checkpoint():
-        segments.active.flush()
-        store.checkpoint(everything=False)
-    return n
+    return sum(map(len, targets.values()))
 
 
 def pending_targets(segments: SegmentSet, store: CancelStore, offsets: Iterable[int],

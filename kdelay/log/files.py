@@ -13,6 +13,7 @@ Layout of a partition directory (as in Kafka):
     <base offset>.cancels, .cancelindex   cancelled records: journal and sorted cache (only
                                         for a segment with cancellations)
     .lock, .kdelay_cleanshutdown, recovery-point-offset-checkpoint, group files
+    append.horizon                      the live writer's state for lock-free readers
     queues/<group>.snapshot, .journal   queue group state (kdelay.clients.queue_state)
     *.tmp, *.deleted                    leftovers of an interrupted atomic write or deletion
 
@@ -49,6 +50,7 @@ TEMP_SUFFIXES = (".tmp", ".deleted")
 LOCK_FILE = ".lock"
 CLEAN_SHUTDOWN_FILE = ".kdelay_cleanshutdown"
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
+HORIZON_FILE = "append.horizon"  # see kdelay/log/horizon.py
 _MARKERS = (LOCK_FILE, CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE)
 _PARTITION_NAME = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>\d+)$")
 

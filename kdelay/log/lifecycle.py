@@ -1,6 +1,7 @@
 """One open log directory's lifetime: what opening loads (segments by loader.py, then the
-cancellation journals), the clean-shutdown marker that the first change removes, the clean
-close, and the release of every descriptor, which a finalizer also performs when a Log is
+cancellation journals), the clean-shutdown marker that the first change removes, the
+append horizon published for lock-free readers (horizon.py), the clean close, and the
+release of every descriptor, which a finalizer also performs when a Log is
 dropped without close() (as a crashed process would: a later open in this process then
 recovers the directory instead of failing with LogLockedError forever)."""
 
@@ -13,6 +14,7 @@ from typing import NamedTuple
 from .. import fsio
 from . import cancel_ops
 from .cancel_store import CancelStore
+from .horizon import Horizon
 from .loader import CLEAN_SHUTDOWN_FILE, LoadReport, open_directory, write_recovery_point
 from .segment_set import SegmentSet
 
@@ -56,6 +58,7 @@ class Lifetime:
         self.marker_present = opened.marker_present  # see mark_dirty
         self._segments = opened.segments
         self._cancels = opened.cancels
+        self.horizon: Horizon | None = None  # see start_horizon
         # holds no reference to the owner; release() detaches it
         self.finalizer = weakref.finalize(owner, release, opened.segments, opened.lock_fd,
                                           opened.cancels)
@@ -67,6 +70,11 @@ class Lifetime:
             fsio.unlink(os.path.join(self.path, CLEAN_SHUTDOWN_FILE))
             fsio.fsync_dir(self.path)
             self.marker_present = False
+
+    def start_horizon(self, clock_floor: int) -> None:
+        """Publish the append horizon (what lock-free readers may assume), once the log
+        clock's floor is known."""
+        self.horizon = Horizon(self.path, clock_floor)
 
     def close_clean(self, clock_floor: int) -> None:
         """Persist the active segment's indexes and the recovery point (unless nothing
@@ -82,6 +90,8 @@ class Lifetime:
     def release(self) -> None:
         """Close every descriptor now (once: the finalizer is detached)."""
         self.finalizer.detach()
+        if self.horizon is not None:
+            self.horizon.close()
         release(self._segments, self.lock_fd, self._cancels)
 
 

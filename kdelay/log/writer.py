@@ -1,10 +1,15 @@
 """The write path of one open log: batches appended to the active segment under the flush
-policy, rolls, fsyncs, cancellations and reschedules. The Log facade holds its lock around
-every call and keeps the clock, the wake-ups of waiting fetches and the append listeners."""
+policy, rolls, fsyncs, cancellations and reschedules, each write published on the append
+horizon (horizon.py). The Log facade holds its lock around every call and keeps the clock,
+the wake-ups of waiting fetches and the append listeners.
+
+A write that reads the clock tells lock-free readers it is under way before it reads it:
+horizon.begin(floor) with the log clock's floor (its deliverAfter will be >= that), then
+horizon.end(the clock it used)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ..config import LogConfig
 from ..records import AppendResult
@@ -26,34 +31,68 @@ class Writer:
         self.policy = FlushPolicy(config)
 
     def append(self, columns: list[tuple], requested: int | None, explicit: int | None,
-               now: int) -> AppendResult:
-        """Encode the checked `columns` as one batch and append it; fsync'd first when the
-        flush policy says the batch makes a flush due."""
+               clock: Callable[[], int], floor: int) -> AppendResult:
+        """Encode the checked `columns` as one batch (at `clock()`, the log clock, whose
+        floor is `floor`) and append it; fsync'd first when the flush policy says the
+        batch makes a flush due."""
         cfg = self.config
-        base = self._segments.active.next_offset
-        batch = build_batch(columns, base_offset=base, now=now, requested=requested,
-                            explicit=explicit, config=cfg)
-        self.make_room(len(batch.data), batch.max_timestamp)
-        n = len(columns[0])
-        sync = self.policy.due_after(n)
-        self._segments.active.append(batch.data, base, n - 1, batch.deliver_after,
-                                     batch.max_timestamp, cfg.index_interval_bytes, sync=sync)
+        horizon = self._life.horizon
+        horizon.begin(floor)
+        now = floor  # what end() publishes if the clock raises
+        try:
+            now = clock()
+            base = self._segments.active.next_offset
+            batch = build_batch(columns, base_offset=base, now=now, requested=requested,
+                                explicit=explicit, config=cfg)
+            self.make_room(len(batch.data), batch.max_timestamp)
+            n = len(columns[0])
+            sync = self.policy.due_after(n)
+            self._segments.active.append(batch.data, base, n - 1, batch.deliver_after,
+                                         batch.max_timestamp, cfg.index_interval_bytes,
+                                         sync=sync)
+        finally:
+            horizon.end(now)
         self.policy.appended(n)
         if sync:
             self.policy.flushed()
         return AppendResult(base, base + n - 1, batch.deliver_after, now)
 
-    def reschedule(self, offset: int, deliver_after: int, now: int) -> AppendResult:
+    def reschedule(self, offset: int, deliver_after: int, clock: Callable[[], int],
+                   floor: int) -> AppendResult:
         """cancel_ops.reschedule, then the flush policy (the copy counts as one record)."""
-        copy = cancel_ops.reschedule(self._segments, self._cancels, offset, deliver_after,
-                                     now, self.config, self.make_room)
+        horizon = self._life.horizon
+        horizon.begin(floor)  # as an append
+        now = floor
+        try:
+            now = clock()
+            copy = cancel_ops.reschedule(self._segments, self._cancels, offset, deliver_after,
+                                         now, self.config, self.make_room)
+        finally:
+            horizon.end(now)
         if self.policy.appended(1):
             self.flush()
         return AppendResult(copy.base_offset, copy.base_offset, copy.deliver_after, now)
 
-    def cancel(self, offsets: Iterable[int], now: int) -> int:
-        return cancel_ops.cancel(self._segments, self._cancels, offsets, now, self.policy,
-                                 self.flush)
+    def cancel(self, offsets: Iterable[int], clock: Callable[[], int], floor: int) -> int:
+        """cancel_ops.cancel; durable per the flush policy, counted like appended records. A
+        journal grown past its threshold is checkpointed after the .log fsync (which the
+        checkpoint's recovery point relies on)."""
+        # a cancel only takes records due after the clock it reads: published like an
+        # append's, so a lock-free reader never plans past a cancel not yet written
+        horizon = self._life.horizon
+        horizon.begin(floor)
+        now = floor
+        try:
+            now = clock()
+            n = cancel_ops.cancel(self._segments, self._cancels, offsets, now)
+        finally:
+            horizon.end(now)
+        if n and self.policy.appended(n):
+            self.flush()
+        if self._cancels.needs_checkpoint():
+            self._segments.active.flush()
+            self._cancels.checkpoint(everything=False)
+        return n
 
     def make_room(self, size: int, max_timestamp: int) -> None:
         """Before writing a batch: the first change removes the clean marker; roll if due."""

@@ -3,6 +3,10 @@
     import kdelay.spark
     kdelay.spark.register(spark)                       # short name "kdelay"
     df = kdelay.spark.read_log(spark, "/data/orders")  # or spark.read.format("kdelay").load(...)
+    kdelay.spark.read_log(spark, path, columns="offset,deliver_after")  # only these columns
+    kdelay.spark.read_batches(spark, path)            # one row per batch, from its header
+    spark.readStream.format("kdelay").load(path)       # due records as they come due
+    df.write.format("kdelay").mode("append").save(path)
     report = kdelay.spark.verify(spark, "/data/orders")
     kdelay.spark.forecast(spark, "/data/orders", window="1 minute").show()
 
@@ -21,8 +25,11 @@ if TYPE_CHECKING:
 
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
-__all__ = ["PUSHDOWN_CONF", "cli_forecast", "cli_spark_verify", "forecast", "local_session",
-           "read_log", "register", "verify"]
+__all__ = ["BATCH_COLUMNS", "PUSHDOWN_CONF", "cli_forecast", "cli_spark_verify", "forecast",
+           "local_session", "read_batches", "read_log", "register", "verify"]
+
+BATCH_COLUMNS = ("segment", "base_offset", "last_offset", "position", "size", "deliver_after",
+                 "max_timestamp", "record_count", "crc_valid")
 
 
 def register(spark: SparkSession) -> None:
@@ -45,6 +52,22 @@ def read_log(spark: SparkSession, path: str, **options: str) -> DataFrame:
     return reader.load(str(path))
 
 
+def read_batches(spark: SparkSession, path: str, **options: str) -> DataFrame:
+    """One row per batch of the log at `path`, from the batch headers: BATCH_COLUMNS (plus
+    `topic` and `partition` first for a topic root). No record is decoded; the batch's
+    bytes are read only to check its CRC (`crc_valid`), in large sequential reads."""
+    from .scan import discover
+
+    register(spark)
+    with_topic, _ = discover(str(path))
+    cols = (["topic", "partition"] if with_topic else []) + list(BATCH_COLUMNS)
+    reader = spark.read.format("kdelay").option("mode", "batches").option("columns",
+                                                                          ",".join(cols))
+    for k, v in options.items():
+        reader = reader.option(k, str(v))
+    return reader.load(str(path))
+
+
 def verify(spark: SparkSession, path: str) -> VerifyReport:
     """Offline checks of every segment under `path`; see kdelay.spark.checks."""
     from .checks import verify as _verify
@@ -60,11 +83,12 @@ def forecast(spark: SparkSession, path: str, window: str = "1 minute", *,
     return _forecast(spark, path, window, after=after)
 
 
-def local_session(cores: int = 2) -> SparkSession:
-    """A quiet local SparkSession for the command line (UTC session time zone)."""
+def local_session(cores: int = 2, *, verbose: bool = True) -> SparkSession:
+    """A local SparkSession (UTC session time zone); `verbose=False` silences the JVM's
+    stderr chatter (see kdelay.spark.cli)."""
     from .cli import local_session as _local
 
-    return _local(cores)
+    return _local(cores, verbose=verbose)
 
 
 def cli_spark_verify(argv: list[str] | None = None) -> int:

@@ -1,44 +1,85 @@
-"""Command-line entry points: `kdelay spark-verify PATH` and `kdelay forecast PATH`."""
+"""Command-line entry points: `kdelay spark-verify PATH` and `kdelay forecast PATH`.
+
+Both are quiet unless `--verbose`: the JVM that PySpark starts prints a log4j banner, a
+"native-hadoop" warning and an incubator-module notice to stderr before any log level can
+be set, so a quiet session starts its JVM with stderr pointed at /dev/null (the JVM, and
+the Python workers it spawns, keep that stderr; errors still reach the caller as Python
+exceptions). `--verbose` leaves everything as Spark prints it.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+import time
 
 from pyspark.sql import SparkSession
 
 from ..clock import wall_clock
 
+# readable forecast windows: (Spark interval, seconds, short label)
+_SCALES = [("1 second", 1), ("5 seconds", 5), ("10 seconds", 10), ("30 seconds", 30),
+           ("1 minute", 60), ("5 minutes", 300), ("10 minutes", 600), ("30 minutes", 1800),
+           ("1 hour", 3600), ("6 hours", 21600), ("12 hours", 43200), ("1 day", 86400),
+           ("7 days", 604800), ("30 days", 2592000)]
+_MAX_BARS = 30
 
-def _session(cores: int) -> tuple[SparkSession, bool]:
+
+def _session(cores: int, verbose: bool = False) -> tuple[SparkSession, bool]:
     """The active session if there is one (then the caller must not stop it), else a new one."""
     active = SparkSession.getActiveSession()
     if active is not None:
         return active, False
-    return local_session(cores), True
+    return local_session(cores, verbose=verbose), True
 
 
-def local_session(cores: int = 2) -> SparkSession:
-    """A quiet local SparkSession: workers run this interpreter, no UI, UTC times."""
+@contextlib.contextmanager
+def _stderr_to_devnull():
+    sys.stderr.flush()
+    saved = os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
+def local_session(cores: int = 2, *, verbose: bool = True) -> SparkSession:
+    """A local SparkSession: workers run this interpreter, no UI, UTC times. With
+    `verbose=False` the JVM's own stderr chatter (log4j banner, native-hadoop warning) is
+    silenced for the session's lifetime."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    spark = (SparkSession.builder.master(f"local[{cores}]").appName("kdelay")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.session.timeZone", "UTC")
-             .config("spark.sql.shuffle.partitions", str(max(2, 2 * cores)))
-             .config("spark.sql.python.filterPushdown.enabled", "true")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    builder = (SparkSession.builder.master(f"local[{cores}]").appName("kdelay")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.sql.shuffle.partitions", str(max(2, 2 * cores)))
+               .config("spark.sql.python.filterPushdown.enabled", "true"))
+    if verbose:
+        spark = builder.getOrCreate()
+    else:
+        try:
+            with _stderr_to_devnull():  # the JVM inherits this stderr when it starts
+                spark = builder.getOrCreate()
+        except Exception as e:
+            raise RuntimeError(f"could not start Spark ({e}); run with --verbose to see "
+                               f"what Java printed") from e
+    spark.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
     return spark
 
 
 def _parser(prog: str, description: str) -> argparse.ArgumentParser:
-    """The options both Spark commands take: a path and the local cores."""
+    """The options both Spark commands take: a path, the local cores, --verbose."""
     p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("path", help="a partition directory or a directory of name-i partitions")
     p.add_argument("--cores", type=int, default=2, help="local Spark cores (default 2)")
+    p.add_argument("--verbose", action="store_true", help="let Spark and Java log as usual")
     return p
 
 
@@ -57,7 +98,7 @@ def cli_spark_verify(argv: list[str] | None = None) -> int:
         return 2
     from .checks import verify
 
-    spark, owned = _session(args.cores)
+    spark, owned = _session(args.cores, args.verbose)
     try:
         report = verify(spark, args.path)
     finally:
@@ -67,29 +108,87 @@ def cli_spark_verify(argv: list[str] | None = None) -> int:
     return 0 if report.ok else 1
 
 
+def pick_window(span_ms: int) -> str:
+    """The smallest readable window that shows `span_ms` in at most ~30 bars."""
+    for interval, seconds in _SCALES:
+        if span_ms <= seconds * 1000 * _MAX_BARS:
+            return interval
+    return _SCALES[-1][0]
+
+
+def human_ms(ms: int) -> str:
+    """A short duration: 0s, 45s, 5m, 2h30m, 3d4h."""
+    neg, ms = ms < 0, abs(ms)
+    s = ms // 1000
+    if s < 60:
+        out = f"{s}s"
+    elif s < 3600:
+        out = f"{s // 60}m" + (f"{s % 60}s" if s % 60 else "")
+    elif s < 86400:
+        out = f"{s // 3600}h" + (f"{s // 60 % 60}m" if s // 60 % 60 else "")
+    else:
+        out = f"{s // 86400}d" + (f"{s // 3600 % 24}h" if s // 3600 % 24 else "")
+    return "-" + out if neg else out
+
+
 def cli_forecast(argv: list[str] | None = None) -> int:
-    p = _parser("kdelay forecast", "Records coming due per time window")
-    p.add_argument("--window", default="1 minute", help='Spark interval (default "1 minute")')
+    p = _parser("kdelay forecast", "Records coming due, per time window from now (pending "
+                                   "records only, unless --all)")
+    p.add_argument("--window", default=None,
+                   help='a Spark interval such as "1 minute" (default: chosen to show the '
+                        'pending span in about 30 windows)')
+    p.add_argument("--all", action="store_true",
+                   help="every record ever written, due or not (default: only pending ones)")
+    p.add_argument("--pending", action="store_true", help=argparse.SUPPRESS)  # the default
     p.add_argument("--png", help="also draw the forecast as a bar chart into this PNG file")
-    p.add_argument("--pending", action="store_true",
-                   help="only records not yet due (deliverAfter after now)")
     args = p.parse_args(argv)
     if not _is_dir(p, args.path):
         return 2
-    from .forecasting import as_utc, forecast, plot
+    from pyspark.sql import functions as F
 
-    spark, owned = _session(args.cores)
+    from .forecasting import forecast, plot
+
+    spark, owned = _session(args.cores, args.verbose)
+    now = wall_clock()
+    after = None if args.all else now
     try:
-        after = wall_clock() if args.pending else None
-        rows = forecast(spark, args.path, args.window, after=after).collect()
+        window = args.window
+        if window is None:
+            from . import read_batches
+
+            df = read_batches(spark, args.path, columns="deliver_after,record_count")
+            if after is not None:
+                df = df.where(F.col("deliver_after") > after)
+            lo, hi = df.agg(F.min("deliver_after"), F.max("deliver_after")).first()
+            span = 0 if lo is None else hi - min(lo, now) if after is None else hi - now
+            window = pick_window(span)
+        rows = forecast(spark, args.path, window, after=after).collect()
     finally:
         if owned:
             spark.stop()
-    for r in rows:
-        print(f"{as_utc(r['window_start']).isoformat()}\t{r['count']}")
+    _print_forecast(rows, now, window, args.all, args.path)
     if args.png:
-        what = "pending records" if args.pending else "records"
-        plot(rows, args.png, f"{what} coming due per {args.window}: "
+        what = "records" if args.all else "pending records"
+        plot(rows, args.png, f"{what} coming due per {window}: "
                              f"{os.path.basename(os.path.abspath(args.path))}")
         print(f"wrote {args.png}", file=sys.stderr)
     return 0
+
+
+def _print_forecast(rows: list, now: int, window: str, every: bool, path: str) -> None:
+    total = sum(r["count"] for r in rows)
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(now / 1000))
+    what = "records" if every else "pending records"
+    if not rows:
+        print(f"{path}: no {what} (now {stamp} UTC)")
+        return
+    print(f"{path}: {total:,} {what}, per {window} from now ({stamp} UTC)")
+    top = max(r["count"] for r in rows)
+    width = len(f"{top:,}")
+    for r in rows:
+        start = round(r["window_start"].timestamp() * 1000)
+        end = round(r["window_end"].timestamp() * 1000)
+        when = f"{human_ms(max(start, now) - now if not every else start - now):>7} .. " \
+               f"{human_ms(end - now):<7}"
+        bar = "#" * max(1, round(40 * r["count"] / top))
+        print(f"  in {when} {r['count']:>{width},}  {bar}")

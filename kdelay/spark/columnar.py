@@ -64,9 +64,14 @@ class ChunkBatch(NamedTuple):
     crc_ok: bool
 
 
-def arrow_schema(with_topic: bool) -> pa.Schema:
-    fields = (TOPIC_FIELDS if with_topic else []) + RECORD_FIELDS
-    return pa.schema([pa.field(n, t, nullable=True) for n, t in fields])
+PAYLOAD_COLUMNS = frozenset(("timestamp", "key", "value"))  # need the records decoded
+
+
+def arrow_schema(with_topic: bool, columns: Sequence[str] | None = None) -> pa.Schema:
+    """The reader's Arrow schema; with `columns`, only those, in that order."""
+    fields = dict((TOPIC_FIELDS if with_topic else []) + RECORD_FIELDS)
+    names = list(fields) if columns is None else columns
+    return pa.schema([pa.field(n, fields[n], nullable=True) for n in names])
 
 
 def padded_buffer(size: int) -> bytearray:
@@ -259,62 +264,74 @@ def is_cancelled(offsets: np.ndarray, cancelled: np.ndarray | None) -> np.ndarra
 
 def records_to_arrow(buf_bytes: bytearray, batches: Sequence[ChunkBatch], *, segment: int,
                      topic: str | None = None, partition: int | None = None,
-                     log_path: str | None = None, cancelled: np.ndarray | None = None
-                     ) -> list[pa.RecordBatch]:
+                     log_path: str | None = None, columns: Sequence[str] | None = None,
+                     cancelled: np.ndarray | None = None) -> list[pa.RecordBatch]:
     """Arrow record batches (in file order) holding every record of `batches`, which all lie
-    in `buf_bytes` (padded with PAD bytes past the last batch). `cancelled`: the segment's
-    cancelled offsets, sorted (the `cancelled` column)."""
+    in `buf_bytes` (padded with PAD bytes past the last batch). With `columns`, only those
+    columns are built, and the records are decoded only if `timestamp`, `key` or `value` is
+    among them (the others come from the batch headers); a key or value column is built
+    only when asked for. `cancelled`: the segment's cancelled offsets, sorted (the
+    `cancelled` column)."""
     if not batches:
         return []
-    schema = arrow_schema(topic is not None)
-    buf = np.frombuffer(buf_bytes, dtype=np.uint8)
-    data = memoryview(buf_bytes)
-    rel = np.fromiter((b.rel for b in batches), dtype=np.int64, count=len(batches))
-    sizes = np.fromiter((b.header.size for b in batches), dtype=np.int64, count=len(batches))
-    counts = np.fromiter((b.header.record_count for b in batches), dtype=np.int64,
-                         count=len(batches))
-    base_ts = np.fromiter((b.header.base_timestamp for b in batches), dtype=np.int64,
-                          count=len(batches))
-    try:
-        fields = _decode_fields(buf, data, rel, sizes, counts, base_ts)
-    except (ValueError, IndexError):
-        # a varint over 10 bytes somewhere in a damaged batch: decode batch by batch
-        if len(batches) == 1:
-            return [_fallback(buf_bytes, batches[0], schema, segment, topic, partition,
-                              log_path, cancelled)]
-        out = []
-        for b in batches:
-            out.extend(records_to_arrow(buf_bytes, [b], segment=segment, topic=topic,
-                                        partition=partition, log_path=log_path,
-                                        cancelled=cancelled))
-        return out
+    schema = arrow_schema(topic is not None, columns)
+    names = schema.names
+    nb = len(batches)
+    counts = np.fromiter((b.header.record_count for b in batches), dtype=np.int64, count=nb)
+    fields = None
+    if PAYLOAD_COLUMNS.intersection(names):
+        buf = np.frombuffer(buf_bytes, dtype=np.uint8)
+        rel = np.fromiter((b.rel for b in batches), dtype=np.int64, count=nb)
+        sizes = np.fromiter((b.header.size for b in batches), dtype=np.int64, count=nb)
+        base_ts = np.fromiter((b.header.base_timestamp for b in batches), dtype=np.int64,
+                              count=nb)
+        try:
+            fields = _decode_fields(buf, memoryview(buf_bytes), rel, sizes, counts, base_ts)
+        except (ValueError, IndexError):
+            # a varint over 10 bytes somewhere in a damaged batch: decode batch by batch
+            if nb == 1:
+                return [_fallback(buf_bytes, batches[0], schema, segment, topic, partition,
+                                  log_path, cancelled)]
+            out = []
+            for b in batches:
+                out.extend(records_to_arrow(buf_bytes, [b], segment=segment, topic=topic,
+                                            partition=partition, log_path=log_path,
+                                            columns=columns, cancelled=cancelled))
+            return out
 
-    bidx = np.repeat(np.arange(len(batches)), counts)
-    rstart = np.cumsum(counts) - counts
-    base = np.fromiter((b.header.base_offset for b in batches), dtype=np.int64,
-                       count=len(batches))
-    file_pos = np.fromiter((b.file_pos for b in batches), dtype=np.int64, count=len(batches))
-    das = np.fromiter((b.header.deliver_after for b in batches), dtype=np.int64,
-                      count=len(batches))
-    crc = np.fromiter((b.crc_ok for b in batches), dtype=bool, count=len(batches))
     total = int(counts.sum())
-    i_in = np.arange(total, dtype=np.int64) - rstart[bidx]
-    abuf = pa.py_buffer(buf_bytes)
-    n_const = _constants(total, topic, partition, segment)
-    offsets = base[bidx] + i_in
-    cols = n_const + [
-        pa.array(base[bidx]),
-        pa.array(file_pos[bidx]),
-        pa.array(offsets),
-        pa.array(das[bidx]),
-        pa.array(fields.timestamps),
-        binary_column(buf, abuf, fields.kpos, fields.klen),
-        binary_column(buf, abuf, fields.vpos, fields.vlen),
-        pa.array(crc[bidx]),
-        pa.array(is_cancelled(offsets, cancelled)),
-    ]
-    whole = pa.RecordBatch.from_arrays(cols, schema=schema)
-    if fields.ok.all():
+    bidx = np.repeat(np.arange(nb), counts)
+    rstart = np.cumsum(counts) - counts
+
+    def per_batch(values) -> pa.Array:
+        return pa.array(np.fromiter(values, dtype=np.int64, count=nb)[bidx])
+
+    def offset_values() -> np.ndarray:
+        base = np.fromiter((b.header.base_offset for b in batches), dtype=np.int64, count=nb)
+        return base[bidx] + (np.arange(total, dtype=np.int64) - rstart[bidx])
+
+    def payload(which: str) -> pa.Array:
+        pos, ln = (fields.kpos, fields.klen) if which == "key" else (fields.vpos, fields.vlen)
+        return binary_column(np.frombuffer(buf_bytes, dtype=np.uint8),
+                             pa.py_buffer(buf_bytes), pos, ln)
+
+    make = {
+        "topic": lambda: pa.repeat(pa.scalar(topic, pa.string()), total),
+        "partition": lambda: pa.repeat(pa.scalar(partition, pa.int32()), total),
+        "segment": lambda: pa.repeat(pa.scalar(segment, pa.int64()), total),
+        "batch_base_offset": lambda: per_batch(b.header.base_offset for b in batches),
+        "position": lambda: per_batch(b.file_pos for b in batches),
+        "offset": lambda: pa.array(offset_values()),
+        "deliver_after": lambda: per_batch(b.header.deliver_after for b in batches),
+        "timestamp": lambda: pa.array(fields.timestamps),
+        "key": lambda: payload("key"),
+        "value": lambda: payload("value"),
+        "crc_valid": lambda: pa.array(np.fromiter((b.crc_ok for b in batches), dtype=bool,
+                                                  count=nb)[bidx]),
+        "cancelled": lambda: pa.array(is_cancelled(offset_values(), cancelled)),
+    }
+    whole = pa.RecordBatch.from_arrays([make[n]() for n in names], schema=schema)
+    if fields is None or fields.ok.all():
         return [whole]
     # splice in the engine decoder's result for each batch the fast path refused
     out = []
@@ -344,6 +361,7 @@ def _fallback(buf_bytes: bytearray, b: ChunkBatch, schema: pa.Schema, segment: i
     except CorruptLogError:
         ts, keys, values, crc = [h.base_timestamp], [None], [None], False
     n = len(values)
+    full = arrow_schema(topic is not None)
     offsets = np.arange(h.base_offset, h.base_offset + n, dtype=np.int64)
     cols = _constants(n, topic, partition, segment) + [
         pa.repeat(pa.scalar(h.base_offset, pa.int64()), n),
@@ -356,4 +374,4 @@ def _fallback(buf_bytes: bytearray, b: ChunkBatch, schema: pa.Schema, segment: i
         pa.repeat(pa.scalar(crc, pa.bool_()), n),
         pa.array(is_cancelled(offsets, cancelled)),
     ]
-    return pa.RecordBatch.from_arrays(cols, schema=schema)
+    return pa.RecordBatch.from_arrays(cols, schema=full).select(schema.names)

@@ -6,6 +6,13 @@
 
 Options:
   mode       records (default) | batches | dlyindex (the last two serve verify/forecast)
+  columns    comma-separated column names (records and batches modes): only these columns
+             are produced, in this order. Records are decoded only when `timestamp`, `key`
+             or `value` is asked for, a key or value column is built only when asked for,
+             and CRCs are checked only for `crc_valid`. Spark ingests every column a Python
+             source yields (there is no pruning hook), and its per-row ingestion is the
+             ceiling: fewer columns and fewer rows (mode batches) are the levers. In mode
+             batches the row reporting a framing error is produced only with `error`.
   pushdown   true (default) | false: use pushed filters to skip segments and batches
   useIndex   true (default) | false: may the reader trust a valid .dlyindex to pick batches
   statsDir   a directory: each input partition writes a small JSON file there with how many
@@ -80,6 +87,20 @@ def _fields(mode: str, with_topic: bool) -> list[tuple[str, pa.DataType]]:
     return (TOPIC_FIELDS if with_topic else []) + body
 
 
+def _select(fields: list[tuple[str, pa.DataType]], options) -> list[tuple[str, pa.DataType]]:
+    """The fields the `columns` option asks for (all of them without it)."""
+    raw = options.get("columns")
+    if raw is None or not str(raw).strip():
+        return fields
+    names = [c.strip() for c in str(raw).split(",") if c.strip()]
+    known = dict(fields)
+    bad = [n for n in names if n not in known]
+    if bad or len(set(names)) != len(names):
+        raise ValueError(f"kdelay: columns {bad or names} not understood; choose distinct "
+                         f"names from {', '.join(known)}")
+    return [(n, known[n]) for n in names]
+
+
 def _ddl(fields: list[tuple[str, pa.DataType]]) -> str:
     return ", ".join(f"`{n}` {_SPARK_TYPES[t]}" for n, t in fields)
 
@@ -114,11 +135,27 @@ class KdelayDataSource(DataSource):
 
     def schema(self) -> str:
         with_topic, _ = scan.discover(self._path())
-        return _ddl(_fields(self._mode(), with_topic))
+        fields = _fields(self._mode(), with_topic)
+        if self._mode() != "dlyindex":
+            fields = _select(fields, {str(k).lower(): v for k, v in self.options.items()})
+        return _ddl(fields)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = {str(k).lower(): v for k, v in self.options.items()}  # names are case-insensitive
         return KdelayReader(self._path(), self._mode(), options)
+
+    def streamReader(self, schema: StructType):
+        from .stream import KdelayStreamReader
+
+        options = {str(k).lower(): v for k, v in self.options.items()}
+        with_topic, _ = scan.discover(self._path())
+        return KdelayStreamReader(self._path(), options, with_topic)
+
+    def writer(self, schema: StructType, overwrite: bool):
+        from .writer import KdelayWriter
+
+        options = {str(k).lower(): v for k, v in self.options.items()}
+        return KdelayWriter(self._path(), options, schema, overwrite)
 
 
 class SegmentPartition(InputPartition):
@@ -136,6 +173,10 @@ class KdelayReader(DataSourceReader):
         self.stats_dir = options.get("statsdir")
         self.with_topic, self.parts = scan.discover(path)
         self.bounds = scan.Bounds()
+        self.fields = _fields(mode, self.with_topic)
+        if mode != "dlyindex":
+            self.fields = _select(self.fields, options)
+        self.names = [n for n, _ in self.fields]
 
     # ------------------------------------------------------------------ planning
 
@@ -154,25 +195,27 @@ class KdelayReader(DataSourceReader):
         plan: scan.SegmentPlan | None = getattr(partition, "plan", None)
         if plan is None:
             return  # Spark reads one InputPartition(None) when partitions() returned none
-        fields = _fields(self.mode, self.with_topic)
-        schema = _arrow_schema(fields)
         if self.mode == "dlyindex":
-            yield _index_batch(plan, schema, self.with_topic)
+            yield _index_batch(plan, _arrow_schema(self.fields), self.with_topic)
             return
         reader = scan.SegmentReader(plan.part.path, plan.base, self.bounds,
-                                    use_index=self.use_index)
+                                    use_index=self.use_index,
+                                    check_crc="crc_valid" in self.names)
         topic, part = plan.part.topic, plan.part.partition
         if self.mode == "records":
-            cancelled = read_cancelled(plan.part.path, plan.base)
+            cancelled = read_cancelled(plan.part.path, plan.base) \
+                if "cancelled" in self.names else None
             for chunk in reader.chunks():
                 yield from columnar.records_to_arrow(chunk.buf, chunk.batches, segment=plan.base,
                                                      topic=topic, partition=part,
-                                                     log_path=reader.path, cancelled=cancelled)
+                                                     log_path=reader.path, columns=self.names,
+                                                     cancelled=cancelled)
         else:
+            full = _arrow_schema(_fields(self.mode, self.with_topic))
             for chunk in reader.chunks():
-                yield _batch_rows(plan, schema, self.with_topic, chunk.batches)
-            if reader.stats.error is not None:
-                yield _error_row(plan, schema, self.with_topic, reader.stats)
+                yield _batch_rows(plan, full, self.with_topic, chunk.batches).select(self.names)
+            if reader.stats.error is not None and "error" in self.names:
+                yield _error_row(plan, full, self.with_topic, reader.stats).select(self.names)
         if self.stats_dir:
             _write_stats(self.stats_dir, plan, reader.stats)
 

@@ -10,7 +10,7 @@ import os
 
 from ..clients import queue_state
 from ..errors import KdelayError
-from ..log import files
+from ..log import files, horizon
 from ..log.files import LOG_SUFFIX, SegmentFiles, parse_segment_name, segment_file
 from ..log.groups import GroupStore
 from ..log.walker import Batch, FramingBreak, Progress
@@ -108,6 +108,11 @@ def _verify_once(directory: str, only_base: int | None, progress: Progress | Non
         prev_next, prev_path = scan.next_offset(), seg.log_path
     if only_base is None:
         _check_groups(rep, directory, prev_next)
+        bad = horizon.check_file(directory)
+        if bad is not None:
+            rep.add(False, os.path.join(directory, horizon.HORIZON_FILE), None,
+                    f"append horizon unreadable ({bad}): lock-free readers treat it as no "
+                    f"writer; the next open rewrites it")
     return rep
 
 

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
-from test_spark_source import HAVE_SPARK, spark  # noqa: E402, F401 - the session fixture
+from test_spark_source import HAVE_SPARK  # noqa: E402 - (the spark fixture is in conftest)
 
 from kdelay import Log, LogConfig, Record  # noqa: E402
 from kdelay.log.cancellations import CANCEL, encode_entry  # noqa: E402

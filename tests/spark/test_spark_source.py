@@ -11,7 +11,6 @@ import glob
 import json
 import os
 import shutil
-import sys
 
 import pytest
 
@@ -221,28 +220,6 @@ def _copy_log_with(tmp_path, damage) -> str:
 
 
 # ---------------------------------------------------------------------------- Spark
-
-
-@pytest.fixture(scope="session")
-def spark():
-    if not HAVE_SPARK:
-        pytest.skip("pyspark or Java not available")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    from pyspark.sql import SparkSession
-
-    session = (SparkSession.builder.master("local[2]").appName("kdelay-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.session.timeZone", "UTC")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    import kdelay.spark
-
-    kdelay.spark.register(session)
-    yield session
-    session.stop()
 
 
 def _rows(df) -> list[tuple]:

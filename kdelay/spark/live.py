@@ -1,0 +1,195 @@
+"""A driver-side catalog of the batches of a partition directory that another process may
+be appending to, read without the log's lock (no Spark here; the streaming source uses it).
+
+`LivePartition.refresh(now)` returns the bound E of kdelay.log.horizon (every record due at
+or before E is already visible in the files) and then brings the catalog up to date:
+
+* a segment first seen sealed (a newer segment exists) is listed from its persisted
+  .dlyindex when that index is valid for the .log's size (no .log read at all), else by
+  walking its batch headers;
+* the last segment (the one being appended to) is walked incrementally from where the
+  previous refresh stopped, reading only whole batches whose CRC and base offset check out.
+  A batch that is still being written (shorter than its header says, or not yet CRC-valid)
+  ends the walk; the next refresh retries it. One that stays bad while its writer is alive
+  and idle is corruption and raises CorruptLogError.
+
+The horizon is read before the files, so a batch that lands after the files were read is
+due after E and belongs to a later refresh. Batches whose key is at or below `floor` (what
+the stream has already consumed) are not kept. Cost per refresh: one small read for the
+horizon, a directory listing, and reading the bytes appended since the last refresh.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from sortedcontainers import SortedList
+
+from ..errors import CorruptLogError
+from ..index.deliver_after_index import DeliverAfterIndex
+from ..index.index_file import IndexFileError
+from ..log import codec, horizon, walker
+from ..log.files import DLYINDEX_SUFFIX, LOG_SUFFIX, PartitionDir, segment_bases, segment_file
+
+
+class BatchRef(tuple):
+    """(deliver_after, base_offset, last_offset, segment, position, size): sorts by key."""
+
+    __slots__ = ()
+
+    def __new__(cls, deliver_after: int, base_offset: int, last_offset: int, segment: int,
+                position: int, size: int) -> BatchRef:
+        return tuple.__new__(cls, (deliver_after, base_offset, last_offset, segment,
+                                   position, size))
+
+
+@dataclass
+class _Segment:
+    walked: int = 0  # bytes of the .log already catalogued
+    next_offset: int = -1  # the base offset the next batch must have (-1: unknown yet)
+    complete: bool = False  # sealed and fully catalogued
+    ident: tuple[int, int] | None = None  # (inode, size) of the .log when it was completed
+    bad_at: int = -1  # position of a bad batch seen by the previous walk
+
+
+class LivePartition:
+    def __init__(self, part: PartitionDir, floor: tuple[int, int] = (-1, -1)):
+        self.part = part
+        self.floor = floor  # (deliver_after, offset): consumed; keep only keys above it
+        self.batches: SortedList = SortedList()
+        self._segments: dict[int, _Segment] = {}
+
+    # ------------------------------------------------------------------ queries
+
+    def latest(self, bound: int, start: tuple[int, int]) -> tuple[int, int]:
+        """The largest record key due at or before `bound` (a batch's last record), or
+        `start` if there is none above it."""
+        i = self.batches.bisect_left((bound + 1,))
+        if i == 0:
+            return start
+        b = self.batches[i - 1]
+        key = (b[0], b[2])
+        return key if key > start else start
+
+    def between(self, start: tuple[int, int], end: tuple[int, int]) -> list[BatchRef]:
+        """Batches holding a record whose key is in (start, end], in key order."""
+        out = []
+        for b in self.batches.irange((start[0],)):
+            if (b[0], b[1]) > end:
+                break
+            if (b[0], b[2]) > start:
+                out.append(b)
+        return out
+
+    def forget(self, upto: tuple[int, int]) -> None:
+        """Drop batches whose every record is at or below `upto` (committed)."""
+        self.floor = max(self.floor, upto)
+        while self.batches and (self.batches[0][0], self.batches[0][2]) <= self.floor:
+            self.batches.pop(0)
+
+    # ------------------------------------------------------------------ refresh
+
+    def refresh(self, now: int) -> int:
+        bound = horizon.read_bound(self.part.path, now)
+        state = horizon.read_state(self.part.path)
+        idle_writer = state is not None and not state[0]
+        bases = segment_bases(self.part.path)
+        for gone in set(self._segments) - set(bases):  # deleted by retention
+            self._drop(gone)
+        for i, base in enumerate(bases):
+            sealed = i + 1 < len(bases)
+            seg = self._segments.get(base)
+            if seg is not None and seg.complete and seg.ident != self._ident(base):
+                self._drop(base)  # rewritten in place (compaction): catalogue it afresh
+                seg = None
+            if seg is None:
+                seg = self._segments[base] = _Segment()
+                if sealed and self._from_index(base):
+                    seg.complete, seg.ident = True, self._ident(base)
+                    continue
+            if seg.complete:
+                continue
+            try:
+                whole = self._walk(base, seg, idle_writer, sealed)
+            except FileNotFoundError:
+                self._drop(base)
+                continue
+            seg.complete = sealed and whole
+            if seg.complete:
+                seg.ident = self._ident(base)
+        return bound
+
+    def _ident(self, base: int) -> tuple[int, int] | None:
+        try:
+            st = os.stat(segment_file(self.part.path, base, LOG_SUFFIX))
+        except FileNotFoundError:
+            return None
+        return st.st_ino, st.st_size
+
+    def _drop(self, base: int) -> None:
+        """Forget a segment and its batches (deleted, or replaced by a rewrite). O(n)."""
+        self._segments.pop(base, None)
+        if any(b[3] == base for b in self.batches):
+            self.batches = SortedList(b for b in self.batches if b[3] != base)
+
+    def _keep(self, da: int, last: int) -> bool:
+        return (da, last) > self.floor
+
+    def _from_index(self, base: int) -> bool:
+        path = segment_file(self.part.path, base, LOG_SUFFIX)
+        try:
+            size = os.path.getsize(path)
+            idx = DeliverAfterIndex.load(segment_file(self.part.path, base, DLYINDEX_SUFFIX),
+                                         base_offset=base, log_bytes=size)
+        except (IndexFileError, ValueError, OSError):
+            return False
+        da, bo, pos, lod, sz = (c.tolist() for c in idx.disk_columns)
+        for d, b, p, lo, s in zip(da, bo, pos, lod, sz, strict=True):
+            if self._keep(d, b + lo):
+                self.batches.add(BatchRef(d, b, b + lo, base, p, s))
+        return True
+
+    def _walk(self, base: int, seg: _Segment, idle_writer: bool, sealed: bool) -> bool:
+        """Catalogue the whole, CRC-valid batches appended to segment `base` since the last
+        walk (the shared walker's framing parse); stop at the first batch that is not (yet)
+        whole and valid. True when the walk reached the end of the file. Offsets run on
+        without a gap in the segment being appended to; a sealed one may have gaps
+        (compaction drops removable records), never a step back."""
+        path = segment_file(self.part.path, base, LOG_SUFFIX)
+        if seg.next_offset < 0:
+            seg.next_offset = base
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            frames = walker.frames(lambda pos, n: os.pread(fd, n, pos), seg.walked, size,
+                                   path=path)
+            try:
+                for pos, h, buf, rel in frames:
+                    gap_ok = sealed and h.base_offset > seg.next_offset
+                    if (h.base_offset != seg.next_offset and not gap_ok) or \
+                            not codec.crc_ok(buf, rel, h):
+                        return self._bad(seg, pos, idle_writer, path)
+                    if self._keep(h.deliver_after, h.last_offset):
+                        self.batches.add(BatchRef(h.deliver_after, h.base_offset,
+                                                  h.last_offset, base, pos, h.size))
+                    seg.next_offset = h.last_offset + 1
+                    seg.walked = pos + h.size
+                    seg.bad_at = -1
+            except CorruptLogError as e:  # not whole yet (or damaged): see _bad
+                return self._bad(seg, e.position if e.position is not None else seg.walked,
+                                 idle_writer, path)
+        finally:
+            os.close(fd)
+        return True
+
+    @staticmethod
+    def _bad(seg: _Segment, at: int, idle_writer: bool, path: str) -> bool:
+        # In flight (the writer is mid-append) or torn (a writer died mid-append: the next
+        # open truncates it) looks the same as damage at first; damage stays put while a
+        # live writer sits idle.
+        if seg.bad_at == at and idle_writer:
+            raise CorruptLogError("batch is damaged (CRC, framing or offset); the stream "
+                                  "cannot go past it", path, at)
+        seg.bad_at = at
+        return False

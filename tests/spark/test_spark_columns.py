@@ -1,0 +1,147 @@
+"""Reading less: the `columns` option, `read_batches`, and the quiet command line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("pyarrow")
+pytest.importorskip("pyspark")
+
+from conftest import have_spark  # noqa: E402
+
+from kdelay import Log, LogConfig, Record, Topic  # noqa: E402
+from kdelay.log import codec  # noqa: E402
+from kdelay.spark import BATCH_COLUMNS, columnar, scan  # noqa: E402
+from kdelay.spark.cli import human_ms, pick_window  # noqa: E402
+
+T0 = 1_700_000_000_000
+
+
+def _write(path: str, clock: list) -> None:
+    with Log.open(path, config=LogConfig(segment_bytes=8192), clock=lambda: clock[0]) as log:
+        for i in range(60):
+            clock[0] += 1
+            log.append([Record(b"v%03d" % j * (1 + i % 3), key=None if j % 4 else b"k%d" % j)
+                        for j in range(1 + i % 9)], deliver_after=T0 + (i * 7919) % 5000)
+
+
+@pytest.fixture(scope="module")
+def log_path(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("cols") / "log")
+    _write(path, [T0])
+    return path
+
+
+# ---------------------------------------------------------------------------- no Spark
+
+
+def test_columnar_subset_equals_the_full_decode(log_path):
+    """Any column subset gives exactly the full decode's columns; payload columns not asked
+    for are never built (a batch whose records cannot decode still yields header columns)."""
+    for base in scan.segment_bases(log_path):
+        for ch in scan.SegmentReader(log_path, base).chunks():
+            full = columnar.records_to_arrow(ch.buf, ch.batches, segment=base)
+            for cols in (["offset", "deliver_after"], ["value"], ["key", "crc_valid"],
+                         ["deliver_after", "timestamp", "segment", "position",
+                          "batch_base_offset"]):
+                part = columnar.records_to_arrow(ch.buf, ch.batches, segment=base,
+                                                 columns=cols)
+                assert [rb.schema.names for rb in part] == [cols] * len(part)
+                want = [rb.select(cols).to_pylist() for rb in full]
+                assert [r for rb in part for r in rb.to_pylist()] == \
+                    [r for rows in want for r in rows]
+    # records that do not tile their batch: the header columns do not care
+    blob = bytearray(codec.encode_batch(base_offset=0, base_timestamp=T0, deliver_after=T0,
+                                        keys=[b"k"] * 3, values=[b"v" * 10] * 3))
+    blob[codec.HEADER_SIZE] = 0x7E
+    buf = columnar.padded_buffer(len(blob))
+    buf[:len(blob)] = blob
+    h = codec.parse_header(bytes(blob))
+    b = columnar.ChunkBatch(0, 0, h, False)
+    (rb,) = columnar.records_to_arrow(buf, [b], segment=0, columns=["offset", "deliver_after"])
+    assert rb.to_pylist() == [{"offset": i, "deliver_after": T0} for i in range(3)]
+
+
+def test_forecast_scale_helpers():
+    assert pick_window(0) == "1 second"
+    assert pick_window(20_000) == "1 second"
+    assert pick_window(10 * 60_000) == "30 seconds"
+    assert pick_window(3 * 3_600_000) == "10 minutes"
+    assert pick_window(90 * 86_400_000) == "7 days"
+    assert [human_ms(x) for x in (0, 45_000, 300_000, 9_000_000, 277_200_000, -60_000)] == \
+        ["0s", "45s", "5m", "2h30m", "3d5h", "-1m"]
+
+
+# ---------------------------------------------------------------------------- Spark
+
+
+
+
+@pytest.mark.spark
+@pytest.mark.skipif(not have_spark(), reason="pyspark or Java not available")
+class TestReadingLess:
+    def test_columns_option(self, spark, log_path):
+        import kdelay.spark
+
+        full = kdelay.spark.read_log(spark, log_path)
+        two = kdelay.spark.read_log(spark, log_path, columns="offset, deliver_after")
+        assert two.columns == ["offset", "deliver_after"]
+        assert sorted(map(tuple, two.collect())) == \
+            sorted(map(tuple, full.select("offset", "deliver_after").collect()))
+        kv = spark.read.format("kdelay").option("columns", "value,key").load(log_path)
+        assert kv.columns == ["value", "key"]
+        assert sorted(map(tuple, kv.collect())) == \
+            sorted(map(tuple, full.select("value", "key").collect()))
+        with pytest.raises(Exception, match="not understood"):
+            kdelay.spark.read_log(spark, log_path, columns="offset,nope").collect()
+
+    def test_read_batches(self, spark, log_path, tmp_path):
+        import kdelay.spark
+
+        df = kdelay.spark.read_batches(spark, log_path)
+        assert df.columns == list(BATCH_COLUMNS)
+        rows = df.collect()
+        want = []
+        for base in scan.segment_bases(log_path):
+            for ch in scan.SegmentReader(log_path, base).chunks():
+                want.extend((base, b.header.base_offset, b.header.last_offset, b.file_pos,
+                             b.header.size, b.header.deliver_after, b.header.max_timestamp,
+                             b.header.record_count, True) for b in ch.batches)
+        assert sorted(tuple(r) for r in rows) == sorted(want)
+        assert sum(r["record_count"] for r in rows) == kdelay.spark.read_log(
+            spark, log_path).count()
+        # a topic root adds topic and partition
+        root = str(tmp_path / "root")
+        with Topic.open(root, "t", partitions=2) as topic:
+            for i in range(6):
+                topic.send([Record(b"x")], key=b"%d" % i)
+        tdf = kdelay.spark.read_batches(spark, root)
+        assert tdf.columns[:2] == ["topic", "partition"]
+        assert tdf.groupBy().sum("record_count").first()[0] == 6
+
+    def test_forecast_cli_is_quiet_and_shows_pending(self, log_path, tmp_path):
+        """A fresh process (its own JVM): no Spark/Java chatter on stderr, and only the
+        pending records, relative to now."""
+        now = time.time_ns() // 1_000_000
+        path = str(tmp_path / "pending")
+        with Log.open(path) as log:
+            log.append([Record(b"due")])  # due now: not in the forecast
+            log.append([Record(b"a")] * 3, deliver_after=now + 90_000)
+            log.append([Record(b"b")] * 2, deliver_after=now + 600_000)
+        env = dict(os.environ, PYTHONPATH=os.getcwd())
+        env.pop("PYSPARK_SUBMIT_ARGS", None)
+        res = subprocess.run([sys.executable, "-m", "kdelay", "forecast", path],
+                             capture_output=True, text=True, env=env, timeout=300)
+        assert res.returncode == 0, res.stderr
+        assert res.stderr == ""
+        out = res.stdout.splitlines()
+        assert "5 pending records" in out[0] and "per 30 seconds" in out[0]
+        counts = [int(line.split()[4]) for line in out[1:]]
+        assert counts == [3, 2]
+        # relative to the CLI's now (its JVM takes a while to start): under 90 s ahead
+        assert out[1].split()[1].endswith("s") and out[2].split()[1].endswith(("m", "s"))
