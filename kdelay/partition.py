@@ -53,8 +53,7 @@ AppendListener = Callable[[AppendResult], None]
 class Log:
     """One partition. Open with `Log.open(path, config=..., clock=...)`."""
 
-    def __init__(self, path: str, config: LogConfig, clock: Clock,
-                 opened: Opened):
+    def __init__(self, path: str, config: LogConfig, clock: Clock, opened: Opened):
         self.path = path
         self.config = config
         self.load_report = opened.report
