@@ -78,7 +78,7 @@ def snapshot(root: str) -> dict[str, bytes | None]:
         for n in dirs:
             out[os.path.relpath(os.path.join(d, n), root) + "/"] = None
         for n in names:
-            if n == ".lock":
+            if n in (".lock", "append.horizon"):  # the live writer's state, not the log's
                 continue
             with open(os.path.join(d, n), "rb") as f:
                 out[os.path.relpath(os.path.join(d, n), root)] = f.read()

@@ -129,10 +129,12 @@ def int_like(v) -> bool:
 
 
 def snapshot(path: str) -> dict[str, bytes]:
+    """Every file's bytes, but the lock and the append horizon: both describe the live
+    writer (the horizon counts append attempts for lock-free readers), not the log."""
     out = {}
     for d, _, names in os.walk(path):
         for n in names:
-            if n != ".lock":
+            if n not in (".lock", "append.horizon"):
                 with open(os.path.join(d, n), "rb") as f:
                     out[os.path.relpath(os.path.join(d, n), path)] = f.read()
     return out
