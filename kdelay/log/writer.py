@@ -1,6 +1,6 @@
 """The write path of one open log: batches appended to the active segment under the flush
-policy, rolls, fsyncs, cancellations and reschedules, each write published on the append
-horizon (horizon.py). The Log facade holds its lock around every call and keeps the clock,
+policy, rolls, fsyncs, cancellations and reschedules; appends, cancels and reschedules
+are published on the append horizon (horizon.py). The Log facade holds its lock around every call and keeps the clock,
 the wake-ups of waiting fetches and the append listeners.
 
 A write that reads the clock tells lock-free readers it is under way before it reads it:
