@@ -12,20 +12,13 @@ import os
 from dataclasses import dataclass, field
 
 import pytest
+from conftest import T0
+from conftest import FakeClock as Clock
 
 from kdelay import Log, LogConfig, Record
 from kdelay.testing.faults import CRASH_MODES, FaultInjector, SimulatedCrash, close_abandoned
 
-T0 = 1_700_000_000_000
 FAR = T0 + 10 ** 9
-
-
-class Clock:
-    def __init__(self, t: int = T0):
-        self.t = t
-
-    def __call__(self) -> int:
-        return self.t
 
 
 @dataclass
