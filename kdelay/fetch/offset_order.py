@@ -26,9 +26,8 @@ def read_from(segments: SegmentSet, offset: int, max_records: int) -> list[Fetch
             start, expected = (found[0], found[1].base_offset) if found else (seg.size, 0)
             for pos, h in seg.batch_headers(start):
                 # offsets must run on without a gap (a header's own base offset is no check
-                # of itself), except forward in a segment compaction rewrote
-                if seg.compacted and h.base_offset > expected:
-                    expected = h.base_offset
+                # of itself), except where compaction removed some (known from the index)
+                expected = seg.expected_base(pos, expected)
                 h, data = seg.read_verified(pos, h.size, expected)
                 expected = h.last_offset + 1
                 skip = max(0, offset - h.base_offset)

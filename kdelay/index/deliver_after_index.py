@@ -30,6 +30,7 @@ class DeliverAfterIndex(AbstractIndex):
     def __init__(self, base_offset: int, columns: list[np.ndarray] | None = None):
         super().__init__(base_offset, columns)
         self._recent = _RecentEntries()
+        self._by_position: tuple[int, np.ndarray, np.ndarray] | None = None
 
     @classmethod
     def from_entries(cls, base_offset: int, entries: list[Entry]) -> DeliverAfterIndex:
@@ -126,6 +127,19 @@ class DeliverAfterIndex(AbstractIndex):
         if j > lo and int(off[j - 1]) + int(lod[j - 1]) > off_c:
             j -= 1  # the batch holding the cursor still has records after it
         return j
+
+    def base_offset_at(self, position: int) -> int | None:
+        """The base offset of the batch indexed at `position` (None if no batch is).
+        O(log n) after a one-off O(n log n) sort by position, redone when entries change."""
+        if self._by_position is None or self._by_position[0] != len(self):
+            _, off, pos, _, _ = self.columns()
+            order = np.argsort(pos, kind="stable")
+            self._by_position = (len(self), pos[order], off[order])
+        _, positions, offsets = self._by_position
+        j = int(np.searchsorted(positions, position))
+        if j < len(positions) and int(positions[j]) == position:
+            return int(offsets[j])
+        return None
 
     def iter_recent(self, after: tuple[int, int] | None) -> Iterator[Entry]:
         """In-memory entries that may hold a record with key > `after`, in key order."""

@@ -159,10 +159,11 @@ def load_segments(directory: str, index_interval_bytes: int) -> tuple[list[LogSe
                     f"segment {base}")
             unflushed = not report.clean and (i == len(bases) - 1 or base >= recovery_point)
             cut = 0
-            end = _compacted_end(directory, bases, i, report)
+            marker = _compaction_marker(directory, bases, i, report)
+            end = None if marker is None else marker.end_offset
             if unflushed:
                 seg, cut, _ = _recover(directory, base, index_interval_bytes, report,
-                                       truncate=True, compacted_end=end)
+                                       truncate=True, marker=marker)
             else:
                 try:
                     seg = _load(directory, base, end)
@@ -173,7 +174,7 @@ def load_segments(directory: str, index_interval_bytes: int) -> tuple[list[LogSe
                     # the next crash recovery together with the acknowledged batches).
                     last = i == len(bases) - 1
                     seg, _, damaged = _recover(directory, base, index_interval_bytes, report,
-                                               truncate=last, compacted_end=end)
+                                               truncate=last, marker=marker)
                     # Persist the rebuilt indexes (atomically), so the damage is repaired
                     # once: a repair is the one write a clean open may make. Not for a
                     # damaged sealed segment: an index of it would make the next open trust
@@ -195,9 +196,9 @@ def load_segments(directory: str, index_interval_bytes: int) -> tuple[list[LogSe
     return segments, report
 
 
-def _compacted_end(directory: str, bases: list[int], i: int, report: LoadReport
-                   ) -> int | None:
-    """The end offset of segment `bases[i]` if compaction wrote it (None if not). A damaged
+def _compaction_marker(directory: str, bases: list[int], i: int, report: LoadReport
+                       ) -> swap.Marker | None:
+    """The marker of segment `bases[i]` if compaction wrote it (None if not). A damaged
     marker is rewritten from the next segment's base (a compacted segment is never the
     last one); without a next segment the segment is treated as never compacted, so that
     any gap in it is reported as damage."""
@@ -206,7 +207,7 @@ def _compacted_end(directory: str, bases: list[int], i: int, report: LoadReport
         return None
     marker = swap.read_marker(directory, base)
     if marker is not None:
-        return marker.end_offset
+        return marker
     if i + 1 == len(bases):
         report.problems.append(f"segment {base}: damaged compaction marker, no next segment "
                                f"to take its end offset from")
@@ -214,9 +215,9 @@ def _compacted_end(directory: str, bases: list[int], i: int, report: LoadReport
     end = bases[i + 1]
     report.problems.append(f"segment {base}: damaged compaction marker rewritten (ends at "
                            f"{end}, the next segment's base)")
-    fsio.atomic_write(segment_file(directory, base, MARKER_SUFFIX),
-                      swap.encode_marker(swap.Marker(base, end)))
-    return end
+    marker = swap.Marker(base, end)  # the checksum of its base offsets is lost with it
+    fsio.atomic_write(segment_file(directory, base, MARKER_SUFFIX), swap.encode_marker(marker))
+    return marker
 
 
 def _load(directory: str, base: int, compacted_end: int | None) -> LogSegment:
@@ -232,14 +233,16 @@ def _load(directory: str, base: int, compacted_end: int | None) -> LogSegment:
 
 
 def _recover(directory: str, base: int, interval: int, report: LoadReport, *,
-             truncate: bool, compacted_end: int | None = None) -> tuple[LogSegment, int, bool]:
+             truncate: bool, marker: swap.Marker | None = None
+             ) -> tuple[LogSegment, int, bool]:
     """Rebuild a segment's indexes from its .log; returns it, how many bytes were cut, and
     whether the scan stopped at damage."""
     path = segment_file(directory, base, LOG_SUFFIX)
     before = os.path.getsize(path)
     seg, error = LogSegment.recover(directory, base, index_interval_bytes=interval,
                                     check_crc=True, truncate=truncate,
-                                    compacted_end=compacted_end)
+                                    compacted_end=None if marker is None else marker.end_offset,
+                                    bases_crc=None if marker is None else marker.bases_crc)
     report.segments_scanned += 1
     report.bytes_scanned += before
     report.indexes_rebuilt += 3

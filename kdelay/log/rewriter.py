@@ -31,6 +31,7 @@ from ..index.time_index import TimeIndex
 from . import codec, swap
 from .files import DLYINDEX_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX
 from .segment import LogSegment
+from .walker import base_offsets_crc
 
 # (first offset, end offset) -> the cancelled offsets in [first, end), sorted (any int
 # sequence; numpy int64 preferred). The cancel feature answers it from its own storage.
@@ -137,7 +138,7 @@ def rewrite(directory: str, group: list[Source], *, horizon_ms: int,
             # each .cleaned file is fsync'd; the swap's directory fsync publishes the names
             index.persist(swap.cleaned_path(directory, base, suffix), atomic=False, **meta)
         fsio.write_new(swap.cleaned_path(directory, base, swap.MARKER_SUFFIX),
-                       swap.encode_marker(swap.Marker(base, end)))
+                       swap.encode_marker(swap.Marker(base, end, base_offsets_crc(entries))))
     except BaseException:
         seg.close()
         raise

@@ -33,7 +33,7 @@ from .files import (
     segment_file,
     segment_name,
 )
-from .walker import iter_headers, scan_log
+from .walker import ScanResult, base_offsets_crc, iter_headers, scan_log
 
 
 class LogSegment:
@@ -116,12 +116,16 @@ class LogSegment:
 
     @classmethod
     def recover(cls, directory: str, base_offset: int, *, index_interval_bytes: int,
-                check_crc: bool, truncate: bool, compacted_end: int | None = None
-                ) -> tuple[LogSegment, CorruptLogError | None]:
+                check_crc: bool, truncate: bool, compacted_end: int | None = None,
+                bases_crc: int | None = None) -> tuple[LogSegment, CorruptLogError | None]:
         """Rebuild every index from a scan of the .log. With `truncate`, a torn or corrupt
         tail is cut off (the segment was not known to be flushed); otherwise indexing stops
         at the damage and the error is returned for the caller to report. `compacted_end`:
-        the segment is a compacted one ending there (offset gaps allowed)."""
+        the segment is a compacted one ending there (offset gaps allowed); `bases_crc`: its
+        marker's checksum of the batches' base offsets. If the scan stops short or its base
+        offsets do not match that checksum, some base offset may be damaged and no scan can
+        tell which, so nothing of the segment is indexed (and nothing cut off): it reads as
+        empty, and the error says why."""
         path = os.path.join(directory, segment_name(base_offset) + LOG_SUFFIX)
         fd = fsio.open_append(path)
         try:
@@ -135,6 +139,13 @@ class LogSegment:
                                       f"{result.next_offset - 1}, its marker says it ends at "
                                       f"{compacted_end}", path)
             size = os.fstat(fd).st_size
+            if bases_crc is not None and (result.valid_bytes < size or
+                                          base_offsets_crc(result.entries) != bases_crc):
+                error = result.error or CorruptLogError(
+                    "batch base offsets differ from those compaction wrote (checksum in the "
+                    "compaction marker)", path, 0)
+                result = ScanResult([], [], 0, base_offset, error)
+                truncate = False
             if truncate and result.valid_bytes < size:
                 fsio.truncate(fd, result.valid_bytes)
                 fsio.fsync(fd)
@@ -244,6 +255,21 @@ class LogSegment:
             return None
         return found
 
+    def expected_base(self, position: int, expected: int) -> int:
+        """The base offset the batch at `position` must have, `expected` being the offset
+        after the batch before it. Outside compaction that is `expected`. A compacted
+        segment may skip forward past removed offsets; the base offset is not covered by
+        the batch CRC, so the skip is taken from this segment's index, never from the
+        header (a damaged header is reported, not believed)."""
+        if not self.compacted:
+            return expected
+        indexed = self.dly_index.base_offset_at(position)
+        if indexed is None or not expected <= indexed < self.next_offset:
+            raise CorruptLogError(f"batch at {position} is not where the index of this "
+                                  f"compacted segment has one after offset {expected}",
+                                  self.log_path, position)
+        return indexed
+
     def find_from(self, offset: int) -> tuple[int, codec.BatchHeader] | None:
         """The first batch holding `offset` or, in a compacted segment, the first after it
         (offsets removed by compaction are skipped). None if there is none."""
@@ -253,9 +279,9 @@ class LogSegment:
         expected, start = (self.base_offset, 0) if entry is None else entry
         for pos, h in self.batch_headers(start):
             # the index entry (or the segment base) says which offset each batch must start
-            # at (in a compacted segment: at the least); a damaged base offset would
-            # otherwise be believed
-            if h.base_offset != expected and not (self.compacted and h.base_offset > expected):
+            # at; a damaged base offset would otherwise be believed
+            expected = self.expected_base(pos, expected)
+            if h.base_offset != expected:
                 raise CorruptLogError(f"batch base offset {h.base_offset}, expected {expected}",
                                       self.log_path, pos)
             if h.last_offset >= offset:

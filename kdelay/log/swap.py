@@ -32,11 +32,14 @@ The marker `<base>.compacted` says that the segment was rewritten by compaction,
 its offsets are expected (`kdelay verify` treats a gap anywhere else as damage), and which
 offsets it covers: its records lie in [base, end), and the next segment starts at `end`
 (the last batches of a compacted segment may be gone, so a scan of the .log cannot tell).
-Format, ASCII, three lines:
+It also keeps a checksum of the segment's batch base offsets (walker.base_offsets_crc): a
+batch's CRC does not cover its base offset, so where gaps are allowed a damaged one could
+pass for a gap when the indexes are rebuilt from the .log. Format, ASCII, three or four lines:
 
     kdelay-compacted v1
     <base> <end>
-    crc <CRC-32C of the first two lines, 8 hex digits>
+    bases <CRC-32C of the base offsets, 8 hex digits>      (absent in a rewritten marker)
+    crc <CRC-32C of the lines before, 8 hex digits>
 """
 
 from __future__ import annotations
@@ -74,27 +77,37 @@ _MARKER_TAG = "kdelay-compacted v1"
 class Marker(NamedTuple):
     base_offset: int
     end_offset: int  # the next segment's base: records of this one lie in [base, end)
+    bases_crc: int | None = None  # walker.base_offsets_crc of its batches (None: not known)
 
 
 def encode_marker(marker: Marker) -> bytes:
     body = f"{_MARKER_TAG}\n{marker.base_offset} {marker.end_offset}\n"
+    if marker.bases_crc is not None:
+        body += f"bases {marker.bases_crc:08x}\n"
     return (body + f"crc {crc32c.crc32c(body.encode('ascii')):08x}\n").encode("ascii")
 
 
 def decode_marker(raw: bytes, base_offset: int) -> Marker | None:
     """The marker in `raw`, or None if it is damaged or names another segment."""
     try:
-        text = raw.decode("ascii")
-        tag, offsets, check, rest = text.split("\n", 3)
-        body = f"{tag}\n{offsets}\n"
-        if tag != _MARKER_TAG or rest or check != f"crc {crc32c.crc32c(body.encode()):08x}":
+        lines = raw.decode("ascii").split("\n")
+        if len(lines) not in (4, 5) or lines[-1] or lines[0] != _MARKER_TAG:
             return None
-        base, end = (int(x) for x in offsets.split(" "))
+        body = "".join(line + "\n" for line in lines[:-2])
+        if lines[-2] != f"crc {crc32c.crc32c(body.encode()):08x}":
+            return None
+        base, end = (int(x) for x in lines[1].split(" "))
+        bases_crc = None
+        if len(lines) == 5:
+            word, value = lines[2].split(" ")
+            if word != "bases" or len(value) != 8:
+                return None
+            bases_crc = int(value, 16)
     except (UnicodeDecodeError, ValueError):
         return None
     if base != base_offset or end < base:
         return None
-    return Marker(base, end)
+    return Marker(base, end, bases_crc)
 
 
 def read_marker(directory: str, base_offset: int, suffix: str = "") -> Marker | None:

@@ -13,7 +13,6 @@ from ..log.segment import LogSegment
 from .formatting import Out, err
 from .progress import ProgressBar
 from .scanning import (
-    compaction_marker,
     existing,
     list_segments,
     partition_dirs,
@@ -44,11 +43,12 @@ def cmd_rebuild_index(args: argparse.Namespace, out: Out) -> int:
             segments = list_segments(directory)
             bar = ProgressBar("rebuild-index", sum(s.log_size for s in segments))
             for s in segments:
-                end, _ = compaction_marker(s)
+                marker = swap.read_marker(directory, s.base_offset)  # None: not compacted
                 seg, error = LogSegment.recover(directory, s.base_offset,
                                                 index_interval_bytes=args.index_interval_bytes,
                                                 check_crc=True, truncate=False,
-                                                compacted_end=end)
+                                                compacted_end=marker and marker.end_offset,
+                                                bases_crc=marker and marker.bases_crc)
                 try:
                     bar(s.log_size)
                     if error is not None:

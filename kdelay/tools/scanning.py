@@ -184,6 +184,7 @@ class SegmentScan:
     # the segment ends at `end_offset`; `marker_damaged`: the marker is there but unreadable
     end_offset: int | None = None
     marker_damaged: bool = False
+    bases_crc: int | None = None  # the marker's checksum of the batch base offsets
 
     @property
     def records(self) -> int:
@@ -210,8 +211,9 @@ def scan_segment(seg: SegmentFiles, *, check_crc: bool = True,
         else:
             batches.append(item)
     end, damaged = compaction_marker(seg)
+    marker = None if end is None else read_marker(seg.directory, seg.base_offset)
     return SegmentScan(seg, batches, breaks, [b.header.max_timestamp for b in batches],
-                       end, damaged)
+                       end, damaged, marker and marker.bases_crc)
 
 
 def compaction_marker(seg: SegmentFiles) -> tuple[int | None, bool]:

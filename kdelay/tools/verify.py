@@ -13,7 +13,7 @@ from ..errors import KdelayError
 from ..log import files, horizon
 from ..log.files import LOG_SUFFIX, SegmentFiles, parse_segment_name, segment_file
 from ..log.groups import GroupStore
-from ..log.walker import Batch, FramingBreak, Progress
+from ..log.walker import Batch, FramingBreak, Progress, base_offsets_crc
 from . import cancels
 from .formatting import Out
 from .progress import ProgressBar, fmt_size
@@ -180,7 +180,11 @@ def _check_batches(rep: VerifyReport, seg: SegmentFiles, scan: SegmentScan, acti
                     f"offset {scan.end_offset} of this compacted segment")
         after_break = False
         expected = b.last_offset + 1
-
+    if (scan.bases_crc is not None and not scan.breaks
+            and base_offsets_crc([b.entry() for b in scan.batches]) != scan.bases_crc):
+        rep.add(True, path, 0, "batch base offsets differ from those compaction wrote (the "
+                "checksum in its marker): one is damaged; once its indexes are rebuilt, the "
+                "segment reads as empty")
 
 
 def _check_groups(rep: VerifyReport, directory: str, log_end: int | None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -53,14 +54,16 @@ def _fetch_all(path, cfg, now):
         log.close()
 
 
-def test_marker_roundtrip_and_damage():
-    raw = swap.encode_marker(swap.Marker(5, 99))
-    assert swap.decode_marker(raw, 5) == swap.Marker(5, 99)
+@pytest.mark.parametrize("marker", [swap.Marker(5, 99), swap.Marker(5, 99, 0xdeadbeef),
+                                    swap.Marker(5, 99, 0)])
+def test_marker_roundtrip_and_damage(marker):
+    raw = swap.encode_marker(marker)
+    assert swap.decode_marker(raw, 5) == marker
     assert swap.decode_marker(raw, 6) is None  # names another segment
     for i in range(len(raw)):
         bad = bytearray(raw)
         bad[i] ^= 0x01
-        assert swap.decode_marker(bytes(bad), 5) in (None, swap.Marker(5, 99))
+        assert swap.decode_marker(bytes(bad), 5) in (None, marker)
     assert swap.decode_marker(raw[:-3], 5) is None
     assert swap.decode_marker(b"\xff" * 10, 5) is None
 

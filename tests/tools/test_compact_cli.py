@@ -74,6 +74,28 @@ def test_gap_without_marker_is_damage(compacted, tmp_path):
     assert r.returncode == 1 and "gap" in r.stdout, r.stdout
 
 
+def test_damaged_base_offset_in_compacted_segment_is_reported(compacted, tmp_path):
+    """A base offset moved forward by one passes as a compaction gap to a scan; the
+    marker's checksum of the base offsets shows the damage to verify, and to
+    rebuild-index, which leaves the segment alone."""
+    path, _ = compacted
+    copy = str(tmp_path / "p")
+    shutil.copytree(path, copy)
+    log_path = os.path.join(copy, sorted(n for n in os.listdir(copy)
+                                         if n.endswith(".compacted"))[0][:-10] + ".log")
+    with open(log_path, "r+b") as f:
+        head = bytearray(f.read(12))
+        size = int.from_bytes(head[8:12], "big")
+        f.seek(12 + size + 7)  # the low byte of the second batch's base offset
+        low = f.read(1)[0]
+        f.seek(12 + size + 7)
+        f.write(bytes([low + 1]))
+    r = kdelay("verify", copy)
+    assert r.returncode == 1 and "checksum in its marker" in r.stdout, r.stdout
+    r = kdelay("rebuild-index", copy)
+    assert r.returncode == 1 and "NOT rebuilt" in r.stderr, r.stdout + r.stderr
+
+
 def test_damaged_marker_is_reported_and_repaired_on_open(compacted, tmp_path):
     path, pinned = compacted
     copy = str(tmp_path / "p")
