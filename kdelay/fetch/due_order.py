@@ -35,9 +35,10 @@ def resolve_cursor(segments: SegmentSet, after: DeliveryKey | int | None
         after = int(after)
         da = segments.deliver_after_of(after) if after >= 0 else None
         if da is None:
-            raise OffsetOutOfRangeError(
-                f"offset {after} is not in the log [{segments.oldest.base_offset}, "
-                f"{segments.active.next_offset})")
+            start, end = segments.oldest.base_offset, segments.active.next_offset
+            why = ("compaction removed it; pass the DeliveryKey of a fetch's `next` instead"
+                   if start <= after < end else f"the log holds offsets [{start}, {end})")
+            raise OffsetOutOfRangeError(f"offset {after} is not in the log: {why}")
         return DeliveryKey(da, after)
     raise KdelayError(f"after must be None, an int offset or a DeliveryKey, got {after!r}")
 

@@ -146,8 +146,10 @@ class LogModel(RuleBasedStateMachine):
           use_int=st.booleans())
     def fetch(self, max_records: int, max_bytes: int, use_int: bool) -> None:
         after = self.cursor
-        if use_int and after is not None and after.offset >= self.log.log_start_offset:
-            after = after.offset  # the KIP's form: the offset of the last consumed record
+        if use_int and after is not None and after.offset in self.records:
+            # the KIP's form: the offset of the last consumed record (as long as the log
+            # still holds it: of an offset compaction removed, fetch raises OffsetOutOfRangeError)
+            after = after.offset
         now = self._now()
         res = self.log.fetch(after, max_records=max_records, max_bytes=max_bytes)
         expected = self._expected_due(now)
@@ -199,8 +201,9 @@ class LogModel(RuleBasedStateMachine):
         assert start >= start_before
         gone = [o for o in self.records if start_before <= o < start]
         for o in gone:
-            # only records due for longer than retention_ms may go
-            assert now - self.records[o][4] > self.config.retention_ms, (o, self.records[o])
+            # only cancelled records and those due for longer than retention_ms may go
+            assert o in self.cancelled or \
+                now - self.records[o][4] > self.config.retention_ms, (o, self.records[o])
             self.dropped.add(o)
         # model: deleted records are simply never delivered
         self.records = {o: r for o, r in self.records.items() if o >= start}
