@@ -45,6 +45,7 @@ class SegmentCancels:
         self.index_path = segment_file(directory, base_offset, CANCEL_INDEX_SUFFIX)
         self.generation = 0
         self.journal_size = 0  # 0: no journal file yet
+        self._cache_bytes = 0  # the journal size the cache file covers
         self._fd = -1
         self._disk: np.ndarray | None = NO_OFFSETS  # None: trusted cache not mapped yet
         self._disk_count = 0
@@ -67,7 +68,7 @@ class SegmentCancels:
             try:
                 meta, (col,) = load_index(self.index_path, INDEX_MAGIC, CACHE_DTYPES,
                                           base_offset=self.base_offset,
-                                          log_bytes=self.journal_size)
+                                          log_bytes=self._cache_bytes)
                 if meta.next_offset != self.generation:
                     raise IndexFileError(f"{self.index_path}: generation {meta.next_offset}, "
                                          f"journal has {self.generation}")
@@ -76,10 +77,11 @@ class SegmentCancels:
             except IndexFileError:
                 # the header said current at open but the data does not check out: the
                 # journal is still the truth (read-only here: CONFIRMs are all in it); the
-                # next checkpoint rewrites the cache, and kdelay verify reports the damage
+                # next checkpoint rewrites the cache, and kdelay verify reports the damage.
+                # Entries written since the open are in the journal and among the recent.
                 scan = read_journal(self.journal_path, self.base_offset)
                 state, _ = replay(scan.entries, 1 << 62, self.base_offset, None)
-                col = np.array(sorted(state), dtype=np.int64)
+                col = np.array(sorted(state.difference(self._recent)), dtype=np.int64)
                 self.cache_current = False
             self._disk = col
             self._disk_count = len(col)
@@ -188,6 +190,7 @@ class SegmentCancels:
                     [np.ascontiguousarray(col, dtype=np.int64)])
         self._disk = None
         self._disk_count = len(col)
+        self._cache_bytes = self.journal_size
         self._recent = SortedList()
         self.cache_current = True
         self._mapped()
@@ -246,6 +249,7 @@ class SegmentCancels:
                 if (meta.base_offset, meta.log_bytes, meta.next_offset) == \
                         (base_offset, size, gen):
                     sc.generation, sc.journal_size = gen, size
+                    sc._cache_bytes = size
                     sc._disk, sc._disk_count = None, meta.entries
                     # a segment whose end recovery may have moved: every cancelled offset
                     # must still be inside it (the cache is sorted: one look at the last)

@@ -85,6 +85,35 @@ def test_segment_cache_trusted_lazily_and_rebuilt_when_bad(tmp_path):
     fourth.close()
 
 
+@pytest.mark.parametrize("damaged", [False, True])
+def test_cancels_added_before_the_cache_is_first_mapped_count_once(tmp_path, damaged):
+    """Regression (found by the delivery model): a cache trusted at open is mapped only on
+    the first query. Cancels written before that grew the journal past what the cache
+    covers; the map then took the cache for stale, replayed the whole journal, new entries
+    included, and counted those offsets twice (in the replay and among the recent ones)."""
+    d = os.fspath(tmp_path)
+    sc = SegmentCancels(d, 0)
+    sc.write([cz.encode_entry(cz.CANCEL, o) for o in (3, 9)])
+    sc.add((3, 9))
+    sc.persist()
+    sc.close()
+    if damaged:  # the header matches, the data does not: the journal is replayed instead
+        with open(sc.index_path, "r+b") as f:
+            f.seek(64)
+            f.write(b"\xff")
+    again = SegmentCancels.open(d, 0, 50, check_range=False, copy_check=None, problems=[])
+    assert again._disk is None  # trusted by its header, not mapped yet
+    again.write([cz.encode_entry(cz.CANCEL, 5)])
+    again.add((5,))
+    assert again.in_range(0, 100) == [3, 5, 9]
+    assert again.count_in_range(0, 100) == 3 and len(again) == 3
+    assert again.offsets().tolist() == [3, 5, 9]
+    assert again.cache_current is False  # the journal grew: the next checkpoint rewrites it
+    again.persist()
+    assert again.offsets().tolist() == [3, 5, 9] and again.recent_count == 0
+    again.close()
+
+
 def test_recovery_drops_lost_targets_and_voids_uncopied_moves(tmp_path):
     d = os.fspath(tmp_path)
     store = CancelStore(d)
