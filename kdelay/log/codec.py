@@ -189,7 +189,7 @@ class _Template:
     byte: those positions are left out of the second compare (`var_idx`/`var_bytes`)."""
 
     __slots__ = ("n", "klen", "vlen", "size", "groups", "image", "key_slices", "val_slices",
-                 "fixed_idx", "fixed_bytes", "parts", "ts_idx", "var_idx", "var_bytes",
+                 "fixed_idx", "fixed_bytes", "_parts", "ts_idx", "var_idx", "var_bytes",
                  "headers", "stamped")
 
     def __init__(self, n: int, klen: int, vlen: int, hblock: bytes = b"\x00"):
@@ -215,39 +215,50 @@ class _Template:
         # a decode checks them all with one gather and one memcmp
         fixed = np.ones(self.size, dtype=bool)
         fixed[:HEADER_SIZE] = False
-        for sl in (self.key_slices or []) + (self.val_slices or []):
-            fixed[sl] = False
+        for length, field in ((klen, "key_off"), (vlen, "val_off")):
+            if length > 0:
+                fixed[_runs(self.groups, field, length)] = False
         image = np.frombuffer(self.image, dtype=np.uint8)
         self.fixed_idx = np.flatnonzero(fixed).astype(np.int32)
         self.fixed_bytes = image[self.fixed_idx].tobytes()
-        self.ts_idx = np.concatenate([
-            np.arange(g.start + g.ts_off, g.start + g.ts_off + (g.stop - g.first) * g.rec_size,
-                      g.rec_size) for g in self.groups]).astype(np.int32)
+        self.ts_idx = _runs(self.groups, "ts_off", 1).astype(np.int32)
         fixed[self.ts_idx] = False
         self.var_idx = np.flatnonzero(fixed).astype(np.int32)
         self.var_bytes = image[self.var_idx].tobytes()
-        # the batch as join-able pieces: header, then per record [prefix, key, middle, value,
-        # suffix], with keys and values left empty to be slotted in (see _fill_template)
-        kb, vb = max(klen, 0), max(vlen, 0)
-        parts = [_ZERO_HEADER]
-        for g in self.groups:
-            for i in range(g.stop - g.first):
-                rs = g.start + i * g.rec_size
-                parts += [self.image[rs: rs + g.key_off], b"",
-                          self.image[rs + g.key_off + kb: rs + g.val_off], b"",
-                          self.image[rs + g.val_off + vb: rs + g.rec_size]]
-        self.parts = parts
+        self._parts: list[bytes] | None = None  # built by the first encode (a decode needs none)
+
+    @property
+    def parts(self) -> list[bytes]:
+        """The batch as join-able pieces: header, then per record [prefix, key, middle,
+        value, suffix], with keys and values left empty to be slotted in (_fill_template)."""
+        if self._parts is None:
+            kb, vb = max(self.klen, 0), max(self.vlen, 0)
+            parts = [_ZERO_HEADER]
+            for g in self.groups:
+                for i in range(g.stop - g.first):
+                    rs = g.start + i * g.rec_size
+                    parts += [self.image[rs: rs + g.key_off], b"",
+                              self.image[rs + g.key_off + kb: rs + g.val_off], b"",
+                              self.image[rs + g.val_off + vb: rs + g.rec_size]]
+            self._parts = parts
+        return self._parts
+
+
+def _runs(groups: list[_Group], field: str, length: int) -> np.ndarray:
+    """Batch positions of the `length` bytes at `field` of every record, for every group."""
+    out = []
+    for g in groups:
+        starts = np.arange(g.stop - g.first, dtype=np.int64) * g.rec_size + \
+            (g.start + getattr(g, field))
+        out.append((starts[:, None] + np.arange(length)).ravel())
+    return np.concatenate(out)
 
 
 def _payload_slices(groups: list[_Group], length: int, field: str) -> list[slice] | None:
     if length <= 0:
         return None
-    out = []
-    for g in groups:
-        off = g.start + getattr(g, field)
-        out.extend(slice(p, p + length)
-                   for p in range(off, off + (g.stop - g.first) * g.rec_size, g.rec_size))
-    return out
+    starts = _runs(groups, field, 1)
+    return list(map(slice, starts.tolist(), (starts + length).tolist()))
 
 
 # A small LRU of templates, bounded both in entries and in total records (each template keeps
