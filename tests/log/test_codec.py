@@ -369,9 +369,13 @@ def test_template_rejects_near_misses():
     buf = spec.encode()
     tmpl = codec._templates[(n, 4, 8)]
     payload = np.zeros(len(buf), bool)
-    for sl in tmpl.key_slices + tmpl.val_slices:
-        payload[sl] = True
-    ts_pos = tmpl.ts_idx.tolist()
+    ts_pos = []
+    for g in tmpl.groups:  # the arithmetic layout: where each record's fields lie
+        for rs in range(g.start, g.start + (g.stop - g.first) * g.rec_size, g.rec_size):
+            payload[rs + g.key_off: rs + g.key_off + 4] = True
+            payload[rs + g.val_off: rs + g.val_off + 8] = True
+            ts_pos.append(rs + g.ts_off)
+    assert payload.sum() == 12 * n and len(ts_pos) == n
     for pos in range(codec.HEADER_SIZE, len(buf)):
         bad = bytearray(buf)
         bad[pos] ^= 0x01
