@@ -118,6 +118,11 @@ class CancelStore:
         lost too, recovery finds no copy carrying the recorded CRC and voids it anyway."""
         self._seg(base).write([encode_entry(VOID, offset)])
 
+    @property
+    def moves_unconfirmed(self) -> bool:
+        """Are there reschedules whose copy is not yet known to be durable?"""
+        return bool(self._unconfirmed)
+
     def log_synced(self) -> None:
         """The .log is fsync'd up to its end: every move so far has a durable copy."""
         if not self._unconfirmed:

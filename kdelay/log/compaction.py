@@ -240,6 +240,11 @@ class Compactor:
             totals["longest_swap_ms"] = max(totals["longest_swap_ms"], result.longest_swap_ms)
             if result.segments_rewritten:
                 with self._lock:  # compacted away: no longer counted as cancelled
+                    if self._cancels.moves_unconfirmed:
+                        # prune leaves a segment with a pending move alone; the copies are
+                        # all in the active segment (a roll confirms), so one fsync settles
+                        self._segments.active.flush()
+                        self._cancels.log_synced()
                     self._cancels.prune(self._segments)
         return result
 
