@@ -191,7 +191,7 @@ class _Template:
     byte."""
 
     __slots__ = ("n", "klen", "vlen", "size", "groups", "image", "headers", "_parts",
-                 "_unpacker")
+                 "_ts_positions", "_unpacker")
 
     def __init__(self, n: int, klen: int, vlen: int, hblock: bytes = b"\x00"):
         self.n = n
@@ -209,7 +209,8 @@ class _Template:
         self.image = _ZERO_HEADER + records
         if len(self.image) != self.size:  # the arithmetic layout and the encoder must agree
             raise AssertionError("template layout disagrees with the encoder")
-        self._parts: list[bytes] | None = None  # built by the first encode
+        self._parts: list[bytes] | None = None  # built by the first encode, with
+        self._ts_positions: np.ndarray | None = None  # where each timestamp delta byte is
         self._unpacker: _Unpacker | None = None  # built by the first decode
 
     @property
@@ -218,14 +219,16 @@ class _Template:
         value, suffix], with keys and values left empty to be slotted in (_fill_template)."""
         if self._parts is None:
             kb, vb = max(self.klen, 0), max(self.vlen, 0)
+            img = self.image
             parts = [_ZERO_HEADER]
             for g in self.groups:
-                for i in range(g.stop - g.first):
-                    rs = g.start + i * g.rec_size
-                    parts += [self.image[rs: rs + g.key_off], b"",
-                              self.image[rs + g.key_off + kb: rs + g.val_off], b"",
-                              self.image[rs + g.val_off + vb: rs + g.rec_size]]
+                for rs in range(g.start, g.start + (g.stop - g.first) * g.rec_size, g.rec_size):
+                    k, v = rs + g.key_off, rs + g.val_off
+                    parts += [img[rs:k], b"", img[k + kb:v], b"", img[v + vb:rs + g.rec_size]]
             self._parts = parts
+            self._ts_positions = np.concatenate([
+                np.arange(g.stop - g.first, dtype=np.intp) * g.rec_size + g.start + g.ts_off
+                for g in self.groups])
         return self._parts
 
     @property
@@ -368,13 +371,20 @@ def encode_batch(
         headers = None
 
     out = None
-    if ts is None and headers is None:
+    # the template takes a batch whose records differ only in key and value bytes and in
+    # 1-byte timestamp deltas: one key length, one value length, the same headers on all
+    hblock = b"\x00" if headers is None else _same_header_block(headers)
+    if hblock is not None:
         klen = _uniform_length(keys)
         vlen = _uniform_length(values) if klen is not None else None
-        if vlen is not None:
-            t = _template(n, klen, vlen)
+        deltas = None if ts is None else _one_byte_deltas(ts)
+        if vlen is not None and (ts is None or deltas is not None):
+            try:
+                t = _template(n, klen, vlen, hblock)
+            except ValueError:  # a header block the template cannot hold: the general path
+                t = None
             if t is not None:
-                out = _fill_template(t, keys, values)
+                out = _fill_template(t, keys, values, deltas)
     if out is None:
         out = bytearray(_ZERO_HEADER)
         out += sections.encode_records(keys, values, ts, headers)
@@ -387,20 +397,50 @@ def encode_batch(
     return bytes(out)
 
 
+def _same_header_block(headers: Sequence) -> bytes | None:
+    """The header block every record shares, or None if they differ."""
+    first = headers[0]
+    try:
+        if headers.count(first) != len(headers):
+            return None
+    except TypeError:
+        return None
+    return sections.header_block(first)
+
+
 def _is_int(x) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
 
-def _fill_template(t: _Template, keys: list, values: list) -> bytearray:
+def _fill_template(t: _Template, keys: list, values: list,
+                   deltas: list[int] | np.ndarray | None = None) -> bytearray:
     """The template's bytes with the payloads written in: the keys and values are slotted
     into a copy of the template's piece list (two C-level slice assignments) and everything
-    is joined once."""
+    is joined once; 1-byte timestamp deltas (zigzag values) are then written in place."""
     parts = t.parts.copy()
     if t.klen > 0:
         parts[2::5] = keys
     if t.vlen > 0:
         parts[4::5] = values
-    return bytearray().join(parts)
+    out = bytearray().join(parts)
+    if isinstance(deltas, np.ndarray):
+        np.frombuffer(out, dtype=np.uint8)[t._ts_positions] = deltas
+    elif deltas is not None:
+        for pos, z in zip(t._ts_positions.tolist(), deltas, strict=True):
+            out[pos] = z
+    return out
+
+
+def _one_byte_deltas(ts: list | np.ndarray) -> list[int] | np.ndarray | None:
+    """Each timestamp delta as the value of its 1-byte (zigzag) varint, or None if some
+    delta needs more than one byte."""
+    if isinstance(ts, np.ndarray):
+        if int(ts.min()) < -64 or int(ts.max()) > 63:
+            return None
+        return ((ts << 1) ^ (ts >> 63)).astype(np.uint8)
+    if min(ts) < -64 or max(ts) > 63:
+        return None
+    return [(d << 1) if d >= 0 else (-d << 1) - 1 for d in ts]
 
 
 # ---------------------------------------------------------------------------- decoding

@@ -353,6 +353,35 @@ def test_template_and_general_paths_agree(n, kl, vl, seed):
     assert decode(buf) == spec.expected()
 
 
+@SETTINGS
+@given(n=st.integers(1, 300), kl=st.integers(-1, 40), vl=st.integers(-1, 120),
+       spread=st.sampled_from([0, 1, 63, 64, 65, 200]), seed=st.integers(0, 2**32),
+       header=st.sampled_from([None, [("kdelay.attempt", b"3")], [("a", None), ("b", b"")],
+                               "differ"]))
+def test_template_encodes_stamps_and_shared_headers_as_the_general_path(n, kl, vl, spread,
+                                                                         seed, header):
+    """The template also encodes 1-byte timestamp deltas and one header set shared by every
+    record; whatever it takes or leaves, the bytes are the general encoder's."""
+    rng = random.Random(seed)
+    keys = [None if kl < 0 else _blob(rng, kl) for _ in range(n)]
+    values = [None if vl < 0 else _blob(rng, vl) for _ in range(n)]
+    deltas = [0] + [rng.randint(-spread, spread) for _ in range(n - 1)]
+    if header == "differ":
+        headers = [[("h", b"%d" % (i % 2))] for i in range(n)]
+    else:
+        headers = None if header is None else [list(header) for _ in range(n)]
+    ref = sections.encode_columns(keys, values, np.array(deltas, np.int64), headers)
+    for ts in (deltas, np.array(deltas, np.int64)):
+        buf = codec.encode_batch(base_offset=0, base_timestamp=BASE_TS,
+                                 deliver_after=BASE_TS, keys=keys, values=values,
+                                 timestamp_deltas=ts, headers=headers)
+        assert buf[codec.HEADER_SIZE:] == ref
+    got = decode(buf)
+    assert got.timestamps == [BASE_TS + d for d in deltas]
+    assert (got.keys, got.values) == (keys, values)
+    assert got.headers == (headers or [[] for _ in range(n)])
+
+
 def test_template_decode_after_cache_is_cleared():
     """A reader in a fresh process has no templates: decoding builds one from the bytes."""
     spec = Spec([b"0123456789abcdef"] * 100, [bytes(range(100))] * 100)
