@@ -257,23 +257,22 @@ class _Unpacker:
 
     def __init__(self, t: _Template):
         kb, vb = max(t.klen, 0), max(t.vlen, 0)
-        img = t.image
-        cuts = [HEADER_SIZE]  # boundaries: fixed | delta | fixed | key | fixed | value | ...
+        # every record of a group has the same field sizes: one format piece per group
+        fmt, suffix = ["<"], 0  # suffix: the previous record's bytes after its value
         for g in t.groups:
-            for rs in range(g.start, g.start + (g.stop - g.first) * g.rec_size, g.rec_size):
-                k, v = rs + g.key_off, rs + g.val_off
-                cuts += [rs + g.ts_off, rs + g.ts_off + 1, k, k + kb, v, v + vb]
-        cuts.append(t.size)
-        sizes = [b - a for a, b in zip(cuts, cuts[1:], strict=False)]
-        # field i: fixed when i % 6 == 0 (and the last), delta at 1, key at 3, value at 5
-        self.struct = struct.Struct("<" + "".join(
-            "B" if i % 6 == 1 else f"{size}s" for i, size in enumerate(sizes)))
-        fixed = [i for i in range(len(sizes)) if i % 2 == 0]
-        self.fixed = _getter(fixed)
-        self.fixed_bytes = tuple(img[cuts[i]:cuts[i + 1]] for i in fixed)
-        self.deltas = _getter(list(range(1, len(sizes), 6)))
-        self.keys = _getter(list(range(3, len(sizes), 6)))
-        self.values = _getter(list(range(5, len(sizes), 6)))
+            a, c = g.ts_off, g.key_off - g.ts_off - 1
+            d, e = g.val_off - g.key_off - kb, g.rec_size - g.val_off - vb
+            body = f"B{c}s{kb}s{d}s{vb}s"
+            fmt.append(f"{suffix + a}s{body}" + f"{e + a}s{body}" * (g.stop - g.first - 1))
+            suffix = e
+        fmt.append(f"{suffix}s")
+        self.struct = struct.Struct("".join(fmt))
+        count = 6 * t.n + 1  # field i: fixed when even, delta at 1, key at 3, value at 5
+        self.fixed = _getter(list(range(0, count, 2)))
+        self.deltas = _getter(list(range(1, count, 6)))
+        self.keys = _getter(list(range(3, count, 6)))
+        self.values = _getter(list(range(5, count, 6)))
+        self.fixed_bytes = self.fixed(self.struct.unpack_from(t.image, HEADER_SIZE))
 
 
 # A small LRU of templates, bounded both in entries and in total records (each template keeps
