@@ -25,7 +25,7 @@ what a batch holds; one it cannot decode either becomes a single placeholder row
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -65,6 +65,9 @@ class ChunkBatch(NamedTuple):
 
 
 PAYLOAD_COLUMNS = frozenset(("timestamp", "key", "value"))  # need the records decoded
+# what a current .dlyindex alone can give, without reading the .log (no CRC: no crc_valid)
+INDEX_COLUMNS = frozenset(("topic", "partition", "segment", "batch_base_offset", "position",
+                           "offset", "deliver_after", "cancelled"))
 
 
 def arrow_schema(with_topic: bool, columns: Sequence[str] | None = None) -> pa.Schema:
@@ -262,6 +265,41 @@ def is_cancelled(offsets: np.ndarray, cancelled: np.ndarray | None) -> np.ndarra
     return cancelled[i] == offsets
 
 
+def header_records(schema: pa.Schema, *, segment: int, topic: str | None,
+                   partition: int | None, counts: np.ndarray,
+                   base_offsets: Callable[[], np.ndarray], positions: Callable[[], np.ndarray],
+                   deliver_afters: Callable[[], np.ndarray],
+                   crc_ok: Callable[[], np.ndarray] | None = None,
+                   cancelled: np.ndarray | None = None,
+                   extra: dict[str, Callable[[], pa.Array]] | None = None) -> pa.RecordBatch:
+    """One row per record of the batches described per batch (record `counts`, and
+    callables giving base offsets, positions, deliverAfters, CRC verdicts: only those the
+    schema asks for are computed); `extra` builds the columns that need the records
+    decoded. Vectorised: no Python per batch or per record."""
+    nb = len(counts)
+    total = int(counts.sum())
+    bidx = np.repeat(np.arange(nb), counts)
+
+    def offset_values() -> np.ndarray:
+        rstart = np.cumsum(counts) - counts
+        return base_offsets()[bidx] + (np.arange(total, dtype=np.int64) - rstart[bidx])
+
+    make = {
+        "topic": lambda: pa.repeat(pa.scalar(topic, pa.string()), total),
+        "partition": lambda: pa.repeat(pa.scalar(partition, pa.int32()), total),
+        "segment": lambda: pa.repeat(pa.scalar(segment, pa.int64()), total),
+        "batch_base_offset": lambda: pa.array(base_offsets()[bidx]),
+        "position": lambda: pa.array(positions()[bidx]),
+        "offset": lambda: pa.array(offset_values()),
+        "deliver_after": lambda: pa.array(deliver_afters()[bidx]),
+        "crc_valid": lambda: pa.array(np.ones(total, dtype=bool) if crc_ok is None
+                                      else crc_ok()[bidx]),
+        "cancelled": lambda: pa.array(is_cancelled(offset_values(), cancelled)),
+        **(extra or {}),
+    }
+    return pa.RecordBatch.from_arrays([make[n]() for n in schema.names], schema=schema)
+
+
 def records_to_arrow(buf_bytes: bytearray, batches: Sequence[ChunkBatch], *, segment: int,
                      topic: str | None = None, partition: int | None = None,
                      log_path: str | None = None, columns: Sequence[str] | None = None,
@@ -299,38 +337,28 @@ def records_to_arrow(buf_bytes: bytearray, batches: Sequence[ChunkBatch], *, seg
                                             columns=columns, cancelled=cancelled))
             return out
 
-    total = int(counts.sum())
-    bidx = np.repeat(np.arange(nb), counts)
-    rstart = np.cumsum(counts) - counts
-
-    def per_batch(values) -> pa.Array:
-        return pa.array(np.fromiter(values, dtype=np.int64, count=nb)[bidx])
-
-    def offset_values() -> np.ndarray:
-        base = np.fromiter((b.header.base_offset for b in batches), dtype=np.int64, count=nb)
-        return base[bidx] + (np.arange(total, dtype=np.int64) - rstart[bidx])
+    def per_batch(values, dtype=np.int64) -> np.ndarray:
+        return np.fromiter(values, dtype=dtype, count=nb)
 
     def payload(which: str) -> pa.Array:
         pos, ln = (fields.kpos, fields.klen) if which == "key" else (fields.vpos, fields.vlen)
         return binary_column(np.frombuffer(buf_bytes, dtype=np.uint8),
                              pa.py_buffer(buf_bytes), pos, ln)
 
-    make = {
-        "topic": lambda: pa.repeat(pa.scalar(topic, pa.string()), total),
-        "partition": lambda: pa.repeat(pa.scalar(partition, pa.int32()), total),
-        "segment": lambda: pa.repeat(pa.scalar(segment, pa.int64()), total),
-        "batch_base_offset": lambda: per_batch(b.header.base_offset for b in batches),
-        "position": lambda: per_batch(b.file_pos for b in batches),
-        "offset": lambda: pa.array(offset_values()),
-        "deliver_after": lambda: per_batch(b.header.deliver_after for b in batches),
+    extra = {
         "timestamp": lambda: pa.array(fields.timestamps),
         "key": lambda: payload("key"),
         "value": lambda: payload("value"),
-        "crc_valid": lambda: pa.array(np.fromiter((b.crc_ok for b in batches), dtype=bool,
-                                                  count=nb)[bidx]),
-        "cancelled": lambda: pa.array(is_cancelled(offset_values(), cancelled)),
     }
-    whole = pa.RecordBatch.from_arrays([make[n]() for n in names], schema=schema)
+    whole = header_records(
+        schema, segment=segment, topic=topic, partition=partition, counts=counts,
+        base_offsets=lambda: per_batch(b.header.base_offset for b in batches),
+        positions=lambda: per_batch(b.file_pos for b in batches),
+        deliver_afters=lambda: per_batch(b.header.deliver_after for b in batches),
+        crc_ok=lambda: per_batch((b.crc_ok for b in batches), bool),
+        cancelled=cancelled, extra=extra)
+    rstart = np.cumsum(counts) - counts
+    total = int(counts.sum())
     if fields is None or fields.ok.all():
         return [whole]
     # splice in the engine decoder's result for each batch the fast path refused

@@ -286,18 +286,46 @@ class SegmentReader:
         self.stats.records += h.record_count
         return ChunkBatch(rel, file_pos, h, not self.check_crc or codec.crc_ok(buf, rel, h))
 
-    def _from_index(self, fd: int, idx: DeliverAfterIndex, done: set[int]):
-        """Read the batches the index puts in range; returns None, or a message when the
-        log disagrees with the index (the caller then walks the headers instead)."""
-        da, base, pos, lod, size = (np.asarray(c) for c in idx.disk_columns)
-        self.stats.batches_seen += len(da)
+    def _wanted(self, da: np.ndarray, base: np.ndarray, pos: np.ndarray, lod: np.ndarray
+                ) -> np.ndarray:
+        """Which index entries the bounds keep, in file order."""
         dlo, dhi = self.bounds.deliver_after
         olo, ohi = self.bounds.offset
         sel = (da >= dlo) & (da <= dhi) & (base + lod >= olo) & (base <= ohi)
         if self.bounds.empty:
             sel[:] = False
         order = np.flatnonzero(sel)
-        order = order[np.argsort(pos[order], kind="stable")]
+        return order[np.argsort(pos[order], kind="stable")]
+
+    def index_batches(self) -> tuple[np.ndarray, ...] | None:
+        """For a read that needs nothing from the .log itself (no record field, no CRC):
+        the wanted batches from the segment's .dlyindex alone, in file order, as
+        (deliverAfter, base offset, position, record count, size) arrays. None when the
+        index is not current for the .log as it is now (the caller then reads the .log).
+        O(batches), vectorised: no Python per batch."""
+        if not self.use_index:
+            return None
+        try:
+            size = os.path.getsize(self.path)
+        except OSError:
+            return None
+        idx = load_dly_index(self.directory, self.base, size)
+        if idx is None:
+            return None
+        da, base, pos, lod, size = (np.asarray(c).astype(np.int64) for c in idx.disk_columns)
+        order = self._wanted(da, base, pos, lod)
+        counts = lod[order] + 1
+        self.stats.mode = "index only"
+        self.stats.batches_seen += len(da)
+        self.stats.records += int(counts.sum())
+        return da[order], base[order], pos[order], counts, size[order]
+
+    def _from_index(self, fd: int, idx: DeliverAfterIndex, done: set[int]):
+        """Read the batches the index puts in range; returns None, or a message when the
+        log disagrees with the index (the caller then walks the headers instead)."""
+        da, base, pos, lod, size = (np.asarray(c) for c in idx.disk_columns)
+        self.stats.batches_seen += len(da)
+        order = self._wanted(da, base, pos, lod)
         want = list(zip(pos[order].tolist(), size[order].tolist(), base[order].tolist(),
                         da[order].tolist(), strict=True))
         i = 0

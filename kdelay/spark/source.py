@@ -13,6 +13,10 @@ Options:
              source yields (there is no pruning hook), and its per-row ingestion is the
              ceiling: fewer columns and fewer rows (mode batches) are the levers. In mode
              batches the row reporting a framing error is produced only with `error`.
+             Columns a segment's current .dlyindex holds (offsets, deliverAfter, positions,
+             record counts, sizes, `cancelled`, but no timestamps, payloads or CRC verdicts)
+             are read from that index alone, without reading the .log (useIndex false:
+             never).
   pushdown   true (default) | false: use pushed filters to skip segments and batches
   useIndex   true (default) | false: may the reader trust a valid .dlyindex to pick batches
   statsDir   a directory: each input partition writes a small JSON file there with how many
@@ -53,6 +57,7 @@ from . import columnar, scan
 from .columnar import TOPIC_FIELDS
 
 MODES = ("records", "batches", "dlyindex")
+_ROWS_PER_BATCH = 1 << 20  # Arrow batches handed to Spark from an index-only read
 
 BATCH_FIELDS: list[tuple[str, pa.DataType]] = [
     ("segment", pa.int64()),
@@ -205,15 +210,32 @@ class KdelayReader(DataSourceReader):
         if self.mode == "records":
             cancelled = read_cancelled(plan.part.path, plan.base) \
                 if "cancelled" in self.names else None
-            for chunk in reader.chunks():
-                yield from columnar.records_to_arrow(chunk.buf, chunk.batches, segment=plan.base,
-                                                     topic=topic, partition=part,
-                                                     log_path=reader.path, columns=self.names,
-                                                     cancelled=cancelled)
+            found = reader.index_batches() \
+                if columnar.INDEX_COLUMNS.issuperset(self.names) else None
+            if found is not None:  # nothing asked for needs the .log: rows from the index
+                da, bo, pos, counts, _ = found
+                rows = columnar.header_records(
+                    columnar.arrow_schema(topic is not None, self.names), segment=plan.base,
+                    topic=topic, partition=part, counts=counts, base_offsets=lambda: bo,
+                    positions=lambda: pos, deliver_afters=lambda: da, cancelled=cancelled)
+                for start in range(0, rows.num_rows, _ROWS_PER_BATCH):
+                    yield rows.slice(start, _ROWS_PER_BATCH)
+            else:
+                for chunk in reader.chunks():
+                    yield from columnar.records_to_arrow(
+                        chunk.buf, chunk.batches, segment=plan.base, topic=topic,
+                        partition=part, log_path=reader.path, columns=self.names,
+                        cancelled=cancelled)
         else:
             full = _arrow_schema(_fields(self.mode, self.with_topic))
-            for chunk in reader.chunks():
-                yield _batch_rows(plan, full, self.with_topic, chunk.batches).select(self.names)
+            found = reader.index_batches() \
+                if _BATCH_INDEX_COLUMNS.issuperset(self.names) else None
+            if found is not None:  # nothing asked for needs the .log: rows from the index
+                yield _index_batch_rows(plan, full, self.with_topic, *found).select(self.names)
+            else:
+                for chunk in reader.chunks():
+                    yield _batch_rows(plan, full, self.with_topic,
+                                      chunk.batches).select(self.names)
             if reader.stats.error is not None and "error" in self.names:
                 yield _error_row(plan, full, self.with_topic, reader.stats).select(self.names)
         if self.stats_dir:
@@ -287,6 +309,23 @@ def _batch_rows(plan: scan.SegmentPlan, schema: pa.Schema, with_topic: bool,
         pa.array([b.crc_ok for b in batches], pa.bool_()),
         pa.nulls(n, pa.string()),
     ]
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+_BATCH_INDEX_COLUMNS = frozenset(("topic", "partition", "segment", "position", "base_offset",
+                                  "last_offset", "deliver_after", "size", "record_count"))
+
+
+def _index_batch_rows(plan: scan.SegmentPlan, schema: pa.Schema, with_topic: bool,
+                      da: np.ndarray, bo: np.ndarray, pos: np.ndarray, counts: np.ndarray,
+                      size: np.ndarray) -> pa.RecordBatch:
+    """Batch rows from .dlyindex entries; the fields only the .log holds are left null."""
+    n = len(da)
+    cols = _topic_cols(plan, n, with_topic) + [
+        pa.repeat(pa.scalar(plan.base, pa.int64()), n), pa.array(pos), pa.array(bo),
+        pa.array(bo + counts - 1), pa.array(da), pa.nulls(n, pa.int64()),
+        pa.nulls(n, pa.int64()), pa.array(size), pa.array(counts), pa.nulls(n, pa.bool_()),
+        pa.nulls(n, pa.string())]
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 

@@ -100,6 +100,42 @@ class TestReadingLess:
         with pytest.raises(Exception, match="not understood"):
             kdelay.spark.read_log(spark, log_path, columns="offset,nope").collect()
 
+    def test_index_only_reads_equal_the_scan(self, spark, tmp_path):
+        """Columns a current .dlyindex holds are read from it alone (no .log bytes); the
+        rows are exactly the scan's, with a cancelled record, and with an active segment
+        that grew past its persisted index (read by scanning)."""
+        import json
+
+        from kdelay.testing.faults import close_abandoned
+
+        path = str(tmp_path / "p")
+        clock = [T0]
+        _write(path, clock)
+        log = Log.open(path, config=LogConfig(segment_bytes=8192), clock=lambda: clock[0])
+        pending = [r.offset for r in log.read(0, max_records=1000) if r.deliver_after > T0 + 60]
+        assert log.cancel(pending[::5]) > 0
+        log.append([Record(b"late")] * 3, deliver_after=T0 + 10)
+        close_abandoned(log)  # as a crash: the active segment is past its persisted index
+        for mode, cols in (
+                ("records", "offset,deliver_after,cancelled,segment,position,batch_base_offset"),
+                ("batches", "deliver_after,record_count,base_offset,last_offset,size,position,"
+                            "segment")):
+            stats = str(tmp_path / f"stats-{mode}")
+
+            def load(use_index: str, stats_dir: str | None = None, mode=mode, cols=cols):
+                r = spark.read.format("kdelay").option("mode", mode).option("columns", cols)
+                if stats_dir:
+                    r = r.option("statsDir", stats_dir)
+                return sorted(map(tuple, r.option("useIndex", use_index).load(path).collect()))
+
+            fast, slow = load("true", stats), load("false")
+            assert fast == slow and len(fast) > 20
+            modes = []
+            for name in os.listdir(stats):
+                with open(os.path.join(stats, name)) as f:
+                    modes.append(json.load(f)["mode"])
+            assert modes.count("index only") == len(modes) - 1, modes  # all but the active
+
     def test_read_batches(self, spark, log_path, tmp_path):
         import kdelay.spark
 
