@@ -9,7 +9,8 @@ the Python data source and ingested by the JVM; one warm-up run, then the median
 
 * full records (all nine columns);
 * `columns=offset,deliver_after` (no record decoding, no CRC);
-* `read_batches` (one row per batch; records covered per second);
+* `read_batches` (one row per batch; records covered per second), all its columns, and
+  `deliver_after,record_count` only (what `kdelay forecast` reads: from the .dlyindex);
 * the stream (`--only stream`): a writer process appends for 20 s (kdelay.testing.
   live_writer: most batches due at once) while a query with a 100 ms trigger streams due
   records; latency = wall time a record leaves its micro-batch (foreachBatch on the
@@ -283,6 +284,11 @@ def main() -> int:
                        for n in kdelay.spark.BATCH_COLUMNS]
             compare(spark, batches, bfields, nb, args.runs, "read_batches", unit="batch rows",
                     covered=rows)
+            # what `kdelay forecast` reads: columns a current .dlyindex holds, no .log bytes
+            few = kdelay.spark.read_batches(spark, path, columns="deliver_after,record_count")
+            compare(spark, few, [("deliver_after", pa.int64()), ("record_count", pa.int64())],
+                    nb, args.runs, "read_batches deliver_after,record_count",
+                    unit="batch rows", covered=rows)
             if args.only != "reads":
                 bench_writer(spark, tmp or tempfile.mkdtemp(), rows, args.runs)
         finally:

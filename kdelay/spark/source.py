@@ -57,6 +57,7 @@ from . import columnar, scan
 from .columnar import TOPIC_FIELDS
 
 MODES = ("records", "batches", "dlyindex")
+PARTITION_BYTES = 128 << 20  # .log bytes per Spark task (Spark's maxPartitionBytes default)
 _ROWS_PER_BATCH = 1 << 20  # Arrow batches handed to Spark from an index-only read
 
 BATCH_FIELDS: list[tuple[str, pa.DataType]] = [
@@ -164,9 +165,32 @@ class KdelayDataSource(DataSource):
 
 
 class SegmentPartition(InputPartition):
-    def __init__(self, plan: scan.SegmentPlan):
-        super().__init__(plan.base)
-        self.plan = plan
+    """Adjacent segments read by one Spark task, in order."""
+
+    def __init__(self, plans: list[scan.SegmentPlan]):
+        super().__init__(plans[0].base)
+        self.plans = plans
+
+
+def group_plans(plans: list[scan.SegmentPlan], target_bytes: int = PARTITION_BYTES
+                ) -> list[list[scan.SegmentPlan]]:
+    """Segments of one partition directory, in order, grouped up to `target_bytes` of
+    .log each (at least one segment a group): a Spark task costs milliseconds of fixed
+    overhead, which small segments would otherwise pay one by one."""
+    groups: list[list[scan.SegmentPlan]] = []
+    size = 0
+    for plan in plans:
+        try:
+            n = os.path.getsize(segment_file(plan.part.path, plan.base, LOG_SUFFIX))
+        except OSError:
+            n = 0  # the reader reports it
+        if groups and groups[-1][-1].part == plan.part and size + n <= target_bytes:
+            groups[-1].append(plan)
+            size += n
+        else:
+            groups.append([plan])
+            size = n
+    return groups
 
 
 class KdelayReader(DataSourceReader):
@@ -192,14 +216,17 @@ class KdelayReader(DataSourceReader):
             yield f  # Spark still applies every filter: ours only skip whole batches
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [SegmentPartition(p) for p in scan.plan_segments(self.parts, self.bounds)]
+        plans = scan.plan_segments(self.parts, self.bounds)
+        return [SegmentPartition(g) for g in group_plans(plans)]
 
     # ------------------------------------------------------------------ reading
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        plan: scan.SegmentPlan | None = getattr(partition, "plan", None)
-        if plan is None:
-            return  # Spark reads one InputPartition(None) when partitions() returned none
+        # Spark reads one InputPartition(None) when partitions() returned none
+        for plan in getattr(partition, "plans", []):
+            yield from self._read_segment(plan)
+
+    def _read_segment(self, plan: scan.SegmentPlan) -> Iterator[pa.RecordBatch]:
         if self.mode == "dlyindex":
             yield _index_batch(plan, _arrow_schema(self.fields), self.with_topic)
             return

@@ -67,6 +67,30 @@ def test_columnar_subset_equals_the_full_decode(log_path):
     assert rb.to_pylist() == [{"offset": i, "deliver_after": T0} for i in range(3)]
 
 
+def test_small_segments_share_a_spark_task(tmp_path):
+    """Adjacent segments of one partition are grouped up to the byte target, in order, and
+    a group never spans two partitions of a topic."""
+    from kdelay.spark.source import group_plans
+
+    log_path = str(tmp_path / "small")
+    with Log.open(log_path, config=LogConfig(segment_bytes=600), clock=lambda: T0) as log:
+        for i in range(40):
+            log.append([Record(b"v%d" % i * 20)])
+    plans = scan.plan_segments(scan.discover(log_path)[1], scan.Bounds())
+    assert len(plans) > 5
+    assert group_plans(plans, 0) == [[p] for p in plans]
+    assert group_plans(plans) == [plans]
+    size = os.path.getsize(scan.segment_file(log_path, plans[0].base, ".log"))
+    groups = group_plans(plans, 2 * size)
+    assert [p for g in groups for p in g] == plans and 1 < len(groups) < len(plans)
+    root = str(tmp_path / "root")
+    with Topic.open(root, "t", partitions=2) as topic:
+        for i in range(6):
+            topic.send([Record(b"x")], key=b"%d" % i)
+    tplans = scan.plan_segments(scan.discover(root)[1], scan.Bounds())
+    assert [{p.part for p in g} for g in group_plans(tplans)] == [{p.part} for p in tplans]
+
+
 def test_forecast_scale_helpers():
     assert pick_window(0) == "1 second"
     assert pick_window(20_000) == "1 second"
