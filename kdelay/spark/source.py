@@ -1,4 +1,5 @@
-"""The `kdelay` PySpark (4.x) Python Data Source: one input partition per segment.
+"""The `kdelay` PySpark (4.x) Python Data Source: one input partition per run of adjacent
+segments (up to PARTITION_BYTES of .log; a segment is never split).
 
     spark.read.format("kdelay").load(path)                      # one row per record
     spark.read.format("kdelay").option("mode", "batches")...     # one row per batch
