@@ -312,6 +312,7 @@ def clear_template_cache() -> None:
     with _templates_lock:
         _templates.clear()
         _templates_records = 0
+        _last_fit.clear()
 
 
 def _uniform_length(items: list) -> int | None:
