@@ -34,6 +34,7 @@ from .records import AppendResult, CompactionResult, DeliveryKey, FetchedRecord,
 from .validation import (
     MAX_INT64,
     as_int,
+    batch_columns,
     check_open_args,
     check_page_limits,
     clock_value,
@@ -145,7 +146,18 @@ class Log:
                ) -> AppendResult:
         """Write one batch. Its deliverAfter is `deliver_after`, else the max of the records',
         and never below the append time. All of it is written, or nothing."""
-        columns = record_columns(records)
+        return self._append(record_columns(records), deliver_after)
+
+    @write_errors
+    def append_columns(self, values: Sequence[bytes | None], *,
+                       keys: Sequence[bytes | None] | None = None,
+                       timestamps: Sequence[int | None] | None = None,
+                       deliver_after: int | None = None) -> AppendResult:
+        """`append` of a batch given as columns (no headers): the same checks and result,
+        without a Record per row (validation.batch_columns)."""
+        return self._append(batch_columns(values, keys, timestamps), deliver_after)
+
+    def _append(self, columns: list[tuple], deliver_after: int | None) -> AppendResult:
         requested = requested_deliver_after(
             columns[4], deliver_after, path=self.path,
             delayed_delivery_enable=self.config.delayed_delivery_enable)

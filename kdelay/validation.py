@@ -213,7 +213,34 @@ def record_columns(records: Sequence[Record]) -> list[tuple]:
         raise InvalidRecordError("an empty batch cannot be appended")
     if not _all_of_types(records, {Record}, Record):
         raise InvalidRecordError("every item of records must be a kdelay.Record")
-    cols = list(zip(*records, strict=False))  # all Records: five fields each
+    return _checked(list(zip(*records, strict=False)))  # all Records: five fields each
+
+
+def batch_columns(values: Sequence, keys: Sequence | None = None,
+                  timestamps: Sequence | None = None) -> list[tuple]:
+    """Validate a batch given as columns (as `record_columns` does records): `values`
+    (bytes or None each), `keys` and `timestamps` (None: all None), no headers or record
+    deliverAfters. For producers that hold columns already (the Spark writer): no Record
+    per row is built, and none taken apart again. O(records)."""
+    if not isinstance(values, (list, tuple)):
+        raise InvalidRecordError(f"values must be a list or tuple, got {type(values).__name__}")
+    n = len(values)
+    if not n:
+        raise InvalidRecordError("an empty batch cannot be appended")
+    cols = [tuple(values)]
+    for name, col in (("keys", keys), ("timestamps", timestamps)):
+        if col is None:
+            cols.append((None,) * n)
+        elif not isinstance(col, (list, tuple)) or len(col) != n:
+            raise InvalidRecordError(f"{name} must be a list or tuple as long as values")
+        else:
+            cols.append(tuple(col))
+    values, keys, timestamps = cols
+    return _checked([values, keys, ((),) * n, timestamps, (None,) * n])
+
+
+def _checked(cols: list[tuple]) -> list[tuple]:
+    """Check the five columns (value, key, headers, timestamp, deliver_after) of a batch."""
     values, keys, headers, timestamps, das = cols
     if not _all_of_types(values, _BYTES_OR_NONE, (bytes, _NONE_TYPE)):
         raise InvalidRecordError("every record value must be bytes or None (a tombstone)")

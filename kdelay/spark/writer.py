@@ -40,7 +40,6 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from ..errors import KdelayError, LogLockedError
-from ..records import Record
 from . import scan
 
 COLUMNS = {"value": "binary", "key": "binary", "deliver_after": "bigint",
@@ -117,12 +116,11 @@ class KdelayWriter(DataSourceArrowWriter):
         out = []
         with Log.open(self.dirs[p]) as log:
             for da, lo, hi in groups:
-                n = hi - lo
-                recs = list(map(Record, values[lo:hi],
-                                keys[lo:hi] if keys is not None else [None] * n, [()] * n,
-                                ts[lo:hi] if ts is not None else [None] * n))
-                for start in range(0, n, self.batch_records):
-                    r = log.append(recs[start:start + self.batch_records], deliver_after=da)
+                for start in range(lo, hi, self.batch_records):
+                    end = min(hi, start + self.batch_records)
+                    r = log.append_columns(
+                        values[start:end], keys=None if keys is None else keys[start:end],
+                        timestamps=None if ts is None else ts[start:end], deliver_after=da)
                     out.append((self.dirs[p], r.base_offset, r.last_offset))
         return out
 

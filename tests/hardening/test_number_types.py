@@ -85,6 +85,10 @@ PARAMS: dict[str, tuple[int, bool, Callable]] = {
         log, log.append([Record(b"x", deliver_after=v), Record(b"y")]))),
     "record timestamp": (T0 - 5000, True, lambda log, v: _appended(
         log, log.append([Record(b"x", timestamp=v), Record(b"y")]))),
+    "append_columns deliver_after": (T0 + 5000, True, lambda log, v: _appended(
+        log, log.append_columns([b"x"], deliver_after=v))),
+    "append_columns timestamp": (T0 - 5000, True, lambda log, v: _appended(
+        log, log.append_columns([b"x", b"y"], timestamps=[v, None]))),
     "fetch after (offset)": (1, True, lambda log, v: _fetch(log.fetch(v))),
     "fetch DeliveryKey.deliver_after": (T0, False, lambda log, v: _fetch(
         log.fetch(DeliveryKey(v, 1)))),
