@@ -26,12 +26,24 @@ join. Decoding is record_decode.py.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from . import varint
 
 HEADER_SIZE = 69
+
+
+class RecordColumns(NamedTuple):
+    """A batch's records, decoded column-wise."""
+
+    timestamps: list[int]
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    headers: list[list[tuple[str, bytes | None]]]
+
+
 # Below this many records the per-call cost of numpy (about 1 us per operation, some 20 of
 # them per batch) exceeds a plain Python loop over the records.
 SMALL_BATCH = 24

@@ -15,7 +15,7 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from kafka.record.util import decode_varint, encode_varint
 
 from kdelay.errors import CorruptLogError, InvalidRecordError
-from kdelay.log import codec, sections, varint
+from kdelay.log import codec, sections, templates, varint
 
 # ---------------------------------------------------------------------------- oracles
 
@@ -347,7 +347,7 @@ def test_template_and_general_paths_agree(n, kl, vl, seed):
                               timestamp_deltas=np.zeros(n, np.int64),
                               headers=[[] for _ in range(n)])
     assert same == buf
-    assert codec._decode_template(buf, n, len(buf), BASE_TS) == spec.expected()
+    assert templates.decode(buf, n, len(buf), BASE_TS) == spec.expected()
     assert codec._decode_general(buf, n, len(buf), BASE_TS) == spec.expected()
     assert codec._decode_general(buf, n, len(buf), BASE_TS, small=True) == spec.expected()
     assert decode(buf) == spec.expected()
@@ -386,9 +386,9 @@ def test_template_decode_after_cache_is_cleared():
     """A reader in a fresh process has no templates: decoding builds one from the bytes."""
     spec = Spec([b"0123456789abcdef"] * 100, [bytes(range(100))] * 100)
     buf = spec.encode()
-    codec.clear_template_cache()
-    assert codec._decode_template(buf, 100, len(buf), BASE_TS) == spec.expected()
-    assert (100, 16, 100) in codec._templates
+    templates.clear_template_cache()
+    assert templates.decode(buf, 100, len(buf), BASE_TS) == spec.expected()
+    assert (100, 16, 100) in templates._templates
 
 
 def test_template_rejects_near_misses():
@@ -396,7 +396,7 @@ def test_template_rejects_near_misses():
     n = 70
     spec = Spec([b"kkkk"] * n, [b"vvvvvvvv"] * n)
     buf = spec.encode()
-    tmpl = codec._templates[(n, 4, 8)]
+    tmpl = templates._templates[(n, 4, 8)]
     payload = np.zeros(len(buf), bool)
     ts_pos = []
     for g in tmpl.groups:  # the arithmetic layout: where each record's fields lie
@@ -408,7 +408,7 @@ def test_template_rejects_near_misses():
     for pos in range(codec.HEADER_SIZE, len(buf)):
         bad = bytearray(buf)
         bad[pos] ^= 0x01
-        got = codec._decode_template(bytes(bad), n, len(buf), BASE_TS)
+        got = templates.decode(bytes(bad), n, len(buf), BASE_TS)
         if payload[pos]:
             assert got is not None
         elif pos in ts_pos:  # a 1-byte timestamp delta: read as one (0 -> zigzag 1 = -1)
@@ -421,8 +421,8 @@ def test_template_cache_is_bounded():
     for n in range(1, 200):
         codec.encode_batch(base_offset=0, base_timestamp=0, deliver_after=0,
                            keys=[None] * n, values=[b"x"] * n)
-    assert len(codec._templates) <= codec._TEMPLATE_MAX_ENTRIES
-    assert codec._templates_records <= codec._TEMPLATE_MAX_RECORDS
+    assert len(templates._templates) <= templates._TEMPLATE_MAX_ENTRIES
+    assert templates._templates_records <= templates._TEMPLATE_MAX_RECORDS
 
 
 def test_bad_arguments():
