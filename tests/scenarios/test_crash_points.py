@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
+from conftest import FakeClock
 
 from kdelay import DeliveryKey, Log, LogConfig, Record
 from kdelay.log.files import segment_name
@@ -24,14 +25,6 @@ FAR_FUTURE = T0 + 10 ** 9
 MIN_POINTS = {"append": 12, "append_roll": 40, "roll": 36, "flush": 6, "recovery": 18,
               "commit": 15, "retention": 14, "close": 20, "compact": 40}
 POINTS: dict[str, int] = {}
-
-
-class Clock:
-    def __init__(self, t: int = T0):
-        self.t = t
-
-    def __call__(self) -> int:
-        return self.t
 
 
 @dataclass
@@ -93,7 +86,7 @@ def cfg(**kw) -> LogConfig:
 # each: (config, prepare(path, model) -> Log | None, act(path, log, model) -> Log | None)
 
 def _prep_basic(path: str, m: Model, config: LogConfig) -> Log:
-    log = Log.open(path, config=config, clock=Clock())
+    log = Log.open(path, config=config, clock=FakeClock())
     for _ in range(3):
         m.append(log, 2, flushed=config.flush_messages == 1)
     if config.flush_messages != 1:
@@ -129,7 +122,7 @@ def _act_flush(path, log, m):
 def _prep_recovery(path: str, m: Model, config: LogConfig) -> None:
     """An unclean directory: two sealed segments, a torn tail on the active one and a
     missing index on a sealed one."""
-    log = Log.open(path, config=config, clock=Clock())
+    log = Log.open(path, config=config, clock=FakeClock())
     m.append(log, 2, flushed=True)
     log.roll()
     m.append(log, 3, flushed=True)
@@ -145,7 +138,7 @@ def _prep_recovery(path: str, m: Model, config: LogConfig) -> None:
 
 
 def _act_recovery(path, log, m):
-    log = m.live = Log.open(path, config=cfg(), clock=Clock())
+    log = m.live = Log.open(path, config=cfg(), clock=FakeClock())
     m.append(log, 2, flushed=True)
     return log
 
@@ -159,7 +152,7 @@ def _act_commit(path, log, m):
 
 
 def _prep_retention(path: str, m: Model, config: LogConfig) -> Log:
-    clock = Clock()
+    clock = FakeClock()
     log = Log.open(path, config=config, clock=clock)
     for _ in range(4):
         m.append(log, 2, flushed=True)
@@ -180,7 +173,7 @@ def _act_retention(path, log, m):
 def _prep_compact(path: str, m: Model, config: LogConfig) -> Log:
     """Sealed segments of records due at once, with every third batch due in ~28 hours
     (pinned), then the clock past retention: compaction rewrites and merges them."""
-    clock = Clock()
+    clock = FakeClock()
     log = Log.open(path, config=config, clock=clock)
     for i in range(14):
         pinned = i % 3 == 0
@@ -242,7 +235,7 @@ SCENARIOS = {
 def check_consistent(path: str, m: Model, config: LogConfig, where: str) -> None:
     """Reopen after a crash and check every invariant; then append, close, reopen clean
     and check again."""
-    clock = Clock(FAR_FUTURE)
+    clock = FakeClock(FAR_FUTURE)
     log = Log.open(path, config=config, clock=clock)
     try:
         present = _check_log(log, m, where)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 
 import pytest
 
@@ -16,26 +15,6 @@ from kdelay import Log, LogConfig, Record  # noqa: E402
 
 T0 = 1_700_000_000_000
 HOUR = 3_600_000
-
-
-@pytest.fixture(scope="module")
-def spark():
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Java not available")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    from pyspark.sql import SparkSession
-
-    session = (SparkSession.builder.master("local[2]").appName("kdelay-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    import kdelay.spark
-
-    kdelay.spark.register(session)
-    return session  # shared with other Spark test files: stopped at interpreter exit
 
 
 @pytest.fixture(scope="module")
