@@ -25,6 +25,7 @@ what a batch holds; one it cannot decode either becomes a single placeholder row
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -280,6 +281,7 @@ def header_records(schema: pa.Schema, *, segment: int, topic: str | None,
     total = int(counts.sum())
     bidx = np.repeat(np.arange(nb), counts)
 
+    @functools.cache  # both `offset` and `cancelled` need them
     def offset_values() -> np.ndarray:
         rstart = np.cumsum(counts) - counts
         return base_offsets()[bidx] + (np.arange(total, dtype=np.int64) - rstart[bidx])
