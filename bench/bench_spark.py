@@ -1,8 +1,8 @@
 """Throughput of the kdelay PySpark reader and writer on a local[2] SparkSession.
 
-Workload (the project's standard one): N records (default 1,000,000) with 100-byte values
-and 8-byte keys, in 100-record batches, 16 MiB segments, written by `Log.append`. Each
-read goes into Spark's no-op sink (`df.write.format("noop")`), so every row is produced by
+Workload: N records (default 1,000,000) with 100-byte values and 8-byte keys, in 100-record
+batches, 16 MiB segments, written by `Log.append` as producers send them: every record
+stamped, and 1 batch in 4 a retry carrying the `kdelay.attempt` header. Each read goes into Spark's no-op sink (`df.write.format("noop")`), so every row is produced by
 the Python data source and ingested by the JVM; one warm-up run, then the median of
 `--runs` timed runs, each beside a no-work source of the same schema and row count
 (prebuilt Arrow batches): Spark's own per-row ceiling, measured in the same session.
@@ -15,8 +15,9 @@ the Python data source and ingested by the JVM; one warm-up run, then the median
   live_writer: most batches due at once) while a query with a 100 ms trigger streams due
   records; latency = wall time a record leaves its micro-batch (foreachBatch on the
   driver) minus its deliverAfter;
-* the writer: N cached rows (100-byte values, 8-byte keys, a deliverAfter per 200 rows)
-  into a new 2-partition topic, beside a no-work Arrow sink of the same rows.
+* the writer: N cached rows (100-byte values, 8-byte keys, a timestamp per row, a
+  deliverAfter per 200 rows) into a new 2-partition topic, beside a no-work Arrow sink of
+  the same rows.
 
 Spark's per-row ingestion is the ceiling for every read; producing fewer rows (one per
 batch) and fewer columns is the lever, not faster decoding.
@@ -41,13 +42,20 @@ from kdelay import Log, LogConfig, Record
 T0 = 1_700_000_000_000
 
 
+RETRY = (("kdelay.attempt", b"2"),)
+
+
 def build(path: str, records: int) -> None:
+    """Producer-shaped: every record stamped (increasing within the 20 ms before its
+    append), and 1 batch in 4 a retry carrying the `kdelay.attempt` header."""
     clock = [T0]
     vals = os.urandom(100 * 100)
     with Log.open(path, config=LogConfig(segment_bytes=16 << 20), clock=lambda: clock[0]) as log:
         for i in range(records // 100):
-            clock[0] += 1
-            recs = [Record(vals[j * 100:(j + 1) * 100], key=b"%08d" % (i * 100 + j))
+            clock[0] += 20
+            headers = RETRY if i % 4 == 3 else ()
+            recs = [Record(vals[j * 100:(j + 1) * 100], key=b"%08d" % (i * 100 + j),
+                           headers=headers, timestamp=clock[0] - 20 + j // 5)
                     for j in range(100)]
             log.append(recs, deliver_after=T0 + (i * 7919) % 3_600_000)
 
@@ -178,7 +186,8 @@ def bench_writer(spark, tmp: str, records: int, runs: int) -> None:
         F.concat(F.lpad(F.col("id").cast("string"), 10, "0"),
                  F.lit("v" * 90)).cast("binary").alias("value"),
         F.lpad(F.col("id").cast("string"), 8, "0").cast("binary").alias("key"),
-        (F.lit(fut) + (F.col("id") / 200).cast("long") * 7).alias("deliver_after")).cache()
+        (F.lit(fut) + (F.col("id") / 200).cast("long") * 7).alias("deliver_after"),
+        (F.lit(T0) + F.col("id") / 10).cast("long").alias("timestamp")).cache()
     df.count()
     spark.dataSource.register(null_sink())
     n = [0]
