@@ -14,10 +14,12 @@ chunk of the .log at once:
    plain Python loop over the length varints (still no per-record objects).
 2. Fields. Every varint of every record of the chunk is decoded with one vectorised
    `varint.decode_at` call per field, and every length is checked against its record's end.
+   Headers are no column of the reader: a header block is stepped over (the record's length
+   says where it ends), so retried records, which carry `kdelay.attempt`, stay on this path.
 3. Keys and values become Arrow `binary_view` arrays pointing into the chunk buffer, which
    Arrow's C++ cast turns into plain `binary` (one memcpy per payload, no Python per row).
 
-Batches this cannot handle (records with headers, or anything malformed) go through
+Batches this cannot handle (anything malformed) go through
 `codec.decode_records`, the engine's own decoder, so the two can never disagree about
 what a batch holds; one it cannot decode either becomes a single placeholder row with
 `crc_valid` False.
@@ -234,7 +236,10 @@ def _decode_fields(buf: np.ndarray, data: memoryview, rel: np.ndarray, sizes: np
     ok &= (vlen >= -1) & (vlen <= ends - vpos)
     vend = np.minimum(vpos + np.maximum(vlen, 0), ends)
     hcount, s = varint.decode_at(buf, vend)
-    ok &= (hcount == 0) & (vend + s == ends)  # records with headers take the codec path
+    # headers are not a column: a record's header block is only checked to fill the rest of
+    # the record (each header at least two length bytes); no headers: nothing may follow
+    hend = vend + s
+    ok &= np.where(hcount == 0, hend == ends, (hcount > 0) & (ends - hend >= 2 * hcount))
     batch_ok = np.logical_and.reduceat(ok, rstart)
     if not batch_ok.all():
         bad = ~batch_ok[bidx]

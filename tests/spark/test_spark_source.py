@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 
+import numpy as np
 import pytest
 
 pa = pytest.importorskip("pyarrow")
@@ -155,6 +156,32 @@ def test_columnar_matches_codec(records, copies):
                          "deliver_after": T0 + c, "timestamp": ts[i], "key": keys[i],
                          "value": values[i], "crc_valid": True, "cancelled": False})
     assert got == want
+
+
+def test_columnar_fast_path_steps_over_headers():
+    """Retried records carry a header: their batches stay on the vectorised path (no
+    fallback to the codec per batch), with the same rows; a header block that does not fit
+    its record is refused there (and left to the codec)."""
+    blob = codec.encode_batch(base_offset=0, base_timestamp=T0, deliver_after=T0,
+                              keys=[b"k%d" % i for i in range(10)], values=[b"v" * 20] * 10,
+                              timestamp_deltas=list(range(10)),
+                              headers=[[("kdelay.attempt", b"3")]] * 10)
+    buf = columnar.padded_buffer(len(blob))
+    buf[:len(blob)] = blob
+    h = codec.parse_header(blob)
+    args = (np.frombuffer(buf, dtype=np.uint8), memoryview(buf), np.array([0]),
+            np.array([h.size]), np.array([10]), np.array([T0]))
+    fields = columnar._decode_fields(*args)
+    assert fields.ok.all()
+    ts, keys, values, _ = codec.decode_records(blob, h)
+    assert fields.timestamps.tolist() == ts
+    (rb,) = columnar.records_to_arrow(buf, [columnar.ChunkBatch(0, 0, h, True)], segment=0)
+    assert rb.column("key").to_pylist() == keys and rb.column("value").to_pylist() == values
+    # the header count says more headers than the record has bytes for
+    at = blob.index(b"kdelay.attempt") - 2  # the count byte, before the key's length
+    assert blob[at] == 2  # zigzag(1)
+    buf[at] = 0x7E  # 63 headers
+    assert not columnar._decode_fields(*args).ok.any()
 
 
 def test_columnar_damaged_batch_is_flagged_not_fatal():
