@@ -7,22 +7,23 @@ from typing import NamedTuple
 Header = tuple[str, bytes | None]
 
 
-class _NoHeaders(list):
-    """The headers of a fetched record that has none: one empty list shared by all such
-    records (a fresh list per record costs an allocation and GC work per record on the
-    fetch path), so it refuses changes: copy it first, `list(record.headers)`."""
+class SharedHeaders(list):
+    """The headers of a fetched record: one list shared by every record that carries the
+    same headers (an empty one for records with none; the retry header of every record of a
+    batch). A fresh list per record would cost an allocation and GC work per record on the
+    fetch path, so it refuses changes: copy it first, `list(record.headers)`."""
 
     __slots__ = ()
 
     def _read_only(self, *args, **kwargs):
-        raise TypeError("a fetched record's empty headers list is shared and read-only; "
+        raise TypeError("a fetched record's headers list is shared and read-only; "
                         "copy it with list(record.headers)")
 
     append = extend = insert = remove = pop = clear = sort = reverse = _read_only
     __setitem__ = __delitem__ = __iadd__ = __imul__ = _read_only
 
 
-NO_HEADERS: list[Header] = _NoHeaders()
+NO_HEADERS: list[Header] = SharedHeaders()
 
 
 class Record(NamedTuple):

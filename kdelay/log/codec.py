@@ -5,12 +5,9 @@ records exactly as Kafka v2 writes them. The CRC-32C covers byte 21 (attributes)
 
 Two paths, byte-for-byte identical in what they produce and accept:
 
-* The template path (templates.py), for homogeneous batches: keys of one length, values of
-  one length, one header set, 1-byte timestamp deltas. What producers send, coded with a
-  few C-level calls per batch.
-* The general path (sections.py to encode, record_decode.py to decode): every varint column
-  of the batch is coded with numpy; the one sequential step is a tight Python loop over the
-  record-length varints.
+Every batch shape takes one path: sections.py gathers a batch into flat columns and
+record_decode.py cuts one apart, each with a constant number of C-level calls per batch,
+around the per-record loops compiled in kernels.py.
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ import numpy as np
 
 from ..errors import CorruptLogError, InvalidRecordError
 from ..records import NO_HEADERS
-from . import record_decode, sections, templates
+from . import record_decode, sections
 from .sections import RecordColumns
 
 HEADER = struct.Struct(">qiibIhiqqqqhii")
@@ -43,12 +40,9 @@ MIN_RECORD_SIZE = 7
 NO_PRODUCER_ID = -1
 # attributes: bits 0-2 compression (0 = none), bit 3 timestamp type, 4 transactional, 5 control
 UNSUPPORTED_ATTRIBUTES = 0x07 | 0x10 | 0x20
-SMALL_BATCH = sections.SMALL_BATCH  # batches below this size take the per-record Python path
-_PAD = 32  # zero bytes after the records so vectorised varint reads never run off the end
 
 _HEAD = struct.Struct(">qiibI")  # bytes 0..21: the part the CRC does not cover
 _TAIL = struct.Struct(">hiqqqqhii")  # bytes 21..69
-_ZERO_HEADER = bytes(HEADER_SIZE)
 
 
 class BatchHeader(NamedTuple):
@@ -128,13 +122,13 @@ def encode_batch(
     deliver_after: int,
     keys: Sequence[bytes | None],
     values: Sequence[bytes | None],
-    timestamp_deltas: np.ndarray | None = None,
+    timestamp_deltas: Sequence[int] | np.ndarray | None = None,
     headers: Sequence | None = None,
     leader_epoch: int = 0,
 ) -> bytes:
     """Encode one batch. Keys and values are bytes (or None for null). `timestamp_deltas`
-    (int64, relative to base_timestamp) may be None for "all equal". `headers` is None when
-    no record has any, else one sequence of (str, bytes|None) per record."""
+    (relative to base_timestamp) may be None for "all equal". `headers` is None when no
+    record has any, else one sequence of (str, bytes|None) per record."""
     n = len(values)
     if n == 0 or len(keys) != n or (headers is not None and len(headers) != n):
         raise InvalidRecordError("a batch needs one key and one value per record, and at "
@@ -142,36 +136,26 @@ def encode_batch(
     ts = None
     max_ts = base_timestamp
     if timestamp_deltas is not None:
-        if n < sections.SMALL_BATCH and not isinstance(timestamp_deltas, np.ndarray):
-            ts = list(timestamp_deltas)
-            if len(ts) != n or not all(map(_is_int, ts)):
-                raise InvalidRecordError("timestamp_deltas needs one int per record")
-            if any(ts):
-                max_ts = base_timestamp + max(ts)
-            else:
-                ts = None
+        if not isinstance(timestamp_deltas, np.ndarray) and not all(
+                map(_is_int, timestamp_deltas)):
+            raise InvalidRecordError("timestamp_deltas needs one int per record")
+        ts = np.asarray(timestamp_deltas, dtype=np.int64)
+        if ts.shape != (n,):
+            raise InvalidRecordError("timestamp_deltas needs one entry per record")
+        if ts.any():
+            max_ts = base_timestamp + int(ts.max())
         else:
-            ts = np.asarray(timestamp_deltas, dtype=np.int64)
-            if ts.shape != (n,):
-                raise InvalidRecordError("timestamp_deltas needs one entry per record")
-            if ts.any():
-                max_ts = base_timestamp + int(ts.max())
-            else:
-                ts = None
+            ts = None
     if headers is not None and not any(headers):
         headers = None
 
-    out = templates.encode(keys, values, ts, headers)
-    if out is None:
-        out = bytearray(_ZERO_HEADER)
-        out += sections.encode_records(keys, values, ts, headers)
-
+    out = sections.encode_batch_body(keys, values, ts, headers)
     batch_length = len(out) - LOG_OVERHEAD
     _TAIL.pack_into(out, CRC_START, 0, n - 1, base_timestamp, max_ts, deliver_after,
                     NO_PRODUCER_ID, -1, -1, n)
     crc = crc32c.crc32c(memoryview(out)[CRC_START:])
     _HEAD.pack_into(out, 0, base_offset, batch_length, leader_epoch, MAGIC, crc)
-    return bytes(out)
+    return out.tobytes()
 
 
 def _is_int(x) -> bool:
@@ -191,22 +175,8 @@ def decode_records(batch, header: BatchHeader, *, path: str | None = None,
     data = batch if isinstance(batch, bytes) else bytes(memoryview(batch)[:end])
     if len(data) < end or end < HEADER_SIZE or n <= 0 or n * MIN_RECORD_SIZE > end - HEADER_SIZE:
         raise CorruptLogError(f"batch of {end} bytes cannot hold {n} records", path, file_pos)
-    # a handful of records: one Python pass beats the template's fixed numpy costs
-    cols = None if n <= _TINY else templates.decode(data, n, end, header.base_timestamp)
-    if cols is not None:
-        return cols
     try:
         return RecordColumns(*record_decode.decode_records(data, n, end, header.base_timestamp,
                                                       NO_HEADERS))
-    except (IndexError, ValueError, OverflowError) as e:  # UnicodeDecodeError is a ValueError
+    except ValueError as e:  # UnicodeDecodeError is a ValueError
         raise CorruptLogError(f"malformed record in batch ({e})", path, file_pos) from None
-
-
-_TINY = 2
-
-
-def _decode_general(data: bytes, n: int, end: int, base_ts: int, *,
-                    small: bool = False) -> RecordColumns:
-    """The non-template decoders by name (tests compare every path)."""
-    dec = record_decode.decode_small if small else record_decode.decode_columns
-    return RecordColumns(*dec(data, n, end, base_ts, NO_HEADERS))

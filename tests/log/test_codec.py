@@ -15,7 +15,7 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from kafka.record.util import decode_varint, encode_varint
 
 from kdelay.errors import CorruptLogError, InvalidRecordError
-from kdelay.log import codec, sections, templates, varint
+from kdelay.log import codec, varint
 
 # ---------------------------------------------------------------------------- oracles
 
@@ -273,7 +273,7 @@ SHAPES = ["homogeneous", "one-timestamp", "increasing-timestamps", "wide-increas
 @pytest.mark.parametrize("shape", SHAPES)
 def test_every_shape_against_kafka_python(shape, n):
     """Each shape: our bytes, less deliverAfter, are the bytes kafka-python builds; kafka-python
-    reads every field back; we read kafka-python's batch; every decode path agrees."""
+    reads every field back; we read kafka-python's batch."""
     spec = shape_spec(shape, n)
     spec.base_offset = 0
     buf = spec.encode()
@@ -288,15 +288,14 @@ def test_every_shape_against_kafka_python(shape, n):
     assert decode(buf) == exp
     assert decode(from_kafka_v2(kafka, spec.deliver_after)) == exp
     assert from_kafka_v2(kafka, spec.deliver_after) == buf
-    assert codec._decode_general(buf, n, len(buf), spec.base_ts) == exp
-    if n <= 100:
-        assert codec._decode_general(buf, n, len(buf), spec.base_ts, small=True) == exp
-    # the decoded header lists are the caller's own (a cached header set is copied)
+    # decoded header lists are shared between records (and batches) with the same headers,
+    # so they refuse changes; a copy is the caller's own
     cols = decode(buf)
-    with_headers = [i for i, h in enumerate(cols.headers) if h]
-    if len(with_headers) > 1:
-        cols.headers[with_headers[0]].append(("x", b"y"))
-        assert cols.headers[with_headers[1]] == exp.headers[with_headers[1]]
+    for hs in cols.headers:
+        with pytest.raises(TypeError, match="read-only"):
+            hs.append(("x", b"y"))
+        mine = list(hs)
+        mine.append(("x", b"y"))
     assert decode(buf) == exp
 
 
@@ -307,122 +306,54 @@ def test_offset_delta_varints_past_8192():
     buf = spec.encode()
     assert to_kafka_v2(buf) == spec.kafka_builder_bytes()
     assert decode(buf) == spec.expected()
-    assert codec._decode_general(buf, n, len(buf), BASE_TS) == spec.expected()
 
 
-# ---------------------------------------------------------------------------- the paths
-
-
-@SETTINGS
-@given(specs(max_records=60))
-def test_small_and_column_paths_agree(spec):
-    """The per-record Python path (small batches) and the numpy column path write the same
-    bytes and read them back the same, for every shape."""
-    deltas = None if spec.deltas is None else np.array(spec.deltas, np.int64)
-    hs = spec.headers if spec.headers is not None and any(spec.headers) else None
-    cols = sections.encode_columns(spec.keys, spec.values, deltas, hs)
-    assert cols == sections.encode_small(spec.keys, spec.values, spec.deltas, hs)
-    buf = spec.encode()
-    assert buf[codec.HEADER_SIZE:] == cols
-    exp = spec.expected()
-    assert codec._decode_general(buf, spec.n, len(buf), spec.base_ts) == exp
-    assert codec._decode_general(buf, spec.n, len(buf), spec.base_ts, small=True) == exp
 
 
 @SETTINGS
 @given(n=st.integers(1, 300), kl=st.integers(-1, 200), vl=st.integers(-1, 300),
        seed=st.integers(0, 2**32))
-def test_template_and_general_paths_agree(n, kl, vl, seed):
+def test_explicit_zero_deltas_and_empty_headers_are_the_same_batch(n, kl, vl, seed):
     rng = random.Random(seed)
     keys = [None if kl < 0 else _blob(rng, kl) for _ in range(n)]
     values = [None if vl < 0 else _blob(rng, vl) for _ in range(n)]
     spec = Spec(keys, values)
     buf = spec.encode()
-    assert buf[codec.HEADER_SIZE:] == sections.encode_columns(keys, values, None, None)
-    if n < 40:
-        assert buf[codec.HEADER_SIZE:] == sections.encode_small(keys, values, None, None)
-    # explicit zero deltas and empty header lists are the same batch
     same = codec.encode_batch(base_offset=0, base_timestamp=BASE_TS,
                               deliver_after=BASE_TS + 5000, keys=keys, values=values,
                               timestamp_deltas=np.zeros(n, np.int64),
                               headers=[[] for _ in range(n)])
     assert same == buf
-    assert templates.decode(buf, n, len(buf), BASE_TS) == spec.expected()
-    assert codec._decode_general(buf, n, len(buf), BASE_TS) == spec.expected()
-    assert codec._decode_general(buf, n, len(buf), BASE_TS, small=True) == spec.expected()
     assert decode(buf) == spec.expected()
 
 
 @SETTINGS
 @given(n=st.integers(1, 300), kl=st.integers(-1, 40), vl=st.integers(-1, 120),
-       spread=st.sampled_from([0, 1, 63, 64, 65, 200]), seed=st.integers(0, 2**32),
+       spread=st.sampled_from([0, 1, 63, 64, 65, 200, 1 << 40]), seed=st.integers(0, 2**32),
        header=st.sampled_from([None, [("kdelay.attempt", b"3")], [("a", None), ("b", b"")],
-                               "differ"]))
-def test_template_encodes_stamps_and_shared_headers_as_the_general_path(n, kl, vl, spread,
-                                                                         seed, header):
-    """The template also encodes 1-byte timestamp deltas and one header set shared by every
-    record; whatever it takes or leaves, the bytes are the general encoder's."""
+                               "differ", "some"]))
+def test_deltas_as_list_or_array_and_header_sets(n, kl, vl, spread, seed, header):
+    """Timestamp deltas given as a list or an int64 array write the same bytes, whatever
+    their widths; one header set on every record, differing sets, and sets on some records
+    read back as written."""
     rng = random.Random(seed)
     keys = [None if kl < 0 else _blob(rng, kl) for _ in range(n)]
     values = [None if vl < 0 else _blob(rng, vl) for _ in range(n)]
     deltas = [0] + [rng.randint(-spread, spread) for _ in range(n - 1)]
     if header == "differ":
         headers = [[("h", b"%d" % (i % 2))] for i in range(n)]
+    elif header == "some":
+        headers = [[("h", b"x")] if i % 3 == 1 else [] for i in range(n)]
     else:
         headers = None if header is None else [list(header) for _ in range(n)]
-    ref = sections.encode_columns(keys, values, np.array(deltas, np.int64), headers)
-    for ts in (deltas, np.array(deltas, np.int64)):
-        buf = codec.encode_batch(base_offset=0, base_timestamp=BASE_TS,
-                                 deliver_after=BASE_TS, keys=keys, values=values,
-                                 timestamp_deltas=ts, headers=headers)
-        assert buf[codec.HEADER_SIZE:] == ref
-    got = decode(buf)
+    bufs = [codec.encode_batch(base_offset=0, base_timestamp=BASE_TS, deliver_after=BASE_TS,
+                               keys=keys, values=values, timestamp_deltas=ts, headers=headers)
+            for ts in (deltas, np.array(deltas, np.int64))]
+    assert bufs[0] == bufs[1]
+    got = decode(bufs[0])
     assert got.timestamps == [BASE_TS + d for d in deltas]
     assert (got.keys, got.values) == (keys, values)
     assert got.headers == (headers or [[] for _ in range(n)])
-
-
-def test_template_decode_after_cache_is_cleared():
-    """A reader in a fresh process has no templates: decoding builds one from the bytes."""
-    spec = Spec([b"0123456789abcdef"] * 100, [bytes(range(100))] * 100)
-    buf = spec.encode()
-    templates.clear_template_cache()
-    assert templates.decode(buf, 100, len(buf), BASE_TS) == spec.expected()
-    assert (100, 16, 100) in templates._templates
-
-
-def test_template_rejects_near_misses():
-    """A batch that differs from a template in any non-payload byte is not template-decoded."""
-    n = 70
-    spec = Spec([b"kkkk"] * n, [b"vvvvvvvv"] * n)
-    buf = spec.encode()
-    tmpl = templates._templates[(n, 4, 8)]
-    payload = np.zeros(len(buf), bool)
-    ts_pos = []
-    for g in tmpl.groups:  # the arithmetic layout: where each record's fields lie
-        for rs in range(g.start, g.start + (g.stop - g.first) * g.rec_size, g.rec_size):
-            payload[rs + g.key_off: rs + g.key_off + 4] = True
-            payload[rs + g.val_off: rs + g.val_off + 8] = True
-            ts_pos.append(rs + g.ts_off)
-    assert payload.sum() == 12 * n and len(ts_pos) == n
-    for pos in range(codec.HEADER_SIZE, len(buf)):
-        bad = bytearray(buf)
-        bad[pos] ^= 0x01
-        got = templates.decode(bytes(bad), n, len(buf), BASE_TS)
-        if payload[pos]:
-            assert got is not None
-        elif pos in ts_pos:  # a 1-byte timestamp delta: read as one (0 -> zigzag 1 = -1)
-            assert got is not None and got.timestamps[ts_pos.index(pos)] == BASE_TS - 1
-        else:
-            assert got is None, pos
-
-
-def test_template_cache_is_bounded():
-    for n in range(1, 200):
-        codec.encode_batch(base_offset=0, base_timestamp=0, deliver_after=0,
-                           keys=[None] * n, values=[b"x"] * n)
-    assert len(templates._templates) <= templates._TEMPLATE_MAX_ENTRIES
-    assert templates._templates_records <= templates._TEMPLATE_MAX_RECORDS
 
 
 def test_bad_arguments():
