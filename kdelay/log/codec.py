@@ -133,29 +133,30 @@ def encode_batch(
     if n == 0 or len(keys) != n or (headers is not None and len(headers) != n):
         raise InvalidRecordError("a batch needs one key and one value per record, and at "
                                  "least one record")
-    ts = None
-    max_ts = base_timestamp
-    if timestamp_deltas is not None:
-        if not isinstance(timestamp_deltas, np.ndarray) and not all(
-                map(_is_int, timestamp_deltas)):
+    if timestamp_deltas is None:
+        ts = None
+    else:
+        if not isinstance(timestamp_deltas, np.ndarray) and not (
+                set(map(type, timestamp_deltas)) <= _INT_TYPES
+                or all(map(_is_int, timestamp_deltas))):
             raise InvalidRecordError("timestamp_deltas needs one int per record")
         ts = np.asarray(timestamp_deltas, dtype=np.int64)
         if ts.shape != (n,):
             raise InvalidRecordError("timestamp_deltas needs one entry per record")
-        if ts.any():
-            max_ts = base_timestamp + int(ts.max())
-        else:
-            ts = None
     if headers is not None and not any(headers):
         headers = None
 
-    out = sections.encode_batch_body(keys, values, ts, headers)
+    out, max_delta = sections.encode_batch_body(keys, values, ts, headers)
+    max_ts = base_timestamp + max_delta
     batch_length = len(out) - LOG_OVERHEAD
     _TAIL.pack_into(out, CRC_START, 0, n - 1, base_timestamp, max_ts, deliver_after,
                     NO_PRODUCER_ID, -1, -1, n)
     crc = crc32c.crc32c(memoryview(out)[CRC_START:])
     _HEAD.pack_into(out, 0, base_offset, batch_length, leader_epoch, MAGIC, crc)
-    return out.tobytes()
+    return bytes(out)
+
+
+_INT_TYPES = {int, np.int64}
 
 
 def _is_int(x) -> bool:

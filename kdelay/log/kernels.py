@@ -93,12 +93,12 @@ def _field(fmt, q, cursor, start, length):
 
 
 @njit(cache=True, nogil=True)
-def scan_records(buf, start, n, end, base_ts):
+def scan_records(buf, start, n, end, base_ts, out):
     """Walk the `n` records of `buf[start:end]`.
 
-    Returns (status, fmt1_len, fmt2_len, null_keys, null_values, with_headers, out); `out`
-    is one uint8 array (one allocation: every array a compiled function returns costs
-    Python about a microsecond):
+    `out` is a uint8 array of scan_size(n) bytes the caller provides (an array a compiled
+    function returns costs Python over a microsecond to box). Returns (status, fmt1_len,
+    fmt2_len, null_keys, null_values, with_headers) and fills `out`:
 
     * status: flags (>= 0) or an error (< 0, see STATUS_MESSAGES);
     * out[FMT1:][:fmt1_len] (FMT1 = fmt1_start(n)): a struct format that, unpacked at
@@ -109,7 +109,6 @@ def scan_records(buf, start, n, end, base_ts):
       TIMESTAMPS_VARY), [n:2n] the null keys, [2n:3n] the null values, [3n:4n] the records
       with headers (the counts are the three scalars).
     """
-    out = np.empty(fmt2_start(n) + FIELD_FMT * n, np.uint8)
     ints = out[:32 * n].view(np.int64)
     flags = 0
     null_keys = 0
@@ -117,7 +116,7 @@ def scan_records(buf, start, n, end, base_ts):
     with_headers = 0
     q1 = 32 * n
     c1 = start
-    base2 = fmt2_start(n)
+    base2 = 32 * n + 2 * FIELD_FMT * n + 8  # fmt2_start(n)
     q2 = base2
     q2_first = q2
     c2 = start
@@ -127,24 +126,24 @@ def scan_records(buf, start, n, end, base_ts):
     for i in range(n):
         length, p = _varint(buf, pos, end)
         if p < 0 or length < _MIN_BODY or length > end - p:
-            return -1, 0, 0, 0, 0, 0, out
+            return -1, 0, 0, 0, 0, 0
         rec_end = p + length
         p += 1  # attributes: unused in v2, ignored as Kafka does
         delta, p = _varint(buf, p, rec_end)
         if p < 0:
-            return -2, 0, 0, 0, 0, 0, out
+            return -2, 0, 0, 0, 0, 0
         if delta != 0:
             flags |= TIMESTAMPS_VARY
             if (delta > 0 and base_ts > _INT64_MAX - delta) or (
                     delta < 0 and base_ts < _INT64_MIN - delta):
-                return -8, 0, 0, 0, 0, 0, out
+                return -8, 0, 0, 0, 0, 0
         ints[i] = base_ts + delta
         offset_delta, p = _varint(buf, p, rec_end)
         if p < 0 or offset_delta != i:
-            return -3, 0, 0, 0, 0, 0, out
+            return -3, 0, 0, 0, 0, 0
         klen, p = _varint(buf, p, rec_end)
         if p < 0 or klen < -1 or klen > rec_end - p:
-            return -4, 0, 0, 0, 0, 0, out
+            return -4, 0, 0, 0, 0, 0
         if klen < 0:
             flags |= NULL_KEYS
             ints[n + null_keys] = i
@@ -155,7 +154,7 @@ def scan_records(buf, start, n, end, base_ts):
             p += klen
         vlen, p = _varint(buf, p, rec_end)
         if p < 0 or vlen < -1 or vlen > rec_end - p:
-            return -5, 0, 0, 0, 0, 0, out
+            return -5, 0, 0, 0, 0, 0
         if vlen < 0:
             flags |= NULL_VALUES
             ints[2 * n + null_values] = i
@@ -165,7 +164,7 @@ def scan_records(buf, start, n, end, base_ts):
             q1, c1 = _field(out, q1, c1, p, vlen)
             p += vlen
         if p >= rec_end:  # no room for the header count
-            return -6, 0, 0, 0, 0, 0, out
+            return -6, 0, 0, 0, 0, 0
         if p + 1 != rec_end or buf[p] != 0:
             size = rec_end - p
             if first_block < 0:
@@ -186,24 +185,22 @@ def scan_records(buf, start, n, end, base_ts):
             with_headers += 1
         pos = rec_end
     if pos != end:
-        return -7, 0, 0, 0, 0, 0, out
+        return -7, 0, 0, 0, 0, 0
     if with_headers:
         flags |= HEADERS
         if with_headers == n and first_size >= 0:
             flags |= SAME_HEADERS
             q2 = q2_first
-    return flags, q1 - 32 * n, q2 - base2, null_keys, null_values, with_headers, out
+    return flags, q1 - 32 * n, q2 - base2, null_keys, null_values, with_headers
 
 
-@njit(cache=True, nogil=True, inline="always")
-def fmt1_start(n):
-    """Where scan_records' key/value format starts in its `out` (after 4n int64s)."""
-    return 32 * n
+def scan_size(n: int) -> int:
+    """Bytes of scan_records' `out` for n records: 4n int64s, then the two formats."""
+    return 32 * n + 3 * FIELD_FMT * n + 8
 
 
-@njit(cache=True, nogil=True, inline="always")
-def fmt2_start(n):
-    """Where scan_records' header-block format starts in its `out`."""
+def fmt2_start(n: int) -> int:
+    """Where scan_records' header-block format starts in its `out` (fmt1 starts at 32n)."""
     return 32 * n + 2 * FIELD_FMT * n + 8
 
 
@@ -248,11 +245,21 @@ def _copy(dst, d, src, s, length):
         to[k] = fro[k]
 
 
+RECORD_OVERHEAD = 31  # most bytes a record adds besides payloads and headers (5 varints)
+
+
+def encode_bound(head: int, n: int, payload_bytes: int, header_bytes: int) -> int:
+    """Bytes a batch of n records can take at most (`header_bytes`: all header blocks)."""
+    return head + payload_bytes + header_bytes + RECORD_OVERHEAD * n
+
+
 @njit(cache=True, nogil=True)
-def encode_records(head, lengths, payloads, deltas, header_lengths, headers):
-    """A batch's bytes: `head` zero bytes (the batch header, filled in by the caller) and
-    then the records section, every record ``[length][attributes 0][tsDelta][offsetDelta]
-    [keyLength][key][valueLength][value][headerCount][headers]``.
+def encode_records(head, lengths, payloads, deltas, header_lengths, headers, out):
+    """Write a batch into `out` (at least encode_bound bytes): `head` zero bytes (the
+    batch header, filled in by the caller), then the records section, every record
+    ``[length][attributes 0][tsDelta][offsetDelta][keyLength][key][valueLength][value]
+    [headerCount][headers]``. Returns (the batch's size or -1 if `out` is too small, the
+    largest timestamp delta or 0 when `deltas` is empty).
 
     `lengths` holds the n key lengths then the n value lengths (-1: null); `payloads` the
     keys then the values, back to back. `deltas` is empty when every timestamp delta is 0.
@@ -272,7 +279,11 @@ def encode_records(head, lengths, payloads, deltas, header_lengths, headers):
                 + _size(_zigzag(vl)) + max(vl, 0) + hl)
         bodies[i] = body
         total += _size(_zigzag(body)) + body
-    out = np.empty(total, np.uint8)
+    if total > len(out):
+        return -1, 0
+    max_delta = deltas[0] if len(deltas) else 0
+    for d in deltas:
+        max_delta = max(max_delta, d)
     out[:head] = 0
     p = head
     ko = 0  # where the next key starts in payloads
@@ -308,4 +319,4 @@ def encode_records(head, lengths, payloads, deltas, header_lengths, headers):
             _copy(out, p, headers, start, hl)
             p += hl
             ho += hl
-    return out
+    return p, max_delta

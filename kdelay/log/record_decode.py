@@ -11,8 +11,8 @@ import struct
 
 import numpy as np
 
-from . import kernels, varint
 from ..records import SharedHeaders
+from . import kernels, varint
 from .sections import HEADER_SIZE
 
 # ---------------------------------------------------------------------------- decoding
@@ -70,42 +70,40 @@ def decode_records(data: bytes, n: int, end: int, base_ts: int, no_headers: list
 
     One compiled walk over the records (kernels.scan_records), then a constant number of
     C-level calls: one struct unpack cuts every key and value, one more every header block."""
-    status, fmt1_len, fmt2_len, null_keys, null_values, with_headers, out = \
-        kernels.scan_records(data, HEADER_SIZE, n, end, base_ts)
+    out = np.empty(kernels.scan_size(n), np.uint8)
+    status, fmt1_len, fmt2_len, null_keys, null_values, with_headers = \
+        kernels.scan_records(data, HEADER_SIZE, n, end, base_ts, out)
     if status < 0:
         raise ValueError(kernels.STATUS_MESSAGES[status])
-    f1 = 32 * n  # kernels.fmt1_start(n)
+    f1 = 32 * n  # kernels.fmt1_start(n); before it, 4n int64s (read with struct: cheaper
+    # than numpy views for the few dozen values of a batch)
     fields = struct.unpack_from(out[f1:f1 + fmt1_len].tobytes(), data, HEADER_SIZE)
     keys = list(fields[0::2])
     values = list(fields[1::2])
-    if status & _ODD:
-        ints = out[:f1].view(np.int64)
-        if status & kernels.NULL_KEYS:
-            _set_none(keys, ints[n:n + null_keys], n)
-        if status & kernels.NULL_VALUES:
-            _set_none(values, ints[2 * n:2 * n + null_values], n)
-        ts = ints[:n].tolist() if status & kernels.TIMESTAMPS_VARY else [base_ts] * n
+    if status & kernels.NULL_KEYS:
+        _set_none(keys, struct.unpack_from(f"{null_keys}q", out, 8 * n), n)
+    if status & kernels.NULL_VALUES:
+        _set_none(values, struct.unpack_from(f"{null_values}q", out, 16 * n), n)
+    if status & kernels.TIMESTAMPS_VARY:
+        ts = list(struct.unpack_from(f"{n}q", out))
     else:
         ts = [base_ts] * n
     if not status & kernels.HEADERS:
         return ts, keys, values, [no_headers] * n
-    f2 = f1 + 2 * kernels.FIELD_FMT * n + 8  # kernels.fmt2_start(n)
+    f2 = kernels.fmt2_start(n)
     blocks = struct.unpack_from(out[f2:f2 + fmt2_len].tobytes(), data, HEADER_SIZE)
     if status & kernels.SAME_HEADERS:
         return ts, keys, values, [_shared_headers(blocks[0])] * n
     headers = [no_headers] * n
-    with_ = out[:f1].view(np.int64)[3 * n:3 * n + with_headers].tolist()
-    for i, block in zip(with_, blocks, strict=True):
+    for i, block in zip(struct.unpack_from(f"{with_headers}q", out, 24 * n), blocks,
+                        strict=True):
         headers[i] = _shared_headers(block)
     return ts, keys, values, headers
 
 
-_ODD = kernels.TIMESTAMPS_VARY | kernels.NULL_KEYS | kernels.NULL_VALUES
-
-
-def _set_none(column: list, where: np.ndarray, n: int) -> None:
+def _set_none(column: list, where: tuple[int, ...], n: int) -> None:
     if len(where) == n:
         column[:] = [None] * n
     else:
-        for i in where.tolist():
+        for i in where:
             column[i] = None

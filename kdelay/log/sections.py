@@ -81,22 +81,25 @@ def _encode_header_block(headers) -> bytes:
     return b"".join(parts)
 
 
-def _header_columns(headers: Sequence | None, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(block lengths, blocks back to back) as kernels.encode_records takes them."""
+def _header_columns(headers: Sequence | None, n: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(block lengths, blocks back to back, bytes of all n blocks) as
+    kernels.encode_records takes them."""
     if headers is None:
-        return _NO_INTS, _NO_BYTES
+        return _NO_INTS, _NO_BYTES, n
     h0 = headers[0]
     if headers.count(h0) == n:  # one header set on every record (e.g. the retry header)
         block = header_block(h0)
-        return np.array([len(block)], np.int64), np.frombuffer(block, np.uint8)
+        return np.array([len(block)], np.int64), np.frombuffer(block, np.uint8), n * len(block)
     blocks = list(map(header_block, headers))
-    return (np.fromiter(map(len, blocks), np.int64, n),
-            np.frombuffer(b"".join(blocks), np.uint8))
+    joined = b"".join(blocks)
+    return (np.fromiter(map(len, blocks), np.int64, n), np.frombuffer(joined, np.uint8),
+            len(joined))
 
 
 def encode_batch_body(keys: Sequence, values: Sequence, deltas: np.ndarray | None,
-                      headers: Sequence | None) -> np.ndarray:
-    """A batch's bytes with its 69-byte header left zero, to be filled in by the codec.
+                      headers: Sequence | None) -> tuple[memoryview, int]:
+    """A batch's bytes with its 69-byte header left zero, to be filled in by the codec, and
+    the largest timestamp delta (0 without deltas).
     Keys and values are bytes or None; `deltas` the int64 timestamp deltas (None: all 0);
     `headers` None or one header sequence per record. O(records), all of it in C-level
     calls and the compiled kernel."""
@@ -108,7 +111,11 @@ def encode_batch_body(keys: Sequence, values: Sequence, deltas: np.ndarray | Non
     except TypeError:  # a null key or value (length -1)
         lengths = np.fromiter((-1 if p is None else len(p) for p in payloads), np.int64, 2 * n)
         joined = b"".join(filter(None, payloads))
-    header_lengths, blocks = _header_columns(headers, n)
-    return kernels.encode_records(HEADER_SIZE, lengths, np.frombuffer(joined, np.uint8),
+    header_lengths, blocks, header_bytes = _header_columns(headers, n)
+    out = np.empty(kernels.encode_bound(HEADER_SIZE, n, len(joined), header_bytes), np.uint8)
+    size, max_delta = kernels.encode_records(HEADER_SIZE, lengths, np.frombuffer(joined, np.uint8),
                                   _NO_INTS if deltas is None else deltas, header_lengths,
-                                  blocks)
+                                  blocks, out)
+    if size < 0:
+        raise AssertionError("encode_bound is too small")  # a bug, never bad input
+    return memoryview(out)[:size], max_delta
