@@ -92,6 +92,38 @@ def _field(fmt, q, cursor, start, length):
     return q + 1, start + length
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _record(buf, pos, end, i, base_ts):
+    """Parse record i at `pos` (its length varint) of a records section ending at `end`.
+    Returns (status, record end, timestamp, key pos, key length, value pos, value length,
+    header block pos): status 0, or an error (< 0, see STATUS_MESSAGES). The header block
+    (count and headers) runs from its pos to the record end and is at least one byte."""
+    length, p = _varint(buf, pos, end)
+    if p < 0 or length < _MIN_BODY or length > end - p:
+        return -1, 0, 0, 0, 0, 0, 0, 0
+    rec_end = p + length
+    p += 1  # attributes: unused in v2, ignored as Kafka does
+    delta, p = _varint(buf, p, rec_end)
+    if p < 0:
+        return -2, 0, 0, 0, 0, 0, 0, 0
+    if (delta > 0 and base_ts > _INT64_MAX - delta) or (
+            delta < 0 and base_ts < _INT64_MIN - delta):
+        return -8, 0, 0, 0, 0, 0, 0, 0
+    offset_delta, p = _varint(buf, p, rec_end)
+    if p < 0 or offset_delta != i:
+        return -3, 0, 0, 0, 0, 0, 0, 0
+    klen, kpos = _varint(buf, p, rec_end)
+    if kpos < 0 or klen < -1 or klen > rec_end - kpos:
+        return -4, 0, 0, 0, 0, 0, 0, 0
+    vlen, vpos = _varint(buf, kpos + max(klen, 0), rec_end)
+    if vpos < 0 or vlen < -1 or vlen > rec_end - vpos:
+        return -5, 0, 0, 0, 0, 0, 0, 0
+    hpos = vpos + max(vlen, 0)
+    if hpos >= rec_end:  # no room for the header count
+        return -6, 0, 0, 0, 0, 0, 0, 0
+    return 0, rec_end, base_ts + delta, kpos, klen, vpos, vlen, hpos
+
+
 @njit(cache=True, nogil=True)
 def scan_records(buf, start, n, end, base_ts, out):
     """Walk the `n` records of `buf[start:end]`.
@@ -101,13 +133,13 @@ def scan_records(buf, start, n, end, base_ts, out):
     fmt2_len, null_keys, null_values, with_headers) and fills `out`:
 
     * status: flags (>= 0) or an error (< 0, see STATUS_MESSAGES);
-    * out[FMT1:][:fmt1_len] (FMT1 = fmt1_start(n)): a struct format that, unpacked at
-      `start`, yields key, value per record (a null field yields b"");
+    * out[32n:][:fmt1_len]: a struct format that, unpacked at `start`, yields key, value
+      per record (a null field yields b"");
     * out[fmt2_start(n):][:fmt2_len]: a struct format that yields the header block of every
       record that has headers (only the first one under SAME_HEADERS);
-    * as int64 (out[:fmt1_start(n)].view(int64)): [0:n] the absolute timestamps (valid under
-      TIMESTAMPS_VARY), [n:2n] the null keys, [2n:3n] the null values, [3n:4n] the records
-      with headers (the counts are the three scalars).
+    * as native int64s, out[:32n]: [0:n] the timestamps (valid under TIMESTAMPS_VARY),
+      [n:2n] the null keys, [2n:3n] the null values, [3n:4n] the records with headers (the
+      counts are the three scalars).
     """
     ints = out[:32 * n].view(np.int64)
     flags = 0
@@ -124,61 +156,36 @@ def scan_records(buf, start, n, end, base_ts, out):
     first_size = 0
     pos = start
     for i in range(n):
-        length, p = _varint(buf, pos, end)
-        if p < 0 or length < _MIN_BODY or length > end - p:
-            return -1, 0, 0, 0, 0, 0
-        rec_end = p + length
-        p += 1  # attributes: unused in v2, ignored as Kafka does
-        delta, p = _varint(buf, p, rec_end)
-        if p < 0:
-            return -2, 0, 0, 0, 0, 0
-        if delta != 0:
+        status, rec_end, ts, kpos, klen, vpos, vlen, hpos = _record(buf, pos, end, i, base_ts)
+        if status < 0:
+            return status, 0, 0, 0, 0, 0
+        if ts != base_ts:
             flags |= TIMESTAMPS_VARY
-            if (delta > 0 and base_ts > _INT64_MAX - delta) or (
-                    delta < 0 and base_ts < _INT64_MIN - delta):
-                return -8, 0, 0, 0, 0, 0
-        ints[i] = base_ts + delta
-        offset_delta, p = _varint(buf, p, rec_end)
-        if p < 0 or offset_delta != i:
-            return -3, 0, 0, 0, 0, 0
-        klen, p = _varint(buf, p, rec_end)
-        if p < 0 or klen < -1 or klen > rec_end - p:
-            return -4, 0, 0, 0, 0, 0
+        ints[i] = ts
         if klen < 0:
             flags |= NULL_KEYS
             ints[n + null_keys] = i
             null_keys += 1
-            q1, c1 = _field(out, q1, c1, p, 0)
-        else:
-            q1, c1 = _field(out, q1, c1, p, klen)
-            p += klen
-        vlen, p = _varint(buf, p, rec_end)
-        if p < 0 or vlen < -1 or vlen > rec_end - p:
-            return -5, 0, 0, 0, 0, 0
+        q1, c1 = _field(out, q1, c1, kpos, max(klen, 0))
         if vlen < 0:
             flags |= NULL_VALUES
             ints[2 * n + null_values] = i
             null_values += 1
-            q1, c1 = _field(out, q1, c1, p, 0)
-        else:
-            q1, c1 = _field(out, q1, c1, p, vlen)
-            p += vlen
-        if p >= rec_end:  # no room for the header count
-            return -6, 0, 0, 0, 0, 0
-        if p + 1 != rec_end or buf[p] != 0:
-            size = rec_end - p
+        q1, c1 = _field(out, q1, c1, vpos, max(vlen, 0))
+        if hpos + 1 != rec_end or buf[hpos] != 0:
+            size = rec_end - hpos
             if first_block < 0:
-                first_block = p
+                first_block = hpos
                 first_size = size
             elif first_size >= 0:
                 if size != first_size:
                     first_size = -1  # blocks differ
                 else:
                     for k in range(size):
-                        if buf[p + k] != buf[first_block + k]:
+                        if buf[hpos + k] != buf[first_block + k]:
                             first_size = -1
                             break
-            q2, c2 = _field(out, q2, c2, p, size)
+            q2, c2 = _field(out, q2, c2, hpos, size)
             if with_headers == 0:
                 q2_first = q2
             ints[3 * n + with_headers] = i
@@ -192,6 +199,50 @@ def scan_records(buf, start, n, end, base_ts, out):
             flags |= SAME_HEADERS
             q2 = q2_first
     return flags, q1 - 32 * n, q2 - base2, null_keys, null_values, with_headers
+
+
+@njit(cache=True, nogil=True)
+def scan_chunk(buf, starts, sizes, counts, base_ts, timestamps, kpos, klen, vpos, vlen, ok):
+    """Walk every record of many batches (the Spark reader's chunk of a .log): batch b lies
+    at buf[starts[b]:][:sizes[b]] and holds counts[b] records; record r of the chunk (in
+    batch order) gets its timestamp, key and value position and length (-1: null). `ok[b]`
+    says whether batch b parsed exactly (its header blocks checked to hold their count's
+    worth of headers, each at least two bytes); a batch that did not has its records' fields
+    zeroed, for the caller to take another way."""
+    r = 0
+    for b in range(len(starts)):
+        n = counts[b]
+        pos = starts[b] + 69  # the batch header
+        end = starts[b] + sizes[b]
+        good = end <= len(buf)
+        if not good:
+            n = 0  # (its records are zeroed below)
+        for i in range(n):
+            status, rec_end, ts, kp, kl, vp, vl, hpos = _record(buf, pos, end, i, base_ts[b])
+            if status < 0:
+                good = False
+                break
+            hcount, h = _varint(buf, hpos, rec_end)
+            if h < 0 or hcount < 0 or (hcount == 0 and h != rec_end) or (
+                    hcount > 0 and rec_end - h < 2 * hcount):
+                good = False
+                break
+            timestamps[r + i] = ts
+            kpos[r + i] = kp
+            klen[r + i] = kl
+            vpos[r + i] = vp
+            vlen[r + i] = vl
+            pos = rec_end
+        if not good or pos != end:
+            good = False
+            for i in range(counts[b]):
+                kpos[r + i] = 0
+                klen[r + i] = 0
+                vpos[r + i] = 0
+                vlen[r + i] = 0
+                timestamps[r + i] = base_ts[b]
+        ok[b] = good
+        r += counts[b]
 
 
 def scan_size(n: int) -> int:

@@ -1,22 +1,16 @@
-"""Batches of a .log chunk -> Arrow columns, decoded column-wise with numpy.
+"""Batches of a .log chunk -> Arrow columns, with no Python work per record.
 
 Spark pulls records out of a Python data source fastest as `pyarrow.RecordBatch`es, and a
 reader that builds Python objects per record (as `codec.decode_records` does for the
 engine's fetch path) spends most of its time there. This module decodes every batch of a
 chunk of the .log at once:
 
-1. Record starts. Each record's start depends on the previous record's length, so finding
-   them is inherently sequential; instead we *guess* them, for every batch at once, by
-   assuming the batch is homogeneous (every record as long as the first, except where the
-   offset-delta varint grows a byte at record 64, 8192, ...), then check the guess: a guess
-   is right exactly when every record's decoded length ends where the next guessed record
-   starts and the last ends at the batch end. Batches whose guess fails are walked with a
-   plain Python loop over the length varints (still no per-record objects).
-2. Fields. Every varint of every record of the chunk is decoded with one vectorised
-   `varint.decode_at` call per field, and every length is checked against its record's end.
-   Headers are no column of the reader: a header block is stepped over (the record's length
-   says where it ends), so retried records, which carry `kdelay.attempt`, stay on this path.
-3. Keys and values become Arrow `binary_view` arrays pointing into the chunk buffer, which
+1. Fields. One compiled walk (kernels.scan_chunk, the engine decoder's record parser)
+   finds every record of every batch of the chunk and its timestamp, key and value
+   positions, checking every length against its record's end. Headers are no column of the
+   reader: a header block is only checked to hold its count's worth of headers, so retried
+   records, which carry `kdelay.attempt`, stay on this path.
+2. Keys and values become Arrow `binary_view` arrays pointing into the chunk buffer, which
    Arrow's C++ cast turns into plain `binary` (one memcpy per payload, no Python per row).
 
 Batches this cannot handle (anything malformed) go through
@@ -35,10 +29,10 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import CorruptLogError
-from ..log import codec, varint
+from ..log import codec, kernels
 
-# Padding after the last byte of a chunk, so vectorised varint reads at clipped positions
-# (at most 10 bytes from a record's end) never run off the buffer.
+# Padding after the last byte of a chunk, so a fixed-width window over a payload (Arrow's
+# 12-byte inline views) never runs off the buffer.
 PAD = 32
 _ARANGE12 = np.arange(12)
 _MAX_INLINE = 12  # Arrow binary_view keeps payloads of <= 12 bytes inside the view itself
@@ -140,39 +134,7 @@ def binary_column(buf: np.ndarray, arrow_buf: pa.Buffer, starts: np.ndarray,
     return arr.cast(pa.binary())
 
 
-# ---------------------------------------------------------------------------- record starts
-
-
-def _guess_starts(buf: np.ndarray, first: np.ndarray, bend: np.ndarray, bidx: np.ndarray,
-                  i_in: np.ndarray, rstart: np.ndarray) -> np.ndarray:
-    """Record starts under the homogeneous assumption, for every batch at once."""
-    l0, s0 = varint.decode_at(buf, first)
-    l0 = np.clip(l0, 0, (bend - first).max(initial=0))
-    osz = varint.sizes(varint.zigzag(i_in))  # offset-delta varint size of each record
-    body = l0[bidx] + osz - 1
-    rec = varint.sizes(varint.zigzag(body)) + body
-    cs = np.cumsum(rec)
-    starts = cs - rec
-    return starts - starts[rstart][bidx] + first[bidx]
-
-
-def _walk_starts(data: memoryview, first: int, n: int, end: int) -> list[int] | None:
-    """Record starts of one batch by walking its length varints; None if they do not tile
-    the batch exactly."""
-    out = [0] * n
-    pos = first
-    try:
-        for i in range(n):
-            out[i] = pos
-            length, nxt = varint.decode_one(data, pos)
-            if length < 0:
-                return None
-            pos = nxt + length
-            if pos > end:
-                return None
-    except (IndexError, ValueError):
-        return None
-    return out if pos == end else None
+# ---------------------------------------------------------------------------- record fields
 
 
 class _Fields(NamedTuple):
@@ -184,70 +146,17 @@ class _Fields(NamedTuple):
     vlen: np.ndarray
 
 
-def _decode_fields(buf: np.ndarray, data: memoryview, rel: np.ndarray, sizes: np.ndarray,
-                   counts: np.ndarray, base_ts: np.ndarray) -> _Fields:
-    """Vectorised decode of every record of the given batches (see the module docstring).
-    Records of batches that fail a check carry zero-length payloads at position 0."""
-    nb = len(rel)
-    rstart = np.cumsum(counts) - counts
+def _decode_fields(buf: np.ndarray, rel: np.ndarray, sizes: np.ndarray, counts: np.ndarray,
+                   base_ts: np.ndarray) -> _Fields:
+    """Every record's timestamp and payload positions, for all the given batches in one
+    compiled walk (kernels.scan_chunk). Records of batches that fail a check carry
+    zero-length payloads at position 0."""
     total = int(counts.sum())
-    bidx = np.repeat(np.arange(nb), counts)
-    i_in = np.arange(total, dtype=np.int64) - rstart[bidx]
-    first = rel + codec.HEADER_SIZE
-    bend = rel + sizes
-    rec_bend = bend[bidx]
-    last = rstart + counts - 1
-
-    starts = _guess_starts(buf, first, bend, bidx, i_in, rstart)
-    starts = np.clip(starts, first[bidx], rec_bend - 1)
-    ln, lsz = varint.decode_at(buf, starts)
-    ends = starts + lsz + ln
-    want = np.empty(total, dtype=np.int64)
-    want[:-1] = starts[1:]
-    want[last] = bend
-    good = (ln >= 0) & (ends == want)
-    batch_ok = np.logical_and.reduceat(good, rstart)
-    if not batch_ok.all():
-        # heterogeneous batches: walk their records one by one
-        for b in np.flatnonzero(~batch_ok).tolist():
-            walked = _walk_starts(data, int(first[b]), int(counts[b]), int(bend[b]))
-            if walked is not None:
-                lo, hi = int(rstart[b]), int(rstart[b] + counts[b])
-                starts[lo:hi] = walked
-                batch_ok[b] = True
-        if not batch_ok.all():
-            starts = np.where(batch_ok[bidx], starts, first[bidx])
-        ln, lsz = varint.decode_at(buf, starts)
-        ends = np.minimum(starts + lsz + np.maximum(ln, 0), rec_bend)
-
-    ok = batch_ok[bidx]
-    p = np.minimum(starts + lsz + 1, ends)  # skip the length and the attributes byte
-    ts_delta, s = varint.decode_at(buf, p)
-    p = np.minimum(p + s, ends)
-    off_delta, s = varint.decode_at(buf, p)
-    ok &= off_delta == i_in
-    p = np.minimum(p + s, ends)
-    klen, s = varint.decode_at(buf, p)
-    kpos = np.minimum(p + s, ends)
-    ok &= (klen >= -1) & (klen <= ends - kpos)
-    kend = np.minimum(kpos + np.maximum(klen, 0), ends)
-    vlen, s = varint.decode_at(buf, kend)
-    vpos = np.minimum(kend + s, ends)
-    ok &= (vlen >= -1) & (vlen <= ends - vpos)
-    vend = np.minimum(vpos + np.maximum(vlen, 0), ends)
-    hcount, s = varint.decode_at(buf, vend)
-    # headers are not a column: a record's header block is only checked to fill the rest of
-    # the record (each header at least two length bytes); no headers: nothing may follow
-    hend = vend + s
-    ok &= np.where(hcount == 0, hend == ends, (hcount > 0) & (ends - hend >= 2 * hcount))
-    batch_ok = np.logical_and.reduceat(ok, rstart)
-    if not batch_ok.all():
-        bad = ~batch_ok[bidx]
-        klen[bad] = 0
-        vlen[bad] = 0
-        kpos[bad] = 0
-        vpos[bad] = 0
-    return _Fields(batch_ok, base_ts[bidx] + ts_delta, kpos, klen, vpos, vlen)
+    fields = _Fields(np.empty(len(rel), dtype=bool), *(np.empty(total, dtype=np.int64)
+                                                       for _ in range(5)))
+    kernels.scan_chunk(buf, rel, sizes, counts, base_ts, fields.timestamps, fields.kpos,
+                       fields.klen, fields.vpos, fields.vlen, fields.ok)
+    return fields
 
 
 # ---------------------------------------------------------------------------- Arrow batches
@@ -330,19 +239,7 @@ def records_to_arrow(buf_bytes: bytearray, batches: Sequence[ChunkBatch], *, seg
         sizes = np.fromiter((b.header.size for b in batches), dtype=np.int64, count=nb)
         base_ts = np.fromiter((b.header.base_timestamp for b in batches), dtype=np.int64,
                               count=nb)
-        try:
-            fields = _decode_fields(buf, memoryview(buf_bytes), rel, sizes, counts, base_ts)
-        except (ValueError, IndexError):
-            # a varint over 10 bytes somewhere in a damaged batch: decode batch by batch
-            if nb == 1:
-                return [_fallback(buf_bytes, batches[0], schema, segment, topic, partition,
-                                  log_path, cancelled)]
-            out = []
-            for b in batches:
-                out.extend(records_to_arrow(buf_bytes, [b], segment=segment, topic=topic,
-                                            partition=partition, log_path=log_path,
-                                            columns=columns, cancelled=cancelled))
-            return out
+        fields = _decode_fields(buf, rel, sizes, counts, base_ts)
 
     def per_batch(values, dtype=np.int64) -> np.ndarray:
         return np.fromiter(values, dtype=dtype, count=nb)

@@ -145,11 +145,20 @@ def soak_kill9(path: str, seconds: float, seed: int) -> dict:
                                  str(rng.randrange(1 << 30))],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         try:
-            # kill at any moment from spawn on: during start-up and recovery too
-            kill_at = time.monotonic() + rng.uniform(0.05, 1.5)
             lines: list[bytes] = []
             reader = threading.Thread(target=lines.extend, args=(proc.stdout,), daemon=True)
             reader.start()
+            if rng.random() < 0.3:
+                # kill at any moment from spawn on: during start-up and recovery too
+                kill_at = time.monotonic() + rng.uniform(0.05, 1.5)
+            else:
+                # kill while appending: wait until the log is open (start-up takes a
+                # variable time: imports, the codec's compiled loops, recovery)
+                ready_by = time.monotonic() + 30
+                while not any(ln.startswith(b"open ") for ln in lines) \
+                        and proc.poll() is None and time.monotonic() < ready_by:
+                    time.sleep(0.01)
+                kill_at = time.monotonic() + rng.uniform(0.05, 1.0)
             time.sleep(max(0.0, kill_at - time.monotonic()))
             proc.send_signal(signal.SIGKILL)
             proc.wait(30)

@@ -124,12 +124,12 @@ def _copy(src: str, dst: str) -> str:
                 min_size=1, max_size=80),
        st.integers(1, 3))
 def test_columnar_matches_codec(records, copies):
-    """The vectorised Arrow decoder gives exactly what the engine's codec decodes, for any
+    """The Arrow decoder gives exactly what the engine's codec decodes, for any
     batch shape, several batches per chunk."""
     blobs = []
     for c in range(copies):
         keys = [k for k, _, _, _ in records]
-        values = [v if v is not None else b"" for _, v, _, _ in records]
+        values = [v for _, v, _, _ in records]
         headers = [[(f"h{j}", b"v") for j in range(h)] for _, _, h, _ in records]
         deltas = [d * i for i, (_, _, _, d) in enumerate(records)]
         blobs.append(codec.encode_batch(base_offset=1000 + c * len(records),
@@ -159,9 +159,9 @@ def test_columnar_matches_codec(records, copies):
 
 
 def test_columnar_fast_path_steps_over_headers():
-    """Retried records carry a header: their batches stay on the vectorised path (no
-    fallback to the codec per batch), with the same rows; a header block that does not fit
-    its record is refused there (and left to the codec)."""
+    """Retried records carry a header: their batches stay on the fast path (no fallback to
+    the codec per batch), with the same rows; a header block that does not fit its record
+    is refused there (and left to the codec)."""
     blob = codec.encode_batch(base_offset=0, base_timestamp=T0, deliver_after=T0,
                               keys=[b"k%d" % i for i in range(10)], values=[b"v" * 20] * 10,
                               timestamp_deltas=list(range(10)),
@@ -169,8 +169,8 @@ def test_columnar_fast_path_steps_over_headers():
     buf = columnar.padded_buffer(len(blob))
     buf[:len(blob)] = blob
     h = codec.parse_header(blob)
-    args = (np.frombuffer(buf, dtype=np.uint8), memoryview(buf), np.array([0]),
-            np.array([h.size]), np.array([10]), np.array([T0]))
+    args = (np.frombuffer(buf, dtype=np.uint8), np.array([0]), np.array([h.size]),
+            np.array([10]), np.array([T0]))
     fields = columnar._decode_fields(*args)
     assert fields.ok.all()
     ts, keys, values, _ = codec.decode_records(blob, h)
