@@ -153,6 +153,18 @@ class Engine:
 # --------------------------------------------------------------------------- kdelay
 
 
+def _warm_codec() -> None:
+    """Load the codec's compiled loops (numba's on-disk cache: ~0.3 s once per process), as
+    the peers' imports are loaded before they are timed: a long-running producer or
+    consumer pays it once, not per batch."""
+    from kdelay.log import codec
+
+    batch = codec.encode_batch(base_offset=0, base_timestamp=0, deliver_after=0,
+                               keys=[b"k", None], values=[b"v", None],
+                               timestamp_deltas=[0, 1], headers=[[("h", b"1")], []])
+    codec.decode_records(batch, codec.parse_header(batch))
+
+
 class KdelayEngine(Engine):
     name = "kdelay"
     models = "the engine under test, public API only (Log.open / append / fetch / close)"
@@ -182,18 +194,6 @@ class KdelayEngine(Engine):
         # the record-level variant passes no batch deliver_after: the max of the records' wins
         self.explicit_da = None if work.record_da is not None else work.deliver_after
         _warm_codec()
-
-
-def _warm_codec() -> None:
-    """Load the codec's compiled loops (numba's on-disk cache: ~0.3 s once per process), as
-    the peers' imports are loaded before they are timed: a long-running producer or
-    consumer pays it once, not per batch."""
-    from kdelay.log import codec
-
-    batch = codec.encode_batch(base_offset=0, base_timestamp=0, deliver_after=0,
-                               keys=[b"k", None], values=[b"v", None],
-                               timestamp_deltas=[0, 1], headers=[[("h", b"1")], []])
-    codec.decode_records(batch, codec.parse_header(batch))
 
     def open(self, path: str, clock: FakeClock) -> None:
         from kdelay import Log, LogConfig

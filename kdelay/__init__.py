@@ -31,6 +31,7 @@ from .records import (
     DeliveryKey,
     FetchedRecord,
     FetchResult,
+    PackedBinary,
     Record,
 )
 
@@ -41,6 +42,6 @@ __all__ = [
     "DelayedDeliveryDisabledError", "DeliveryDelayExceededError", "DeliveryKey", "FetchResult",
     "FetchedRecord", "GroupFencedError", "InvalidConfigError", "InvalidOffsetError",
     "InvalidRecordError", "InvalidTopicError", "KdelayError", "Log", "LogClosedError",
-    "LogConfig", "LogLockedError", "LogWriteError", "OffsetOutOfRangeError", "QueueConsumer",
-    "QueueRecord", "Record", "Topic",
+    "LogConfig", "LogLockedError", "LogWriteError", "OffsetOutOfRangeError", "PackedBinary",
+    "QueueConsumer", "QueueRecord", "Record", "Topic",
 ]

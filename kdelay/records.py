@@ -37,6 +37,16 @@ class Record(NamedTuple):
     deliver_after: int | None = None
 
 
+class PackedBinary(NamedTuple):
+    """A column of byte strings packed as Arrow packs a binary column, for
+    `Log.append_columns`: `lengths` (one integer per row, -1 for null) and `data`, the
+    non-null values back to back (bytes, or any buffer of bytes). A producer that holds its
+    rows this way (the Spark writer) appends them without a Python object per row."""
+
+    lengths: object  # a 1-D numpy integer array
+    data: object  # bytes, bytearray, memoryview or a uint8 numpy array
+
+
 class DeliveryKey(NamedTuple):
     """A position in delivery order: records are served in `(deliver_after, offset)` order."""
 

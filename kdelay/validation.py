@@ -24,7 +24,7 @@ from .errors import (
     InvalidRecordError,
     KdelayError,
 )
-from .records import DeliveryKey, Record
+from .records import DeliveryKey, PackedBinary, Record
 
 _NONE_TYPE = type(None)
 MAX_INT64 = (1 << 63) - 1
@@ -216,12 +216,18 @@ def record_columns(records: Sequence[Record]) -> list[tuple]:
     return _checked(list(zip(*records, strict=False)))  # all Records: five fields each
 
 
-def batch_columns(values: Sequence, keys: Sequence | None = None,
-                  timestamps: Sequence | None = None) -> list[tuple]:
+def batch_columns(values: Sequence | PackedBinary, keys: Sequence | PackedBinary | None = None,
+                  timestamps: Sequence | np.ndarray | None = None) -> list:
     """Validate a batch given as columns (as `record_columns` does records): `values`
     (bytes or None each), `keys` and `timestamps` (None: all None), no headers or record
     deliverAfters. For producers that hold columns already (the Spark writer): no Record
-    per row is built, and none taken apart again. O(records)."""
+    per row is built, and none taken apart again. O(records).
+
+    `values` (and then `keys`) may also be PackedBinary, and `timestamps` then an int
+    array: checked with a few numpy calls, with no Python per row; the columns come back
+    as (PackedBinary, PackedBinary, None, int64 array or None, deliverAfters)."""
+    if isinstance(values, PackedBinary):
+        return _packed_columns(values, keys, timestamps)
     if not isinstance(values, (list, tuple)):
         raise InvalidRecordError(f"values must be a list or tuple, got {type(values).__name__}")
     n = len(values)
@@ -237,6 +243,52 @@ def batch_columns(values: Sequence, keys: Sequence | None = None,
             cols.append(tuple(col))
     values, keys, timestamps = cols
     return _checked([values, keys, ((),) * n, timestamps, (None,) * n])
+
+
+def _packed(col: object, name: str, n: int | None) -> PackedBinary:
+    """A PackedBinary checked and normalised: int64 lengths >= -1, uint8 data exactly as
+    long as the non-null values."""
+    if not isinstance(col, PackedBinary):
+        raise InvalidRecordError(f"{name} must be a PackedBinary like values")
+    lengths = np.asarray(col.lengths)
+    if lengths.ndim != 1 or lengths.dtype.kind not in "iu" or (n is not None
+                                                               and len(lengths) != n):
+        raise InvalidRecordError(f"{name}.lengths must be a 1-D integer array, one per row")
+    lengths = lengths.astype(np.int64, copy=False)
+    try:
+        data = np.frombuffer(col.data, dtype=np.uint8) if not isinstance(col.data, np.ndarray) \
+            else col.data.reshape(-1).view(np.uint8)
+    except (TypeError, ValueError):
+        raise InvalidRecordError(f"{name}.data must be bytes or a buffer of bytes") from None
+    if len(lengths) and (int(lengths.min()) < -1
+                         or int(np.maximum(lengths, 0).sum()) != len(data)):
+        raise InvalidRecordError(f"{name}: lengths (>= -1, -1 for null) must add up to the "
+                                 f"{len(data)} bytes of data")
+    return PackedBinary(lengths, data)
+
+
+def _packed_columns(values: PackedBinary, keys: object, timestamps: object) -> list:
+    values = _packed(values, "values", None)
+    n = len(values.lengths)
+    if not n:
+        raise InvalidRecordError("an empty batch cannot be appended")
+    keys = PackedBinary(np.full(n, -1, np.int64), values.data[:0]) if keys is None \
+        else _packed(keys, "keys", n)
+    if timestamps is not None:
+        ts = np.asarray(timestamps) if isinstance(timestamps, np.ndarray) else None
+        if ts is None or ts.dtype.kind not in "iu":  # a sequence: the per-row checks
+            if not isinstance(timestamps, (list, tuple)):
+                raise InvalidRecordError("timestamps must be an int array, list or tuple")
+            col = _time_column(tuple(timestamps), "timestamp")
+            if None in col:
+                raise InvalidRecordError("PackedBinary batches take no null timestamps")
+            ts = np.array(col, dtype=np.int64)
+        if ts.shape != (n,):
+            raise InvalidRecordError("timestamps must hold one per row")
+        if int(ts.min()) < 0 or int(ts.max()) > MAX_INT64:
+            raise InvalidRecordError(f"record timestamps must be in [0, {MAX_INT64}]")
+        timestamps = ts.astype(np.int64, copy=False)
+    return [values, keys, None, timestamps, (None,) * n]
 
 
 def _checked(cols: list[tuple]) -> list[tuple]:
@@ -314,7 +366,7 @@ def check_delay_limit(limit: int, requested: int | None, stamps: list[int] | Non
     counts is that minus the earliest timestamp (`stamps` None: all are `now`)."""
     if not limit or requested is None:
         return
-    delay = requested - (now if stamps is None else min(stamps))
+    delay = requested - (now if stamps is None else int(np.min(stamps)))
     if delay > limit:
         raise DeliveryDelayExceededError(
             f"requested delivery delay of {delay} ms exceeds max_delivery_delay_ms="

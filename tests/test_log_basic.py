@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 
+import numpy as np
 import pytest
 from conftest import T0
 
@@ -16,6 +17,7 @@ from kdelay import (
     KdelayError,
     Log,
     LogConfig,
+    PackedBinary,
     Record,
 )
 
@@ -499,9 +501,16 @@ def test_append_listeners_see_every_append_outside_the_lock(open_log):
     assert seen == [True, 0, True, 2]  # a refused append notifies nobody
 
 
+def _pack(items: list) -> PackedBinary:
+    return PackedBinary(np.array([-1 if x is None else len(x) for x in items], np.int32),
+                        b"".join(x for x in items if x is not None))
+
+
 def test_append_columns_writes_what_append_of_records_writes(tmp_path_factory):
     """The columnar append is the record append without Record objects: same results, same
-    bytes on disk, for any mix of null and non-null keys, values and timestamps."""
+    bytes on disk, for any mix of null and non-null keys, values and timestamps; and so is
+    the packed one (PackedBinary columns, an int64 timestamp array), whenever every record
+    has a timestamp or none has."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
@@ -518,19 +527,29 @@ def test_append_columns_writes_what_append_of_records_writes(tmp_path_factory):
         root = tmp_path_factory.mktemp("cols")
         a = Log.open(str(root / "records"), clock=lambda: T0)
         b = Log.open(str(root / "columns"), clock=lambda: T0)
+        c = Log.open(str(root / "packed"), clock=lambda: T0)
         try:
             for values, keys, ts, da in batches:
+                if ts is not None and None in ts:
+                    ts = [T0 if t is None else t for t in ts]  # packed: no null stamps
                 recs = [Record(v, key=None if keys is None else keys[i],
                                timestamp=None if ts is None else ts[i])
                         for i, v in enumerate(values)]
-                assert a.append(recs, deliver_after=da) == \
-                    b.append_columns(values, keys=keys, timestamps=ts, deliver_after=da)
+                want = a.append(recs, deliver_after=da)
+                assert want == b.append_columns(values, keys=keys, timestamps=ts,
+                                                deliver_after=da)
+                assert want == c.append_columns(
+                    _pack(values), keys=None if keys is None else _pack(keys),
+                    timestamps=None if ts is None else np.array(ts, np.int64),
+                    deliver_after=da)
         finally:
             a.close()
             b.close()
+            c.close()
         for name in os.listdir(root / "records"):
             if name.endswith(".log"):
-                assert (root / "records" / name).read_bytes() == \
-                    (root / "columns" / name).read_bytes()
+                want = (root / "records" / name).read_bytes()
+                assert want == (root / "columns" / name).read_bytes()
+                assert want == (root / "packed" / name).read_bytes()
 
     check()

@@ -15,15 +15,23 @@ from ..validation import check_delay_limit
 from . import codec
 
 
-def _deltas(stamps, base: int) -> np.ndarray | None:
-    """Timestamp deltas, an int64 array (stamps are validated int64s: no overflow)."""
-    if stamps is None:
-        return None
-    return np.array(stamps, dtype=np.int64) - base
+def _stamps(timestamps, now: int) -> tuple[np.ndarray | None, int, int]:
+    """(the int64 timestamps, or None when every record takes `now`; the batch's base and
+    max timestamp). `timestamps` is a tuple with None for "now" or an int64 array."""
+    if isinstance(timestamps, np.ndarray):  # packed batches: no nulls
+        return timestamps, int(timestamps[0]), int(timestamps.max())
+    if timestamps is None:
+        return None, now, now
+    nones = timestamps.count(None)
+    if nones == len(timestamps):
+        return None, now, now
+    ts = timestamps if not nones else [now if t is None else t for t in timestamps]
+    return np.array(ts, dtype=np.int64), ts[0], max(ts)
 
 
 class BuiltBatch(NamedTuple):
     data: bytes
+    records: int
     deliver_after: int   # the batch's: never below `now`
     max_timestamp: int
 
@@ -34,21 +42,15 @@ def build_batch(columns: list[tuple], *, base_offset: int, now: int, requested: 
     and `explicit` the caller's own `deliver_after` argument (None if it gave none; the
     delay limit no longer depends on how the delay was asked for, so it is informational)."""
     values, keys, headers, timestamps, record_das = columns
-    nones = timestamps.count(None)
-    if nones == len(timestamps):
-        ts_list = None
-        base_ts = max_ts = now
-    else:
-        ts_list = timestamps if not nones else [now if t is None else t for t in timestamps]
-        base_ts, max_ts = ts_list[0], max(ts_list)
-    check_delay_limit(config.max_delivery_delay_ms, requested, ts_list, now)
+    stamps, base_ts, max_ts = _stamps(timestamps, now)
+    check_delay_limit(config.max_delivery_delay_ms, requested, stamps, now)
     batch_da = now if requested is None or requested < now else requested
     data = codec.encode_batch(
         base_offset=base_offset, base_timestamp=base_ts, deliver_after=batch_da,
         keys=keys, values=values,
-        timestamp_deltas=_deltas(ts_list, base_ts),
+        timestamp_deltas=None if stamps is None else stamps - base_ts,
         headers=headers)  # the codec treats all-empty headers as none
     if len(data) > config.max_batch_bytes:
         raise InvalidRecordError(f"batch of {len(data)} bytes exceeds max_batch_bytes "
                                  f"({config.max_batch_bytes})")
-    return BuiltBatch(data, batch_da, max_ts)
+    return BuiltBatch(data, len(record_das), batch_da, max_ts)

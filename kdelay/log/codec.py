@@ -20,7 +20,7 @@ import crc32c
 import numpy as np
 
 from ..errors import CorruptLogError, InvalidRecordError
-from ..records import NO_HEADERS
+from ..records import NO_HEADERS, PackedBinary
 from . import record_decode, sections
 from .sections import RecordColumns
 
@@ -120,17 +120,19 @@ def encode_batch(
     base_offset: int,
     base_timestamp: int,
     deliver_after: int,
-    keys: Sequence[bytes | None],
-    values: Sequence[bytes | None],
+    keys: Sequence[bytes | None] | PackedBinary,
+    values: Sequence[bytes | None] | PackedBinary,
     timestamp_deltas: Sequence[int] | np.ndarray | None = None,
     headers: Sequence | None = None,
     leader_epoch: int = 0,
 ) -> bytes:
-    """Encode one batch. Keys and values are bytes (or None for null). `timestamp_deltas`
-    (relative to base_timestamp) may be None for "all equal". `headers` is None when no
-    record has any, else one sequence of (str, bytes|None) per record."""
-    n = len(values)
-    if n == 0 or len(keys) != n or (headers is not None and len(headers) != n):
+    """Encode one batch. Keys and values are bytes (or None for null) each, or both
+    PackedBinary (lengths checked: validation._packed). `timestamp_deltas` (relative to
+    base_timestamp) may be None for "all equal". `headers` is None when no record has any,
+    else one sequence of (str, bytes|None) per record."""
+    n = len(values.lengths) if isinstance(values, PackedBinary) else len(values)
+    nk = len(keys.lengths) if isinstance(keys, PackedBinary) else len(keys)
+    if n == 0 or nk != n or (headers is not None and len(headers) != n):
         raise InvalidRecordError("a batch needs one key and one value per record, and at "
                                  "least one record")
     if timestamp_deltas is None:

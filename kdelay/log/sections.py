@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..records import PackedBinary
 from . import kernels
 
 HEADER_SIZE = 69
@@ -96,24 +97,33 @@ def _header_columns(headers: Sequence | None, n: int) -> tuple[np.ndarray, np.nd
             len(joined))
 
 
-def encode_batch_body(keys: Sequence, values: Sequence, deltas: np.ndarray | None,
+def encode_batch_body(keys: Sequence | PackedBinary, values: Sequence | PackedBinary,
+                      deltas: np.ndarray | None,
                       headers: Sequence | None) -> tuple[memoryview, int]:
     """A batch's bytes with its 69-byte header left zero, to be filled in by the codec, and
     the largest timestamp delta (0 without deltas).
-    Keys and values are bytes or None; `deltas` the int64 timestamp deltas (None: all 0);
+    Keys and values are bytes or None each, or both PackedBinary (already checked);
+    `deltas` the int64 timestamp deltas (None: all 0);
     `headers` None or one header sequence per record. O(records), all of it in C-level
     calls and the compiled kernel."""
-    n = len(values)
-    payloads = (*keys, *values)
-    try:
-        joined = b"".join(payloads)
-        lengths = np.fromiter(map(len, payloads), np.int64, 2 * n)
-    except TypeError:  # a null key or value (length -1)
-        lengths = np.fromiter((-1 if p is None else len(p) for p in payloads), np.int64, 2 * n)
-        joined = b"".join(filter(None, payloads))
+    if isinstance(values, PackedBinary):  # checked by validation._packed
+        n = len(values.lengths)
+        lengths = np.concatenate((keys.lengths, values.lengths))
+        joined = np.concatenate((keys.data, values.data))
+    else:
+        n = len(values)
+        payloads = (*keys, *values)
+        try:
+            joined = b"".join(payloads)
+            lengths = np.fromiter(map(len, payloads), np.int64, 2 * n)
+        except TypeError:  # a null key or value (length -1)
+            lengths = np.fromiter((-1 if p is None else len(p) for p in payloads), np.int64,
+                                  2 * n)
+            joined = b"".join(filter(None, payloads))
+        joined = np.frombuffer(joined, np.uint8)
     header_lengths, blocks, header_bytes = _header_columns(headers, n)
     out = np.empty(kernels.encode_bound(HEADER_SIZE, n, len(joined), header_bytes), np.uint8)
-    size, max_delta = kernels.encode_records(HEADER_SIZE, lengths, np.frombuffer(joined, np.uint8),
+    size, max_delta = kernels.encode_records(HEADER_SIZE, lengths, joined,
                                   _NO_INTS if deltas is None else deltas, header_lengths,
                                   blocks, out)
     if size < 0:

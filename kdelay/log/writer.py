@@ -45,7 +45,7 @@ class Writer:
             batch = build_batch(columns, base_offset=base, now=now, requested=requested,
                                 explicit=explicit, config=cfg)
             self.make_room(len(batch.data), batch.max_timestamp)
-            n = len(columns[0])
+            n = batch.records
             sync = self.policy.due_after(n)
             self._segments.active.append(batch.data, base, n - 1, batch.deliver_after,
                                          batch.max_timestamp, cfg.index_interval_bytes,

@@ -40,6 +40,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from ..errors import KdelayError, LogLockedError
+from ..records import PackedBinary
 from . import scan
 
 COLUMNS = {"value": "binary", "key": "binary", "deliver_after": "bigint",
@@ -87,8 +88,8 @@ class KdelayWriter(DataSourceArrowWriter):
         table = pa.Table.from_batches(batches)
         msg.rows = table.num_rows
         table, groups = _group(table, len(self.dirs), task)
-        # Python lists once per task: each group is then a slice of consecutive rows
-        cols = [table.column(c).to_pylist() if c in table.column_names else None
+        # each group is a slice of consecutive rows of these
+        cols = [table.column(c).combine_chunks() if c in table.column_names else None
                 for c in ("value", "key", "timestamp")]
         pending = sorted(groups, key=lambda p: (p - task) % len(self.dirs))
         deadline = time.monotonic() + self.lock_timeout
@@ -112,15 +113,15 @@ class KdelayWriter(DataSourceArrowWriter):
     def _append(self, p: int, cols: list, groups: list) -> list[tuple[str, int, int]]:
         from ..partition import Log
 
-        values, keys, ts = cols
         out = []
         with Log.open(self.dirs[p]) as log:
             for da, lo, hi in groups:
                 for start in range(lo, hi, self.batch_records):
                     end = min(hi, start + self.batch_records)
-                    r = log.append_columns(
-                        values[start:end], keys=None if keys is None else keys[start:end],
-                        timestamps=None if ts is None else ts[start:end], deliver_after=da)
+                    values, keys, ts = (None if c is None else c.slice(start, end - start)
+                                        for c in cols)
+                    values, columns = _batch(values, keys, ts)
+                    r = log.append_columns(values, **columns, deliver_after=da)
                     out.append((self.dirs[p], r.base_offset, r.last_offset))
         return out
 
@@ -132,6 +133,38 @@ class KdelayWriter(DataSourceArrowWriter):
         if ranges:
             warnings.warn(f"kdelay writer: the job failed after {len(ranges)} whole batches "
                           f"were appended by tasks that finished: {ranges[:20]}", stacklevel=1)
+
+
+def _batch(values: pa.Array, keys: pa.Array | None, ts: pa.Array | None) -> tuple:
+    """append_columns' values and its keys= and timestamps= for one batch of rows: packed
+    straight from the Arrow buffers (no Python object per row), or Python lists when only
+    some timestamps are null (those rows take the append time) or a null value holds
+    bytes in its buffer."""
+    if ts is not None and ts.null_count == len(ts):
+        ts = None  # every row takes the append time
+    if ts is None or not ts.null_count:
+        pv, pk = _packed(values), None if keys is None else _packed(keys)
+        if pv is not None and (keys is None or pk is not None):
+            return pv, {"keys": pk, "timestamps": None if ts is None else ts.to_numpy()}
+    return values.to_pylist(), {"keys": None if keys is None else keys.to_pylist(),
+                                "timestamps": None if ts is None else ts.to_pylist()}
+
+
+def _packed(arr: pa.Array) -> PackedBinary | None:
+    """A binary Arrow array as PackedBinary (its offsets and data buffer, no copy); None if
+    a null value has bytes in the data buffer (allowed by Arrow, not by PackedBinary)."""
+    n = len(arr)
+    bufs = arr.buffers()
+    offsets = np.frombuffer(bufs[1], dtype=np.int32)[arr.offset:arr.offset + n + 1]
+    lengths = np.diff(offsets).astype(np.int64)
+    if arr.null_count:
+        null = arr.is_null().to_numpy(zero_copy_only=False)
+        if lengths[null].any():
+            return None
+        lengths[null] = -1
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else \
+        np.zeros(0, np.uint8)
+    return PackedBinary(lengths, data[offsets[0]:offsets[-1]])
 
 
 def _targets(path: str, options: dict) -> list[str]:

@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 
 from kdelay import (
@@ -28,6 +29,7 @@ from kdelay import (
     Log,
     LogClosedError,
     LogConfig,
+    PackedBinary,
     Record,
     Topic,
 )
@@ -163,6 +165,27 @@ CASES: dict[str, tuple[str | None, Callable[[Env], object], bool]] = {
         lambda e: e.log.append_columns([b"x"], timestamps=[2 ** 63]), False),
     "append_columns timestamp float": ("log",
         lambda e: e.log.append_columns([b"x"], timestamps=[1.5]), False),
+    "append_columns packed lengths short of data": ("log",
+        lambda e: e.log.append_columns(PackedBinary(np.array([1]), b"xy")), False),
+    "append_columns packed length -2": ("log",
+        lambda e: e.log.append_columns(PackedBinary(np.array([-2, 4]), b"abcd")), False),
+    "append_columns packed lengths float": ("log",
+        lambda e: e.log.append_columns(PackedBinary(np.array([1.0]), b"x")), False),
+    "append_columns packed data str": ("log",
+        lambda e: e.log.append_columns(PackedBinary(np.array([1]), "x")), False),
+    "append_columns packed keys a list": ("log",
+        lambda e: e.log.append_columns(PackedBinary(np.array([1]), b"x"), keys=[b"k"]), False),
+    "append_columns packed keys too short": ("log",
+        lambda e: e.log.append_columns(PackedBinary(np.array([1, 1]), b"xy"),
+                                       keys=PackedBinary(np.array([1]), b"k")), False),
+    "append_columns packed timestamp -1": ("log",
+        lambda e: e.log.append_columns(PackedBinary(np.array([1]), b"x"),
+                                       timestamps=np.array([-1])), False),
+    "append_columns packed timestamp None": ("log",
+        lambda e: e.log.append_columns(PackedBinary(np.array([1]), b"x"),
+                                       timestamps=[None]), False),
+    "append_columns packed empty": ("log",
+        lambda e: e.log.append_columns(PackedBinary(np.array([], np.int64), b"")), False),
     "append_columns deliver_after=-1": ("log",
         lambda e: e.log.append_columns([b"x"], deliver_after=-1), False),
     "send unencodable header key": ("topic",

@@ -58,6 +58,41 @@ def _rows(n: int) -> list[tuple]:
     return rows
 
 
+def test_packed_batches_write_what_python_lists_write(tmp_path):
+    """The writer hands the engine Arrow's buffers as PackedBinary (sliced arrays, null
+    keys and values, timestamps or none); the bytes on disk are those of the same rows
+    appended as Python lists. Rows with some null timestamps, or a null value holding
+    bytes (legal in Arrow), take the list path."""
+    import numpy as np
+    import pyarrow as pa
+
+    from kdelay.spark import writer
+
+    vals = pa.array([b"v0", None, b"", b"value-3" * 9, None, b"v5"], pa.binary())
+    keys = pa.array([None, b"k1", b"key-2", None, b"k4", b""], pa.binary())
+    stamps = pa.array([T0 + i for i in range(6)], pa.int64())
+    some_null = pa.array([T0, None, T0 + 2, None, T0 + 4, T0 + 5], pa.int64())
+    # a null whose slot holds bytes: offsets 0, 2, 4 with the second slot null
+    odd = pa.Array.from_buffers(pa.binary(), 2, [pa.py_buffer(np.packbits(
+        [1, 0], bitorder="little")), pa.py_buffer(np.array([0, 2, 4], np.int32)),
+        pa.py_buffer(b"abcd")])
+    cases = [(vals, keys, stamps), (vals.slice(1, 4), keys.slice(1, 4), stamps.slice(1, 4)),
+             (vals, None, None), (vals, keys, pa.nulls(6, pa.int64())),
+             (vals, keys, some_null), (odd, None, None)]
+    for i, (v, k, t) in enumerate(cases):
+        packed, kw = writer._batch(v, k, t)
+        assert isinstance(packed, list) == (i >= 4)
+        with Log.open(str(tmp_path / f"p{i}"), clock=lambda: T0) as a, \
+                Log.open(str(tmp_path / f"l{i}"), clock=lambda: T0) as b:
+            a.append_columns(packed, **kw, deliver_after=T0)
+            b.append_columns(v.to_pylist(), keys=None if k is None else k.to_pylist(),
+                             timestamps=None if t is None else t.to_pylist(),
+                             deliver_after=T0)
+        name = "00000000000000000000.log"
+        assert (tmp_path / f"p{i}" / name).read_bytes() == \
+            (tmp_path / f"l{i}" / name).read_bytes()
+
+
 def test_round_trip_topic_by_key(spark, tmp_path):
     root = str(tmp_path / "orders")
     rows = _rows(600)
