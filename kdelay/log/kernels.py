@@ -3,17 +3,18 @@
 A v2 records section is a chain: each record starts where the previous record's length
 varint says, and every field inside is a varint too. Walking that chain is inherently one
 record after another; in Python it costs about a microsecond per record, which made every
-batch shape outside a few homogeneous templates 5-10x dearer than the plain one. Compiled,
-the walk costs a few nanoseconds per record, so every shape costs about the same.
+batch shape but the plain homogeneous one (coded from cached templates) 5-10x dearer.
+Compiled, the walk costs a few nanoseconds per record, so every shape costs about the same.
 
 What a compiled loop cannot do is make Python objects. So the decoder's walk returns a
 ``struct`` format that cuts every key and value out of the batch in one C call
 (``"<gap>x<len>s"`` per field), plus the few columns Python needs (timestamps, where the nulls
 and headers are). Python then does a constant number of C-level calls per batch.
 
-Every function here is pure (arrays in, arrays out), checks every length against the
-bytes it may span before moving a position, and reports malformed input as a negative
-status (see STATUS_MESSAGES), never by reading out of bounds.
+Every function here is pure (arrays in, arrays out; the caller allocates the outputs),
+checks every length against the bytes it may span before moving a position, and reports
+malformed input as a negative status (see STATUS_MESSAGES), never by reading or writing
+out of bounds (numba does not check indexes: these functions must).
 """
 
 from __future__ import annotations
@@ -309,8 +310,9 @@ def encode_records(head, lengths, payloads, deltas, header_lengths, headers, out
     """Write a batch into `out` (at least encode_bound bytes): `head` zero bytes (the
     batch header, filled in by the caller), then the records section, every record
     ``[length][attributes 0][tsDelta][offsetDelta][keyLength][key][valueLength][value]
-    [headerCount][headers]``. Returns (the batch's size or -1 if `out` is too small, the
-    largest timestamp delta or 0 when `deltas` is empty).
+    [headerCount][headers]``. Returns (the batch's size, or -1 if `out` is too small or the
+    lengths do not add up to `payloads` and `headers`; the largest timestamp delta, 0 when
+    `deltas` is empty).
 
     `lengths` holds the n key lengths then the n value lengths (-1: null); `payloads` the
     keys then the values, back to back. `deltas` is empty when every timestamp delta is 0.
@@ -319,18 +321,30 @@ def encode_records(head, lengths, payloads, deltas, header_lengths, headers, out
     record with none has the block b"\\x00")."""
     n = len(lengths) // 2
     nh = len(header_lengths)
+    if len(deltas) not in (0, n) or nh not in (0, 1, n):
+        return -1, 0
     bodies = np.empty(n, np.int64)
     total = head
+    payload_bytes = 0
+    header_bytes = 0
     for i in range(n):
         kl = lengths[i]
         vl = lengths[n + i]
+        if kl < -1 or vl < -1:
+            return -1, 0
+        payload_bytes += max(kl, 0) + max(vl, 0)
         hl = 1 if nh == 0 else header_lengths[0] if nh == 1 else header_lengths[i]
+        if hl < 1:
+            return -1, 0
+        header_bytes += hl
         d = deltas[i] if len(deltas) else 0
         body = (1 + _size(_zigzag(d)) + _size(_zigzag(i)) + _size(_zigzag(kl)) + max(kl, 0)
                 + _size(_zigzag(vl)) + max(vl, 0) + hl)
         bodies[i] = body
         total += _size(_zigzag(body)) + body
-    if total > len(out):
+    if total > len(out) or payload_bytes != len(payloads) or (
+            nh == 1 and header_lengths[0] != len(headers)) or (
+            nh > 1 and header_bytes != len(headers)):
         return -1, 0
     max_delta = deltas[0] if len(deltas) else 0
     for d in deltas:

@@ -126,6 +126,6 @@ def encode_batch_body(keys: Sequence | PackedBinary, values: Sequence | PackedBi
     size, max_delta = kernels.encode_records(HEADER_SIZE, lengths, joined,
                                   _NO_INTS if deltas is None else deltas, header_lengths,
                                   blocks, out)
-    if size < 0:
-        raise AssertionError("encode_bound is too small")  # a bug, never bad input
+    if size < 0:  # a bug (callers pass checked columns), never bad input
+        raise AssertionError("encode_records refused its arguments")
     return memoryview(out)[:size], max_delta

@@ -560,3 +560,41 @@ def test_decode_records_error_names_file_and_position():
         codec.decode_records(bad, h, path="seg.log", file_pos=4096)
     assert e.value.path == "seg.log" and e.value.position == 4096
     assert "seg.log" in str(e.value) and "4096" in str(e.value)
+
+
+def test_encode_kernel_refuses_lengths_that_do_not_add_up():
+    """The compiled encoder checks its columns against its buffers before writing (numba
+    does not check indexes): a mismatch is refused, never a read past a buffer."""
+    from kdelay.log import kernels
+
+    none, no_bytes = np.empty(0, np.int64), np.empty(0, np.uint8)
+    out = np.zeros(4096, np.uint8)
+    data = np.frombuffer(b"kkvvvv", np.uint8)
+
+    def enc(lengths, payloads=data, deltas=none, hl=none, hb=no_bytes, buf=out):
+        return kernels.encode_records(69, np.array(lengths, np.int64), payloads, deltas, hl,
+                                      hb, buf)[0]
+
+    assert enc([2, 4]) > 69
+    assert enc([2, 40]) == -1  # more than the payloads hold
+    assert enc([2, 3]) == -1  # less
+    assert enc([-2, 6]) == -1
+    assert enc([2, 4], deltas=np.zeros(3, np.int64)) == -1
+    assert enc([2, 4], hl=np.array([5]), hb=np.frombuffer(b"\x00", np.uint8)) == -1
+    assert enc([2, 4], buf=np.zeros(70, np.uint8)) == -1  # no room
+
+
+def test_chunk_kernel_flags_a_batch_past_its_buffer():
+    from kdelay.log import kernels
+
+    blob = codec.encode_batch(base_offset=0, base_timestamp=BASE_TS, deliver_after=BASE_TS,
+                              keys=[b"k"] * 3, values=[b"v"] * 3)
+    buf = np.frombuffer(blob, np.uint8)
+    cols = [np.empty(3, np.int64) for _ in range(5)]
+    ok = np.empty(1, bool)
+    kernels.scan_chunk(buf, np.array([0]), np.array([len(blob)]), np.array([3]),
+                       np.array([BASE_TS]), *cols, ok)
+    assert ok[0] and cols[2].tolist() == [1, 1, 1]
+    kernels.scan_chunk(buf, np.array([0]), np.array([len(blob) + 100]), np.array([3]),
+                       np.array([BASE_TS]), *cols, ok)
+    assert not ok[0] and cols[2].tolist() == [0, 0, 0]
