@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..records import PackedBinary
-from . import kernels
+from . import kernels, varint
 
 HEADER_SIZE = 69
 MIN_RECORD_SIZE = 7
@@ -30,16 +30,6 @@ class RecordColumns(NamedTuple):
     keys: list[bytes | None]
     values: list[bytes | None]
     headers: list[list[tuple[str, bytes | None]]]
-
-
-def _uvarint(u: int) -> bytes:
-    """Unsigned varint bytes of `u` (already zigzagged)."""
-    out = bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
 
 
 _ZERO = b"\x00"
@@ -69,15 +59,15 @@ def header_block(headers) -> bytes:
 
 
 def _encode_header_block(headers) -> bytes:
-    parts = [_uvarint(len(headers) << 1)]
+    parts = [varint.encode_one(len(headers))]
     for hkey, hval in headers:
         kb = hkey.encode("utf-8")
-        parts.append(_uvarint(len(kb) << 1))
+        parts.append(varint.encode_one(len(kb)))
         parts.append(kb)
         if hval is None:
-            parts.append(b"\x01")  # varint -1
+            parts.append(varint.encode_one(-1))
         else:
-            parts.append(_uvarint(len(hval) << 1))
+            parts.append(varint.encode_one(len(hval)))
             parts.append(bytes(hval))
     return b"".join(parts)
 
