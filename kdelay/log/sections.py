@@ -20,7 +20,6 @@ from ..records import PackedBinary
 from . import kernels, varint
 
 HEADER_SIZE = 69
-MIN_RECORD_SIZE = 7
 
 
 class RecordColumns(NamedTuple):
