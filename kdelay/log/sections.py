@@ -12,6 +12,8 @@ batch is encoded once). Decoding is record_decode.py.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import repeat
+from operator import is_, length_hint
 from typing import NamedTuple
 
 import numpy as np
@@ -105,9 +107,9 @@ def encode_batch_body(keys: Sequence | PackedBinary, values: Sequence | PackedBi
         try:
             joined = b"".join(payloads)
             lengths = np.fromiter(map(len, payloads), np.int64, 2 * n)
-        except TypeError:  # a null key or value (length -1)
-            lengths = np.fromiter((-1 if p is None else len(p) for p in payloads), np.int64,
-                                  2 * n)
+        except TypeError:  # a null key or value (length -1): still C-level passes only
+            lengths = np.fromiter(map(length_hint, payloads), np.int64, 2 * n)  # None: 0
+            lengths[np.fromiter(map(is_, payloads, repeat(None)), bool, 2 * n)] = -1
             joined = b"".join(filter(None, payloads))
         joined = np.frombuffer(joined, np.uint8)
     header_lengths, blocks, header_bytes = _header_columns(headers, n)
