@@ -255,15 +255,22 @@ def _packed(col: object, name: str, n: int | None) -> PackedBinary:
                                                                and len(lengths) != n):
         raise InvalidRecordError(f"{name}.lengths must be a 1-D integer array, one per row")
     lengths = lengths.astype(np.int64, copy=False)
+    data = col.data
     try:
-        data = np.frombuffer(col.data, dtype=np.uint8) if not isinstance(col.data, np.ndarray) \
-            else col.data.reshape(-1).view(np.uint8)
+        if not isinstance(data, np.ndarray):
+            data = np.frombuffer(data, dtype=np.uint8)
+        elif data.dtype != np.uint8 or data.ndim != 1:
+            data = data.reshape(-1).view(np.uint8)
     except (TypeError, ValueError):
         raise InvalidRecordError(f"{name}.data must be bytes or a buffer of bytes") from None
-    if len(lengths) and (int(lengths.min()) < -1
-                         or int(np.maximum(lengths, 0).sum()) != len(data)):
-        raise InvalidRecordError(f"{name}: lengths (>= -1, -1 for null) must add up to the "
-                                 f"{len(data)} bytes of data")
+    if len(lengths):
+        low = int(lengths.min())
+        total = int(lengths.sum())
+        if low == -1:
+            total += int(np.count_nonzero(lengths == -1))  # nulls count no bytes
+        if low < -1 or total != len(data):
+            raise InvalidRecordError(f"{name}: lengths (>= -1, -1 for null) must add up to "
+                                     f"the {len(data)} bytes of data")
     return PackedBinary(lengths, data)
 
 

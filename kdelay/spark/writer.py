@@ -88,9 +88,7 @@ class KdelayWriter(DataSourceArrowWriter):
         table = pa.Table.from_batches(batches)
         msg.rows = table.num_rows
         table, groups = _group(table, len(self.dirs), task)
-        # each group is a slice of consecutive rows of these
-        cols = [table.column(c).combine_chunks() if c in table.column_names else None
-                for c in ("value", "key", "timestamp")]
+        rows = _Rows(table)  # each group is a run of consecutive rows of it
         pending = sorted(groups, key=lambda p: (p - task) % len(self.dirs))
         deadline = time.monotonic() + self.lock_timeout
         delay = 0.005
@@ -98,7 +96,7 @@ class KdelayWriter(DataSourceArrowWriter):
             left = []
             for p in pending:
                 try:
-                    msg.ranges.extend(self._append(p, cols, groups[p]))
+                    msg.ranges.extend(self._append(p, rows, groups[p]))
                 except LogLockedError:
                     left.append(p)
             pending = left
@@ -110,7 +108,7 @@ class KdelayWriter(DataSourceArrowWriter):
                 delay = min(delay * 2, 0.2)
         return msg
 
-    def _append(self, p: int, cols: list, groups: list) -> list[tuple[str, int, int]]:
+    def _append(self, p: int, rows: _Rows, groups: list) -> list[tuple[str, int, int]]:
         from ..partition import Log
 
         out = []
@@ -118,9 +116,7 @@ class KdelayWriter(DataSourceArrowWriter):
             for da, lo, hi in groups:
                 for start in range(lo, hi, self.batch_records):
                     end = min(hi, start + self.batch_records)
-                    values, keys, ts = (None if c is None else c.slice(start, end - start)
-                                        for c in cols)
-                    values, columns = _batch(values, keys, ts)
+                    values, columns = rows.batch(start, end)
                     r = log.append_columns(values, **columns, deliver_after=da)
                     out.append((self.dirs[p], r.base_offset, r.last_offset))
         return out
@@ -135,24 +131,43 @@ class KdelayWriter(DataSourceArrowWriter):
                           f"were appended by tasks that finished: {ranges[:20]}", stacklevel=1)
 
 
-def _batch(values: pa.Array, keys: pa.Array | None, ts: pa.Array | None) -> tuple:
-    """append_columns' values and its keys= and timestamps= for one batch of rows: packed
-    straight from the Arrow buffers (no Python object per row), or Python lists when only
-    some timestamps are null (those rows take the append time) or a null value holds
-    bytes in its buffer."""
-    if ts is not None and ts.null_count == len(ts):
-        ts = None  # every row takes the append time
-    if ts is None or not ts.null_count:
-        pv, pk = _packed(values), None if keys is None else _packed(keys)
-        if pv is not None and (keys is None or pk is not None):
-            return pv, {"keys": pk, "timestamps": None if ts is None else ts.to_numpy()}
-    return values.to_pylist(), {"keys": None if keys is None else keys.to_pylist(),
-                                "timestamps": None if ts is None else ts.to_pylist()}
+class _Rows:
+    """A task's rows (sorted by group), ready to be cut into batches: the binary columns as
+    numpy views of Arrow's buffers (lengths, offsets, data), worked out once per task, so a
+    batch is a few slices with no Python object per row. A column Arrow packs in a way
+    PackedBinary cannot take (a null value holding bytes), and a batch with only some
+    timestamps null (those rows take the append time), go as Python lists instead."""
+
+    def __init__(self, table: pa.Table):
+        names = table.column_names
+        cols = [table.column(c).combine_chunks() if c in names else None
+                for c in ("value", "key", "timestamp")]
+        self.arrow = cols
+        self.values = _binary(cols[0])
+        self.keys = None if cols[1] is None else _binary(cols[1])
+        ts = cols[2]
+        if ts is not None and ts.null_count == len(ts):
+            ts = None  # every row takes the append time
+        self.ts_nulls = None if ts is None or not ts.null_count else \
+            ts.is_null().to_numpy(zero_copy_only=False)
+        self.ts = None if ts is None else ts.fill_null(0).to_numpy()
+        self.packed = self.values is not None and (cols[1] is None or self.keys is not None)
+
+    def batch(self, start: int, end: int) -> tuple:
+        """append_columns' values, and its keys= and timestamps=, for rows start..end."""
+        if self.packed and (self.ts_nulls is None or not self.ts_nulls[start:end].any()):
+            return _slice(self.values, start, end), {
+                "keys": None if self.keys is None else _slice(self.keys, start, end),
+                "timestamps": None if self.ts is None else self.ts[start:end]}
+        values, keys, ts = (None if c is None else c.slice(start, end - start).to_pylist()
+                            for c in self.arrow)
+        return values, {"keys": keys, "timestamps": ts}
 
 
-def _packed(arr: pa.Array) -> PackedBinary | None:
-    """A binary Arrow array as PackedBinary (its offsets and data buffer, no copy); None if
-    a null value has bytes in the data buffer (allowed by Arrow, not by PackedBinary)."""
+def _binary(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(lengths with -1 for null, offsets, data) of a binary Arrow array, views of its
+    buffers; None if a null value has bytes in the data buffer (allowed by Arrow, not by
+    PackedBinary)."""
     n = len(arr)
     bufs = arr.buffers()
     offsets = np.frombuffer(bufs[1], dtype=np.int32)[arr.offset:arr.offset + n + 1]
@@ -164,7 +179,13 @@ def _packed(arr: pa.Array) -> PackedBinary | None:
         lengths[null] = -1
     data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else \
         np.zeros(0, np.uint8)
-    return PackedBinary(lengths, data[offsets[0]:offsets[-1]])
+    return lengths, offsets, data
+
+
+def _slice(col: tuple[np.ndarray, np.ndarray, np.ndarray], start: int, end: int
+           ) -> PackedBinary:
+    lengths, offsets, data = col
+    return PackedBinary(lengths[start:end], data[offsets[start]:offsets[end]])
 
 
 def _targets(path: str, options: dict) -> list[str]:

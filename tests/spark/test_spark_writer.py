@@ -80,11 +80,16 @@ def test_packed_batches_write_what_python_lists_write(tmp_path):
              (vals, None, None), (vals, keys, pa.nulls(6, pa.int64())),
              (vals, keys, some_null), (odd, None, None)]
     for i, (v, k, t) in enumerate(cases):
-        packed, kw = writer._batch(v, k, t)
+        cols = {"value": v} | ({} if k is None else {"key": k}) | \
+            ({} if t is None else {"timestamp": t})
+        rows = writer._Rows(pa.table(cols))
+        packed, kw = rows.batch(0, len(v))
         assert isinstance(packed, list) == (i >= 4)
         with Log.open(str(tmp_path / f"p{i}"), clock=lambda: T0) as a, \
                 Log.open(str(tmp_path / f"l{i}"), clock=lambda: T0) as b:
             a.append_columns(packed, **kw, deliver_after=T0)
+            if i == 4:  # a batch without the null stamps packs
+                assert not isinstance(rows.batch(4, 6)[0], list)
             b.append_columns(v.to_pylist(), keys=None if k is None else k.to_pylist(),
                              timestamps=None if t is None else t.to_pylist(),
                              deliver_after=T0)
