@@ -385,3 +385,23 @@ def encode_records(head, lengths, payloads, deltas, header_lengths, headers, out
             p += hl
             ho += hl
     return p, max_delta
+
+
+@njit(cache=True, nogil=True)
+def gather_payloads(buf, positions, lengths, offsets, data):
+    """Copy the payloads buf[positions[i]:][:lengths[i]] back to back into `data`, writing
+    Arrow-style int32 `offsets` (n + 1 of them; a length of -1, a null, adds nothing).
+    Returns the bytes written, or -1 if a payload lies outside `buf` or `data` is too
+    small (the caller sizes it from the lengths)."""
+    o = 0
+    for i in range(len(lengths)):
+        offsets[i] = o
+        length = lengths[i]
+        if length > 0:
+            p = positions[i]
+            if p < 0 or p + length > len(buf) or o + length > len(data):
+                return -1
+            _copy(data, o, buf, p, length)
+            o += length
+    offsets[len(lengths)] = o
+    return o

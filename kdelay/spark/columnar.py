@@ -10,8 +10,8 @@ chunk of the .log at once:
    positions, checking every length against its record's end. Headers are no column of the
    reader: a header block is only checked to hold its count's worth of headers, so retried
    records, which carry `kdelay.attempt`, stay on this path.
-2. Keys and values become Arrow `binary_view` arrays pointing into the chunk buffer, which
-   Arrow's C++ cast turns into plain `binary` (one memcpy per payload, no Python per row).
+2. Keys and values are copied into Arrow `binary` buffers by one more compiled pass
+   (kernels.gather_payloads: one memcpy-like loop per payload, no Python per row).
 
 Batches this cannot handle (anything malformed) go through
 `codec.decode_records`, the engine's own decoder, so the two can never disagree about
@@ -31,11 +31,9 @@ import pyarrow as pa
 from ..errors import CorruptLogError
 from ..log import codec, kernels
 
-# Padding after the last byte of a chunk, so a fixed-width window over a payload (Arrow's
-# 12-byte inline views) never runs off the buffer.
+# Zero bytes after the last byte of a chunk buffer. The numpy decoder this replaced read
+# fixed-width windows past a payload's end; the compiled one reads no byte past a batch.
 PAD = 32
-_ARANGE12 = np.arange(12)
-_MAX_INLINE = 12  # Arrow binary_view keeps payloads of <= 12 bytes inside the view itself
 
 RECORD_FIELDS: list[tuple[str, pa.DataType]] = [
     ("segment", pa.int64()),
@@ -81,57 +79,25 @@ def padded_buffer(size: int) -> bytearray:
 # ---------------------------------------------------------------------------- binary columns
 
 
-def binary_column(buf: np.ndarray, arrow_buf: pa.Buffer, starts: np.ndarray,
-                  lengths: np.ndarray) -> pa.Array:
+def binary_column(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
     """A `binary` array whose i-th value is buf[starts[i]: starts[i] + lengths[i]] (null
-    where lengths[i] < 0), built from Arrow views into `buf`: no Python work per value."""
+    where lengths[i] < 0): one compiled pass copies the payloads into Arrow's data buffer
+    and writes its offsets; no Python work per value."""
     n = len(starts)
-    if n and lengths.min() == lengths.max() >= 0:
-        # the common case (fixed-size keys or values): gather the slices as rows of a
-        # strided window view straight into one data buffer, no views and no cast
-        width = int(lengths[0])
-        offsets = np.arange(n + 1, dtype=np.int32) * np.int32(width)
-        if width == 0:
-            data = np.empty(0, dtype=np.uint8)
-        else:
-            data = np.lib.stride_tricks.sliding_window_view(buf, width)[starts]
-        return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
-                                                      pa.py_buffer(data)])
-    ln = np.maximum(lengths, 0).astype(np.int32)
-    views = np.zeros((n, 4), dtype=np.int32)  # 16 bytes per view: length, then 12 bytes
-    views[:, 0] = ln
-    # windows[i] is buf[i: i + 12] without a copy: one fancy index gathers n small slices
-    windows = np.lib.stride_tricks.sliding_window_view(buf, _MAX_INLINE)
-    long_ = ln > _MAX_INLINE
-    every_long = bool(long_.all())
-    if every_long or long_.any():
-        at = starts if every_long else starts[long_]
-        prefix = np.ascontiguousarray(windows[at, :4]).view("<i4").ravel()  # 4-byte prefix
-        if every_long:
-            views[:, 1] = prefix
-            views[:, 3] = at  # buffer index (column 2) stays 0
-        else:
-            views[long_, 1] = prefix
-            views[long_, 3] = at
-    short = (ln > 0) & ~long_
-    if not every_long and short.any():
-        every_short = bool(short.all())
-        at = starts if every_short else starts[short]
-        inline = windows[at]
-        sl = ln if every_short else ln[short]
-        if (sl < _MAX_INLINE).any():
-            inline = inline * (_ARANGE12[None, :] < sl[:, None])  # zero the bytes past the end
-        if every_short:
-            views.view(np.uint8).reshape(n, 16)[:, 4:] = inline
-        else:
-            views.view(np.uint8).reshape(n, 16)[short, 4:] = inline
-    validity = None
-    nulls = int((lengths < 0).sum())
-    if nulls:
-        validity = pa.py_buffer(np.packbits(lengths >= 0, bitorder="little"))
-    arr = pa.Array.from_buffers(pa.binary_view(), n, [validity, pa.py_buffer(views), arrow_buf],
-                                null_count=nulls)
-    return arr.cast(pa.binary())
+    present = lengths >= 0
+    total = int(lengths[present].sum()) if n else 0
+    if total >= 1 << 31:
+        return pa.array([None if ln < 0 else bytes(buf[s:s + ln])  # past int32 offsets
+                         for s, ln in zip(starts.tolist(), lengths.tolist(), strict=True)],
+                        type=pa.large_binary()).cast(pa.binary())
+    offsets = np.empty(n + 1, dtype=np.int32)
+    data = np.empty(total, dtype=np.uint8)
+    if kernels.gather_payloads(buf, starts, lengths, offsets, data) != total:
+        raise CorruptLogError("a record's payload lies outside its chunk")  # a bug: checked
+    nulls = n - int(np.count_nonzero(present))
+    validity = pa.py_buffer(np.packbits(present, bitorder="little")) if nulls else None
+    return pa.Array.from_buffers(pa.binary(), n, [validity, pa.py_buffer(offsets),
+                                                  pa.py_buffer(data)], null_count=nulls)
 
 
 # ---------------------------------------------------------------------------- record fields
@@ -246,8 +212,7 @@ def records_to_arrow(buf_bytes: bytearray, batches: Sequence[ChunkBatch], *, seg
 
     def payload(which: str) -> pa.Array:
         pos, ln = (fields.kpos, fields.klen) if which == "key" else (fields.vpos, fields.vlen)
-        return binary_column(np.frombuffer(buf_bytes, dtype=np.uint8),
-                             pa.py_buffer(buf_bytes), pos, ln)
+        return binary_column(np.frombuffer(buf_bytes, dtype=np.uint8), pos, ln)
 
     extra = {
         "timestamp": lambda: pa.array(fields.timestamps),
