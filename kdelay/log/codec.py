@@ -3,8 +3,6 @@
 Layout (API.md, "On disk"): a 69-byte big-endian header, deliverAfter at byte 43, then the
 records exactly as Kafka v2 writes them. The CRC-32C covers byte 21 (attributes) to the end.
 
-Two paths, byte-for-byte identical in what they produce and accept:
-
 Every batch shape takes one path: sections.py gathers a batch into flat columns and
 record_decode.py cuts one apart, each with a constant number of C-level calls per batch,
 around the per-record loops compiled in kernels.py.
@@ -181,5 +179,6 @@ def decode_records(batch, header: BatchHeader, *, path: str | None = None,
     try:
         return RecordColumns(*record_decode.decode_records(data, n, end, header.base_timestamp,
                                                       NO_HEADERS))
-    except ValueError as e:  # UnicodeDecodeError is a ValueError
+    except (IndexError, ValueError) as e:  # a malformed header block; UnicodeDecodeError
+        # is a ValueError
         raise CorruptLogError(f"malformed record in batch ({e})", path, file_pos) from None

@@ -1,5 +1,6 @@
-"""The batch codec: round trips, the kafka-python oracle, the template fast path against the
-general path, header layout, and corruption (which must only ever raise CorruptLogError)."""
+"""The batch codec: round trips, the kafka-python oracle for every batch shape, the compiled
+loops' own refusals, header layout, and corruption (which must only ever raise
+CorruptLogError)."""
 
 from __future__ import annotations
 
@@ -580,3 +581,18 @@ def test_chunk_kernel_flags_a_batch_past_its_buffer():
     kernels.scan_chunk(buf, np.array([0]), np.array([len(blob) + 100]), np.array([3]),
                        np.array([BASE_TS]), *cols, ok)
     assert not ok[0] and cols[2].tolist() == [0, 0, 0]
+
+
+def test_malformed_header_block_is_corrupt_not_index_error():
+    """A header block whose count promises more than it holds (the record length still
+    tiles the batch) is a CorruptLogError, like every other malformed batch."""
+    blob = bytearray(codec.encode_batch(base_offset=0, base_timestamp=BASE_TS,
+                                        deliver_after=BASE_TS, keys=[b"k"], values=[b"v"],
+                                        headers=[[("ab", b"c")]]))
+    at = blob.index(b"ab") - 2  # the header count, before the key's length
+    assert blob[at] == 2  # zigzag(1)
+    for count in (4, 6, 0x7E):  # 2, 3, 63 headers in a block that holds one
+        bad = bytearray(blob)
+        bad[at] = count
+        with pytest.raises(CorruptLogError):
+            codec.decode_records(bytes(bad), codec.parse_header(bytes(bad)))
