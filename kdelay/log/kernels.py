@@ -126,7 +126,8 @@ def _record(buf, pos, end, i, base_ts):
 
 
 @njit(cache=True, nogil=True)
-def scan_records(buf, start, n, end, base_ts, out):
+def scan_records(buf: bytes, start: int, n: int, end: int, base_ts: int,
+                 out: np.ndarray) -> tuple[int, int, int, int, int, int]:
     """Walk the `n` records of `buf[start:end]`.
 
     `out` is a uint8 array of scan_size(n) bytes the caller provides (an array a compiled
@@ -203,7 +204,9 @@ def scan_records(buf, start, n, end, base_ts, out):
 
 
 @njit(cache=True, nogil=True)
-def scan_chunk(buf, starts, sizes, counts, base_ts, timestamps, kpos, klen, vpos, vlen, ok):
+def scan_chunk(buf: np.ndarray, starts: np.ndarray, sizes: np.ndarray, counts: np.ndarray,
+               base_ts: np.ndarray, timestamps: np.ndarray, kpos: np.ndarray,
+               klen: np.ndarray, vpos: np.ndarray, vlen: np.ndarray, ok: np.ndarray) -> None:
     """Walk every record of many batches (the Spark reader's chunk of a .log): batch b lies
     at buf[starts[b]:][:sizes[b]] and holds counts[b] records; record r of the chunk (in
     batch order) gets its timestamp, key and value position and length (-1: null). `ok[b]`
@@ -306,7 +309,9 @@ def encode_bound(head: int, n: int, payload_bytes: int, header_bytes: int) -> in
 
 
 @njit(cache=True, nogil=True)
-def encode_records(head, lengths, payloads, deltas, header_lengths, headers, out):
+def encode_records(head: int, lengths: np.ndarray, payloads: np.ndarray, deltas: np.ndarray,
+                   header_lengths: np.ndarray, headers: np.ndarray, out: np.ndarray
+                   ) -> tuple[int, int]:
     """Write a batch into `out` (at least encode_bound bytes): `head` zero bytes (the
     batch header, filled in by the caller), then the records section, every record
     ``[length][attributes 0][tsDelta][offsetDelta][keyLength][key][valueLength][value]
@@ -388,7 +393,8 @@ def encode_records(head, lengths, payloads, deltas, header_lengths, headers, out
 
 
 @njit(cache=True, nogil=True)
-def gather_payloads(buf, positions, lengths, offsets, data):
+def gather_payloads(buf: np.ndarray, positions: np.ndarray, lengths: np.ndarray,
+                    offsets: np.ndarray, data: np.ndarray) -> int:
     """Copy the payloads buf[positions[i]:][:lengths[i]] back to back into `data`, writing
     Arrow-style int32 `offsets` (n + 1 of them; a length of -1, a null, adds nothing).
     Returns the bytes written, or -1 if a payload lies outside `buf` or `data` is too
