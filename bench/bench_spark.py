@@ -146,12 +146,13 @@ def null_sink():
 
 
 def timed(action, runs: int, rows: int, label: str) -> float:
-    """Median seconds of `runs` timed runs of `action` after one warm-up run."""
+    """Median seconds of `runs` timed runs of `action` after one warm-up run (the seconds
+    `action` returns, if it times itself)."""
     times = []
     for i in range(runs + 1):
         t = time.perf_counter()
-        action()
-        dt = time.perf_counter() - t
+        took = action()
+        dt = time.perf_counter() - t if took is None else took
         if i:
             times.append(dt)
         print(f"  {label} run {i}{' (warm-up)' if i == 0 else ''}: {dt:.2f} s, "
@@ -193,9 +194,16 @@ def bench_writer(spark, tmp: str, records: int, runs: int) -> None:
     n = [0]
 
     def write():
+        # the previous run's topic goes first (untimed, synced): a run's own writes and
+        # fsyncs count, not the writeback of the million rows each earlier run left (runs
+        # slowed from 525 k to 355 k rows/s as they piled up)
+        shutil.rmtree(os.path.join(tmp, f"w{n[0]}"), ignore_errors=True)
+        os.sync()
         n[0] += 1
+        t = time.perf_counter()
         df.write.format("kdelay").mode("append").option("partitions", "2").save(
             os.path.join(tmp, f"w{n[0]}"))
+        return time.perf_counter() - t
 
     med = timed(write, runs, records, "writer")
     cmed = timed(lambda: df.write.format("kdelay_null").mode("append").save(), runs, records,

@@ -85,7 +85,8 @@ class KdelayWriter(DataSourceArrowWriter):
         msg = WriteMessage()
         if not batches:
             return msg
-        table = pa.Table.from_batches(batches)
+        table = pa.Table.from_batches(batches).combine_chunks()  # one copy; takes on it are
+        # twice as fast as on the chunks Spark sends
         msg.rows = table.num_rows
         table, groups = _group(table, len(self.dirs), task)
         rows = _Rows(table)  # each group is a run of consecutive rows of it
