@@ -169,18 +169,23 @@ def _binary(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(lengths with -1 for null, offsets, data) of a binary Arrow array, views of its
     buffers; None if a null value has bytes in the data buffer (allowed by Arrow, not by
     PackedBinary)."""
-    n = len(arr)
-    bufs = arr.buffers()
-    offsets = np.frombuffer(bufs[1], dtype=np.int32)[arr.offset:arr.offset + n + 1]
+    offsets, data = _buffers(arr)
     lengths = np.diff(offsets).astype(np.int64)
     if arr.null_count:
         null = arr.is_null().to_numpy(zero_copy_only=False)
         if lengths[null].any():
             return None
         lengths[null] = -1
+    return lengths, offsets, data
+
+
+def _buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(int32 offsets, data) of a binary Arrow array: views of its buffers, no copy."""
+    bufs = arr.buffers()
+    offsets = np.frombuffer(bufs[1], dtype=np.int32)[arr.offset:arr.offset + len(arr) + 1]
     data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else \
         np.zeros(0, np.uint8)
-    return lengths, offsets, data
+    return offsets, data
 
 
 def _slice(col: tuple[np.ndarray, np.ndarray, np.ndarray], start: int, end: int
@@ -263,10 +268,7 @@ def murmur2_array(keys: pa.Array) -> np.ndarray:
     """Kafka's murmur2 of every value of a binary array (nulls hash as empty), vectorised
     over the keys of each length: O(total key bytes) numpy work, no Python per key."""
     n = len(keys)
-    bufs = keys.buffers()
-    offsets = np.frombuffer(bufs[1], dtype=np.int32)[keys.offset:keys.offset + n + 1]
-    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else \
-        np.zeros(0, np.uint8)
+    offsets, data = _buffers(keys)
     lengths = np.diff(offsets)
     out = np.empty(n, dtype=np.uint32)
     with np.errstate(over="ignore"):
