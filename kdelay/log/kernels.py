@@ -126,32 +126,31 @@ def _record(buf, pos, end, i, base_ts):
 
 
 @njit(cache=True, nogil=True)
-def scan_records(buf: bytes, start: int, n: int, end: int, base_ts: int,
-                 out: np.ndarray) -> tuple[int, int, int, int, int, int]:
+def scan_records(buf: bytes, start: int, n: int, end: int, base_ts: int, out: np.ndarray,
+                 fmt1_at: int, fmt2_at: int) -> tuple[int, int, int, int, int, int]:
     """Walk the `n` records of `buf[start:end]`.
 
-    `out` is a uint8 array of scan_size(n) bytes the caller provides (an array a compiled
-    function returns costs Python over a microsecond to box). Returns (status, fmt1_len,
-    fmt2_len, null_keys, null_values, with_headers) and fills `out`:
+    `out` and the offsets in it are scan_layout(n), provided by the caller (an array a
+    compiled function returns costs Python over a microsecond to box). Returns (status,
+    fmt1_len, fmt2_len, null_keys, null_values, with_headers) and fills `out`:
 
     * status: flags (>= 0) or an error (< 0, see STATUS_MESSAGES);
-    * out[32n:][:fmt1_len]: a struct format that, unpacked at `start`, yields key, value
+    * out[fmt1_at:][:fmt1_len]: a struct format that, unpacked at `start`, yields key, value
       per record (a null field yields b"");
-    * out[fmt2_start(n):][:fmt2_len]: a struct format that yields the header block of every
+    * out[fmt2_at:][:fmt2_len]: a struct format that yields the header block of every
       record that has headers (only the first one under SAME_HEADERS);
-    * as native int64s, out[:32n]: [0:n] the timestamps (valid under TIMESTAMPS_VARY),
+    * as native int64s, out[:fmt1_at]: [0:n] the timestamps (valid under TIMESTAMPS_VARY),
       [n:2n] the null keys, [2n:3n] the null values, [3n:4n] the records with headers (the
       counts are the three scalars).
     """
-    ints = out[:32 * n].view(np.int64)
+    ints = out[:fmt1_at].view(np.int64)
     flags = 0
     null_keys = 0
     null_values = 0
     with_headers = 0
-    q1 = 32 * n
+    q1 = fmt1_at
     c1 = start
-    base2 = 32 * n + 2 * FIELD_FMT * n + 8  # fmt2_start(n)
-    q2 = base2
+    q2 = fmt2_at
     q2_first = q2
     c2 = start
     first_block = -1
@@ -200,7 +199,7 @@ def scan_records(buf: bytes, start: int, n: int, end: int, base_ts: int,
         if with_headers == n and first_size >= 0:
             flags |= SAME_HEADERS
             q2 = q2_first
-    return flags, q1 - 32 * n, q2 - base2, null_keys, null_values, with_headers
+    return flags, q1 - fmt1_at, q2 - fmt2_at, null_keys, null_values, with_headers
 
 
 @njit(cache=True, nogil=True)
@@ -249,14 +248,13 @@ def scan_chunk(buf: np.ndarray, starts: np.ndarray, sizes: np.ndarray, counts: n
         r += counts[b]
 
 
-def scan_size(n: int) -> int:
-    """Bytes of scan_records' `out` for n records: 4n int64s, then the two formats."""
-    return 32 * n + 3 * FIELD_FMT * n + 8
-
-
-def fmt2_start(n: int) -> int:
-    """Where scan_records' header-block format starts in its `out` (fmt1 starts at 32n)."""
-    return 32 * n + 2 * FIELD_FMT * n + 8
+def scan_layout(n: int) -> tuple[int, int, int]:
+    """scan_records' `out` for n records: (its size, where the key/value format starts,
+    where the header-block format starts). First 4n int64s, then room for two fields per
+    record, then for one."""
+    fmt1_at = 32 * n
+    fmt2_at = fmt1_at + 2 * FIELD_FMT * n + 8
+    return fmt2_at + FIELD_FMT * n, fmt1_at, fmt2_at
 
 
 # ---------------------------------------------------------------------------- encoding

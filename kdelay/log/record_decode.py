@@ -70,13 +70,14 @@ def decode_records(data: bytes, n: int, end: int, base_ts: int, no_headers: list
 
     One compiled walk over the records (kernels.scan_records), then a constant number of
     C-level calls: one struct unpack cuts every key and value, one more every header block."""
-    out = np.empty(kernels.scan_size(n), np.uint8)
+    size, f1, f2 = kernels.scan_layout(n)
+    out = np.empty(size, np.uint8)
     status, fmt1_len, fmt2_len, null_keys, null_values, with_headers = \
-        kernels.scan_records(data, HEADER_SIZE, n, end, base_ts, out)
+        kernels.scan_records(data, HEADER_SIZE, n, end, base_ts, out, f1, f2)
     if status < 0:
         raise ValueError(kernels.STATUS_MESSAGES[status])
-    f1 = 32 * n  # kernels.fmt1_start(n); before it, 4n int64s (read with struct: cheaper
-    # than numpy views for the few dozen values of a batch)
+    # before f1, 4n int64s: read with struct (cheaper than numpy views for a batch's few
+    # dozen values)
     fields = struct.unpack_from(out[f1:f1 + fmt1_len].tobytes(), data, HEADER_SIZE)
     keys = list(fields[0::2])
     values = list(fields[1::2])
@@ -90,7 +91,6 @@ def decode_records(data: bytes, n: int, end: int, base_ts: int, no_headers: list
         ts = [base_ts] * n
     if not status & kernels.HEADERS:
         return ts, keys, values, [no_headers] * n
-    f2 = kernels.fmt2_start(n)
     blocks = struct.unpack_from(out[f2:f2 + fmt2_len].tobytes(), data, HEADER_SIZE)
     if status & kernels.SAME_HEADERS:
         return ts, keys, values, [_shared_headers(blocks[0])] * n
