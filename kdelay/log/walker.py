@@ -10,7 +10,7 @@ Per batch that is one header parse; a chunk read costs one syscall per few MiB.
 - tolerant (`walk`, inspection): a CRC failure is reported on the batch and the walk goes
   on; where the framing breaks a `FramingBreak` is yielded and, with resync, the walk
   resumes at the next intact batch (`resync`).
-- filtered (Spark's reader): `frames` with a padded reader; the caller skips batches outside
+- filtered (Spark's reader): `frames`; the caller skips batches outside
   its bounds without a CRC check.
 """
 
@@ -47,11 +47,10 @@ class Frame(NamedTuple):
 
 
 def frames(read: Reader, start: int, end: int, *, path: str | None = None,
-           chunk: int = CHUNK, headers_only: bool = False, pad: int = 0) -> Iterator[Frame]:
+           chunk: int = CHUNK, headers_only: bool = False) -> Iterator[Frame]:
     """The framing parse every mode shares: each batch from `start` up to `end`, in file
     order. Raises CorruptLogError (with the file position) where the framing breaks: a bad
-    header, or a batch running past `end`. `pad` is how many bytes at the end of each buffer
-    `read` returns are padding, not file data."""
+    header, or a batch running past `end`."""
     buf: bytes | bytearray = b""
     buf_pos = pos = start
     avail = 0  # file bytes in buf
@@ -63,7 +62,7 @@ def frames(read: Reader, start: int, end: int, *, path: str | None = None,
         if avail - rel < header_size:
             want = header_size if headers_only else chunk
             buf = read(pos, min(max(want, header_size), end - pos))
-            buf_pos, rel, avail = pos, 0, len(buf) - pad
+            buf_pos, rel, avail = pos, 0, len(buf)
         # a batch may run past the buffer (read again below), not past `end`; a buffer
         # short of a whole header means the file ended early
         room = avail - rel
@@ -71,7 +70,7 @@ def frames(read: Reader, start: int, end: int, *, path: str | None = None,
                   available=room if room < header_size else end - pos)
         if not headers_only and room < h.size:
             buf = read(pos, min(max(chunk, h.size), end - pos))
-            buf_pos, rel, avail = pos, 0, len(buf) - pad
+            buf_pos, rel, avail = pos, 0, len(buf)
             if avail < h.size:  # the file shrank under us
                 raise CorruptLogError(f"truncated batch: batchLength says {h.size} bytes, "
                                       f"{avail} remain", path, pos)

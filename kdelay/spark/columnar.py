@@ -31,10 +31,6 @@ import pyarrow as pa
 from ..errors import CorruptLogError
 from ..log import codec, kernels
 
-# Zero bytes after the last byte of a chunk buffer. The numpy decoder this replaced read
-# fixed-width windows past a payload's end; the compiled one reads no byte past a batch.
-PAD = 32
-
 RECORD_FIELDS: list[tuple[str, pa.DataType]] = [
     ("segment", pa.int64()),
     ("batch_base_offset", pa.int64()),
@@ -70,10 +66,6 @@ def arrow_schema(with_topic: bool, columns: Sequence[str] | None = None) -> pa.S
     fields = dict((TOPIC_FIELDS if with_topic else []) + RECORD_FIELDS)
     names = list(fields) if columns is None else columns
     return pa.schema([pa.field(n, fields[n], nullable=True) for n in names])
-
-
-def padded_buffer(size: int) -> bytearray:
-    return bytearray(size + PAD)
 
 
 # ---------------------------------------------------------------------------- binary columns
@@ -187,7 +179,7 @@ def records_to_arrow(buf_bytes: bytearray, batches: Sequence[ChunkBatch], *, seg
                      log_path: str | None = None, columns: Sequence[str] | None = None,
                      cancelled: np.ndarray | None = None) -> list[pa.RecordBatch]:
     """Arrow record batches (in file order) holding every record of `batches`, which all lie
-    in `buf_bytes` (padded with PAD bytes past the last batch). With `columns`, only those
+    in `buf_bytes`. With `columns`, only those
     columns are built, and the records are decoded only if `timestamp`, `key` or `value` is
     among them (the others come from the batch headers); a key or value column is built
     only when asked for. `cancelled`: the segment's cancelled offsets, sorted (the

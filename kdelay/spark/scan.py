@@ -33,7 +33,7 @@ from ..log.files import (
     segment_bases,
     segment_file,
 )
-from .columnar import PAD, ChunkBatch
+from .columnar import ChunkBatch
 
 CHUNK_BYTES = 8 << 20  # bytes of .log per read (and per Arrow batch, roughly)
 _MAX_GAP = 64 << 10  # selected batches closer than this are read together
@@ -177,7 +177,7 @@ class ScanStats:
 
 @dataclass
 class Chunk:
-    """A buffer of .log bytes (padded) and the wanted batches that lie wholly inside it."""
+    """A buffer of .log bytes and the wanted batches that lie wholly inside it."""
 
     buf: bytearray
     file_pos: int
@@ -238,12 +238,11 @@ class SegmentReader:
         return pos if 0 <= pos < size else 0
 
     def _read(self, fd: int, pos: int, length: int) -> bytearray:
-        buf = bytearray(length + PAD)
+        buf = bytearray(length)
         got = os.preadv(fd, [memoryview(buf)[:length]], pos)
         self.stats.bytes_read += got
         if got < length:
             del buf[got:]
-            buf.extend(bytes(PAD))
         return buf
 
     def _fail(self, err: CorruptLogError) -> None:
@@ -263,7 +262,7 @@ class SegmentReader:
         try:
             keep = self.bounds.keep_batch
             for fpos, h, fbuf, rel in walker.frames(read, start, size, path=self.path,
-                                                    chunk=self.chunk_bytes, pad=PAD):
+                                                    chunk=self.chunk_bytes):
                 if fbuf is not buf:  # a new read: hand on what the previous one held
                     if batches:
                         yield Chunk(buf, buf_pos, batches)
@@ -343,7 +342,7 @@ class SegmentReader:
                 rel = p - start
                 try:
                     h = codec.parse_header(buf, rel, path=self.path, file_pos=p,
-                                           available=len(buf) - PAD - rel)
+                                           available=len(buf) - rel)
                 except CorruptLogError as e:
                     h = None
                     problem = str(e)

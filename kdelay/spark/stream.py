@@ -190,7 +190,7 @@ def read_range(part: scan.PartitionDir, start: tuple[int, int], end: tuple[int, 
                 except FileNotFoundError:
                     raise CorruptLogError("segment deleted (retention?) before its due "
                                           "records were read", path, 0) from None
-            buf = columnar.padded_buffer(total)
+            buf = bytearray(total)
             chunk = []
             rel = 0
             for da, base, last, _, pos, size in run:

@@ -113,7 +113,7 @@ def test_spark_columnar_decoder_reads_nulls():
     values = [None, b"x", None] * 10
     blob = codec.encode_batch(base_offset=7, base_timestamp=T0, deliver_after=T0, keys=keys,
                               values=values, timestamp_deltas=list(range(30)))
-    buf = columnar.padded_buffer(len(blob))
+    buf = bytearray(len(blob))
     buf[:len(blob)] = blob
     h = codec.parse_header(blob)
     rows = []

@@ -59,7 +59,7 @@ def test_columnar_subset_equals_the_full_decode(log_path):
     blob = bytearray(codec.encode_batch(base_offset=0, base_timestamp=T0, deliver_after=T0,
                                         keys=[b"k"] * 3, values=[b"v" * 10] * 3))
     blob[codec.HEADER_SIZE] = 0x7E
-    buf = columnar.padded_buffer(len(blob))
+    buf = bytearray(len(blob))
     buf[:len(blob)] = blob
     h = codec.parse_header(bytes(blob))
     b = columnar.ChunkBatch(0, 0, h, False)

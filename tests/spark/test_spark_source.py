@@ -136,7 +136,7 @@ def test_columnar_matches_codec(records, copies):
                                         base_timestamp=T0, deliver_after=T0 + c,
                                         keys=keys, values=values, timestamp_deltas=deltas,
                                         headers=headers if any(headers) else None))
-    buf = columnar.padded_buffer(sum(map(len, blobs)))
+    buf = bytearray(sum(map(len, blobs)))
     chunk, pos = [], 0
     for blob in blobs:
         buf[pos:pos + len(blob)] = blob
@@ -166,7 +166,7 @@ def test_columnar_fast_path_steps_over_headers():
                               keys=[b"k%d" % i for i in range(10)], values=[b"v" * 20] * 10,
                               timestamp_deltas=list(range(10)),
                               headers=[[("kdelay.attempt", b"3")]] * 10)
-    buf = columnar.padded_buffer(len(blob))
+    buf = bytearray(len(blob))
     buf[:len(blob)] = blob
     h = codec.parse_header(blob)
     args = (np.frombuffer(buf, dtype=np.uint8), np.array([0]), np.array([h.size]),
@@ -193,7 +193,7 @@ def test_columnar_damaged_batch_is_flagged_not_fatal():
     flipped[-3] ^= 0xFF  # inside the last value: CRC fails, framing holds
     broken = bytearray(good)
     broken[codec.HEADER_SIZE] = 0x7E  # first record's length: records no longer tile
-    buf = columnar.padded_buffer(len(good) * 3)
+    buf = bytearray(len(good) * 3)
     chunk = []
     for i, blob in enumerate((good, bytes(flipped), bytes(broken))):
         buf[i * len(good):(i + 1) * len(good)] = blob
