@@ -15,18 +15,19 @@ from ..validation import check_delay_limit
 from . import codec
 
 
-def _stamps(timestamps, now: int) -> tuple[np.ndarray | None, int, int]:
-    """(the int64 timestamps, or None when every record takes `now`; the batch's base and
-    max timestamp). `timestamps` is a tuple with None for "now" or an int64 array."""
+def _stamps(timestamps, now: int) -> tuple[np.ndarray | None, int]:
+    """(the int64 timestamps, or None when every record takes `now`; the batch's base
+    timestamp). `timestamps` is a tuple with None for "now" or an int64 array. The max is
+    left to the codec, which finds it while it writes the deltas."""
     if isinstance(timestamps, np.ndarray):  # packed batches: no nulls
-        return timestamps, int(timestamps[0]), int(timestamps.max())
+        return timestamps, int(timestamps[0])
     if timestamps is None:
-        return None, now, now
+        return None, now
     nones = timestamps.count(None)
     if nones == len(timestamps):
-        return None, now, now
+        return None, now
     ts = timestamps if not nones else [now if t is None else t for t in timestamps]
-    return np.array(ts, dtype=np.int64), ts[0], max(ts)
+    return np.array(ts, dtype=np.int64), ts[0]
 
 
 class BuiltBatch(NamedTuple):
@@ -42,7 +43,7 @@ def build_batch(columns: list[tuple], *, base_offset: int, now: int, requested: 
     and `explicit` the caller's own `deliver_after` argument (None if it gave none; the
     delay limit no longer depends on how the delay was asked for, so it is informational)."""
     values, keys, headers, timestamps, record_das = columns
-    stamps, base_ts, max_ts = _stamps(timestamps, now)
+    stamps, base_ts = _stamps(timestamps, now)
     check_delay_limit(config.max_delivery_delay_ms, requested, stamps, now)
     batch_da = now if requested is None or requested < now else requested
     data = codec.encode_batch(
@@ -53,4 +54,4 @@ def build_batch(columns: list[tuple], *, base_offset: int, now: int, requested: 
     if len(data) > config.max_batch_bytes:
         raise InvalidRecordError(f"batch of {len(data)} bytes exceeds max_batch_bytes "
                                  f"({config.max_batch_bytes})")
-    return BuiltBatch(data, len(record_das), batch_da, max_ts)
+    return BuiltBatch(data, len(record_das), batch_da, codec.max_timestamp(data))

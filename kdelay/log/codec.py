@@ -29,6 +29,7 @@ MAGIC = 3
 CRC_OFFSET = 17
 CRC_START = 21  # the CRC covers attributes .. end of batch
 LOG_OVERHEAD = 12  # baseOffset + batchLength: bytes not counted by batchLength
+MAX_TIMESTAMP_OFFSET = 35
 DELIVER_AFTER_OFFSET = 43
 MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 # Smallest possible record: length, attributes, tsDelta, offsetDelta, keyLength (-1),
@@ -156,6 +157,12 @@ def encode_batch(
     return bytes(out)
 
 
+def max_timestamp(batch: bytes) -> int:
+    """The maxTimestamp field of an encoded batch (what encode_batch worked out)."""
+    return _INT64.unpack_from(batch, MAX_TIMESTAMP_OFFSET)[0]
+
+
+_INT64 = struct.Struct(">q")
 _INT_TYPES = {int, np.int64}
 
 
