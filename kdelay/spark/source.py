@@ -323,20 +323,22 @@ def _topic_cols(plan: scan.SegmentPlan, n: int, with_topic: bool) -> list:
 def _batch_rows(plan: scan.SegmentPlan, schema: pa.Schema, with_topic: bool,
                 batches: list[columnar.ChunkBatch]) -> pa.RecordBatch:
     hs = [b.header for b in batches]
-    n = len(hs)
-    cols = _topic_cols(plan, n, with_topic) + [
-        pa.repeat(pa.scalar(plan.base, pa.int64()), n),
-        pa.array([b.file_pos for b in batches], pa.int64()),
-        pa.array([h.base_offset for h in hs], pa.int64()),
-        pa.array([h.last_offset for h in hs], pa.int64()),
-        pa.array([h.deliver_after for h in hs], pa.int64()),
-        pa.array([h.base_timestamp for h in hs], pa.int64()),
-        pa.array([h.max_timestamp for h in hs], pa.int64()),
-        pa.array([h.size for h in hs], pa.int64()),
-        pa.array([h.record_count for h in hs], pa.int64()),
-        pa.array([b.crc_ok for b in batches], pa.bool_()),
-        pa.nulls(n, pa.string()),
-    ]
+    return _batch_table(plan, schema, with_topic, len(hs), [b.file_pos for b in batches],
+                        [h.base_offset for h in hs], [h.last_offset for h in hs],
+                        [h.deliver_after for h in hs], [h.base_timestamp for h in hs],
+                        [h.max_timestamp for h in hs], [h.size for h in hs],
+                        [h.record_count for h in hs], [b.crc_ok for b in batches])
+
+
+def _batch_table(plan: scan.SegmentPlan, schema: pa.Schema, with_topic: bool, n: int,
+                 *columns) -> pa.RecordBatch:
+    """Batch rows from their columns (position, base offset, last offset, deliverAfter,
+    base and max timestamp, size, record count, CRC verdict; None: all null)."""
+    types = [pa.int64()] * 8 + [pa.bool_()]
+    cols = _topic_cols(plan, n, with_topic) + [pa.repeat(pa.scalar(plan.base, pa.int64()), n)]
+    cols += [pa.nulls(n, t) if c is None else pa.array(c, t)
+             for c, t in zip(columns, types, strict=True)]
+    cols.append(pa.nulls(n, pa.string()))  # error
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
@@ -348,13 +350,8 @@ def _index_batch_rows(plan: scan.SegmentPlan, schema: pa.Schema, with_topic: boo
                       da: np.ndarray, bo: np.ndarray, pos: np.ndarray, counts: np.ndarray,
                       size: np.ndarray) -> pa.RecordBatch:
     """Batch rows from .dlyindex entries; the fields only the .log holds are left null."""
-    n = len(da)
-    cols = _topic_cols(plan, n, with_topic) + [
-        pa.repeat(pa.scalar(plan.base, pa.int64()), n), pa.array(pos), pa.array(bo),
-        pa.array(bo + counts - 1), pa.array(da), pa.nulls(n, pa.int64()),
-        pa.nulls(n, pa.int64()), pa.array(size), pa.array(counts), pa.nulls(n, pa.bool_()),
-        pa.nulls(n, pa.string())]
-    return pa.RecordBatch.from_arrays(cols, schema=schema)
+    return _batch_table(plan, schema, with_topic, len(da), pos, bo, bo + counts - 1, da, None,
+                        None, size, counts, None)
 
 
 def _error_row(plan: scan.SegmentPlan, schema: pa.Schema, with_topic: bool,
