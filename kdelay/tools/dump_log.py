@@ -110,6 +110,16 @@ def _compacted(path: str, size: int) -> bool:
     return end is not None or damaged
 
 
+def _grew(path: str, size: int) -> bool:
+    """Has the file grown past the `size` it was read up to? Then a batch cut short at the
+    end of what was read is one a writer was appending (a write spanning pages becomes
+    visible a page at a time), not damage."""
+    try:
+        return os.path.getsize(path) > size
+    except OSError:
+        return False
+
+
 def cmd_dump_log(args: argparse.Namespace, out: Out) -> int:
     path = _log_file(args.file)
     lo, hi = args.offsets if args.offsets else (None, None)
@@ -130,6 +140,8 @@ def cmd_dump_log(args: argparse.Namespace, out: Out) -> int:
         for item in scan_batches(path, start=start, end=size, keep_data=args.print_data,
                                      progress=bar):
             if isinstance(item, FramingBreak):
+                if item.resume_at is None and _grew(path, size):
+                    break  # the last batch was being appended as we read (a live log)
                 problems += 1
                 bar.close()
                 what = item.describe()
