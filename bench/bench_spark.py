@@ -66,8 +66,9 @@ def python_only(path: str) -> float:
 
     t = time.perf_counter()
     n = 0
+    buffers = scan.ReadBuffers()  # as a Spark task shares them across its segments
     for base in segment_bases(path):
-        r = scan.SegmentReader(path, base)
+        r = scan.SegmentReader(path, base, buffers=buffers)
         for ch in r.chunks():
             for rb in columnar.records_to_arrow(ch.buf, ch.batches, segment=base):
                 n += rb.num_rows

@@ -174,7 +174,7 @@ def header_records(schema: pa.Schema, *, segment: int, topic: str | None,
     return pa.RecordBatch.from_arrays([make[n]() for n in schema.names], schema=schema)
 
 
-def records_to_arrow(buf_bytes: bytearray, batches: Sequence[ChunkBatch], *, segment: int,
+def records_to_arrow(buf_bytes: memoryview, batches: Sequence[ChunkBatch], *, segment: int,
                      topic: str | None = None, partition: int | None = None,
                      log_path: str | None = None, columns: Sequence[str] | None = None,
                      cancelled: np.ndarray | None = None) -> list[pa.RecordBatch]:
@@ -237,7 +237,7 @@ def records_to_arrow(buf_bytes: bytearray, batches: Sequence[ChunkBatch], *, seg
     return out
 
 
-def _fallback(buf_bytes: bytearray, b: ChunkBatch, schema: pa.Schema, segment: int,
+def _fallback(buf_bytes: memoryview, b: ChunkBatch, schema: pa.Schema, segment: int,
               topic: str | None, partition: int | None, log_path: str | None,
               cancelled: np.ndarray | None = None) -> pa.RecordBatch:
     """One batch through `codec.decode_records`; a single crc_valid=False placeholder row

@@ -175,11 +175,34 @@ class ScanStats:
     notes: list[str] = field(default_factory=list)
 
 
+class ReadBuffers:
+    """Two buffers that .log reads go into in turn. A fresh multi-MiB buffer per read costs
+    a page fault per 4 KiB (18 ms per 16 MiB segment here, against 2 ms reusing one), so
+    the segments one task reads, one after another, share one ReadBuffers.
+
+    What `read` returns stays valid until the read after next, and that is all the readers
+    need: a chunk is handed on and consumed before its generator resumes, and `frames`
+    drops its buffer for the next one only after its caller has seen every batch in it."""
+
+    def __init__(self) -> None:
+        self._buffers = [bytearray(), bytearray()]
+        self._turn = 0
+
+    def read(self, fd: int, pos: int, length: int) -> memoryview:
+        """`length` bytes of `fd` at `pos` (fewer at the end of the file)."""
+        slot = self._turn = 1 - self._turn
+        if len(self._buffers[slot]) < length:
+            self._buffers[slot] = bytearray(length)
+        view = memoryview(self._buffers[slot])[:length]
+        return view[:os.preadv(fd, [view], pos)]
+
+
 @dataclass
 class Chunk:
-    """A buffer of .log bytes and the wanted batches that lie wholly inside it."""
+    """A buffer of .log bytes and the wanted batches that lie wholly inside it. The buffer
+    is reused: it is valid until the reader is asked for the next chunk."""
 
-    buf: bytearray
+    buf: memoryview
     file_pos: int
     batches: list[ChunkBatch]
 
@@ -191,7 +214,7 @@ class SegmentReader:
 
     def __init__(self, directory: str, base: int, bounds: Bounds | None = None, *,
                  use_index: bool = True, chunk_bytes: int = CHUNK_BYTES,
-                 check_crc: bool = True):
+                 check_crc: bool = True, buffers: ReadBuffers | None = None):
         self.directory = directory
         self.base = base
         self.path = segment_file(directory, base, LOG_SUFFIX)
@@ -200,6 +223,7 @@ class SegmentReader:
         self.chunk_bytes = chunk_bytes
         self.check_crc = check_crc  # False: crc_ok is reported True without a check
         self.stats = ScanStats(segment=base, log=self.path)
+        self.buffers = buffers if buffers is not None else ReadBuffers()
 
     def chunks(self) -> Iterator[Chunk]:
         fd = os.open(self.path, os.O_RDONLY)
@@ -237,13 +261,10 @@ class SegmentReader:
         pos = oi.lookup(olo)
         return pos if 0 <= pos < size else 0
 
-    def _read(self, fd: int, pos: int, length: int) -> bytearray:
-        buf = bytearray(length)
-        got = os.preadv(fd, [memoryview(buf)[:length]], pos)
-        self.stats.bytes_read += got
-        if got < length:
-            del buf[got:]
-        return buf
+    def _read(self, fd: int, pos: int, length: int) -> memoryview:
+        view = self.buffers.read(fd, pos, length)
+        self.stats.bytes_read += len(view)
+        return view
 
     def _fail(self, err: CorruptLogError) -> None:
         self.stats.error = str(err)
@@ -253,10 +274,10 @@ class SegmentReader:
               skip: set[int] | None = None) -> Iterator[Chunk]:
         """The walker's filtered mode: every header from `start`, keeping the batches in
         bounds (and not in `skip`); a batch out of bounds costs its header parse only."""
-        def read(pos: int, length: int) -> bytearray:
+        def read(pos: int, length: int) -> memoryview:
             return self._read(fd, pos, length)
 
-        buf: bytearray | None = None
+        buf: memoryview | None = None
         buf_pos = 0
         batches: list[ChunkBatch] = []
         try:
@@ -280,7 +301,7 @@ class SegmentReader:
         if error is not None:
             self._fail(error)
 
-    def _take(self, buf: bytearray, rel: int, file_pos: int, h: codec.BatchHeader) -> ChunkBatch:
+    def _take(self, buf: memoryview, rel: int, file_pos: int, h: codec.BatchHeader) -> ChunkBatch:
         self.stats.batches_read += 1
         self.stats.records += h.record_count
         return ChunkBatch(rel, file_pos, h, not self.check_crc or codec.crc_ok(buf, rel, h))

@@ -224,16 +224,18 @@ class KdelayReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # Spark reads one InputPartition(None) when partitions() returned none
+        buffers = scan.ReadBuffers()  # the segments are read one after another
         for plan in getattr(partition, "plans", []):
-            yield from self._read_segment(plan)
+            yield from self._read_segment(plan, buffers)
 
-    def _read_segment(self, plan: scan.SegmentPlan) -> Iterator[pa.RecordBatch]:
+    def _read_segment(self, plan: scan.SegmentPlan, buffers: scan.ReadBuffers
+                      ) -> Iterator[pa.RecordBatch]:
         if self.mode == "dlyindex":
             yield _index_batch(plan, _arrow_schema(self.fields), self.with_topic)
             return
         reader = scan.SegmentReader(plan.part.path, plan.base, self.bounds,
                                     use_index=self.use_index,
-                                    check_crc="crc_valid" in self.names)
+                                    check_crc="crc_valid" in self.names, buffers=buffers)
         topic, part = plan.part.topic, plan.part.partition
         if self.mode == "records":
             cancelled = read_cancelled(plan.part.path, plan.base) \

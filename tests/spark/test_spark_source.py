@@ -215,6 +215,31 @@ def test_scan_stops_at_framing_error(tmp_path):
     assert n == reader.stats.batches_read and n > 0
 
 
+@pytest.mark.parametrize("chunk_bytes", [4096, 9000])
+@pytest.mark.parametrize("use_index", [False, True])
+def test_rows_outlive_the_reused_read_buffers(data_root, chunk_bytes, use_index):
+    """The reader reads each chunk into one of two buffers in turn; Arrow rows built from a
+    chunk must own their bytes, so rows kept while later chunks overwrite the buffers
+    still equal the engine's records (index mode: a deliverAfter filter that keeps all)."""
+    path = os.path.join(data_root, "log")
+    bounds = scan.Bounds()
+    if use_index:
+        bounds.narrow("deliver_after", T0 - 1, T0 + 10**9)
+    kept, buffers = [], set()
+    for base in segment_bases(path):
+        reader = scan.SegmentReader(path, base, bounds, chunk_bytes=chunk_bytes)
+        for ch in reader.chunks():
+            buffers.add(id(ch.buf.obj))
+            kept.extend(columnar.records_to_arrow(ch.buf, ch.batches, segment=base))
+        assert reader.stats.error is None
+        if use_index and base != segment_bases(path)[-1]:
+            assert reader.stats.mode == "index"
+    assert len(buffers) < len(kept)  # buffers were reused
+    got = sorted((r["offset"], r["deliver_after"], r["timestamp"], r["key"], r["value"])
+                 for rb in kept for r in rb.to_pylist())
+    assert got == _engine_rows(path)
+
+
 def _rewrite_last_deliver_after(path: str, base: int) -> str:
     """Rewrite a segment's .dlyindex, valid and current, with its last entry's deliverAfter
     moved one ms later (so the entries stay sorted). Returns the index file's path."""
