@@ -70,7 +70,7 @@ def python_only(path: str) -> float:
     for base in segment_bases(path):
         r = scan.SegmentReader(path, base, buffers=buffers)
         for ch in r.chunks():
-            for rb in columnar.records_to_arrow(ch.buf, ch.batches, segment=base):
+            for rb in columnar.records_to_arrow(ch, segment=base):
                 n += rb.num_rows
     return n / (time.perf_counter() - t)
 

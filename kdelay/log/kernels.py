@@ -409,3 +409,58 @@ def gather_payloads(buf: np.ndarray, positions: np.ndarray, lengths: np.ndarray,
             o += length
     offsets[len(lengths)] = o
     return o
+
+
+# ---------------------------------------------------------------------------- framing
+
+# rows of walk_headers' output: one column per batch
+(H_REL, H_BASE_OFFSET, H_SIZE, H_LAST_OFFSET_DELTA, H_BASE_TIMESTAMP, H_MAX_TIMESTAMP,
+ H_DELIVER_AFTER, H_RECORD_COUNT, H_CRC) = range(9)
+HEADER_ROWS = 9
+_HEADER_SIZE = 69  # codec.HEADER_SIZE (codec imports this module, not the other way)
+_LOG_OVERHEAD = 12  # codec.LOG_OVERHEAD
+_MIN_RECORD_SIZE = 7  # codec.MIN_RECORD_SIZE
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _big_endian(buf, p, width):
+    """The signed big-endian integer of `width` bytes at buf[p:]."""
+    v = np.int64(buf[p])
+    if v >= 128:
+        v -= 256
+    for k in range(1, width):
+        v = (v << 8) | np.int64(buf[p + k])
+    return v
+
+
+@njit(cache=True, nogil=True)
+def walk_headers(buf: np.ndarray, start: int, out: np.ndarray) -> tuple[int, int]:
+    """Parse the batches lying wholly in `buf` from `start`, one after another, into the
+    columns of `out` (HEADER_ROWS x capacity; at most capacity batches). Stops at the first
+    batch whose header or bytes run past `buf`, or whose header fails codec.parse_header's
+    checks (the same checks, held equal by a test; the caller has parse_header say what is
+    wrong). Returns (batches parsed, position where it stopped)."""
+    n = 0
+    p = start
+    end = len(buf)
+    while n < out.shape[1] and end - p >= _HEADER_SIZE:
+        base_offset = _big_endian(buf, p, 8)
+        size = _big_endian(buf, p + 8, 4) + _LOG_OVERHEAD
+        last_offset_delta = _big_endian(buf, p + 23, 4)
+        count = _big_endian(buf, p + 65, 4)
+        if buf[p + 16] != 3 or size < _HEADER_SIZE or size > end - p or count <= 0 or \
+                last_offset_delta != count - 1 or \
+                count * _MIN_RECORD_SIZE > size - _HEADER_SIZE or base_offset < 0:
+            break
+        out[H_REL, n] = p
+        out[H_BASE_OFFSET, n] = base_offset
+        out[H_SIZE, n] = size
+        out[H_LAST_OFFSET_DELTA, n] = last_offset_delta
+        out[H_BASE_TIMESTAMP, n] = _big_endian(buf, p + 27, 8)
+        out[H_MAX_TIMESTAMP, n] = _big_endian(buf, p + 35, 8)
+        out[H_DELIVER_AFTER, n] = _big_endian(buf, p + 43, 8)
+        out[H_RECORD_COUNT, n] = count
+        out[H_CRC, n] = _big_endian(buf, p + 17, 4) & 0xFFFFFFFF
+        n += 1
+        p += size
+    return n, p

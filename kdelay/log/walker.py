@@ -10,8 +10,9 @@ Per batch that is one header parse; a chunk read costs one syscall per few MiB.
 - tolerant (`walk`, inspection): a CRC failure is reported on the batch and the walk goes
   on; where the framing breaks a `FramingBreak` is yielded and, with resync, the walk
   resumes at the next intact batch (`resync`).
-- filtered (Spark's reader): `frames`; the caller skips batches outside
-  its bounds without a CRC check.
+- columnar (Spark's reader): `frame_runs`, the same walk with each read's headers parsed
+  into columns by one compiled pass; the caller skips batches outside its bounds without
+  a CRC check.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy as np
 from .. import fsio
 from ..errors import CorruptLogError
 from ..index.deliver_after_index import Entry
-from . import codec
+from . import codec, kernels
 
 CHUNK = 8 << 20  # bytes read per syscall
 RESYNC_LIMIT = 256 << 20  # how far past a framing break to look for the next intact batch
@@ -76,6 +77,106 @@ def frames(read: Reader, start: int, end: int, *, path: str | None = None,
                                       f"{avail} remain", path, pos)
         yield make(Frame, (pos, h, buf, rel))
         pos += h.size
+
+
+class HeaderColumns:
+    """Batch headers as columns (int64 arrays, one entry per batch, in file order), the
+    fields a reader of many batches needs. `rel` is where a batch starts in its buffer."""
+
+    __slots__ = ("table",)
+
+    def __init__(self, table: np.ndarray):
+        self.table = table  # kernels.HEADER_ROWS x batches
+
+    def __len__(self) -> int:
+        return self.table.shape[1]
+
+    @classmethod
+    def of(cls, rels: Sequence[int], headers: Sequence[codec.BatchHeader]) -> HeaderColumns:
+        """From headers already parsed (codec.parse_header) at `rels`."""
+        table = np.empty((kernels.HEADER_ROWS, len(headers)), dtype=np.int64)
+        for i, (rel, h) in enumerate(zip(rels, headers, strict=True)):
+            table[:, i] = (rel, h.base_offset, h.size, h.last_offset_delta, h.base_timestamp,
+                           h.max_timestamp, h.deliver_after, h.record_count, h.crc)
+        return cls(table)
+
+    def take(self, which: np.ndarray) -> HeaderColumns:
+        """The batches at indexes (or where a boolean mask is true) `which`."""
+        return HeaderColumns(self.table[:, which])
+
+    def header(self, i: int, buf) -> codec.BatchHeader:
+        """Batch i's full header, parsed again from `buf` (for the rare batch handled one
+        at a time)."""
+        return codec.parse_header(buf, int(self.rel[i]))
+
+    def crc_valid(self, buf) -> np.ndarray:
+        """Per batch: does its CRC-32C match? One C call per batch (crc32c)."""
+        view = memoryview(buf)
+        start = codec.CRC_START
+        rows = zip(self.rel.tolist(), self.size.tolist(), self.crc.tolist(), strict=True)
+        return np.fromiter((crc32c.crc32c(view[r + start:r + n]) == c for r, n, c in rows),
+                           dtype=bool, count=len(self))
+
+    rel = property(lambda self: self.table[kernels.H_REL])
+    base_offset = property(lambda self: self.table[kernels.H_BASE_OFFSET])
+    size = property(lambda self: self.table[kernels.H_SIZE])
+    last_offset_delta = property(lambda self: self.table[kernels.H_LAST_OFFSET_DELTA])
+    base_timestamp = property(lambda self: self.table[kernels.H_BASE_TIMESTAMP])
+    max_timestamp = property(lambda self: self.table[kernels.H_MAX_TIMESTAMP])
+    deliver_after = property(lambda self: self.table[kernels.H_DELIVER_AFTER])
+    record_count = property(lambda self: self.table[kernels.H_RECORD_COUNT])
+    crc = property(lambda self: self.table[kernels.H_CRC])
+
+
+class FrameRun(NamedTuple):
+    """Batches found back to back by `frame_runs`: the buffer that holds them whole, the
+    file position of its first byte, and their headers."""
+
+    buf: bytes | bytearray | memoryview
+    buf_pos: int
+    headers: HeaderColumns
+
+
+_RUN_CAPACITY = 1 << 16  # batches parsed per kernel call (a 69-byte header each, at least)
+
+
+def frame_runs(read: Reader, start: int, end: int, *, path: str | None = None,
+               chunk: int = CHUNK) -> Iterator[FrameRun]:
+    """`frames`, a buffer at a time: the same batches, checks and errors, but the headers
+    of each read are parsed by one compiled walk (kernels.walk_headers) into columns, for
+    readers of many batches that want no Python work per batch. Where the walk stops short
+    of the buffer's end, codec.parse_header looks at that batch: it raises what is wrong,
+    or the batch runs past the buffer and is read again from its start."""
+    pos = start
+    want = chunk
+    header_size = codec.HEADER_SIZE
+    while pos < end:
+        length = min(max(want, header_size), end - pos)
+        buf = read(pos, length)
+        view = np.frombuffer(buf, dtype=np.uint8)
+        buf_pos, rel = pos, 0
+        while True:  # more than one walk only when a buffer holds over _RUN_CAPACITY batches
+            cap = min(_RUN_CAPACITY, (len(buf) - rel) // header_size + 1)
+            table = np.empty((kernels.HEADER_ROWS, cap), dtype=np.int64)
+            n, rel = kernels.walk_headers(view, rel, table)
+            if n:
+                yield FrameRun(buf, buf_pos, HeaderColumns(table[:, :n]))
+            if n < cap:
+                break
+        pos = buf_pos + rel
+        want = chunk
+        room = len(buf) - rel
+        if pos >= end or (room < header_size and rel > 0 and pos + room < end):
+            continue  # the end, or the read ended inside a header: read on from it
+        h = codec.parse_header(buf, rel, path=path, file_pos=pos,
+                               available=room if room < header_size else end - pos)
+        if h.size <= room:
+            raise AssertionError("kernels.walk_headers refused a batch that "
+                                 "codec.parse_header accepts")
+        if rel == 0 and length >= h.size:  # the file shrank under us
+            raise CorruptLogError(f"truncated batch: batchLength says {h.size} bytes, "
+                                  f"{room} remain", path, pos)
+        want = max(chunk, h.size)  # the batch runs past the buffer: read from its start
 
 
 def _pread(fd: int, read: Callable[[int, int, int], bytes] = fsio.pread) -> Reader:

@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from ..errors import CorruptLogError
 from ..log import codec, kernels
+from ..log.walker import HeaderColumns
 
 RECORD_FIELDS: list[tuple[str, pa.DataType]] = [
     ("segment", pa.int64()),
@@ -46,13 +47,24 @@ RECORD_FIELDS: list[tuple[str, pa.DataType]] = [
 TOPIC_FIELDS: list[tuple[str, pa.DataType]] = [("topic", pa.string()), ("partition", pa.int32())]
 
 
-class ChunkBatch(NamedTuple):
-    """One batch found in a chunk: where it starts in the chunk buffer and in the file."""
+class Chunk(NamedTuple):
+    """A buffer of .log bytes and batches lying wholly inside it: their headers as columns
+    (`rel`: where each starts in the buffer), their file positions and CRC verdicts. A
+    reader may reuse the buffer once the next chunk is asked for: nothing built from a
+    chunk keeps a reference to it."""
 
-    rel: int
-    file_pos: int
-    header: codec.BatchHeader
-    crc_ok: bool
+    buf: bytes | bytearray | memoryview
+    batches: HeaderColumns
+    positions: np.ndarray  # file position of each batch
+    crc_ok: np.ndarray  # bool per batch
+
+    @classmethod
+    def parse(cls, buf, rels: Sequence[int], positions: Sequence[int] | None = None) -> Chunk:
+        """The batches at `rels` in `buf` (file positions `positions`, default the rels),
+        their headers parsed and CRCs checked one at a time: for a few batches (tests)."""
+        headers = HeaderColumns.of(rels, [codec.parse_header(buf, r) for r in rels])
+        at = headers.rel if positions is None else np.asarray(positions, dtype=np.int64)
+        return cls(buf, headers, at, headers.crc_valid(buf))
 
 
 PAYLOAD_COLUMNS = frozenset(("timestamp", "key", "value"))  # need the records decoded
@@ -174,37 +186,30 @@ def header_records(schema: pa.Schema, *, segment: int, topic: str | None,
     return pa.RecordBatch.from_arrays([make[n]() for n in schema.names], schema=schema)
 
 
-def records_to_arrow(buf_bytes: memoryview, batches: Sequence[ChunkBatch], *, segment: int,
-                     topic: str | None = None, partition: int | None = None,
-                     log_path: str | None = None, columns: Sequence[str] | None = None,
+def records_to_arrow(chunk: Chunk, *, segment: int, topic: str | None = None,
+                     partition: int | None = None, log_path: str | None = None,
+                     columns: Sequence[str] | None = None,
                      cancelled: np.ndarray | None = None) -> list[pa.RecordBatch]:
-    """Arrow record batches (in file order) holding every record of `batches`, which all lie
-    in `buf_bytes`. With `columns`, only those
-    columns are built, and the records are decoded only if `timestamp`, `key` or `value` is
-    among them (the others come from the batch headers); a key or value column is built
-    only when asked for. `cancelled`: the segment's cancelled offsets, sorted (the
-    `cancelled` column)."""
-    if not batches:
+    """Arrow record batches (in the chunk's batch order) holding every record of the
+    chunk's batches. With `columns`, only those columns are built, and the records are
+    decoded only if `timestamp`, `key` or `value` is among them (the others come from the
+    batch headers); a key or value column is built only when asked for. `cancelled`: the
+    segment's cancelled offsets, sorted (the `cancelled` column). No Python per batch
+    unless a batch needs the fallback."""
+    h = chunk.batches
+    if not len(h):
         return []
     schema = arrow_schema(topic is not None, columns)
     names = schema.names
-    nb = len(batches)
-    counts = np.fromiter((b.header.record_count for b in batches), dtype=np.int64, count=nb)
+    counts = h.record_count
     fields = None
     if PAYLOAD_COLUMNS.intersection(names):
-        buf = np.frombuffer(buf_bytes, dtype=np.uint8)
-        rel = np.fromiter((b.rel for b in batches), dtype=np.int64, count=nb)
-        sizes = np.fromiter((b.header.size for b in batches), dtype=np.int64, count=nb)
-        base_ts = np.fromiter((b.header.base_timestamp for b in batches), dtype=np.int64,
-                              count=nb)
-        fields = _decode_fields(buf, rel, sizes, counts, base_ts)
-
-    def per_batch(values, dtype=np.int64) -> np.ndarray:
-        return np.fromiter(values, dtype=dtype, count=nb)
+        buf = np.frombuffer(chunk.buf, dtype=np.uint8)
+        fields = _decode_fields(buf, h.rel, h.size, counts, h.base_timestamp)
 
     def payload(which: str) -> pa.Array:
         pos, ln = (fields.kpos, fields.klen) if which == "key" else (fields.vpos, fields.vlen)
-        return binary_column(np.frombuffer(buf_bytes, dtype=np.uint8), pos, ln)
+        return binary_column(np.frombuffer(chunk.buf, dtype=np.uint8), pos, ln)
 
     extra = {
         "timestamp": lambda: pa.array(fields.timestamps),
@@ -213,10 +218,8 @@ def records_to_arrow(buf_bytes: memoryview, batches: Sequence[ChunkBatch], *, se
     }
     whole = header_records(
         schema, segment=segment, topic=topic, partition=partition, counts=counts,
-        base_offsets=lambda: per_batch(b.header.base_offset for b in batches),
-        positions=lambda: per_batch(b.file_pos for b in batches),
-        deliver_afters=lambda: per_batch(b.header.deliver_after for b in batches),
-        crc_ok=lambda: per_batch((b.crc_ok for b in batches), bool),
+        base_offsets=lambda: h.base_offset, positions=lambda: chunk.positions,
+        deliver_afters=lambda: h.deliver_after, crc_ok=lambda: chunk.crc_ok,
         cancelled=cancelled, extra=extra)
     rstart = np.cumsum(counts) - counts
     total = int(counts.sum())
@@ -229,24 +232,24 @@ def records_to_arrow(buf_bytes: memoryview, batches: Sequence[ChunkBatch], *, se
         lo = int(rstart[b])
         if lo > run_start:
             out.append(whole.slice(run_start, lo - run_start))
-        out.append(_fallback(buf_bytes, batches[b], schema, segment, topic, partition, log_path,
-                             cancelled))
+        out.append(_fallback(chunk, b, schema, segment, topic, partition, log_path, cancelled))
         run_start = lo + int(counts[b])
     if run_start < total:
         out.append(whole.slice(run_start))
     return out
 
 
-def _fallback(buf_bytes: memoryview, b: ChunkBatch, schema: pa.Schema, segment: int,
-              topic: str | None, partition: int | None, log_path: str | None,
+def _fallback(chunk: Chunk, b: int, schema: pa.Schema, segment: int, topic: str | None,
+              partition: int | None, log_path: str | None,
               cancelled: np.ndarray | None = None) -> pa.RecordBatch:
-    """One batch through `codec.decode_records`; a single crc_valid=False placeholder row
-    (null key and value) if even that cannot decode it."""
-    h = b.header
-    data = bytes(memoryview(buf_bytes)[b.rel: b.rel + h.size])
+    """Batch b of the chunk through `codec.decode_records`; a single crc_valid=False
+    placeholder row (null key and value) if even that cannot decode it."""
+    h = chunk.batches.header(b, chunk.buf)
+    rel, file_pos = int(chunk.batches.rel[b]), int(chunk.positions[b])
+    data = bytes(memoryview(chunk.buf)[rel: rel + h.size])
     try:
-        ts, keys, values, _ = codec.decode_records(data, h, path=log_path, file_pos=b.file_pos)
-        crc = b.crc_ok
+        ts, keys, values, _ = codec.decode_records(data, h, path=log_path, file_pos=file_pos)
+        crc = bool(chunk.crc_ok[b])
     except CorruptLogError:
         ts, keys, values, crc = [h.base_timestamp], [None], [None], False
     n = len(values)
@@ -254,7 +257,7 @@ def _fallback(buf_bytes: memoryview, b: ChunkBatch, schema: pa.Schema, segment: 
     offsets = np.arange(h.base_offset, h.base_offset + n, dtype=np.int64)
     cols = _constants(n, topic, partition, segment) + [
         pa.repeat(pa.scalar(h.base_offset, pa.int64()), n),
-        pa.repeat(pa.scalar(b.file_pos, pa.int64()), n),
+        pa.repeat(pa.scalar(file_pos, pa.int64()), n),
         pa.array(offsets),
         pa.repeat(pa.scalar(h.deliver_after, pa.int64()), n),
         pa.array(ts, type=pa.int64()),

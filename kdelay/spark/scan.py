@@ -33,7 +33,7 @@ from ..log.files import (
     segment_bases,
     segment_file,
 )
-from .columnar import ChunkBatch
+from .columnar import Chunk
 
 CHUNK_BYTES = 8 << 20  # bytes of .log per read (and per Arrow batch, roughly)
 _MAX_GAP = 64 << 10  # selected batches closer than this are read together
@@ -95,10 +95,14 @@ class Bounds:
             return False
         return self.partitions is None or p.partition in self.partitions
 
-    def keep_batch(self, deliver_after: int, first: int, last: int) -> bool:
+    def keep_batches(self, deliver_after: np.ndarray, base_offset: np.ndarray,
+                     last_offset_delta: np.ndarray) -> np.ndarray:
+        """Per batch: may it hold a row the bounds allow? Vectorised."""
         dlo, dhi = self.deliver_after
         olo, ohi = self.offset
-        return not self.empty and dlo <= deliver_after <= dhi and last >= olo and first <= ohi
+        keep = (deliver_after >= dlo) & (deliver_after <= dhi) & \
+            (base_offset + last_offset_delta >= olo) & (base_offset <= ohi)
+        return keep & (not self.empty)
 
 
 # ---------------------------------------------------------------------------- planning
@@ -197,16 +201,6 @@ class ReadBuffers:
         return view[:os.preadv(fd, [view], pos)]
 
 
-@dataclass
-class Chunk:
-    """A buffer of .log bytes and the wanted batches that lie wholly inside it. The buffer
-    is reused: it is valid until the reader is asked for the next chunk."""
-
-    buf: memoryview
-    file_pos: int
-    batches: list[ChunkBatch]
-
-
 class SegmentReader:
     """Yields the wanted batches of one segment as Chunks, in file order. A framing error
     (bad magic, impossible length, truncation) ends the segment: it is recorded in
@@ -272,49 +266,40 @@ class SegmentReader:
 
     def _scan(self, fd: int, size: int, start: int,
               skip: set[int] | None = None) -> Iterator[Chunk]:
-        """The walker's filtered mode: every header from `start`, keeping the batches in
-        bounds (and not in `skip`); a batch out of bounds costs its header parse only."""
+        """The walker's columnar mode: every header from `start` (one compiled walk per
+        read), keeping the batches in bounds (and not at a position in `skip`); a batch out
+        of bounds costs its header parse only."""
         def read(pos: int, length: int) -> memoryview:
             return self._read(fd, pos, length)
 
-        buf: memoryview | None = None
-        buf_pos = 0
-        batches: list[ChunkBatch] = []
         try:
-            keep = self.bounds.keep_batch
-            for fpos, h, fbuf, rel in walker.frames(read, start, size, path=self.path,
-                                                    chunk=self.chunk_bytes):
-                if fbuf is not buf:  # a new read: hand on what the previous one held
-                    if batches:
-                        yield Chunk(buf, buf_pos, batches)
-                    buf, buf_pos, batches = fbuf, fpos - rel, []
-                self.stats.batches_seen += 1
-                if (skip is None or fpos not in skip) and \
-                        keep(h.deliver_after, h.base_offset, h.last_offset):
-                    batches.append(self._take(fbuf, rel, fpos, h))
+            for run in walker.frame_runs(read, start, size, path=self.path,
+                                         chunk=self.chunk_bytes):
+                h = run.headers
+                self.stats.batches_seen += len(h)
+                positions = run.buf_pos + h.rel
+                keep = self.bounds.keep_batches(h.deliver_after, h.base_offset,
+                                                h.last_offset_delta)
+                if skip:
+                    keep &= ~np.isin(positions, np.fromiter(skip, np.int64, len(skip)))
+                if keep.all():
+                    yield self._take(run.buf, h, positions)
+                elif keep.any():
+                    yield self._take(run.buf, h.take(keep), positions[keep])
         except CorruptLogError as e:
-            error: CorruptLogError | None = e
-        else:
-            error = None
-        if batches:
-            yield Chunk(buf, buf_pos, batches)
-        if error is not None:
-            self._fail(error)
+            self._fail(e)
 
-    def _take(self, buf: memoryview, rel: int, file_pos: int, h: codec.BatchHeader) -> ChunkBatch:
-        self.stats.batches_read += 1
-        self.stats.records += h.record_count
-        return ChunkBatch(rel, file_pos, h, not self.check_crc or codec.crc_ok(buf, rel, h))
+    def _take(self, buf: memoryview, headers: walker.HeaderColumns,
+              positions: np.ndarray) -> Chunk:
+        self.stats.batches_read += len(headers)
+        self.stats.records += int(headers.record_count.sum())
+        crc_ok = headers.crc_valid(buf) if self.check_crc else np.ones(len(headers), bool)
+        return Chunk(buf, headers, positions, crc_ok)
 
     def _wanted(self, da: np.ndarray, base: np.ndarray, pos: np.ndarray, lod: np.ndarray
                 ) -> np.ndarray:
         """Which index entries the bounds keep, in file order."""
-        dlo, dhi = self.bounds.deliver_after
-        olo, ohi = self.bounds.offset
-        sel = (da >= dlo) & (da <= dhi) & (base + lod >= olo) & (base <= ohi)
-        if self.bounds.empty:
-            sel[:] = False
-        order = np.flatnonzero(sel)
+        order = np.flatnonzero(self.bounds.keep_batches(da, base, lod))
         return order[np.argsort(pos[order], kind="stable")]
 
     def index_batches(self) -> tuple[np.ndarray, ...] | None:
@@ -340,6 +325,11 @@ class SegmentReader:
         self.stats.records += int(counts.sum())
         return da[order], base[order], pos[order], counts, size[order]
 
+    def _chunk_of(self, buf: memoryview, buf_pos: int, rels: list[int],
+                  headers: list[codec.BatchHeader]) -> Chunk:
+        columns = walker.HeaderColumns.of(rels, headers)
+        return self._take(buf, columns, buf_pos + columns.rel)
+
     def _from_index(self, fd: int, idx: DeliverAfterIndex, done: set[int]):
         """Read the batches the index puts in range; returns None, or a message when the
         log disagrees with the index (the caller then walks the headers instead)."""
@@ -358,7 +348,7 @@ class SegmentReader:
                 j += 1
             end = want[j - 1][0] + want[j - 1][1]
             buf = self._read(fd, start, end - start)
-            batches = []
+            rels, headers = [], []
             for p, sz, b, d in want[i:j]:
                 rel = p - start
                 try:
@@ -368,13 +358,14 @@ class SegmentReader:
                     h = None
                     problem = str(e)
                 if h is None or h.base_offset != b or h.size != sz or h.deliver_after != d:
-                    if batches:
-                        yield Chunk(buf, start, batches)
+                    if headers:
+                        yield self._chunk_of(buf, start, rels, headers)
                     return problem if h is None else (
                         f"{self.path}: batch at byte {p} does not match its .dlyindex entry")
-                batches.append(self._take(buf, rel, p, h))
+                rels.append(rel)
+                headers.append(h)
                 done.add(p)
-            if batches:
-                yield Chunk(buf, start, batches)
+            if headers:
+                yield self._chunk_of(buf, start, rels, headers)
             i = j
         return None

@@ -253,7 +253,7 @@ class KdelayReader(DataSourceReader):
             else:
                 for chunk in reader.chunks():
                     yield from columnar.records_to_arrow(
-                        chunk.buf, chunk.batches, segment=plan.base, topic=topic,
+                        chunk, segment=plan.base, topic=topic,
                         partition=part, log_path=reader.path, columns=self.names,
                         cancelled=cancelled)
         else:
@@ -264,8 +264,7 @@ class KdelayReader(DataSourceReader):
                 yield _index_batch_rows(plan, full, self.with_topic, *found).select(self.names)
             else:
                 for chunk in reader.chunks():
-                    yield _batch_rows(plan, full, self.with_topic,
-                                      chunk.batches).select(self.names)
+                    yield _batch_rows(plan, full, self.with_topic, chunk).select(self.names)
             if reader.stats.error is not None and "error" in self.names:
                 yield _error_row(plan, full, self.with_topic, reader.stats).select(self.names)
         if self.stats_dir:
@@ -323,13 +322,11 @@ def _topic_cols(plan: scan.SegmentPlan, n: int, with_topic: bool) -> list:
 
 
 def _batch_rows(plan: scan.SegmentPlan, schema: pa.Schema, with_topic: bool,
-                batches: list[columnar.ChunkBatch]) -> pa.RecordBatch:
-    hs = [b.header for b in batches]
-    return _batch_table(plan, schema, with_topic, len(hs), [b.file_pos for b in batches],
-                        [h.base_offset for h in hs], [h.last_offset for h in hs],
-                        [h.deliver_after for h in hs], [h.base_timestamp for h in hs],
-                        [h.max_timestamp for h in hs], [h.size for h in hs],
-                        [h.record_count for h in hs], [b.crc_ok for b in batches])
+                chunk: columnar.Chunk) -> pa.RecordBatch:
+    h = chunk.batches
+    return _batch_table(plan, schema, with_topic, len(h), chunk.positions, h.base_offset,
+                        h.base_offset + h.last_offset_delta, h.deliver_after, h.base_timestamp,
+                        h.max_timestamp, h.size, h.record_count, chunk.crc_ok)
 
 
 def _batch_table(plan: scan.SegmentPlan, schema: pa.Schema, with_topic: bool, n: int,

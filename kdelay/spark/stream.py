@@ -40,6 +40,7 @@ import os
 import time
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
@@ -47,6 +48,7 @@ from ..errors import CorruptLogError
 from ..log import codec
 from ..log.cancellations import read_cancelled
 from ..log.files import LOG_SUFFIX, segment_file
+from ..log.walker import HeaderColumns
 from . import columnar, scan
 from .live import BatchRef, LivePartition
 
@@ -191,7 +193,7 @@ def read_range(part: scan.PartitionDir, start: tuple[int, int], end: tuple[int, 
                     raise CorruptLogError("segment deleted (retention?) before its due "
                                           "records were read", path, 0) from None
             buf = bytearray(total)
-            chunk = []
+            rels, headers, positions = [], [], []
             rel = 0
             for da, base, last, _, pos, size in run:
                 got = os.preadv(fd, [memoryview(buf)[rel:rel + size]], pos)
@@ -202,13 +204,17 @@ def read_range(part: scan.PartitionDir, start: tuple[int, int], end: tuple[int, 
                         not codec.crc_ok(buf, rel, h):
                     raise CorruptLogError("batch changed since the micro-batch was planned",
                                           path, pos)
-                chunk.append(columnar.ChunkBatch(rel, pos, h, True))
+                rels.append(rel)
+                headers.append(h)
+                positions.append(pos)
                 rel += size
+            chunk = columnar.Chunk(buf, HeaderColumns.of(rels, headers),
+                                   np.array(positions, dtype=np.int64), np.ones(len(run), bool))
             straddles = (run[0][0], run[0][1]) <= start or (run[-1][0], run[-1][2]) > end
             # read after planning: a cancel that could still take one of these records
             # would have held the planning bound below it (see horizon.py)
             cancelled = read_cancelled(part.path, seg)
-            for rb in columnar.records_to_arrow(buf, chunk, segment=seg, topic=topic,
+            for rb in columnar.records_to_arrow(chunk, segment=seg, topic=topic,
                                                 partition=pnum, log_path=path,
                                                 cancelled=cancelled):
                 keep = _in_range(rb, start, end) if straddles else None

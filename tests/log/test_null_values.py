@@ -115,8 +115,7 @@ def test_spark_columnar_decoder_reads_nulls():
                               values=values, timestamp_deltas=list(range(30)))
     buf = bytearray(len(blob))
     buf[:len(blob)] = blob
-    h = codec.parse_header(blob)
     rows = []
-    for rb in columnar.records_to_arrow(buf, [columnar.ChunkBatch(0, 0, h, True)], segment=0):
+    for rb in columnar.records_to_arrow(columnar.Chunk.parse(buf, [0]), segment=0):
         rows.extend(rb.to_pylist())
     assert [(r["key"], r["value"]) for r in rows] == list(zip(keys, values, strict=True))

@@ -45,12 +45,11 @@ def test_columnar_subset_equals_the_full_decode(log_path):
     for are never built (a batch whose records cannot decode still yields header columns)."""
     for base in scan.segment_bases(log_path):
         for ch in scan.SegmentReader(log_path, base).chunks():
-            full = columnar.records_to_arrow(ch.buf, ch.batches, segment=base)
+            full = columnar.records_to_arrow(ch, segment=base)
             for cols in (["offset", "deliver_after"], ["value"], ["key", "crc_valid"],
                          ["deliver_after", "timestamp", "segment", "position",
                           "batch_base_offset"]):
-                part = columnar.records_to_arrow(ch.buf, ch.batches, segment=base,
-                                                 columns=cols)
+                part = columnar.records_to_arrow(ch, segment=base, columns=cols)
                 assert [rb.schema.names for rb in part] == [cols] * len(part)
                 want = [rb.select(cols).to_pylist() for rb in full]
                 assert [r for rb in part for r in rb.to_pylist()] == \
@@ -61,9 +60,9 @@ def test_columnar_subset_equals_the_full_decode(log_path):
     blob[codec.HEADER_SIZE] = 0x7E
     buf = bytearray(len(blob))
     buf[:len(blob)] = blob
-    h = codec.parse_header(bytes(blob))
-    b = columnar.ChunkBatch(0, 0, h, False)
-    (rb,) = columnar.records_to_arrow(buf, [b], segment=0, columns=["offset", "deliver_after"])
+    chunk = columnar.Chunk.parse(buf, [0])
+    assert not chunk.crc_ok.any()
+    (rb,) = columnar.records_to_arrow(chunk, segment=0, columns=["offset", "deliver_after"])
     assert rb.to_pylist() == [{"offset": i, "deliver_after": T0} for i in range(3)]
 
 
@@ -169,9 +168,12 @@ class TestReadingLess:
         want = []
         for base in scan.segment_bases(log_path):
             for ch in scan.SegmentReader(log_path, base).chunks():
-                want.extend((base, b.header.base_offset, b.header.last_offset, b.file_pos,
-                             b.header.size, b.header.deliver_after, b.header.max_timestamp,
-                             b.header.record_count, True) for b in ch.batches)
+                h = ch.batches
+                want += zip([base] * len(h), h.base_offset.tolist(),
+                            (h.base_offset + h.last_offset_delta).tolist(),
+                            ch.positions.tolist(), h.size.tolist(), h.deliver_after.tolist(),
+                            h.max_timestamp.tolist(), h.record_count.tolist(),
+                            [True] * len(h), strict=True)
         assert sorted(tuple(r) for r in rows) == sorted(want)
         assert sum(r["record_count"] for r in rows) == kdelay.spark.read_log(
             spark, log_path).count()

@@ -137,14 +137,14 @@ def test_columnar_matches_codec(records, copies):
                                         keys=keys, values=values, timestamp_deltas=deltas,
                                         headers=headers if any(headers) else None))
     buf = bytearray(sum(map(len, blobs)))
-    chunk, pos = [], 0
+    rels, pos = [], 0
     for blob in blobs:
         buf[pos:pos + len(blob)] = blob
-        h = codec.parse_header(blob)
-        chunk.append(columnar.ChunkBatch(pos, pos + 5, h, codec.crc_ok(blob, 0, h)))
+        rels.append(pos)
         pos += len(blob)
+    chunk = columnar.Chunk.parse(buf, rels, [r + 5 for r in rels])
     got = []
-    for rb in columnar.records_to_arrow(buf, chunk, segment=1000):
+    for rb in columnar.records_to_arrow(chunk, segment=1000):
         got.extend(rb.to_pylist())
     want = []
     for c, blob in enumerate(blobs):
@@ -152,7 +152,7 @@ def test_columnar_matches_codec(records, copies):
         ts, keys, values, _ = codec.decode_records(blob, h)
         for i in range(h.record_count):
             want.append({"segment": 1000, "batch_base_offset": h.base_offset,
-                         "position": chunk[c].file_pos, "offset": h.base_offset + i,
+                         "position": rels[c] + 5, "offset": h.base_offset + i,
                          "deliver_after": T0 + c, "timestamp": ts[i], "key": keys[i],
                          "value": values[i], "crc_valid": True, "cancelled": False})
     assert got == want
@@ -175,7 +175,7 @@ def test_columnar_fast_path_steps_over_headers():
     assert fields.ok.all()
     ts, keys, values, _ = codec.decode_records(blob, h)
     assert fields.timestamps.tolist() == ts
-    (rb,) = columnar.records_to_arrow(buf, [columnar.ChunkBatch(0, 0, h, True)], segment=0)
+    (rb,) = columnar.records_to_arrow(columnar.Chunk.parse(buf, [0]), segment=0)
     assert rb.column("key").to_pylist() == keys and rb.column("value").to_pylist() == values
     # the header count says more headers than the record has bytes for
     at = blob.index(b"kdelay.attempt") - 2  # the count byte, before the key's length
@@ -194,13 +194,10 @@ def test_columnar_damaged_batch_is_flagged_not_fatal():
     broken = bytearray(good)
     broken[codec.HEADER_SIZE] = 0x7E  # first record's length: records no longer tile
     buf = bytearray(len(good) * 3)
-    chunk = []
     for i, blob in enumerate((good, bytes(flipped), bytes(broken))):
         buf[i * len(good):(i + 1) * len(good)] = blob
-        h = codec.parse_header(blob)
-        chunk.append(columnar.ChunkBatch(i * len(good), i * len(good), h,
-                                         codec.crc_ok(blob, 0, h)))
-    rows = [r for rb in columnar.records_to_arrow(buf, chunk, segment=0) for r in rb.to_pylist()]
+    chunk = columnar.Chunk.parse(buf, [0, len(good), 2 * len(good)])
+    rows = [r for rb in columnar.records_to_arrow(chunk, segment=0) for r in rb.to_pylist()]
     assert [r["crc_valid"] for r in rows] == [True] * 3 + [False] * 3 + [False]
     assert rows[5]["value"] == b"v" * 8 + bytes([ord("v") ^ 0xFF]) + b"v"
     assert rows[6]["value"] is None and rows[6]["position"] == 2 * len(good)
@@ -230,7 +227,7 @@ def test_rows_outlive_the_reused_read_buffers(data_root, chunk_bytes, use_index)
         reader = scan.SegmentReader(path, base, bounds, chunk_bytes=chunk_bytes)
         for ch in reader.chunks():
             buffers.add(id(ch.buf.obj))
-            kept.extend(columnar.records_to_arrow(ch.buf, ch.batches, segment=base))
+            kept.extend(columnar.records_to_arrow(ch, segment=base))
         assert reader.stats.error is None
         if use_index and base != segment_bases(path)[-1]:
             assert reader.stats.mode == "index"
@@ -370,12 +367,16 @@ class TestSpark:
         assert len(bases) >= 5
 
         # 1. a flipped byte inside a value of a batch in segment 1
-        batches = [b for c in scan.SegmentReader(path, bases[1]).chunks() for b in c.batches]
-        victim = next(b for b in batches
-                      if (b.header.size - codec.HEADER_SIZE) / b.header.record_count > 100)
+        batches = []  # (position, size, record count, base offset)
+        for c in scan.SegmentReader(path, bases[1]).chunks():
+            h = c.batches
+            batches += zip(c.positions.tolist(), h.size.tolist(), h.record_count.tolist(),
+                           h.base_offset.tolist(), strict=True)
+        victim_pos, victim_size, _, victim_base = next(
+            b for b in batches if (b[1] - codec.HEADER_SIZE) / b[2] > 100)
         flipped_log = segment_file(path, bases[1], ".log")
         with open(flipped_log, "r+b") as f:
-            at = victim.file_pos + victim.header.size - 2  # last value byte of the batch
+            at = victim_pos + victim_size - 2  # last value byte of the batch
             f.seek(at)
             byte = f.read(1)
             f.seek(at)
@@ -400,7 +401,7 @@ class TestSpark:
             by_kind.setdefault(p.kind, []).append(p)
         assert sorted(by_kind) == ["crc", "framing", "index", "offset"], str(report)
         assert [(p.file, p.position) for p in by_kind["crc"]] == [(flipped_log,
-                                                                   victim.file_pos)]
+                                                                   victim_pos)]
         (gap,) = by_kind["offset"]
         assert (gap.file, gap.position) == (segment_file(path, bases[4], ".log"), 0)
         assert f"expected {bases[3]}" in gap.message
@@ -418,8 +419,7 @@ class TestSpark:
         # dropped, everything else is returned
         df = kdelay.spark.read_log(spark, path)
         bad = df.where("NOT crc_valid").select("batch_base_offset", "position").distinct()
-        assert [tuple(r) for r in bad.collect()] == [(victim.header.base_offset,
-                                                      victim.file_pos)]
+        assert [tuple(r) for r in bad.collect()] == [(victim_base, victim_pos)]
         assert df.where(f"segment = {bases[-1]}").count() > 0
 
     def test_forecast_and_png(self, spark, data_root, tmp_path):
