@@ -105,7 +105,7 @@ def ceiling_source(name: str, fields: list, rows: int, partitions: int):
                     cols.append(pa.array(np.arange(n, dtype=np.int64)).cast(t))
             schema = pa.schema([pa.field(f, t, nullable=True) for f, t in fields])
             rb = pa.RecordBatch.from_arrays(cols, schema=schema)
-            for _ in range(4):
+            for _ in range(min(4, rows)):
                 yield rb
 
     ddl = ", ".join(f"`{f}` {_SPARK[str(t)]}" for f, t in fields)
@@ -146,19 +146,21 @@ def null_sink():
     return NullSink
 
 
-def timed(action, runs: int, rows: int, label: str) -> float:
-    """Median seconds of `runs` timed runs of `action` after one warm-up run (the seconds
-    `action` returns, if it times itself)."""
-    times = []
+def timed(actions: list[tuple[str, object]], runs: int, rows: int) -> list[float]:
+    """Median seconds of `runs` timed runs of each (label, action), after one warm-up run of
+    each; the actions take turns (A B A B ...), so that the JVM warming up or the machine's
+    load drifting favours none of them. An action may return the seconds it timed itself."""
+    times: list[list[float]] = [[] for _ in actions]
     for i in range(runs + 1):
-        t = time.perf_counter()
-        took = action()
-        dt = time.perf_counter() - t if took is None else took
-        if i:
-            times.append(dt)
-        print(f"  {label} run {i}{' (warm-up)' if i == 0 else ''}: {dt:.2f} s, "
-              f"{rows / dt:,.0f} rows/s", flush=True)
-    return statistics.median(times)
+        for (label, action), got in zip(actions, times, strict=True):
+            t = time.perf_counter()
+            took = action()
+            dt = time.perf_counter() - t if took is None else took
+            if i:
+                got.append(dt)
+            print(f"  {label} run {i}{' (warm-up)' if i == 0 else ''}: {dt:.2f} s, "
+                  f"{rows / dt:,.0f} rows/s", flush=True)
+    return [statistics.median(t) for t in times]
 
 
 def noop(df):
@@ -167,15 +169,23 @@ def noop(df):
 
 def compare(spark, df, fields, rows: int, runs: int, label: str, unit: str = "rows",
             covered: int | None = None) -> None:
-    """Time `df` into the noop sink, then a no-work source of the same schema and row count;
-    print both and the ratio."""
-    import pyspark  # noqa: F401
-
-    med = timed(noop(df), runs, rows, label)
+    """Time `df` into the noop sink side by side with a no-work source of the same schema
+    and row count; print both and the ratio. With `covered` (records per row count), also
+    a no-work source of one row: the fixed cost of any query, which caps the records per
+    second a read of this log can cover however little it does."""
     name = "kdelay_ceiling_" + label.replace(" ", "_").replace(",", "")
     spark.dataSource.register(ceiling_source(name, fields, rows, 8))
-    cmed = timed(noop(spark.read.format(name).load()), runs, rows, label + " ceiling")
-    extra = f"; {covered / med:,.0f} records/s covered" if covered else ""
+    actions = [(label, noop(df)), (label + " ceiling", noop(spark.read.format(name).load()))]
+    if covered:
+        spark.dataSource.register(ceiling_source(name + "_1", fields, 1, 1))
+        actions.append((label + " one-row floor",
+                        noop(spark.read.format(name + "_1").load())))
+    med, cmed, *floor = timed(actions, runs, rows)
+    extra = ""
+    if covered:
+        extra = (f"; {covered / med:,.0f} records/s covered (a one-row query takes "
+                 f"{floor[0] * 1e3:.0f} ms: at most {covered / floor[0]:,.0f} records/s "
+                 f"for this log)")
     print(f"RESULT {label}: {rows / med:,.0f} {unit}/s{extra}; no-work source of the same "
           f"schema {rows / cmed:,.0f} {unit}/s; ratio {cmed / med:.0%}", flush=True)
 
@@ -206,9 +216,8 @@ def bench_writer(spark, tmp: str, records: int, runs: int) -> None:
             os.path.join(tmp, f"w{n[0]}"))
         return time.perf_counter() - t
 
-    med = timed(write, runs, records, "writer")
-    cmed = timed(lambda: df.write.format("kdelay_null").mode("append").save(), runs, records,
-                 "writer ceiling")
+    med, cmed = timed([("writer", write), ("writer ceiling", lambda: df.write.format(
+        "kdelay_null").mode("append").save())], runs, records)
     print(f"RESULT writer (2 partitions by key, 100-byte values, ~100-record batches): "
           f"{records / med:,.0f} rows/s; no-work sink of the same rows {records / cmed:,.0f} "
           f"rows/s; ratio {cmed / med:.0%}", flush=True)

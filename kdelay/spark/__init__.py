@@ -16,10 +16,11 @@ must be able to import kdelay (install the package; don't rely on a driver-only 
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 
     from .checks import VerifyReport
 
@@ -45,11 +46,7 @@ def register(spark: SparkSession) -> None:
 def read_log(spark: SparkSession, path: str, **options: str) -> DataFrame:
     """One row per record of the log at `path` (a partition directory, or a directory of
     `name-i` partition directories, which adds `topic` and `partition` columns)."""
-    register(spark)
-    reader = spark.read.format("kdelay")
-    for k, v in options.items():
-        reader = reader.option(k, str(v))
-    return reader.load(str(path))
+    return kdelay_reader(spark, options).load(str(path))
 
 
 def read_batches(spark: SparkSession, path: str, **options: str) -> DataFrame:
@@ -58,14 +55,24 @@ def read_batches(spark: SparkSession, path: str, **options: str) -> DataFrame:
     bytes are read only to check its CRC (`crc_valid`), in large sequential reads."""
     from .scan import discover
 
-    register(spark)
     with_topic, _ = discover(str(path))
     cols = (["topic", "partition"] if with_topic else []) + list(BATCH_COLUMNS)
-    reader = spark.read.format("kdelay").option("mode", "batches").option("columns",
-                                                                          ",".join(cols))
+    return kdelay_reader(spark, {"mode": "batches", "columns": ",".join(cols), **options}
+                   ).load(str(path))
+
+
+def kdelay_reader(spark: SparkSession, options: dict) -> DataFrameReader:
+    """spark.read.format("kdelay") with `options`, and minPartitions set to the session's
+    default parallelism unless given (the source's planner cannot ask the session)."""
+    register(spark)
+    reader = spark.read.format("kdelay")
+    if "minpartitions" not in {k.lower() for k in options}:
+        # (Spark Connect has no SparkContext: the source then uses the CPU count)
+        with contextlib.suppress(AttributeError, NotImplementedError):
+            reader = reader.option("minPartitions", str(spark.sparkContext.defaultParallelism))
     for k, v in options.items():
         reader = reader.option(k, str(v))
-    return reader.load(str(path))
+    return reader
 
 
 def verify(spark: SparkSession, path: str) -> VerifyReport:

@@ -38,7 +38,7 @@ from ..log.cancellations import check_cancels
 from ..log.files import MARKER_SUFFIX, segment_bases, segment_file
 from ..log.swap import read_marker
 from ..log.walker import iter_headers
-from . import register, scan
+from . import kdelay_reader, scan
 
 MAX_PROBLEMS_PER_CHECK = 1000  # a badly damaged log would otherwise flood the report
 
@@ -74,16 +74,13 @@ class VerifyReport:
 
 
 def verify(spark: SparkSession, path: str) -> VerifyReport:
-    register(spark)
     path = os.path.abspath(str(path))
     with_topic, parts = scan.discover(path)
     keys = ["topic", "partition"] if with_topic else []
 
     def load(mode: str, columns: str | None = None) -> DataFrame:
-        reader = spark.read.format("kdelay").option("mode", mode)
-        if columns is not None:
-            reader = reader.option("columns", columns)
-        return reader.load(path)
+        options = {"mode": mode} if columns is None else {"mode": mode, "columns": columns}
+        return kdelay_reader(spark, options).load(path)
 
     # Every check becomes rows of one "findings" DataFrame, collected in a single action:
     # each Spark action re-plans the Python data sources, which costs far more than the

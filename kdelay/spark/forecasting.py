@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from . import register
+from . import kdelay_reader
 
 
 def forecast(spark: SparkSession, path: str, window: str = "1 minute", *,
@@ -16,10 +16,9 @@ def forecast(spark: SparkSession, path: str, window: str = "1 minute", *,
     (a Spark interval such as "1 minute" or "15 seconds"), ordered by time. With `after`
     (ms), only records due strictly after it (e.g. now: the pending load); that filter is
     pushed down, so segments and batches due earlier are skipped via the .dlyindex."""
-    register(spark)
     # two columns of one row per batch, no CRC work: the cheapest read there is
-    df = (spark.read.format("kdelay").option("mode", "batches")
-          .option("columns", "deliver_after,record_count").load(str(path)))
+    df = kdelay_reader(spark, {"mode": "batches", "columns": "deliver_after,record_count"}
+                       ).load(str(path))
     if after is not None:
         df = df.where(F.col("deliver_after") > F.lit(int(after)))
     due = F.expr("timestamp_millis(deliver_after)")

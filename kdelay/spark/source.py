@@ -20,6 +20,10 @@ Options:
              never).
   pushdown   true (default) | false: use pushed filters to skip segments and batches
   useIndex   true (default) | false: may the reader trust a valid .dlyindex to pick batches
+  minPartitions  split the read into at least this many Spark tasks where segments allow
+             (default: the driver's CPU count; read_log and read_batches pass the session's
+             default parallelism). A segment is one task's at most, and a task reads at most
+             128 MiB of .log (or of .dlyindex, for a read the indexes answer).
   statsDir   a directory: each input partition writes a small JSON file there with how many
              batches it looked at and read (a debug aid; tests use it to prove pushdown)
 
@@ -116,6 +120,19 @@ def _arrow_schema(fields: list[tuple[str, pa.DataType]]) -> pa.Schema:
     return pa.schema([pa.field(n, t, nullable=True) for n, t in fields])
 
 
+def _positive(options, name: str, default: int) -> int:
+    v = options.get(name)
+    if v is None:
+        return default
+    try:
+        n = int(str(v).strip())
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"kdelay: option {name} must be a positive integer, got {v!r}")
+    return n
+
+
 def _flag(options, name: str, default: bool) -> bool:
     v = options.get(name)
     return default if v is None else str(v).strip().lower() in ("1", "true", "yes", "on")
@@ -173,18 +190,24 @@ class SegmentPartition(InputPartition):
         self.plans = plans
 
 
-def group_plans(plans: list[scan.SegmentPlan], target_bytes: int = PARTITION_BYTES
-                ) -> list[list[scan.SegmentPlan]]:
-    """Segments of one partition directory, in order, grouped up to `target_bytes` of
-    .log each (at least one segment a group): a Spark task costs milliseconds of fixed
-    overhead, which small segments would otherwise pay one by one."""
-    groups: list[list[scan.SegmentPlan]] = []
-    size = 0
+def group_plans(plans: list[scan.SegmentPlan], target_bytes: int = PARTITION_BYTES,
+                suffix: str = LOG_SUFFIX, min_groups: int = 1) -> list[list[scan.SegmentPlan]]:
+    """Segments of one partition directory, in order, grouped up to `target_bytes` of the
+    files the read will read (`suffix`: .log, or .dlyindex for a read the indexes answer)
+    each, at least one segment a group: a Spark task costs milliseconds of fixed overhead,
+    which small segments would otherwise pay one by one. As Spark sizes its file splits,
+    a group holds at most 1/`min_groups` of all the bytes, so that a small read still
+    gives every core a task (a segment is never split, so fewer groups may result)."""
+    sizes = []
     for plan in plans:
         try:
-            n = os.path.getsize(segment_file(plan.part.path, plan.base, LOG_SUFFIX))
+            sizes.append(os.path.getsize(segment_file(plan.part.path, plan.base, suffix)))
         except OSError:
-            n = 0  # the reader reports it
+            sizes.append(0)  # the reader reports it
+    target_bytes = min(target_bytes, max(1, -(-sum(sizes) // max(1, min_groups))))
+    groups: list[list[scan.SegmentPlan]] = []
+    size = 0
+    for plan, n in zip(plans, sizes, strict=True):
         if groups and groups[-1][-1].part == plan.part and size + n <= target_bytes:
             groups[-1].append(plan)
             size += n
@@ -201,6 +224,7 @@ class KdelayReader(DataSourceReader):
         self.pushdown = _flag(options, "pushdown", True)
         self.use_index = _flag(options, "useindex", True)
         self.stats_dir = options.get("statsdir")
+        self.min_partitions = _positive(options, "minpartitions", os.cpu_count() or 1)
         self.with_topic, self.parts = scan.discover(path)
         self.bounds = scan.Bounds()
         self.fields = _fields(mode, self.with_topic)
@@ -218,7 +242,18 @@ class KdelayReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         plans = scan.plan_segments(self.parts, self.bounds)
-        return [SegmentPartition(g) for g in group_plans(plans)]
+        # a read the .dlyindex files answer reads some 40 bytes per batch, not the batch:
+        # its tasks are sized by those files (the active segment, with none, reads its .log)
+        suffix = DLYINDEX_SUFFIX if self._from_indexes() else LOG_SUFFIX
+        groups = group_plans(plans, PARTITION_BYTES, suffix, min_groups=self.min_partitions)
+        return [SegmentPartition(g) for g in groups]
+
+    def _from_indexes(self) -> bool:
+        """Do the columns asked for come from the .dlyindex files alone?"""
+        if self.mode == "dlyindex":
+            return True
+        covered = columnar.INDEX_COLUMNS if self.mode == "records" else _BATCH_INDEX_COLUMNS
+        return self.use_index and covered.issuperset(self.names)
 
     # ------------------------------------------------------------------ reading
 
@@ -240,8 +275,7 @@ class KdelayReader(DataSourceReader):
         if self.mode == "records":
             cancelled = read_cancelled(plan.part.path, plan.base) \
                 if "cancelled" in self.names else None
-            found = reader.index_batches() \
-                if columnar.INDEX_COLUMNS.issuperset(self.names) else None
+            found = reader.index_batches() if self._from_indexes() else None
             if found is not None:  # nothing asked for needs the .log: rows from the index
                 da, bo, pos, counts, _ = found
                 rows = columnar.header_records(
@@ -258,8 +292,7 @@ class KdelayReader(DataSourceReader):
                         cancelled=cancelled)
         else:
             full = _arrow_schema(_fields(self.mode, self.with_topic))
-            found = reader.index_batches() \
-                if _BATCH_INDEX_COLUMNS.issuperset(self.names) else None
+            found = reader.index_batches() if self._from_indexes() else None
             if found is not None:  # nothing asked for needs the .log: rows from the index
                 yield _index_batch_rows(plan, full, self.with_topic, *found).select(self.names)
             else:

@@ -66,7 +66,7 @@ def test_columnar_subset_equals_the_full_decode(log_path):
     assert rb.to_pylist() == [{"offset": i, "deliver_after": T0} for i in range(3)]
 
 
-def test_small_segments_share_a_spark_task(tmp_path):
+def test_small_segments_share_a_spark_task(tmp_path, monkeypatch):
     """Adjacent segments of one partition are grouped up to the byte target, in order, and
     a group never spans two partitions of a topic."""
     from kdelay.spark.source import group_plans
@@ -79,9 +79,25 @@ def test_small_segments_share_a_spark_task(tmp_path):
     assert len(plans) > 5
     assert group_plans(plans, 0) == [[p] for p in plans]
     assert group_plans(plans) == [plans]
+    # at least min_groups tasks where there are segments enough, balanced by bytes
+    for k in (2, 3, len(plans), 10 * len(plans)):
+        groups = group_plans(plans, min_groups=k)
+        assert [p for g in groups for p in g] == plans
+        assert min(k, len(plans)) <= len(groups) <= min(2 * k + 1, len(plans))
     size = os.path.getsize(scan.segment_file(log_path, plans[0].base, ".log"))
     groups = group_plans(plans, 2 * size)
     assert [p for g in groups for p in g] == plans and 1 < len(groups) < len(plans)
+    # a read the .dlyindex files answer has its tasks sized by them, not by the .log
+    from kdelay.spark import source
+
+    monkeypatch.setattr(source, "PARTITION_BYTES", 3 * size)
+    tasks = {cols: len(source.KdelayReader(log_path, "batches", {
+        "columns": cols, "minpartitions": "1"}).partitions())
+             for cols in ("deliver_after,record_count", "deliver_after,crc_valid")}
+    assert tasks["deliver_after,record_count"] < tasks["deliver_after,crc_valid"]
+    for bad in ("0", "-2", "two"):
+        with pytest.raises(ValueError, match="minpartitions must be a positive integer"):
+            source.KdelayReader(log_path, "records", {"minpartitions": bad})
     root = str(tmp_path / "root")
     with Topic.open(root, "t", partitions=2) as topic:
         for i in range(6):
