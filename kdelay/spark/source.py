@@ -20,10 +20,12 @@ Options:
              never).
   pushdown   true (default) | false: use pushed filters to skip segments and batches
   useIndex   true (default) | false: may the reader trust a valid .dlyindex to pick batches
-  minPartitions  split the read into at least this many Spark tasks where segments allow
-             (default: the driver's CPU count; read_log and read_batches pass the session's
-             default parallelism). A segment is one task's at most, and a task reads at most
-             128 MiB of .log (or of .dlyindex, for a read the indexes answer).
+  minPartitions  split a read that decodes records (`timestamp`, `key` or `value`) into
+             at least this many Spark tasks where segments allow (default: the driver's CPU
+             count; read_log and read_batches pass the session's default parallelism).
+             Other reads cost too little per byte for an extra task's fixed cost to pay.
+             A segment is one task's at most, and a task reads at most 128 MiB of .log (or
+             of .dlyindex, for a read the indexes answer).
   statsDir   a directory: each input partition writes a small JSON file there with how many
              batches it looked at and read (a debug aid; tests use it to prove pushdown)
 
@@ -245,7 +247,11 @@ class KdelayReader(DataSourceReader):
         # a read the .dlyindex files answer reads some 40 bytes per batch, not the batch:
         # its tasks are sized by those files (the active segment, with none, reads its .log)
         suffix = DLYINDEX_SUFFIX if self._from_indexes() else LOG_SUFFIX
-        groups = group_plans(plans, PARTITION_BYTES, suffix, min_groups=self.min_partitions)
+        # only decoding records costs enough per byte to be worth more tasks than segments
+        # need: other reads take ~0.1 s more per extra task here, and gain nothing
+        decodes = self.mode == "records" and not columnar.PAYLOAD_COLUMNS.isdisjoint(self.names)
+        groups = group_plans(plans, PARTITION_BYTES, suffix,
+                             min_groups=self.min_partitions if decodes else 1)
         return [SegmentPartition(g) for g in groups]
 
     def _from_indexes(self) -> bool:

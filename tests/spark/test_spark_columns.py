@@ -91,10 +91,16 @@ def test_small_segments_share_a_spark_task(tmp_path, monkeypatch):
     from kdelay.spark import source
 
     monkeypatch.setattr(source, "PARTITION_BYTES", 3 * size)
-    tasks = {cols: len(source.KdelayReader(log_path, "batches", {
-        "columns": cols, "minpartitions": "1"}).partitions())
-             for cols in ("deliver_after,record_count", "deliver_after,crc_valid")}
-    assert tasks["deliver_after,record_count"] < tasks["deliver_after,crc_valid"]
+    def tasks(mode: str, cols: str, min_partitions: int = 1) -> int:
+        return len(source.KdelayReader(log_path, mode, {
+            "columns": cols, "minpartitions": str(min_partitions)}).partitions())
+
+    assert tasks("batches", "deliver_after,record_count") < \
+        tasks("batches", "deliver_after,crc_valid")
+    # only a read that decodes records is split further for the cores
+    monkeypatch.setattr(source, "PARTITION_BYTES", 1 << 30)
+    assert tasks("records", "offset,value", 3) >= 3
+    assert tasks("records", "offset,deliver_after", 3) == tasks("batches", "crc_valid", 3) == 1
     for bad in ("0", "-2", "two"):
         with pytest.raises(ValueError, match="minpartitions must be a positive integer"):
             source.KdelayReader(log_path, "records", {"minpartitions": bad})
