@@ -73,7 +73,9 @@ class BatchHeader(NamedTuple):
 def parse_header(buf, pos: int = 0, *, path: str | None = None, file_pos: int | None = None,
                  available: int | None = None) -> BatchHeader:
     """Parse and sanity-check the header at `buf[pos:]`. `available` is how many bytes the
-    batch may span (defaults to the rest of `buf`). Raises CorruptLogError."""
+    batch may span (defaults to the rest of `buf`). Raises CorruptLogError.
+    kernels.walk_headers makes the same checks over many headers at once; a test in
+    tests/log/test_walker.py holds the two to the same batches and errors."""
     where = file_pos if file_pos is not None else pos
     if available is None:
         available = len(buf) - pos

@@ -184,9 +184,9 @@ class ReadBuffers:
     a page fault per 4 KiB (18 ms per 16 MiB segment here, against 2 ms reusing one), so
     the segments one task reads, one after another, share one ReadBuffers.
 
-    What `read` returns stays valid until the read after next, and that is all the readers
-    need: a chunk is handed on and consumed before its generator resumes, and `frames`
-    drops its buffer for the next one only after its caller has seen every batch in it."""
+    What `read` returns stays valid until the read after next. The readers need less: a
+    chunk is handed on and consumed before its generator resumes and reads again. The
+    second buffer is a margin for a caller that keeps the previous chunk one step longer."""
 
     def __init__(self) -> None:
         self._buffers = [bytearray(), bytearray()]
