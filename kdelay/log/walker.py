@@ -2,7 +2,10 @@
 
 Every mode runs the same loop (`frames`): read the file in large chunks, parse and
 sanity-check each batch header (codec.parse_header), step over the batch by its length.
-Per batch that is one header parse; a chunk read costs one syscall per few MiB.
+Per batch that is one header parse; a chunk read costs one syscall per few MiB. The
+columnar mode (`frame_runs`) is that loop with each read's headers parsed by one compiled
+pass making the same checks; where the pass stops, parse_header decides, so every framing
+error is worded in one place (a test holds the two loops to the same batches and errors).
 
 - strict (`scan_log`, recovery): also checks offset continuity and CRCs, and stops at the
   first torn or corrupt batch, saying where (`ScanResult.error`).
