@@ -29,7 +29,6 @@ MAGIC = 3
 CRC_OFFSET = 17
 CRC_START = 21  # the CRC covers attributes .. end of batch
 LOG_OVERHEAD = 12  # baseOffset + batchLength: bytes not counted by batchLength
-MAX_TIMESTAMP_OFFSET = 35
 DELIVER_AFTER_OFFSET = 43
 MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 # Smallest possible record: length, attributes, tsDelta, offsetDelta, keyLength (-1),
@@ -70,11 +69,18 @@ class BatchHeader(NamedTuple):
         return self.base_offset + self.last_offset_delta
 
 
+# where each header field starts in a batch, worked out from HEADER's format
+FIELD_OFFSETS = {name: struct.calcsize(HEADER.format[:i + 1]) for i, name in
+                 enumerate(BatchHeader._fields)}
+assert FIELD_OFFSETS["crc"] == CRC_OFFSET and FIELD_OFFSETS["deliver_after"] == \
+    DELIVER_AFTER_OFFSET
+
+
 def parse_header(buf, pos: int = 0, *, path: str | None = None, file_pos: int | None = None,
                  available: int | None = None) -> BatchHeader:
     """Parse and sanity-check the header at `buf[pos:]`. `available` is how many bytes the
     batch may span (defaults to the rest of `buf`). Raises CorruptLogError.
-    kernels.walk_headers makes the same checks over many headers at once; a test in
+    walker.walk_headers makes the same checks over many headers at once; a test in
     tests/log/test_walker.py holds the two to the same batches and errors."""
     where = file_pos if file_pos is not None else pos
     if available is None:
@@ -161,7 +167,7 @@ def encode_batch(
 
 def max_timestamp(batch: bytes) -> int:
     """The maxTimestamp field of an encoded batch (what encode_batch worked out)."""
-    return _INT64.unpack_from(batch, MAX_TIMESTAMP_OFFSET)[0]
+    return _INT64.unpack_from(batch, FIELD_OFFSETS["max_timestamp"])[0]
 
 
 _INT64 = struct.Struct(">q")

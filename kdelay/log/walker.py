@@ -27,11 +27,12 @@ from typing import NamedTuple
 
 import crc32c
 import numpy as np
+from numba import njit
 
 from .. import fsio
 from ..errors import CorruptLogError
 from ..index.deliver_after_index import Entry
-from . import codec, kernels
+from . import codec
 
 CHUNK = 8 << 20  # bytes read per syscall
 RESYNC_LIMIT = 256 << 20  # how far past a framing break to look for the next intact batch
@@ -82,6 +83,70 @@ def frames(read: Reader, start: int, end: int, *, path: str | None = None,
         pos += h.size
 
 
+# ---------------------------------------------------------------------------- columnar
+
+# rows of walk_headers' output: one column per batch
+(H_REL, H_BASE_OFFSET, H_SIZE, H_LAST_OFFSET_DELTA, H_BASE_TIMESTAMP, H_MAX_TIMESTAMP,
+ H_DELIVER_AFTER, H_RECORD_COUNT, H_CRC) = range(9)
+HEADER_ROWS = 9
+# what walk_headers needs of codec's header layout, passed in as an argument (numba would
+# freeze module constants into its on-disk cache, which does not see codec change)
+_AT = codec.FIELD_OFFSETS
+_LAYOUT = np.array([codec.HEADER_SIZE, codec.LOG_OVERHEAD, codec.MIN_RECORD_SIZE, codec.MAGIC,
+                    _AT["base_offset"], _AT["batch_length"], _AT["magic"], _AT["crc"],
+                    _AT["last_offset_delta"], _AT["base_timestamp"], _AT["max_timestamp"],
+                    _AT["deliver_after"], _AT["record_count"]], dtype=np.int64)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _big_endian(buf, p, width):
+    """The signed big-endian integer of `width` bytes at buf[p:]."""
+    v = np.int64(buf[p])
+    if v >= 128:
+        v -= 256
+    for k in range(1, width):
+        v = (v << 8) | np.int64(buf[p + k])
+    return v
+
+
+@njit(cache=True, nogil=True)
+def walk_headers(buf: np.ndarray, start: int, out: np.ndarray, layout: np.ndarray
+                 ) -> tuple[int, int]:
+    """Parse the batches lying wholly in `buf` from `start`, one after another, into the
+    columns of `out` (HEADER_ROWS x capacity; at most capacity batches). Stops at the first
+    batch whose header or bytes run past `buf`, or whose header fails codec.parse_header's
+    checks (the same checks, held equal by a test; the caller has parse_header say what is
+    wrong). `layout` is _LAYOUT. Returns (batches parsed, position where it stopped)."""
+    header_size, overhead, min_record, magic = layout[0], layout[1], layout[2], layout[3]
+    at_base, at_length, at_magic, at_crc = layout[4], layout[5], layout[6], layout[7]
+    at_lod, at_base_ts, at_max_ts, at_da, at_count = \
+        layout[8], layout[9], layout[10], layout[11], layout[12]
+    n = 0
+    p = start
+    end = len(buf)
+    while n < out.shape[1] and end - p >= header_size:
+        base_offset = _big_endian(buf, p + at_base, 8)
+        size = _big_endian(buf, p + at_length, 4) + overhead
+        last_offset_delta = _big_endian(buf, p + at_lod, 4)
+        count = _big_endian(buf, p + at_count, 4)
+        if buf[p + at_magic] != magic or size < header_size or size > end - p or \
+                count <= 0 or last_offset_delta != count - 1 or \
+                count * min_record > size - header_size or base_offset < 0:
+            break
+        out[H_REL, n] = p
+        out[H_BASE_OFFSET, n] = base_offset
+        out[H_SIZE, n] = size
+        out[H_LAST_OFFSET_DELTA, n] = last_offset_delta
+        out[H_BASE_TIMESTAMP, n] = _big_endian(buf, p + at_base_ts, 8)
+        out[H_MAX_TIMESTAMP, n] = _big_endian(buf, p + at_max_ts, 8)
+        out[H_DELIVER_AFTER, n] = _big_endian(buf, p + at_da, 8)
+        out[H_RECORD_COUNT, n] = count
+        out[H_CRC, n] = _big_endian(buf, p + at_crc, 4) & 0xFFFFFFFF
+        n += 1
+        p += size
+    return n, p
+
+
 class HeaderColumns:
     """Batch headers as columns (int64 arrays, one entry per batch, in file order), the
     fields a reader of many batches needs. `rel` is where a batch starts in its buffer."""
@@ -89,7 +154,7 @@ class HeaderColumns:
     __slots__ = ("table",)
 
     def __init__(self, table: np.ndarray):
-        self.table = table  # kernels.HEADER_ROWS x batches
+        self.table = table  # HEADER_ROWS x batches
 
     def __len__(self) -> int:
         return self.table.shape[1]
@@ -97,7 +162,7 @@ class HeaderColumns:
     @classmethod
     def of(cls, rels: Sequence[int], headers: Sequence[codec.BatchHeader]) -> HeaderColumns:
         """From headers already parsed (codec.parse_header) at `rels`."""
-        table = np.empty((kernels.HEADER_ROWS, len(headers)), dtype=np.int64)
+        table = np.empty((HEADER_ROWS, len(headers)), dtype=np.int64)
         for i, (rel, h) in enumerate(zip(rels, headers, strict=True)):
             table[:, i] = (rel, h.base_offset, h.size, h.last_offset_delta, h.base_timestamp,
                            h.max_timestamp, h.deliver_after, h.record_count, h.crc)
@@ -120,15 +185,15 @@ class HeaderColumns:
         return np.fromiter((crc32c.crc32c(view[r + start:r + n]) == c for r, n, c in rows),
                            dtype=bool, count=len(self))
 
-    rel = property(lambda self: self.table[kernels.H_REL])
-    base_offset = property(lambda self: self.table[kernels.H_BASE_OFFSET])
-    size = property(lambda self: self.table[kernels.H_SIZE])
-    last_offset_delta = property(lambda self: self.table[kernels.H_LAST_OFFSET_DELTA])
-    base_timestamp = property(lambda self: self.table[kernels.H_BASE_TIMESTAMP])
-    max_timestamp = property(lambda self: self.table[kernels.H_MAX_TIMESTAMP])
-    deliver_after = property(lambda self: self.table[kernels.H_DELIVER_AFTER])
-    record_count = property(lambda self: self.table[kernels.H_RECORD_COUNT])
-    crc = property(lambda self: self.table[kernels.H_CRC])
+    rel = property(lambda self: self.table[H_REL])
+    base_offset = property(lambda self: self.table[H_BASE_OFFSET])
+    size = property(lambda self: self.table[H_SIZE])
+    last_offset_delta = property(lambda self: self.table[H_LAST_OFFSET_DELTA])
+    base_timestamp = property(lambda self: self.table[H_BASE_TIMESTAMP])
+    max_timestamp = property(lambda self: self.table[H_MAX_TIMESTAMP])
+    deliver_after = property(lambda self: self.table[H_DELIVER_AFTER])
+    record_count = property(lambda self: self.table[H_RECORD_COUNT])
+    crc = property(lambda self: self.table[H_CRC])
 
 
 class FrameRun(NamedTuple):
@@ -146,7 +211,7 @@ _RUN_CAPACITY = 1 << 16  # batches parsed per kernel call (a 69-byte header each
 def frame_runs(read: Reader, start: int, end: int, *, path: str | None = None,
                chunk: int = CHUNK) -> Iterator[FrameRun]:
     """`frames`, a buffer at a time: the same batches, checks and errors, but the headers
-    of each read are parsed by one compiled walk (kernels.walk_headers) into columns, for
+    of each read are parsed by one compiled walk (walk_headers) into columns, for
     readers of many batches that want no Python work per batch. Where the walk stops short
     of the buffer's end, codec.parse_header looks at that batch: it raises what is wrong,
     or the batch runs past the buffer and is read again from its start."""
@@ -160,8 +225,8 @@ def frame_runs(read: Reader, start: int, end: int, *, path: str | None = None,
         buf_pos, rel = pos, 0
         while True:  # more than one walk only when a buffer holds over _RUN_CAPACITY batches
             cap = min(_RUN_CAPACITY, (len(buf) - rel) // header_size + 1)
-            table = np.empty((kernels.HEADER_ROWS, cap), dtype=np.int64)
-            n, rel = kernels.walk_headers(view, rel, table)
+            table = np.empty((HEADER_ROWS, cap), dtype=np.int64)
+            n, rel = walk_headers(view, rel, table, _LAYOUT)
             if n:
                 yield FrameRun(buf, buf_pos, HeaderColumns(table[:, :n]))
             if n < cap:
@@ -174,7 +239,7 @@ def frame_runs(read: Reader, start: int, end: int, *, path: str | None = None,
         h = codec.parse_header(buf, rel, path=path, file_pos=pos,
                                available=room if room < header_size else end - pos)
         if h.size <= room:
-            raise AssertionError("kernels.walk_headers refused a batch that "
+            raise AssertionError("walk_headers refused a batch that "
                                  "codec.parse_header accepts")
         if rel == 0 and length >= h.size:  # the file shrank under us
             raise CorruptLogError(f"truncated batch: batchLength says {h.size} bytes, "
