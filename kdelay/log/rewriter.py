@@ -20,7 +20,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import crc32c
 import numpy as np
 
 from .. import fsio
@@ -31,7 +30,7 @@ from ..index.time_index import TimeIndex
 from . import codec, swap
 from .files import DLYINDEX_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX
 from .segment import LogSegment
-from .walker import base_offsets_crc
+from .walker import HeaderColumns, base_offsets_crc
 
 # (first offset, end offset) -> the cancelled offsets in [first, end), sorted (any int
 # sequence; numpy int64 preferred). The cancel feature answers it from its own storage.
@@ -214,12 +213,6 @@ def _copy_survivors(src: Source, bp: BatchPlan, writer: _Writer, entries: list[E
         os.close(fd)
 
 
-def _field(arr: np.ndarray, rel: np.ndarray, at: int, dtype: str) -> np.ndarray:
-    """One big-endian header field of every batch starting at `rel` in `arr`."""
-    width = np.dtype(dtype).itemsize
-    return arr[rel[:, None] + (at + np.arange(width))].view(dtype).ravel()
-
-
 def _copy_run(reader: _ChunkReader, base: np.ndarray, pos: np.ndarray, count: np.ndarray,
               size: np.ndarray, writer: _Writer, entries: list[Entry], seg: LogSegment,
               interval: int) -> bool:
@@ -230,23 +223,17 @@ def _copy_run(reader: _ChunkReader, base: np.ndarray, pos: np.ndarray, count: np
     buf, at = reader.get(start, total)
     arr = np.frombuffer(buf, dtype=np.uint8)
     rel = pos - start + at
-    ok = ((_field(arr, rel, 0, ">i8") == base).all()
-          and (_field(arr, rel, 8, ">i4").astype(np.int64) + codec.LOG_OVERHEAD == size).all()
-          and (arr[rel + 16] == codec.MAGIC).all()
-          and (_field(arr, rel, 23, ">i4").astype(np.int64) == count - 1).all()
-          and (_field(arr, rel, 65, ">i4").astype(np.int64) == count).all())
-    if not ok:
+    h = HeaderColumns.read(arr, rel)
+    ok = ((h.base_offset == base).all() and (h.size == size).all()
+          and (arr[rel + codec.FIELD_OFFSETS["magic"]] == codec.MAGIC).all()
+          and (h.last_offset_delta == count - 1).all() and (h.record_count == count).all())
+    if not ok or not h.crc_valid(buf).all():
         return False
-    view = memoryview(buf)
-    rl, sl = rel.tolist(), size.tolist()
-    crcs = [crc32c.crc32c(view[r + codec.CRC_START:r + n]) for r, n in zip(rl, sl, strict=True)]
-    if crcs != _field(arr, rel, codec.CRC_OFFSET, ">u4").tolist():
-        return False
-    out = writer.add(view[at:at + total])
-    new = list(zip(_field(arr, rel, codec.DELIVER_AFTER_OFFSET, ">i8").tolist(), base.tolist(),
-                   (pos - start + out).tolist(), (count - 1).tolist(), sl, strict=True))
+    out = writer.add(memoryview(buf)[at:at + total])
+    new = list(zip(h.deliver_after.tolist(), base.tolist(), (pos - start + out).tolist(),
+                   (count - 1).tolist(), size.tolist(), strict=True))
     entries.extend(new)
-    for entry, max_ts in zip(new, _field(arr, rel, 35, ">i8").tolist(), strict=True):
+    for entry, max_ts in zip(new, h.max_timestamp.tolist(), strict=True):
         seg._index_batch(entry, max_ts, interval)
     return True
 
