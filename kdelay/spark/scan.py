@@ -272,6 +272,7 @@ class SegmentReader:
         def read(pos: int, length: int) -> memoryview:
             return self._read(fd, pos, length)
 
+        skipped = np.fromiter(skip, np.int64, len(skip)) if skip else None
         try:
             for run in walker.frame_runs(read, start, size, path=self.path,
                                          chunk=self.chunk_bytes):
@@ -280,8 +281,8 @@ class SegmentReader:
                 positions = run.buf_pos + h.rel
                 keep = self.bounds.keep_batches(h.deliver_after, h.base_offset,
                                                 h.last_offset_delta)
-                if skip:
-                    keep &= ~np.isin(positions, np.fromiter(skip, np.int64, len(skip)))
+                if skipped is not None:
+                    keep &= ~np.isin(positions, skipped)
                 if keep.all():
                     yield self._take(run.buf, h, positions)
                 elif keep.any():
