@@ -61,7 +61,7 @@ def build(path: str, records: int) -> None:
 
 
 def python_only(path: str) -> float:
-    from kdelay.log.files import segment_bases
+    from kdelay.log.segments.layout import segment_bases
     from kdelay.spark import columnar, scan
 
     t = time.perf_counter()

@@ -15,7 +15,7 @@ import time
 
 from test_bench_micro import CODEC_SHAPES, shape_batch
 
-from kdelay.log import codec
+from kdelay.log.batch import codec
 
 SIZES = [1, 10, 100, 1000]
 

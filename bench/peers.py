@@ -157,7 +157,7 @@ def _warm_codec() -> None:
     """Load the codec's compiled loops (numba's on-disk cache: ~0.3 s once per process), as
     the peers' imports are loaded before they are timed: a long-running producer or
     consumer pays it once, not per batch."""
-    from kdelay.log import codec
+    from kdelay.log.batch import codec
 
     batch = codec.encode_batch(base_offset=0, base_timestamp=0, deliver_after=0,
                                keys=[b"k", None], values=[b"v", None],

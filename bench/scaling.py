@@ -47,8 +47,8 @@ import tracemalloc
 from collections.abc import Callable
 
 from kdelay import DeliveryKey, Log, LogConfig, Record
-from kdelay.log import codec
-from kdelay.log.files import segment_name
+from kdelay.log.batch import codec
+from kdelay.log.segments.layout import segment_name
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")

@@ -20,7 +20,7 @@ from scaling import T0, dly_entries
 
 from kdelay import Log, LogConfig
 from kdelay.index.deliver_after_index import DeliverAfterIndex
-from kdelay.log import codec
+from kdelay.log.batch import codec
 
 # ---------------------------------------------------------------------------- codec
 

@@ -5,7 +5,7 @@ deliverAfter; fetches return due records in (deliverAfter, offset) order.
 """
 
 from .clients.consumer import Consumer
-from .clients.queue import QueueConsumer, QueueRecord
+from .clients.queue.consumer import QueueConsumer, QueueRecord
 from .clients.topic import Topic
 from .config import LogConfig
 from .errors import (

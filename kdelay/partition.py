@@ -2,9 +2,9 @@
 
 The facade owns the lock, the log clock, the wake-ups of waiting fetches and append
 listeners, and the order of the open/close protocol; it delegates the rest: argument
-checks to kdelay.validation; to kdelay.log the directory's lifetime (lifecycle.py), the
+checks to kdelay.validation; to kdelay.log the directory's lifetime (open_and_close.py), the
 write path with its flush policy, cancel, reschedule and the append horizon for
-lock-free readers (writer.py, cancel_ops.py, horizon.py), retention, compaction and
+lock-free readers (writer.py, cancel_ops.py, append_horizon.py), retention, compaction and
 group positions; to kdelay.fetch due-order and offset-order reads, lag and metrics.
 
 Concurrency: one lock serialises appends, rolls, retention and each fetch's read of the
@@ -26,12 +26,14 @@ import numpy as np
 from .clock import Clock, wall_clock
 from .config import LogConfig
 from .errors import LogClosedError, OffsetOutOfRangeError, write_errors
-from .fetch import metrics, offset_order
+from .fetch import group_positions, metrics, offset_order
 from .fetch.due_order import DueOrderReader, resolve_cursor
-from .log import cancel_ops, compaction, groups, retention
-from .log.flushing import start_flusher
-from .log.lifecycle import Lifetime, Opened, open_log_directory
-from .log.writer import Writer
+from .log.cancellation import cancel_ops
+from .log.compaction import compactor
+from .log.segments import retention
+from .log.segments.flush_policy import start_flusher
+from .log.segments.open_and_close import Lifetime, Opened, open_log_directory
+from .log.segments.writer import Writer
 from .records import (
     AppendResult,
     CompactionResult,
@@ -77,13 +79,13 @@ class Log:
         self._cancels = opened.cancels
         self._life = Lifetime(self, path, opened)  # marker, clean close, descriptors
         self._writer = Writer(config, self._segments, self._cancels, self._life)
-        self._groups = groups.GroupStore(path)
+        self._groups = group_positions.GroupStore(path)
         self._due_order = DueOrderReader()
-        self._compactor = compaction.Compactor(path, self._segments, self._lock, self._cancels)
+        self._compactor = compactor.Compactor(path, self._segments, self._lock, self._cancels)
         self._listeners: list[AppendListener] = []
         # which offsets are cancelled, for compaction: (first, end) -> sorted offsets
         # (None: none are); an attribute so that tests can substitute their own
-        self.cancelled_offsets: compaction.Cancelled | None = cancel_ops.settled_hook(
+        self.cancelled_offsets: compactor.Cancelled | None = cancel_ops.settled_hook(
             self._lock, self._cancels)
         self._flusher = None if config.flush_ms is None else start_flusher(
             self, Log._flush_if_overdue, config.flush_ms / 1000, f"kdelay-flush-{path}")
@@ -225,7 +227,7 @@ class Log:
     @write_errors
     def reschedule(self, offset: int, deliver_after: int) -> AppendResult:
         """Move one pending record: cancel it and append a copy (same key, value, headers,
-        timestamp) due at `deliver_after`, atomically across crashes (cancellations.py).
+        timestamp) due at `deliver_after`, atomically across crashes (log/cancellation/journal.py).
         A record that is cancelled, due or not in the log raises KdelayError."""
         off, due = reschedule_args(offset, deliver_after, path=self.path,
                                    delayed_delivery_enable=self.config.delayed_delivery_enable)
@@ -308,7 +310,7 @@ class Log:
     def compact(self) -> CompactionResult:
         """Rewrite sealed segments in which at least `compaction_min_ratio` of the bytes are
         removable (due for longer than `retention_ms`, or cancelled) without those records,
-        keeping every other record with its offset (see kdelay.log.compaction). Appends and
+        keeping every other record with its offset (see kdelay.log.compaction.compactor). Appends and
         fetches go on meanwhile: the log's lock is held only to swap each rewritten segment
         in. Cost: one sequential read of the rewritten segments and one write of what
         survives; memory O(one segment's index)."""

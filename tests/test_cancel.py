@@ -9,15 +9,7 @@ import numpy as np
 import pytest
 from conftest import T0
 
-from kdelay import (
-    Consumer,
-    DeliveryDelayExceededError,
-    KdelayError,
-    Log,
-    LogConfig,
-    Record,
-    Topic,
-)
+from kdelay import Consumer, DeliveryDelayExceededError, KdelayError, Log, LogConfig, Record, Topic
 from kdelay.testing.faults import close_abandoned
 
 

@@ -4,7 +4,11 @@
       <- index <- log <- fetch <- partition (the Log facade) <- clients <- tools, spark
 
 A module may import its own layer and any layer below it. kdelay.testing (test support)
-may import anything. Every import is checked, including those inside functions."""
+may import anything. Every import is checked, including those inside functions.
+
+Inside the log layer, the batch format (kdelay.log.batch: codec, record coders, walker)
+knows nothing of segments, cancellation or compaction: it is the bytes of a batch and of a
+.log's framing, and every room above it builds on it."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ import pathlib
 PKG = pathlib.Path(__file__).resolve().parents[1] / "kdelay"
 
 BASE = {"errors", "records", "config", "clock", "validation", "fsio"}
-TOOLS = {"cli", "inspect", "demo", "progress", "__main__", "tools", "spark"}
+TOOLS = {"__main__", "tools", "spark"}
 LAYERS = ["base", "index", "log", "fetch", "partition", "clients", "tools"]
 
 
@@ -93,6 +97,38 @@ def test_every_module_has_a_layer() -> None:
 def test_lower_layers_never_import_higher_ones() -> None:
     bad = violations()
     assert not bad, "upward imports:\n" + "\n".join(bad)
+
+
+BATCH_FORMAT = "kdelay.log.batch"
+ABOVE_BATCH_FORMAT = ("kdelay.log.segments", "kdelay.log.cancellation", "kdelay.log.compaction")
+
+
+def batch_format_violations() -> list[str]:
+    found = []
+    for path in sorted((PKG / "log" / "batch").rglob("*.py")):
+        for line, target in imported(path):
+            if target.startswith(ABOVE_BATCH_FORMAT):
+                found.append(f"{path.relative_to(PKG.parent)}:{line}: the batch format imports "
+                             f"{target}")
+    return found
+
+
+def test_the_batch_format_knows_nothing_of_segments() -> None:
+    assert (PKG / "log" / "batch").is_dir()
+    bad = batch_format_violations()
+    assert not bad, "\n".join(bad)
+
+
+def test_the_checker_sees_the_batch_format_import_a_segment(tmp_path, monkeypatch) -> None:
+    fake = tmp_path / "kdelay"
+    for pkg in ("", "log", "log/batch", "log/segments"):
+        (fake / pkg).mkdir(parents=True, exist_ok=True)
+        (fake / pkg / "__init__.py").write_text("")
+    (fake / "log" / "segments" / "segment.py").write_text("")
+    (fake / "log" / "batch" / "codec.py").write_text("from ..segments import segment\n")
+    monkeypatch.setattr(__import__(__name__), "PKG", fake)
+    assert batch_format_violations() == [
+        "kdelay/log/batch/codec.py:1: the batch format imports kdelay.log.segments.segment"]
 
 
 def test_the_checker_sees_an_upward_import(tmp_path, monkeypatch) -> None:

@@ -1,5 +1,5 @@
 """The due-order read: one page of due records after a cursor, in (deliverAfter, offset)
-order, planned by planner.py and filled by page.py.
+order, planned by planner.py and filled by due_merge.py.
 
 DueOrderReader keeps what one fetch leaves for the next: the sealed segments' runs
 (ResumePoints), and, after an empty page, how long nothing after that cursor can come
@@ -13,12 +13,12 @@ import time
 from collections.abc import Callable
 
 from ..errors import KdelayError, OffsetOutOfRangeError
-from ..log.cancel_store import CancelStore
-from ..log.segment_set import SegmentSet
+from ..log.cancellation.cancel_store import CancelStore
+from ..log.segments.segment_set import SegmentSet
 from ..records import DeliveryKey, FetchedRecord, FetchResult
 from ..validation import as_delivery_key, is_int
 from . import planner
-from .page import read_page
+from .due_merge import read_page
 
 NEVER = 1 << 63
 

@@ -9,14 +9,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import KdelayError
-from ..log.cancel_store import CancelStore
-from ..log.files import INDEX_SUFFIXES
-from ..log.groups import GroupStore
-from ..log.segment_set import SegmentSet
+from ..log.cancellation.cancel_store import CancelStore
+from ..log.segments.layout import INDEX_SUFFIXES
+from ..log.segments.segment_set import SegmentSet
 from ..records import DeliveryKey
+from .group_positions import GroupStore
 from .lag import due_after
 
-# Sections of `Log.metrics()` contributed by higher layers (kdelay.clients.queue adds
+# Sections of `Log.metrics()` contributed by higher layers (kdelay.clients.queue.consumer adds
 # "queues"): name -> fn(log, now), called after the log's lock is released.
 METRICS_SECTIONS: dict[str, Callable[[Any, int], object]] = {}
 

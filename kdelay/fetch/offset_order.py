@@ -8,9 +8,9 @@ once. O(batches read) plus one index search.
 
 from __future__ import annotations
 
-from ..log.segment_set import SegmentSet
+from ..log.segments.segment_set import SegmentSet
 from ..records import FetchedRecord
-from .page import batch_records
+from .due_merge import batch_records
 
 
 def read_from(segments: SegmentSet, offset: int, max_records: int) -> list[FetchedRecord]:

@@ -17,8 +17,8 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict
 
-from ..log.segment import LogSegment
-from ..log.segment_set import SegmentSet
+from ..log.segments.segment import LogSegment
+from ..log.segments.segment_set import SegmentSet
 from ..records import DeliveryKey
 from .runs import BatchSource, ColumnRun, RecentRun
 

@@ -1,5 +1,5 @@
 """Runs: one segment's DeliverAfterIndex entries after a cursor, in (deliverAfter, offset)
-order, consumed one head at a time by the page merge (page.py).
+order, consumed one head at a time by the page merge (due_merge.py).
 
 A ColumnRun walks persisted, memmap'd (immutable) columns; a RecentRun walks the active
 segment's entries appended since its index was last persisted.
@@ -13,7 +13,7 @@ from typing import Protocol
 import numpy as np
 
 from ..index.deliver_after_index import Entry
-from ..log import codec
+from ..log.batch import codec
 
 _FIRST_CHUNK = 8
 _MAX_CHUNK = 64  # bounds the Python tuples a remembered run holds

@@ -34,10 +34,10 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from ..errors import KdelayError
-from ..log.cancellations import check_cancels
-from ..log.files import MARKER_SUFFIX, segment_bases, segment_file
-from ..log.swap import read_marker
-from ..log.walker import iter_headers
+from ..log.batch.walker import iter_headers
+from ..log.cancellation.journal import check_cancels
+from ..log.compaction.swap import read_marker
+from ..log.segments.layout import MARKER_SUFFIX, segment_bases, segment_file
 from . import kdelay_reader, scan
 
 MAX_PROBLEMS_PER_CHECK = 1000  # a badly damaged log would otherwise flood the report

@@ -5,13 +5,13 @@ reader that builds Python objects per record (as `codec.decode_records` does for
 engine's fetch path) spends most of its time there. This module decodes every batch of a
 chunk of the .log at once:
 
-1. Fields. One compiled walk (kernels.scan_chunk, the engine decoder's record parser)
+1. Fields. One compiled walk (record_loops.scan_chunk, the engine decoder's record parser)
    finds every record of every batch of the chunk and its timestamp, key and value
    positions, checking every length against its record's end. Headers are no column of the
    reader: a header block is only checked to hold its count's worth of headers, so retried
    records, which carry `kdelay.attempt`, stay on this path.
 2. Keys and values are copied into Arrow `binary` buffers by one more compiled pass
-   (kernels.gather_payloads: one memcpy-like loop per payload, no Python per row).
+   (record_loops.gather_payloads: one memcpy-like loop per payload, no Python per row).
 
 Batches this cannot handle (anything malformed) go through
 `codec.decode_records`, the engine's own decoder, so the two can never disagree about
@@ -29,8 +29,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import CorruptLogError
-from ..log import codec, kernels
-from ..log.walker import HeaderColumns
+from ..log.batch import codec, record_loops
+from ..log.batch.walker import HeaderColumns
 
 RECORD_FIELDS: list[tuple[str, pa.DataType]] = [
     ("segment", pa.int64()),
@@ -96,7 +96,7 @@ def binary_column(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> p
                         type=pa.large_binary()).cast(pa.binary())
     offsets = np.empty(n + 1, dtype=np.int32)
     data = np.empty(total, dtype=np.uint8)
-    if kernels.gather_payloads(buf, starts, lengths, offsets, data) != total:
+    if record_loops.gather_payloads(buf, starts, lengths, offsets, data) != total:
         raise CorruptLogError("a record's payload lies outside its chunk")  # a bug: checked
     nulls = n - int(np.count_nonzero(present))
     validity = pa.py_buffer(np.packbits(present, bitorder="little")) if nulls else None
@@ -119,12 +119,12 @@ class _Fields(NamedTuple):
 def _decode_fields(buf: np.ndarray, rel: np.ndarray, sizes: np.ndarray, counts: np.ndarray,
                    base_ts: np.ndarray) -> _Fields:
     """Every record's timestamp and payload positions, for all the given batches in one
-    compiled walk (kernels.scan_chunk). Records of batches that fail a check carry
+    compiled walk (record_loops.scan_chunk). Records of batches that fail a check carry
     zero-length payloads at position 0."""
     total = int(counts.sum())
     fields = _Fields(np.empty(len(rel), dtype=bool), *(np.empty(total, dtype=np.int64)
                                                        for _ in range(5)))
-    kernels.scan_chunk(buf, rel, sizes, counts, base_ts, fields.timestamps, fields.kpos,
+    record_loops.scan_chunk(buf, rel, sizes, counts, base_ts, fields.timestamps, fields.kpos,
                        fields.klen, fields.vpos, fields.vlen, fields.ok)
     return fields
 

@@ -1,7 +1,7 @@
 """A driver-side catalog of the batches of a partition directory that another process may
 be appending to, read without the log's lock (no Spark here; the streaming source uses it).
 
-`LivePartition.refresh(now)` returns the bound E of kdelay.log.horizon (every record due at
+`LivePartition.refresh(now)` returns the bound E of kdelay.log.segments.append_horizon (every record due at
 or before E is already visible in the files) and then brings the catalog up to date:
 
 * a segment first seen sealed (a newer segment exists) is listed from its persisted
@@ -29,8 +29,15 @@ from sortedcontainers import SortedList
 from ..errors import CorruptLogError
 from ..index.deliver_after_index import DeliverAfterIndex
 from ..index.index_file import IndexFileError
-from ..log import codec, horizon, walker
-from ..log.files import DLYINDEX_SUFFIX, LOG_SUFFIX, PartitionDir, segment_bases, segment_file
+from ..log.batch import codec, walker
+from ..log.segments import append_horizon
+from ..log.segments.layout import (
+    DLYINDEX_SUFFIX,
+    LOG_SUFFIX,
+    PartitionDir,
+    segment_bases,
+    segment_file,
+)
 
 
 class BatchRef(tuple):
@@ -91,8 +98,8 @@ class LivePartition:
     # ------------------------------------------------------------------ refresh
 
     def refresh(self, now: int) -> int:
-        bound = horizon.read_bound(self.part.path, now)
-        state = horizon.read_state(self.part.path)
+        bound = append_horizon.read_bound(self.part.path, now)
+        state = append_horizon.read_state(self.part.path)
         idle_writer = state is not None and not state[0]
         bases = segment_bases(self.part.path)
         for gone in set(self._segments) - set(bases):  # deleted by retention

@@ -24,8 +24,9 @@ from ..errors import CorruptLogError
 from ..index.deliver_after_index import DeliverAfterIndex
 from ..index.index_file import IndexFileError
 from ..index.offset_index import OffsetIndex
-from ..log import codec, files, walker
-from ..log.files import (
+from ..log.batch import codec, walker
+from ..log.segments import layout
+from ..log.segments.layout import (
     DLYINDEX_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -51,7 +52,7 @@ def discover(path: str) -> tuple[bool, list[PartitionDir]]:
     path = os.path.abspath(path)
     if not os.path.isdir(path):
         raise FileNotFoundError(f"kdelay: no such directory: {path}")
-    under_root, found = files.find_partitions(path)
+    under_root, found = layout.find_partitions(path)
     parts = [p for p in found if p.topic is not None] if under_root else []
     if not parts:
         return False, [PartitionDir(path)]
@@ -60,7 +61,7 @@ def discover(path: str) -> tuple[bool, list[PartitionDir]]:
 
 
 def cleanly_closed(directory: str) -> bool:
-    return os.path.exists(os.path.join(directory, files.CLEAN_SHUTDOWN_FILE))
+    return os.path.exists(os.path.join(directory, layout.CLEAN_SHUTDOWN_FILE))
 
 
 # ---------------------------------------------------------------------------- bounds

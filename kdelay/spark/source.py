@@ -58,8 +58,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ..log.cancellations import read_cancelled
-from ..log.files import DLYINDEX_SUFFIX, LOG_SUFFIX, segment_file, segment_name
+from ..log.cancellation.journal import read_cancelled
+from ..log.segments.layout import DLYINDEX_SUFFIX, LOG_SUFFIX, segment_file, segment_name
 from . import columnar, scan
 from .columnar import TOPIC_FIELDS
 

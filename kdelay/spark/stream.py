@@ -14,7 +14,7 @@ nothing repeats, nothing is skipped.
 Never skipping a late batch. Planning a micro-batch picks, per partition, `end` = the
 largest key due at or before a bound E. A record can only be skipped if its key is <= end
 but it was not in the files when they were read, i.e. its deliverAfter <= E and it landed
-late. E comes from kdelay.log.horizon: the writer publishes, before it reads its log clock
+late. E comes from kdelay.log.segments.append_horizon: the writer publishes, before it reads its log clock
 for an append, that an append is in progress and a lower bound F of its deliverAfter; the
 source reads its wall clock R, then that word, then the files, and uses E = min(R, F) - 1
 (R - 1 when no append is in progress). An append that had not started when the word was
@@ -45,10 +45,10 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from ..errors import CorruptLogError
-from ..log import codec
-from ..log.cancellations import read_cancelled
-from ..log.files import LOG_SUFFIX, segment_file
-from ..log.walker import HeaderColumns
+from ..log.batch import codec
+from ..log.batch.walker import HeaderColumns
+from ..log.cancellation.journal import read_cancelled
+from ..log.segments.layout import LOG_SUFFIX, segment_file
 from . import columnar, scan
 from .live import BatchRef, LivePartition
 
@@ -212,7 +212,7 @@ def read_range(part: scan.PartitionDir, start: tuple[int, int], end: tuple[int, 
                                    np.array(positions, dtype=np.int64), np.ones(len(run), bool))
             straddles = (run[0][0], run[0][1]) <= start or (run[-1][0], run[-1][2]) > end
             # read after planning: a cancel that could still take one of these records
-            # would have held the planning bound below it (see horizon.py)
+            # would have held the planning bound below it (see append_horizon.py)
             cancelled = read_cancelled(part.path, seg)
             for rb in columnar.records_to_arrow(chunk, segment=seg, topic=topic,
                                                 partition=pnum, log_path=path,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Set
 
-from ..log.walker import scan_log
+from ..log.batch.walker import scan_log
 from ..partition import Log
 
 # offset -> (value, deliver_after)

@@ -8,9 +8,10 @@ import os
 from dataclasses import dataclass, field
 
 from kdelay import Log, LogConfig, Record
-from kdelay.log import codec, compaction, swap
-from kdelay.log.files import parse_segment_name
-from kdelay.log.segment import LogSegment
+from kdelay.log.batch import codec
+from kdelay.log.compaction import compactor, swap
+from kdelay.log.segments.layout import parse_segment_name
+from kdelay.log.segments.segment import LogSegment
 
 T0 = 1_700_000_000_000
 HOUR = 3_600_000
@@ -90,13 +91,13 @@ def compact_offline(directory: str, config: LogConfig, now: int,
         def hook(first, end):
             return arr[(arr >= first) & (arr < end)]
     try:
-        hz = compaction.horizon(now, config.retention_ms)
-        groups = compaction.plan([compaction.Source.of(s) for s in segs[:-1]], horizon_ms=hz,
+        hz = compactor.horizon(now, config.retention_ms)
+        groups = compactor.plan([compactor.Source.of(s) for s in segs[:-1]], horizon_ms=hz,
                                  min_ratio=min_ratio, segment_bytes=config.segment_bytes,
                                  cancelled=hook)
         n = 0
         for group in groups:
-            rw = compaction.rewrite(directory, group, horizon_ms=hz,
+            rw = compactor.rewrite(directory, group, horizon_ms=hz,
                                     index_interval_bytes=config.index_interval_bytes,
                                     cancelled=hook)
             swap.install(directory, rw.segment.base_offset, rw.replaced)

@@ -1,4 +1,4 @@
-"""Cancellations as the tools see them (format: kdelay/log/cancellations.py): dump a
+"""Cancellations as the tools see them (format: kdelay/log/cancellation/journal.py): dump a
 `.cancels` journal or `.cancelindex` cache (`kdelay dump-index`), check a segment's files
 (`kdelay verify`), and count or list cancelled offsets (`kdelay stats`, `kdelay dump-log`).
 Only reads."""
@@ -10,8 +10,8 @@ import os
 import numpy as np
 
 from ..index.index_file import IndexFileError, load_index, read_meta
-from ..log import cancellations as cz
-from ..log.files import parse_segment_name
+from ..log.cancellation import journal as cz
+from ..log.segments.layout import parse_segment_name
 from .formatting import Out, err
 
 EXIT_OK, EXIT_PROBLEMS = 0, 1

@@ -8,19 +8,11 @@ import os
 
 from ..errors import IndexUnreadable, InspectError
 from ..index.index_file import currency_mismatches
-from ..log.files import LOG_SUFFIX, parse_segment_name
+from ..log.segments.layout import LOG_SUFFIX, parse_segment_name
 from . import cancels
 from .formatting import Out, err, fmt_time, iso_or_none
 from .progress import fmt_size
-from .scanning import (
-    DLY,
-    OFFSET,
-    IndexFile,
-    IndexKind,
-    existing,
-    kind_for_path,
-    read_index_file,
-)
+from .scanning import DLY, OFFSET, IndexFile, IndexKind, existing, kind_for_path, read_index_file
 
 EXIT_OK, EXIT_PROBLEMS = 0, 1
 

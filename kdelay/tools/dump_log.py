@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import numpy as np
 
 from ..errors import KdelayError
-from ..log import codec
-from ..log.files import LOG_SUFFIX, SegmentFiles, parse_segment_name
-from ..log.walker import Batch, FramingBreak
+from ..log.batch import codec
+from ..log.batch.walker import Batch, FramingBreak
+from ..log.segments.layout import LOG_SUFFIX, SegmentFiles, parse_segment_name
 from . import cancels
 from .formatting import Out, bytes_json, err, fmt_time, iso_or_none, show_bytes
 from .progress import ProgressBar, fmt_size

@@ -16,7 +16,7 @@ import threading
 import time
 from collections import Counter
 
-from ..clients.queue import QueueConsumer
+from ..clients.queue.consumer import QueueConsumer
 from ..config import LogConfig
 from ..partition import Log
 from ..records import Record

@@ -7,16 +7,12 @@ import argparse
 import os
 
 from ..errors import InspectError, LogLockedError
-from ..log import swap
-from ..log.loader import take_lock
-from ..log.segment import LogSegment
+from ..log.compaction import swap
+from ..log.segments.loader import take_lock
+from ..log.segments.segment import LogSegment
 from .formatting import Out, err
 from .progress import ProgressBar
-from .scanning import (
-    existing,
-    list_segments,
-    partition_dirs,
-)
+from .scanning import existing, list_segments, partition_dirs
 
 EXIT_OK, EXIT_PROBLEMS = 0, 1
 

@@ -4,7 +4,7 @@ tolerantly, reading index files without trusting them, and the errors tools repo
 Everything here only reads. No lock is taken and nothing is written, so it is safe on a log
 that a writer has open. Unlike the engine's loader, nothing stops at the first problem: a
 damaged batch is reported and the walk goes on, and a framing break is followed by a search
-for the next intact batch (log/walker.py's tolerant mode).
+for the next intact batch (log/batch/walker.py's tolerant mode).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from ..index.deliver_after_index import DeliverAfterIndex
 from ..index.index_file import HEADER_SIZE, IndexReading
 from ..index.offset_index import OffsetIndex
 from ..index.time_index import TimeIndex
-from ..log import files
-from ..log.files import MARKER_SUFFIX, SegmentFiles
-from ..log.swap import read_marker
-from ..log.walker import Batch, FramingBreak, Progress, walk
+from ..log.batch.walker import Batch, FramingBreak, Progress, walk
+from ..log.compaction.swap import read_marker
+from ..log.segments import layout
+from ..log.segments.layout import MARKER_SUFFIX, SegmentFiles
 
 # ---------------------------------------------------------------------------- index kinds
 
@@ -53,9 +53,9 @@ class IndexKind:
         return self.index.DTYPES
 
 
-DLY = IndexKind(files.DLYINDEX_SUFFIX, DeliverAfterIndex)
-OFFSET = IndexKind(files.INDEX_SUFFIX, OffsetIndex)
-TIME = IndexKind(files.TIMEINDEX_SUFFIX, TimeIndex)
+DLY = IndexKind(layout.DLYINDEX_SUFFIX, DeliverAfterIndex)
+OFFSET = IndexKind(layout.INDEX_SUFFIX, OffsetIndex)
+TIME = IndexKind(layout.TIMEINDEX_SUFFIX, TimeIndex)
 KINDS = {k.suffix: k for k in (DLY, OFFSET, TIME)}
 _KIND_BY_MAGIC = {k.magic: k for k in (DLY, OFFSET, TIME)}
 
@@ -120,11 +120,11 @@ def partition_dirs(path: str) -> list[str]:
     if not os.path.isdir(path):
         raise InspectError(f"{path}: not a directory")
     try:
-        under_root, parts = files.find_partitions(path)
+        under_root, parts = layout.find_partitions(path)
     except OSError as e:
         raise InspectError(f"{path}: cannot list: {e.strerror}") from None
     # a `<topic>-<n>` directory with nothing in it yet is no log to inspect
-    found = sorted(p.path for p in parts if not under_root or files.is_partition_dir(p.path))
+    found = sorted(p.path for p in parts if not under_root or layout.is_partition_dir(p.path))
     if not found:
         raise InspectError(f"{path}: not a kdelay log directory (no segment files, and no "
                            f"partition directories inside)")
@@ -134,7 +134,7 @@ def partition_dirs(path: str) -> list[str]:
 def list_segments(directory: str) -> list[SegmentFiles]:
     """The directory's segments in offset order (one per .log file). Raises InspectError."""
     try:
-        return files.list_segments(directory)
+        return layout.list_segments(directory)
     except OSError as e:
         raise InspectError(f"{directory}: cannot list: {e.strerror}") from None
 
@@ -180,7 +180,7 @@ class SegmentScan:
     batches: list[Batch]
     breaks: list[FramingBreak]
     max_timestamps: list[int]
-    # a compacted segment (its marker, see kdelay/log/swap.py): offsets may have gaps and
+    # a compacted segment (its marker, see kdelay/log/compaction/swap.py): offsets may have gaps and
     # the segment ends at `end_offset`; `marker_damaged`: the marker is there but unreadable
     end_offset: int | None = None
     marker_damaged: bool = False

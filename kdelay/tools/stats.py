@@ -12,15 +12,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..clients import queue_state
+from ..clients.queue import state_store
 from ..clock import wall_clock
 from ..errors import KdelayError
+from ..fetch.group_positions import GroupStore
 from ..fetch.lag import due_after
 from ..index.index_file import currency_mismatches
-from ..log.files import CLEAN_SHUTDOWN_FILE, SegmentFiles
-from ..log.groups import GroupStore
-from ..log.loader import read_recovery_point
-from ..log.walker import Progress
+from ..log.batch.walker import Progress
+from ..log.segments.layout import CLEAN_SHUTDOWN_FILE, SegmentFiles
+from ..log.segments.loader import read_recovery_point
 from . import cancels
 from .formatting import Out, fmt_duration, fmt_time
 from .progress import ProgressBar, fmt_size
@@ -156,13 +156,13 @@ def _queue_groups(directory: str, now: int, da: np.ndarray, base: np.ndarray,
     """Each queue group's counts from its state files; never-delivered due records (after
     its cursor) count as available. A group whose files are damaged shows the error."""
     out = []
-    for name in queue_state.group_names(directory):
+    for name in state_store.group_names(directory):
         try:
-            st = queue_state.load(directory, name)
+            st = state_store.load(directory, name)
         except KdelayError as e:
             out.append({"group": name, "error": str(e)})
             continue
-        c = queue_state.offline_counts(st, now)
+        c = state_store.offline_counts(st, now)
         cursor = c.pop("cursor")
         key = None if cursor is None else (cursor.deliver_after, cursor.offset)
         c["available"] += due_after(da, base, lod, now, [key])[0]

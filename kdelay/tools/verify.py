@@ -8,12 +8,12 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..clients import queue_state
+from ..clients.queue import state_store
 from ..errors import KdelayError
-from ..log import files, horizon
-from ..log.files import LOG_SUFFIX, SegmentFiles, parse_segment_name, segment_file
-from ..log.groups import GroupStore
-from ..log.walker import Batch, FramingBreak, Progress, base_offsets_crc
+from ..fetch.group_positions import GroupStore
+from ..log.batch.walker import Batch, FramingBreak, Progress, base_offsets_crc
+from ..log.segments import append_horizon, layout
+from ..log.segments.layout import LOG_SUFFIX, SegmentFiles, parse_segment_name, segment_file
 from . import cancels
 from .formatting import Out
 from .progress import ProgressBar, fmt_size
@@ -60,15 +60,15 @@ def _verify_once(directory: str, only_base: int | None, progress: Progress | Non
                  ) -> VerifyReport:
     rep = VerifyReport(directory)
     segments = list_segments(directory)
-    clean = os.path.exists(os.path.join(directory, files.CLEAN_SHUTDOWN_FILE))
+    clean = os.path.exists(os.path.join(directory, layout.CLEAN_SHUTDOWN_FILE))
     if not segments:
         rep.add(False, directory, None, "no segments (an empty log)")
         return rep
     if only_base is None:
-        for name in files.leftover_files(directory):
+        for name in layout.leftover_files(directory):
             rep.add(False, os.path.join(directory, name), None,
                     "leftover file (removed on next open)")
-        for name in files.compaction_in_progress(directory):
+        for name in layout.compaction_in_progress(directory):
             rep.add(False, os.path.join(directory, name), None,
                     "a compaction's replacement segment file (a compaction is running, or "
                     "was interrupted: the next open finishes or undoes it)")
@@ -98,7 +98,7 @@ def _verify_once(directory: str, only_base: int | None, progress: Progress | Non
                         f"segment overlaps the previous one: it starts at offset "
                         f"{seg.base_offset}, the previous ends at {prev_next - 1}")
         if scan.marker_damaged:
-            rep.add(True, seg.path(files.MARKER_SUFFIX), 0,
+            rep.add(True, seg.path(layout.MARKER_SUFFIX), 0,
                     "compaction marker unreadable (the next open rewrites it from the next "
                     "segment's base offset)")
         _check_batches(rep, seg, scan, active, clean)
@@ -108,9 +108,9 @@ def _verify_once(directory: str, only_base: int | None, progress: Progress | Non
         prev_next, prev_path = scan.next_offset(), seg.log_path
     if only_base is None:
         _check_groups(rep, directory, prev_next)
-        bad = horizon.check_file(directory)
+        bad = append_horizon.check_file(directory)
         if bad is not None:
-            rep.add(False, os.path.join(directory, horizon.HORIZON_FILE), None,
+            rep.add(False, os.path.join(directory, append_horizon.HORIZON_FILE), None,
                     f"append horizon unreadable ({bad}): lock-free readers treat it as no "
                     f"writer; the next open rewrites it")
     return rep
@@ -194,8 +194,8 @@ def _check_groups(rep: VerifyReport, directory: str, log_end: int | None) -> Non
             store.committed(group)
         except KdelayError as e:
             rep.add(True, store.path(group), 0, f"consumer group position unreadable: {e}")
-    for group in queue_state.group_names(directory):
-        for problem, path, position, message in queue_state.verify_group(directory, group,
+    for group in state_store.group_names(directory):
+        for problem, path, position, message in state_store.verify_group(directory, group,
                                                                          log_end):
             rep.add(problem, path, position, f"queue group {group!r}: {message}")
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..index.index_file import HEADER_SIZE, currency_mismatches
-from ..log.files import SegmentFiles
-from ..log.walker import Batch
+from ..log.batch.walker import Batch
+from ..log.segments.layout import SegmentFiles
 from .scanning import (
     DLY,
     OFFSET,

@@ -9,8 +9,8 @@ import pytest
 from conftest import T0, FakeClock
 
 from kdelay import KdelayError, Log, LogConfig, QueueConsumer, Record, Topic
-from kdelay.clients import queue_state
-from kdelay.clients.queue import queue_metrics
+from kdelay.clients.queue import state_store
+from kdelay.clients.queue.consumer import queue_metrics
 
 
 @pytest.fixture
@@ -284,7 +284,7 @@ def test_topic_partitions(env, tmp_path):
         with pytest.raises(KdelayError):
             q.ack([next(iter(recs), None)] if recs else [None])
         q.close()
-        assert sorted(queue_state.group_names(topic.partition(0).path)) == ["g"]
+        assert sorted(state_store.group_names(topic.partition(0).path)) == ["g"]
 
 
 def test_compaction_keeps_state_small_and_correct(env):

@@ -13,8 +13,8 @@ import pytest
 from conftest import T0, FakeClock
 
 from kdelay import KdelayError, Log, QueueConsumer, Record
-from kdelay.clients import queue_format, queue_state
-from kdelay.clients.queue_state import JOURNAL_HEADER_SIZE, CorruptQueueStateError
+from kdelay.clients.queue import state_format, state_store
+from kdelay.clients.queue.state_store import JOURNAL_HEADER_SIZE, CorruptQueueStateError
 
 
 @pytest.fixture(autouse=True)
@@ -43,13 +43,13 @@ def _build(path: str) -> tuple[set[int], set[int]]:
 
 
 def _files(path: str) -> tuple[str, str]:
-    return queue_state.paths(path, "g")
+    return state_store.paths(path, "g")
 
 
 def _entries(journal: bytes) -> list[tuple[int, int, int]]:
     """(start, end, synced claim) of each valid entry."""
     out, pos = [], JOURNAL_HEADER_SIZE
-    while (e := queue_format.entry_at(journal, pos)) is not None:
+    while (e := state_format.entry_at(journal, pos)) is not None:
         end = pos + 8 + 9 + len(e[2])
         out.append((pos, end, e[1]))
         pos = end
@@ -160,7 +160,7 @@ def test_journal_without_snapshot_or_newer_than_it(tmp_path):
         QueueConsumer(log, "g")
     # an older snapshot (generation 0) beside the newer journal
     with open(snap, "wb") as f:
-        f.write(queue_state.encode_snapshot(0, None, 0, 0, []))
+        f.write(state_store.encode_snapshot(0, None, 0, 0, []))
     with Log.open(path) as log, pytest.raises(CorruptQueueStateError, match="newer"):
         QueueConsumer(log, "g")
     with open(snap, "wb") as f:
@@ -173,10 +173,10 @@ def test_stale_journal_after_interrupted_compaction_is_ignored(tmp_path):
     path = str(tmp_path / "p")
     finished, rest = _build(path)
     snap, journal = _files(path)
-    st = queue_state.load(path, "g")
+    st = state_store.load(path, "g")
     items = [(o, c, a) for o, (c, a) in st.inflight.items()]
     with open(snap, "wb") as f:
-        f.write(queue_state.encode_snapshot(st.generation + 1, st.cursor, st.acked,
+        f.write(state_store.encode_snapshot(st.generation + 1, st.cursor, st.acked,
                                             st.rejected, items))
     assert _drain(path) == rest
 
@@ -202,8 +202,8 @@ def test_random_journal_damage_never_loses_a_vouched_ack(tmp_path, seed, caplog)
         return
     kept_acks = set()
     for start, end, _ in entries:
-        e = queue_format.entry_at(data, start)
-        if end <= pos and e[0] == queue_state.ACK:
+        e = state_format.entry_at(data, start)
+        if end <= pos and e[0] == state_store.ACK:
             kept_acks |= set(struct.unpack_from(f">{len(e[2]) // 8}q", e[2], 4))
     with caplog.at_level("WARNING", logger="kdelay"):
         got = _drain(path)
@@ -230,7 +230,7 @@ def test_log_losing_an_unflushed_tail_the_group_had_seen(tmp_path):
     q = QueueConsumer(log, "g")
     recs = q.poll()
     q.ack([r for r in recs if r.offset >= 10 or r.offset < 3])
-    assert queue_state.verify_group(path, "g", 10)[0][3].startswith("the group has seen")
+    assert state_store.verify_group(path, "g", 10)[0][3].startswith("the group has seen")
     for part in q._parts:
         part.store.close()
     close_abandoned(log)

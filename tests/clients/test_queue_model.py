@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from kdelay import KdelayError, Log, QueueConsumer, Record, fsio
-from kdelay.clients.queue import queue_metrics
+from kdelay.clients.queue.consumer import queue_metrics
 from kdelay.testing.faults import close_abandoned
 
 LOCK_MS = 1000

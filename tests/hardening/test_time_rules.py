@@ -17,14 +17,7 @@ import os
 
 import pytest
 
-from kdelay import (
-    Consumer,
-    DeliveryDelayExceededError,
-    Log,
-    LogConfig,
-    Record,
-    Topic,
-)
+from kdelay import Consumer, DeliveryDelayExceededError, Log, LogConfig, Record, Topic
 
 T0 = 1_700_000_000_000
 HOUR = 3_600_000

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kdelay.log import cancellations as cz
-from kdelay.log.cancel_store import CancelStore
-from kdelay.log.segment_cancels import SegmentCancels
+from kdelay.log.cancellation import journal as cz
+from kdelay.log.cancellation.cancel_store import CancelStore
+from kdelay.log.cancellation.segment_cancels import SegmentCancels
 
 
 def _entries(*items) -> list[cz.JournalEntry]:

@@ -16,7 +16,7 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from kafka.record.util import decode_varint, encode_varint
 
 from kdelay.errors import CorruptLogError, InvalidRecordError
-from kdelay.log import codec, varint
+from kdelay.log.batch import codec, varint
 
 # ---------------------------------------------------------------------------- oracles
 
@@ -548,14 +548,14 @@ def test_decode_records_error_names_file_and_position():
 def test_encode_kernel_refuses_lengths_that_do_not_add_up():
     """The compiled encoder checks its columns against its buffers before writing (numba
     does not check indexes): a mismatch is refused, never a read past a buffer."""
-    from kdelay.log import kernels
+    from kdelay.log.batch import record_loops
 
     none, no_bytes = np.empty(0, np.int64), np.empty(0, np.uint8)
     out = np.zeros(4096, np.uint8)
     data = np.frombuffer(b"kkvvvv", np.uint8)
 
     def enc(lengths, payloads=data, deltas=none, hl=none, hb=no_bytes, buf=out):
-        return kernels.encode_records(69, np.array(lengths, np.int64), payloads, deltas, hl,
+        return record_loops.encode_records(69, np.array(lengths, np.int64), payloads, deltas, hl,
                                       hb, buf)[0]
 
     assert enc([2, 4]) > 69
@@ -568,17 +568,17 @@ def test_encode_kernel_refuses_lengths_that_do_not_add_up():
 
 
 def test_chunk_kernel_flags_a_batch_past_its_buffer():
-    from kdelay.log import kernels
+    from kdelay.log.batch import record_loops
 
     blob = codec.encode_batch(base_offset=0, base_timestamp=BASE_TS, deliver_after=BASE_TS,
                               keys=[b"k"] * 3, values=[b"v"] * 3)
     buf = np.frombuffer(blob, np.uint8)
     cols = [np.empty(3, np.int64) for _ in range(5)]
     ok = np.empty(1, bool)
-    kernels.scan_chunk(buf, np.array([0]), np.array([len(blob)]), np.array([3]),
+    record_loops.scan_chunk(buf, np.array([0]), np.array([len(blob)]), np.array([3]),
                        np.array([BASE_TS]), *cols, ok)
     assert ok[0] and cols[2].tolist() == [1, 1, 1]
-    kernels.scan_chunk(buf, np.array([0]), np.array([len(blob) + 100]), np.array([3]),
+    record_loops.scan_chunk(buf, np.array([0]), np.array([len(blob) + 100]), np.array([3]),
                        np.array([BASE_TS]), *cols, ok)
     assert not ok[0] and cols[2].tolist() == [0, 0, 0]
 

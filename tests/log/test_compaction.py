@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kdelay import Log, LogConfig
-from kdelay.log import compaction, swap
+from kdelay.log.compaction import compactor, swap
 from kdelay.testing.compaction_model import (
     HOUR,
     T0,
@@ -124,10 +124,10 @@ def test_cancelled_records_split_batches_into_runs(tmp_path):
 
 def test_batch_plan_counts_bytes():
     da = np.array([1, 5, 9], dtype=np.int64)
-    src = compaction.Source(0, 30, 300, "x", [da, np.array([0, 10, 20]), np.array([0, 100, 200]),
+    src = compactor.Source(0, 30, 300, "x", [da, np.array([0, 10, 20]), np.array([0, 100, 200]),
                                                np.array([9, 9, 9], dtype=np.int32),
                                                np.array([100, 100, 100], dtype=np.int32)])
-    bp = compaction.batch_plan(src, 5, lambda a, b: [12, 13, 20, 21, 22, 23, 24, 25, 26, 27,
+    bp = compactor.batch_plan(src, 5, lambda a, b: [12, 13, 20, 21, 22, 23, 24, 25, 26, 27,
                                                      28, 29])
     assert bp.drop.tolist() == [True, False, True]
     assert bp.removable_bytes == 100 + 20 + 100
@@ -135,13 +135,13 @@ def test_batch_plan_counts_bytes():
 
 def test_plan_groups_small_neighbours():
     def src(base, size, da):
-        return compaction.Source(base, base + 10, size, "x", [
+        return compactor.Source(base, base + 10, size, "x", [
             np.array([da], dtype=np.int64), np.array([base]), np.array([0]),
             np.array([9], dtype=np.int32), np.array([size], dtype=np.int32)])
     # dirty, small clean, big clean, dirty, dirty
     sources = [src(0, 900, 0), src(10, 50, 100), src(20, 900, 100), src(30, 900, 0),
                src(40, 900, 0)]
-    groups = compaction.plan(sources, horizon_ms=50, min_ratio=0.5, segment_bytes=1000)
+    groups = compactor.plan(sources, horizon_ms=50, min_ratio=0.5, segment_bytes=1000)
     assert [[s.base_offset for s in g] for g in groups] == [[0, 10], [30, 40]]
 
 
@@ -192,9 +192,9 @@ def test_removable_bytes_agrees_with_batch_plan():
         cols = [da[order].astype(np.int64), base[order].astype(np.int64),
                 pos[order].astype(np.int64), (counts[order] - 1).astype(np.int32),
                 size[order].astype(np.int32)]
-        src = compaction.Source(100, 100 + int(counts.sum()), int(size.sum()), "x", cols)
+        src = compactor.Source(100, 100 + int(counts.sum()), int(size.sum()), "x", cols)
         gone = sorted(set(rng.integers(100, 100 + counts.sum(), rng.integers(0, 10)).tolist()))
         hz = int(rng.integers(0, 50))
         for hook in (None, lambda a, b, gone=gone: gone):
-            fast = compaction.removable_bytes(src, hz, hook)
-            assert abs(fast - compaction.batch_plan(src, hz, hook).removable_bytes) <= 1
+            fast = compactor.removable_bytes(src, hz, hook)
+            assert abs(fast - compactor.batch_plan(src, hz, hook).removable_bytes) <= 1

@@ -1,4 +1,4 @@
-"""log/files.py: segment file names, the directory inventory (segments, leftovers) and
+"""log/segments/layout.py: segment file names, the directory inventory (segments, leftovers) and
 finding partition directories, on real directories written by Log."""
 
 from __future__ import annotations
@@ -10,23 +10,23 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kdelay import Log, LogConfig, Record
-from kdelay.log import files
+from kdelay.log.segments import layout
 
 
-@given(st.integers(0, (1 << 63) - 1), st.sampled_from([files.LOG_SUFFIX, *files.INDEX_SUFFIXES]))
+@given(st.integers(0, (1 << 63) - 1), st.sampled_from([layout.LOG_SUFFIX, *layout.INDEX_SUFFIXES]))
 def test_segment_names_round_trip(base, suffix):
-    name = files.segment_name(base)
+    name = layout.segment_name(base)
     assert len(name) == 20 and name.isdigit()
-    assert files.parse_segment_name(name + suffix) == (base, suffix)
-    path = files.segment_file("/d", base, suffix)
+    assert layout.parse_segment_name(name + suffix) == (base, suffix)
+    path = layout.segment_file("/d", base, suffix)
     assert path == os.path.join("/d", name + suffix)
-    assert files.parse_segment_name(os.path.basename(path)) == (base, suffix)
+    assert layout.parse_segment_name(os.path.basename(path)) == (base, suffix)
 
 
 @pytest.mark.parametrize("name", ["42.log", "0000000000000000004x.log", ".lock", "00000000000000000042",
                                   "recovery-point-offset-checkpoint", "000000000000000000042.log"])
 def test_not_segment_names(name):
-    assert files.parse_segment_name(name) is None
+    assert layout.parse_segment_name(name) is None
 
 
 def _log(path: str, batches: int = 30) -> list[int]:
@@ -40,35 +40,35 @@ def test_inventory_lists_segments_and_leftovers(tmp_path):
     d = str(tmp_path / "p-0")
     bases = _log(d)
     assert len(bases) > 2
-    assert files.segment_bases(d) == bases
-    assert files.leftover_files(d) == []
-    listed = files.list_segments(d)
+    assert layout.segment_bases(d) == bases
+    assert layout.leftover_files(d) == []
+    listed = layout.list_segments(d)
     assert [s.base_offset for s in listed] == bases
     assert all(s.log_size == os.path.getsize(s.log_path) > 0 for s in listed)
     # leftovers: an interrupted atomic write, an interrupted delete, indexes whose .log went
     gone = bases[1]
-    os.unlink(files.segment_file(d, gone, files.LOG_SUFFIX))
-    for name in ("x.index.tmp", files.segment_name(7) + ".log.deleted"):
+    os.unlink(layout.segment_file(d, gone, layout.LOG_SUFFIX))
+    for name in ("x.index.tmp", layout.segment_name(7) + ".log.deleted"):
         open(os.path.join(d, name), "wb").close()
     open(os.path.join(d, "unrelated.txt"), "wb").close()
     expect_bases = [b for b in bases if b != gone]
-    orphans = [files.segment_name(gone) + s for s in files.INDEX_SUFFIXES
-               if os.path.exists(files.segment_file(d, gone, s))]
+    orphans = [layout.segment_name(gone) + s for s in layout.INDEX_SUFFIXES
+               if os.path.exists(layout.segment_file(d, gone, s))]
     assert orphans  # the closed log had persisted indexes for the sealed segment
-    bases_now, leftovers = files.inventory(d)
+    bases_now, leftovers = layout.inventory(d)
     assert bases_now == expect_bases
-    assert leftovers == sorted(orphans + ["x.index.tmp", files.segment_name(7) + ".log.deleted"])
+    assert leftovers == sorted(orphans + ["x.index.tmp", layout.segment_name(7) + ".log.deleted"])
     assert "unrelated.txt" not in leftovers and ".lock" not in leftovers
     # the loader removes exactly these on the next open, and keeps the segments
     with Log.open(d, config=LogConfig(segment_bytes=600)) as log:
         assert list(log.segments)[:1] == expect_bases[:1]
-    assert files.leftover_files(d) == []
+    assert layout.leftover_files(d) == []
     assert os.path.exists(os.path.join(d, "unrelated.txt"))
 
 
 def test_list_segments_raises_on_missing_dir(tmp_path):
     with pytest.raises(OSError):
-        files.list_segments(str(tmp_path / "nope"))
+        layout.list_segments(str(tmp_path / "nope"))
 
 
 def test_find_partitions(tmp_path):
@@ -79,7 +79,7 @@ def test_find_partitions(tmp_path):
     os.mkdir(os.path.join(root, "t-3"))           # Kafka name, nothing in it yet
     _log(os.path.join(root, "plain"), batches=1)  # a log directory without a Kafka name
     open(os.path.join(root, "notes-1"), "w").close()  # a file, not a directory
-    under_root, parts = files.find_partitions(root)
+    under_root, parts = layout.find_partitions(root)
     assert under_root
     got = {(os.path.basename(p.path), p.topic, p.partition) for p in parts}
     assert got == {("orders-0", "orders", 0), ("orders-1", "orders", 1),
@@ -87,12 +87,12 @@ def test_find_partitions(tmp_path):
                    ("plain", None, None)}
     assert [os.path.basename(p.path) for p in parts] == sorted(os.path.basename(p.path)
                                                               for p in parts)
-    assert files.is_partition_dir(os.path.join(root, "plain"))
-    assert not files.is_partition_dir(os.path.join(root, "t-3"))
+    assert layout.is_partition_dir(os.path.join(root, "plain"))
+    assert not layout.is_partition_dir(os.path.join(root, "t-3"))
     # a partition directory is found as itself
     one = os.path.join(root, "orders-1")
-    assert files.find_partitions(one) == (False, [files.PartitionDir(one)])
-    assert files.parse_partition_name("my.topic_x-12") == ("my.topic_x", 12)
-    assert files.parse_partition_name("nodash") is None
+    assert layout.find_partitions(one) == (False, [layout.PartitionDir(one)])
+    assert layout.parse_partition_name("my.topic_x-12") == ("my.topic_x", 12)
+    assert layout.parse_partition_name("nodash") is None
     with pytest.raises(OSError):
-        files.find_partitions(str(tmp_path / "missing"))
+        layout.find_partitions(str(tmp_path / "missing"))

@@ -1,4 +1,4 @@
-"""The append horizon (kdelay/log/horizon.py): what a writer publishes for lock-free readers,
+"""The append horizon (kdelay/log/segments/append_horizon.py): what a writer publishes for lock-free readers,
 how a reader bounds what it may have missed, and how damage and dead writers are treated."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kdelay import Log, Record
-from kdelay.log import horizon
+from kdelay.log.segments import append_horizon
 from kdelay.tools.verify import verify_partition
 
 T0 = 1_700_000_000_000
@@ -19,26 +19,26 @@ T0 = 1_700_000_000_000
 
 def test_horizon_states(tmp_path):
     path = str(tmp_path / "p")
-    assert horizon.read_state(path) is None  # no writer ever
-    assert horizon.read_bound(path, T0) == T0 - 1
+    assert append_horizon.read_state(path) is None  # no writer ever
+    assert append_horizon.read_bound(path, T0) == T0 - 1
     log = Log.open(path, clock=lambda: T0)
     try:
-        assert horizon.read_state(path) == (False, 0)  # idle
+        assert append_horizon.read_state(path) == (False, 0)  # idle
         log.append([Record(b"x")])
-        assert horizon.read_state(path) == (False, T0)
+        assert append_horizon.read_state(path) == (False, T0)
         log._life.horizon.begin(T0 + 5)  # as an append does before it reads the clock
-        assert horizon.read_state(path) == (True, T0 + 5)
-        assert horizon.read_bound(path, T0 + 10) == T0 + 4
-        assert horizon.read_bound(path, T0 + 3) == T0 + 2
+        assert append_horizon.read_state(path) == (True, T0 + 5)
+        assert append_horizon.read_bound(path, T0 + 10) == T0 + 4
+        assert append_horizon.read_bound(path, T0 + 3) == T0 + 2
         log._life.horizon.end(T0 + 5)
-        assert horizon.read_bound(path, T0 + 10) == T0 + 9
+        assert append_horizon.read_bound(path, T0 + 10) == T0 + 9
     finally:
         log.close()
     # a closed writer is no writer; nor is a garbled file
-    assert horizon.read_state(path) is None
-    with open(os.path.join(path, horizon.HORIZON_FILE), "r+b") as f:
+    assert append_horizon.read_state(path) is None
+    with open(os.path.join(path, append_horizon.HORIZON_FILE), "r+b") as f:
         f.write(b"garbage!")
-    assert horizon.read_state(path) is None
+    assert append_horizon.read_state(path) is None
 
 
 def test_horizon_of_a_dead_writer_is_ignored(tmp_path):
@@ -48,8 +48,8 @@ def test_horizon_of_a_dead_writer_is_ignored(tmp_path):
             "log._life.horizon.begin(123)\nos._exit(0)\n")
     subprocess.run([sys.executable, "-c", code, path], check=True,
                    env=dict(os.environ, PYTHONPATH=os.getcwd()))
-    assert horizon.read_state(path) is None
-    assert horizon.read_bound(path, T0) == T0 - 1
+    assert append_horizon.read_state(path) is None
+    assert append_horizon.read_bound(path, T0) == T0 - 1
 
 
 @settings(max_examples=200, deadline=None)
@@ -58,14 +58,14 @@ def test_any_damage_reads_as_no_writer_or_a_state(tmp_path_factory, raw):
     """Whatever the file holds, a reader gets None or a state, never an exception, and a
     file that is not exactly a horizon is never trusted."""
     d = str(tmp_path_factory.mktemp("h"))
-    with open(os.path.join(d, horizon.HORIZON_FILE), "wb") as f:
+    with open(os.path.join(d, append_horizon.HORIZON_FILE), "wb") as f:
         f.write(raw)
-    state = horizon.read_state(d)
-    bound = horizon.read_bound(d, T0)
+    state = append_horizon.read_state(d)
+    bound = append_horizon.read_bound(d, T0)
     assert bound <= T0 - 1
-    if len(raw) != horizon.SIZE or raw[:8] != horizon.MAGIC:
+    if len(raw) != append_horizon.SIZE or raw[:8] != append_horizon.MAGIC:
         assert state is None and bound == T0 - 1
-        assert horizon.check_file(d) is not None
+        assert append_horizon.check_file(d) is not None
 
 
 def test_verify_warns_about_a_damaged_horizon(tmp_path):
@@ -73,11 +73,11 @@ def test_verify_warns_about_a_damaged_horizon(tmp_path):
     with Log.open(path) as log:
         log.append([Record(b"x")])
     assert not [f for f in verify_partition(path).findings if "horizon" in f.message]
-    with open(os.path.join(path, horizon.HORIZON_FILE), "r+b") as f:
+    with open(os.path.join(path, append_horizon.HORIZON_FILE), "r+b") as f:
         f.write(b"XXXX")
     rep = verify_partition(path)
     (finding,) = [f for f in rep.findings if "horizon" in f.message]
     assert not finding.problem and "bad magic" in finding.message
     assert rep.ok  # a warning: readers ignore it, the next open rewrites it
     with Log.open(path):
-        assert horizon.check_file(path) is None
+        assert append_horizon.check_file(path) is None

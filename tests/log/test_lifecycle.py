@@ -1,4 +1,4 @@
-"""The open/close protocol on its own (kdelay.log.lifecycle): the clean-shutdown marker
+"""The open/close protocol on its own (kdelay.log.segments.open_and_close): the clean-shutdown marker
 survives a clean open until the first change, a clean close writes it with the clock, and
 the finalizer releases the directory lock of a dropped owner."""
 
@@ -10,17 +10,17 @@ import os
 import pytest
 
 from kdelay.errors import LogLockedError
-from kdelay.log import lifecycle
-from kdelay.log.loader import CLEAN_SHUTDOWN_FILE
+from kdelay.log.segments import open_and_close
+from kdelay.log.segments.loader import CLEAN_SHUTDOWN_FILE
 
 
 class Owner:
     """Stands in for a Log: the finalizer is tied to its lifetime."""
 
 
-def _open(d: str) -> tuple[Owner, lifecycle.Lifetime]:
+def _open(d: str) -> tuple[Owner, open_and_close.Lifetime]:
     owner = Owner()
-    return owner, lifecycle.Lifetime(owner, d, lifecycle.open_log_directory(d, 4096))
+    return owner, open_and_close.Lifetime(owner, d, open_and_close.open_log_directory(d, 4096))
 
 
 def test_marker_written_by_clean_close_and_removed_by_first_change(tmp_path):
@@ -33,10 +33,10 @@ def test_marker_written_by_clean_close_and_removed_by_first_change(tmp_path):
     with open(marker, "rb") as f:
         assert f.read() == b"1234"
 
-    opened = lifecycle.open_log_directory(d, 4096)
+    opened = open_and_close.open_log_directory(d, 4096)
     assert opened.marker_present and opened.clock_floor == 1234 and opened.report.clean
     owner = Owner()  # kept alive: its finalizer would release the descriptors
-    life = lifecycle.Lifetime(owner, d, opened)
+    life = open_and_close.Lifetime(owner, d, opened)
     assert os.path.exists(marker)  # a clean open writes nothing
     life.mark_dirty()
     assert not os.path.exists(marker) and not life.marker_present
@@ -48,7 +48,7 @@ def test_dropped_owner_releases_the_lock(tmp_path):
     d = str(tmp_path / "p")
     owner, life = _open(d)
     with pytest.raises(LogLockedError):
-        lifecycle.open_log_directory(d, 4096)
+        open_and_close.open_log_directory(d, 4096)
     del owner
     gc.collect()
     assert not life.finalizer.alive

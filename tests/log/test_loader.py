@@ -1,4 +1,4 @@
-"""The loader (kdelay.log.loader) on its own: clean open, unclean recovery, leftovers,
+"""The loader (kdelay.log.segments.loader) on its own: clean open, unclean recovery, leftovers,
 overlap refusal, the recovery point and the clean-shutdown marker's clock, and the repair
 of a damaged index (persisted once, atomically)."""
 
@@ -15,9 +15,9 @@ from kdelay.errors import IndexFileError
 from kdelay.index.deliver_after_index import DeliverAfterIndex
 from kdelay.index.offset_index import OffsetIndex
 from kdelay.index.time_index import TimeIndex
-from kdelay.log import loader
-from kdelay.log.files import HORIZON_FILE, INDEX_SUFFIXES, LOG_SUFFIX, segment_file
-from kdelay.log.segment import LogSegment
+from kdelay.log.segments import loader
+from kdelay.log.segments.layout import HORIZON_FILE, INDEX_SUFFIXES, LOG_SUFFIX, segment_file
+from kdelay.log.segments.segment import LogSegment
 
 CFG = LogConfig(index_interval_bytes=1)
 KINDS = {".index": OffsetIndex, ".timeindex": TimeIndex, ".dlyindex": DeliverAfterIndex}

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
 
 from kdelay import InvalidRecordError, Log, Record
-from kdelay.log import codec
+from kdelay.log.batch import codec
 
 T0 = 1_700_000_000_000
 

@@ -14,8 +14,8 @@ import pytest
 from conftest import T0
 
 from kdelay import CorruptLogError, DeliveryKey, Log, LogConfig, LogLockedError, Record, fsio
-from kdelay.log import codec
-from kdelay.log.files import segment_name
+from kdelay.log.batch import codec
+from kdelay.log.segments.layout import segment_name
 
 FAR = T0 + 10**9  # a clock at which everything in these logs is due
 SEG = [0, 6, 12]  # base offsets of the fixture log's segments (the last one is active)

@@ -1,4 +1,4 @@
-"""LogSegment and scan_log: the unit below Log (kdelay/log/segment.py)."""
+"""LogSegment and scan_log: the unit below Log (kdelay/log/segments/segment.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from conftest import T0, entries_after
 
 from kdelay import CorruptLogError
 from kdelay.errors import IndexFileError
-from kdelay.log import codec
-from kdelay.log.files import parse_segment_name, segment_name
-from kdelay.log.segment import LogSegment
-from kdelay.log.walker import scan_log
+from kdelay.log.batch import codec
+from kdelay.log.batch.walker import scan_log
+from kdelay.log.segments.layout import parse_segment_name, segment_name
+from kdelay.log.segments.segment import LogSegment
 
 
 def _batch(base: int, n: int, da: int, value: bytes = b"v") -> bytes:

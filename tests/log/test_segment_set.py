@@ -7,10 +7,10 @@ import os
 import pytest
 from conftest import T0
 
-from kdelay.log import codec
-from kdelay.log.loader import read_recovery_point
-from kdelay.log.segment import LogSegment
-from kdelay.log.segment_set import SegmentSet
+from kdelay.log.batch import codec
+from kdelay.log.segments.loader import read_recovery_point
+from kdelay.log.segments.segment import LogSegment
+from kdelay.log.segments.segment_set import SegmentSet
 
 
 def _append(seg: LogSegment, n: int, da: int) -> None:

@@ -1,4 +1,4 @@
-"""log/walker.py, each mode on real .log files that are then damaged: strict stops at a
+"""log/batch/walker.py, each mode on real .log files that are then damaged: strict stops at a
 torn tail or a bad CRC and says where, tolerant resyncs past a garbled batch, header-only
 reads only headers, and the filtered reader (Spark's) skips batches out of bounds."""
 
@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kdelay import Log, LogConfig, Record
-from kdelay.log import codec, files, walker
+from kdelay.log.batch import codec, walker
+from kdelay.log.segments import layout
 
 T0 = 1_700_000_000_000
 
@@ -23,7 +24,7 @@ def _build(path: str, batches: int = 12) -> tuple[str, list[tuple[int, codec.Bat
         for i in range(batches):
             log.append([Record(b"x" * (20 + 37 * i), key=b"k%d" % j) for j in range(1 + i % 3)],
                        deliver_after=T0 + (i * 7919) % 5000)
-    log_path = files.segment_file(path, 0, files.LOG_SUFFIX)
+    log_path = layout.segment_file(path, 0, layout.LOG_SUFFIX)
     fd = os.open(log_path, os.O_RDONLY)
     try:
         heads = list(walker.iter_headers(fd, log_path, 0, os.fstat(fd).st_size))

@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from kdelay import Log, LogConfig
-from kdelay.log import swap
+from kdelay.log.compaction import swap
 from kdelay.testing.compaction_model import (
     HOUR,
     T0,

@@ -14,7 +14,7 @@ import pytest
 from conftest import FakeClock
 
 from kdelay import DeliveryKey, Log, LogConfig, Record
-from kdelay.log.files import segment_name
+from kdelay.log.segments.layout import segment_name
 from kdelay.testing.checks import check_log
 from kdelay.testing.faults import CRASH_MODES, FaultInjector, SimulatedCrash, close_abandoned
 

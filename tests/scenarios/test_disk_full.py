@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kdelay import DeliveryKey, KdelayError, Log, LogConfig, Record
-from kdelay.log.files import segment_name
+from kdelay.log.segments.layout import segment_name
 from kdelay.testing.checks import check_log
 from kdelay.testing.faults import FaultInjector
 

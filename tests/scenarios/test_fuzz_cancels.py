@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kdelay import KdelayError, Log, LogConfig, Record
-from kdelay.log.cancellations import SLOT
+from kdelay.log.cancellation.journal import SLOT
 from kdelay.tools.verify import verify_partition
 
 T0 = 1_700_000_000_000

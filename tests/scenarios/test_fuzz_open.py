@@ -21,7 +21,7 @@ from kdelay.errors import IndexFileError
 from kdelay.index.deliver_after_index import DeliverAfterIndex
 from kdelay.index.offset_index import OffsetIndex
 from kdelay.index.time_index import TimeIndex
-from kdelay.log.files import segment_name
+from kdelay.log.segments.layout import segment_name
 from kdelay.testing.faults import close_abandoned
 
 T0 = 1_700_000_000_000

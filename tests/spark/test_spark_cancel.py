@@ -12,7 +12,7 @@ pytest.importorskip("pyarrow")
 from test_spark_source import HAVE_SPARK  # noqa: E402 - (the spark fixture is in conftest)
 
 from kdelay import Log, LogConfig, Record  # noqa: E402
-from kdelay.log.cancellations import CANCEL, encode_entry  # noqa: E402
+from kdelay.log.cancellation.journal import CANCEL, encode_entry  # noqa: E402
 from kdelay.spark import columnar  # noqa: E402
 
 T0 = 1_700_000_000_000

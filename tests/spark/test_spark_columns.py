@@ -15,7 +15,7 @@ pytest.importorskip("pyspark")
 from conftest import have_spark  # noqa: E402
 
 from kdelay import Log, LogConfig, Record, Topic  # noqa: E402
-from kdelay.log import codec  # noqa: E402
+from kdelay.log.batch import codec  # noqa: E402
 from kdelay.spark import BATCH_COLUMNS, columnar, scan  # noqa: E402
 from kdelay.spark.cli import human_ms, pick_window  # noqa: E402
 

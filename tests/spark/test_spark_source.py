@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from kdelay import Log, LogConfig, Record  # noqa: E402
-from kdelay.log import codec  # noqa: E402
-from kdelay.log.files import segment_bases, segment_file, segment_name  # noqa: E402
+from kdelay.log.batch import codec  # noqa: E402
+from kdelay.log.segments.layout import segment_bases, segment_file, segment_name  # noqa: E402
 from kdelay.spark import columnar, scan  # noqa: E402
 
 T0 = 1_700_000_000_000

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from kdelay import CorruptLogError, Log, LogConfig, Record
-from kdelay.log import horizon
-from kdelay.log.files import segment_file
+from kdelay.log.segments import append_horizon
+from kdelay.log.segments.layout import segment_file
 
 pytest.importorskip("pyarrow")
 pytest.importorskip("pyspark")
@@ -52,7 +52,7 @@ def test_kill_9_writer_mid_stream(tmp_path):
     finally:
         writer.wait()
     assert len(live.batches) >= 200
-    assert horizon.read_state(path) is None
+    assert append_horizon.read_state(path) is None
     live.refresh(_wall())
     seen = {(b[0], b[1], b[2]) for b in live.batches}
     with Log.open(path) as log:

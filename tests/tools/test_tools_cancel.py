@@ -12,7 +12,7 @@ import os
 import pytest
 
 from kdelay import Log, LogConfig, Record
-from kdelay.log.cancellations import CANCEL, SLOT, encode_entry
+from kdelay.log.cancellation.journal import CANCEL, SLOT, encode_entry
 from kdelay.tools.cli import main
 
 T0 = 1_700_000_000_000

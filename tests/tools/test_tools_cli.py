@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kdelay import Log, LogConfig, Record
-from kdelay.log.files import SegmentFiles, segment_name
+from kdelay.log.segments.layout import SegmentFiles, segment_name
 from kdelay.tools.scanning import scan_segment
 from kdelay.tools.verify import verify_partition
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from kdelay import Log, QueueConsumer, Record
-from kdelay.clients import queue_state
+from kdelay.clients.queue import state_store
 
 T0 = 1_700_000_000_000
 
@@ -52,7 +52,7 @@ def test_verify_reports_damaged_queue_state(tmp_path):
     path = os.fspath(tmp_path / "p-0")
     build(path)
     assert kdelay("verify", path).returncode == 0
-    snap, journal = queue_state.paths(path, "work")
+    snap, journal = state_store.paths(path, "work")
     with open(snap, "r+b") as f:
         f.seek(30)
         b = f.read(1)
@@ -68,7 +68,7 @@ def test_verify_reports_damaged_queue_state(tmp_path):
 def test_verify_notes_a_torn_journal_tail_without_failing(tmp_path):
     path = os.fspath(tmp_path / "p-0")
     build(path)
-    _, journal = queue_state.paths(path, "work")
+    _, journal = state_store.paths(path, "work")
     with open(journal, "ab") as f:
         f.write(b"\x00\x00\x01\x00garbage")
     r = kdelay("verify", path)

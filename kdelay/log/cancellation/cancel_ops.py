@@ -15,17 +15,17 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
-from ..config import LogConfig
-from ..errors import (
+from ...config import LogConfig
+from ...errors import (
     CorruptLogError,
     DeliveryDelayExceededError,
     InvalidRecordError,
     KdelayError,
     OffsetOutOfRangeError,
 )
-from . import codec
+from ..batch import codec
+from ..segments.segment_set import SegmentSet
 from .cancel_store import CancelStore
-from .segment_set import SegmentSet
 
 
 def cancel(segments: SegmentSet, store: CancelStore, offsets: Iterable[int], now: int
@@ -120,7 +120,7 @@ def reschedule(segments: SegmentSet, store: CancelStore, offset: int, deliver_af
                now: int, config: LogConfig, make_room: Callable[[int, int], None]) -> Copy:
     """Move one pending record: append its copy (reschedule_copy) at the log end between a
     journalled begin and end of the move, so that a crash leaves either the original or
-    the copy live (cancellations.py). `make_room(size, timestamp)` is called first (the Log
+    the copy live (journal.py). `make_room(size, timestamp)` is called first (the Log
     marks itself changed and rolls if due). Not fsync'd: the caller applies its policy."""
     copy = reschedule_copy(segments, store, offset, deliver_after, now,
                            max_delay_ms=config.max_delivery_delay_ms)

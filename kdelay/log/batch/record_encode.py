@@ -4,7 +4,7 @@ A record is ``[length][attributes][tsDelta][offsetDelta][keyLength][key][valueLe
 [headerCount][headers]`` with zigzag varints (Kafka v2). Every shape (per-record timestamps,
 increasing or not; headers on some or all records; null keys and values; mixed sizes) takes
 one path: Python gathers the batch into a few flat columns with C-level calls (one join of
-the payloads, one pass of ``len``), and kernels.encode_records writes every record. Header
+the payloads, one pass of ``len``), and record_loops.encode_records writes every record. Header
 blocks are encoded once per distinct header set (the retry header on every record of a
 batch is encoded once). Decoding is record_decode.py.
 """
@@ -18,8 +18,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..records import PackedBinary
-from . import kernels, varint
+from ...records import PackedBinary
+from . import record_loops, varint
 
 HEADER_SIZE = 69
 
@@ -75,7 +75,7 @@ def _encode_header_block(headers) -> bytes:
 
 def _header_columns(headers: Sequence | None, n: int) -> tuple[np.ndarray, np.ndarray, int]:
     """(block lengths, blocks back to back, bytes of all n blocks) as
-    kernels.encode_records takes them."""
+    record_loops.encode_records takes them."""
     if headers is None:
         return _NO_INTS, _NO_BYTES, n
     h0 = headers[0]
@@ -113,8 +113,8 @@ def encode_batch_body(keys: Sequence | PackedBinary, values: Sequence | PackedBi
             joined = b"".join(filter(None, payloads))
         joined = np.frombuffer(joined, np.uint8)
     header_lengths, blocks, header_bytes = _header_columns(headers, n)
-    out = np.empty(kernels.encode_bound(HEADER_SIZE, n, len(joined), header_bytes), np.uint8)
-    size, max_delta = kernels.encode_records(HEADER_SIZE, lengths, joined,
+    out = np.empty(record_loops.encode_bound(HEADER_SIZE, n, len(joined), header_bytes), np.uint8)
+    size, max_delta = record_loops.encode_records(HEADER_SIZE, lengths, joined,
                                   _NO_INTS if deltas is None else deltas, header_lengths,
                                   blocks, out)
     if size < 0:  # a bug (callers pass checked columns), never bad input

@@ -34,13 +34,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config import LogConfig
-from ..errors import CorruptLogError
-from ..records import CompactionResult
+from ...config import LogConfig
+from ...errors import CorruptLogError
+from ...records import CompactionResult
+from ..cancellation.cancel_store import CancelStore
+from ..segments.segment import LogSegment
 from . import swap
-from .cancel_store import CancelStore
 from .rewriter import BatchPlan, Cancelled, Rewritten, Source, batch_plan, rewrite
-from .segment import LogSegment
 
 __all__ = ["BatchPlan", "Cancelled", "CompactionResult", "Compactor", "NO_HORIZON", "Rewritten",
            "Settings", "Source", "batch_plan", "horizon", "plan", "removable_bytes",

@@ -26,15 +26,15 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..errors import KdelayError
-from ..partition import Log
-from ..records import DeliveryKey, FetchedRecord, Header
-from . import queue_state
-from .queue_state import ACK, ACQUIRE, ACQUIRED_BIT, DROP, REJECT, RELEASE, StateStore
-from .topic import ActivitySignal
+from ...errors import KdelayError
+from ...partition import Log
+from ...records import DeliveryKey, FetchedRecord, Header
+from ..topic import ActivitySignal
+from . import state_store
+from .state_store import ACK, ACQUIRE, ACQUIRED_BIT, DROP, REJECT, RELEASE, StateStore
 
 if TYPE_CHECKING:
-    from .queue import QueueConsumer
+    from .consumer import QueueConsumer
 
 __all__ = ["GroupPartition", "QueueRecord", "attach", "detach", "open_groups"]
 
@@ -102,7 +102,7 @@ class GroupPartition:
         self._subscribers: set[ActivitySignal] = set()
         self._sub_lock = threading.Lock()
 
-    def _load(self, st: queue_state.LoadedState) -> None:
+    def _load(self, st: state_store.LoadedState) -> None:
         self.cursor = st.cursor
         self.acked, self.rejected, self.dropped = st.acked, st.rejected, 0
         self._ver = itertools.count(1)
@@ -126,8 +126,8 @@ class GroupPartition:
             return
         if cursor is not None and cursor.offset >= end:
             cursor = DeliveryKey(cursor.deliver_after, end - 1)
-        self.store.append([(DROP, queue_state.offsets_payload(lost)),
-                           (ACQUIRE, queue_state.acquire_payload(cursor, []))], sync=True)
+        self.store.append([(DROP, state_store.offsets_payload(lost)),
+                           (ACQUIRE, state_store.acquire_payload(cursor, []))], sync=True)
         for o in lost:
             del self.inflight[o]
         self.cursor = cursor
@@ -254,12 +254,12 @@ class GroupPartition:
             q._dead_letter([rec for _, rec in rejects])
         entries = []
         if items or new_cursor is not None:
-            entries.append((ACQUIRE, queue_state.acquire_payload(new_cursor or self.cursor,
+            entries.append((ACQUIRE, state_store.acquire_payload(new_cursor or self.cursor,
                                                                  items)))
         if rejects:
-            entries.append((REJECT, queue_state.offsets_payload([o for o, _ in rejects])))
+            entries.append((REJECT, state_store.offsets_payload([o for o, _ in rejects])))
         if dropped:
-            entries.append((DROP, queue_state.offsets_payload(dropped)))
+            entries.append((DROP, state_store.offsets_payload(dropped)))
         if entries:
             # acquisitions are not fsync'd (see queue_state); a reject is, before it counts
             self.store.append(entries, sync=bool(rejects))
@@ -324,9 +324,9 @@ class GroupPartition:
         fsync) before it returns: until then the call has not happened, and a crash may
         undo it, which is all a caller that has not returned can tell."""
         if kind == RELEASE:
-            payload = queue_state.release_payload([(o, avail_at) for o in offsets])
+            payload = state_store.release_payload([(o, avail_at) for o in offsets])
         else:
-            payload = queue_state.offsets_payload(offsets)
+            payload = state_store.offsets_payload(offsets)
         lsn = self.store.append([(kind, payload)], sync=False)
         inflight = self.inflight
         if kind == RELEASE:
@@ -362,7 +362,7 @@ class GroupPartition:
                 items.append((off, e.avail_at))
         if items and not self.store.failed:
             with contextlib.suppress(KdelayError):  # best effort: closing must not fail
-                self.store.append([(RELEASE, queue_state.release_payload(items))],
+                self.store.append([(RELEASE, state_store.release_payload(items))],
                                   sync=False)
         return len(items)
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from .. import fsio
-from ..config import LogConfig
+from ... import fsio
+from ...config import LogConfig
 from .segment_set import SegmentSet
 
 

@@ -1,6 +1,6 @@
 """One open log directory's lifetime: what opening loads (segments by loader.py, then the
 cancellation journals), the clean-shutdown marker that the first change removes, the
-append horizon published for lock-free readers (horizon.py), the clean close, and the
+append horizon published for lock-free readers (append_horizon.py), the clean close, and the
 release of every descriptor, which a finalizer also performs when a Log is
 dropped without close() (as a crashed process would: a later open in this process then
 recovers the directory instead of failing with LogLockedError forever)."""
@@ -11,10 +11,10 @@ import os
 import weakref
 from typing import NamedTuple
 
-from .. import fsio
-from . import cancel_ops
-from .cancel_store import CancelStore
-from .horizon import Horizon
+from ... import fsio
+from ..cancellation import cancel_ops
+from ..cancellation.cancel_store import CancelStore
+from .append_horizon import Horizon
 from .loader import CLEAN_SHUTDOWN_FILE, LoadReport, open_directory, write_recovery_point
 from .segment_set import SegmentSet
 

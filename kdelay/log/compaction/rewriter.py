@@ -22,15 +22,16 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import fsio
-from ..errors import CorruptLogError
-from ..index.deliver_after_index import DeliverAfterIndex, Entry
-from ..index.offset_index import OffsetIndex
-from ..index.time_index import TimeIndex
-from . import codec, swap
-from .files import DLYINDEX_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX
-from .segment import LogSegment
-from .walker import HeaderColumns, base_offsets_crc
+from ... import fsio
+from ...errors import CorruptLogError
+from ...index.deliver_after_index import DeliverAfterIndex, Entry
+from ...index.offset_index import OffsetIndex
+from ...index.time_index import TimeIndex
+from ..batch import codec
+from ..batch.walker import HeaderColumns, base_offsets_crc
+from ..segments.layout import DLYINDEX_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX
+from ..segments.segment import LogSegment
+from . import swap
 
 # (first offset, end offset) -> the cancelled offsets in [first, end), sorted (any int
 # sequence; numpy int64 preferred). The cancel feature answers it from its own storage.

@@ -48,7 +48,7 @@ import threading
 
 import numpy as np
 
-from .files import HORIZON_FILE
+from .layout import HORIZON_FILE
 
 __all__ = ["HORIZON_FILE", "Horizon", "check_file", "read_bound", "read_state"]
 MAGIC = b"KDLYHRZ1"

@@ -18,14 +18,14 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from ..errors import KdelayError
-from ..fetch.metrics import METRICS_SECTIONS
-from ..partition import Log
-from ..records import Record
-from . import queue_state
-from .queue_group import GroupPartition, QueueRecord, attach, detach, open_groups
-from .queue_state import ACK, REJECT, RELEASE
-from .topic import ActivitySignal, Topic, fair_round
+from ...errors import KdelayError
+from ...fetch.metrics import METRICS_SECTIONS
+from ...partition import Log
+from ...records import Record
+from ..topic import ActivitySignal, Topic, fair_round
+from . import state_store
+from .group import GroupPartition, QueueRecord, attach, detach, open_groups
+from .state_store import ACK, REJECT, RELEASE
 
 __all__ = ["QueueConsumer", "QueueRecord", "queue_metrics"]
 
@@ -51,7 +51,7 @@ class QueueConsumer:
         else:
             raise KdelayError(f"QueueConsumer needs a Log or a Topic, "
                               f"got {type(source).__name__}")
-        queue_state.validate_group(group)
+        state_store.validate_group(group)
         if not _is_int(lock_ms) or lock_ms < 0:
             raise KdelayError(f"lock_ms must be a non-negative int, got {lock_ms!r}")
         if not _is_int(max_delivery_count) or max_delivery_count < 1:
@@ -253,13 +253,13 @@ def queue_metrics(log: Log, now: int) -> dict[str, dict]:
     open group is read from memory; others from their files (O(in flight) each)."""
     live = open_groups(log)
     out: dict[str, dict] = {}
-    for group in sorted(set(queue_state.group_names(log.path)) | set(live)):
+    for group in sorted(set(state_store.group_names(log.path)) | set(live)):
         part = live.get(group)
         if part is not None:
             counts = part.counts(now)
         else:
             try:
-                st = queue_state.load(log.path, group)
+                st = state_store.load(log.path, group)
             except KdelayError as e:
                 out[group] = {"error": str(e)}
                 continue

@@ -14,7 +14,7 @@ Layout of a partition directory (as in Kafka):
                                         for a segment with cancellations)
     .lock, .kdelay_cleanshutdown, recovery-point-offset-checkpoint, group files
     append.horizon                      the live writer's state for lock-free readers
-    queues/<group>.snapshot, .journal   queue group state (kdelay.clients.queue_state)
+    queues/<group>.snapshot, .journal   queue group state (kdelay.clients.queue.state_store)
     *.tmp, *.deleted                    leftovers of an interrupted atomic write or deletion
 
 A topic root holds one `<topic>-<partition>` directory per partition (Kafka's naming).
@@ -32,11 +32,11 @@ INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
 DLYINDEX_SUFFIX = ".dlyindex"
 INDEX_SUFFIXES = (INDEX_SUFFIX, TIMEINDEX_SUFFIX, DLYINDEX_SUFFIX)
-# a segment's cancellations (kdelay/log/cancellations.py): journal, and its sorted cache
+# a segment's cancellations (kdelay/log/cancellation/journal.py): journal, and its sorted cache
 CANCELS_SUFFIX = ".cancels"
 CANCEL_INDEX_SUFFIX = ".cancelindex"
 CANCEL_SUFFIXES = (CANCELS_SUFFIX, CANCEL_INDEX_SUFFIX)
-# compaction (log/swap.py): the marker of a compacted segment, and the suffixes a
+# compaction (log/compaction/swap.py): the marker of a compacted segment, and the suffixes a
 # replacement carries while it is written and while it is swapped in (the loader completes
 # or undoes a swap before it lists segments)
 MARKER_SUFFIX = ".compacted"
@@ -50,7 +50,7 @@ TEMP_SUFFIXES = (".tmp", ".deleted")
 LOCK_FILE = ".lock"
 CLEAN_SHUTDOWN_FILE = ".kdelay_cleanshutdown"
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
-HORIZON_FILE = "append.horizon"  # see kdelay/log/horizon.py
+HORIZON_FILE = "append.horizon"  # see kdelay/log/segments/append_horizon.py
 _MARKERS = (LOCK_FILE, CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE)
 _PARTITION_NAME = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>\d+)$")
 

@@ -1,6 +1,6 @@
-"""Decoding the records section of a v2 batch of any shape (the encoder is sections.py).
+"""Decoding the records section of a v2 batch of any shape (the encoder is record_encode.py).
 
-Every shape takes the same path: a compiled walk over the records (kernels.py) and a
+Every shape takes the same path: a compiled walk over the records (record_loops.py) and a
 constant number of C-level calls per batch. Header blocks are decoded once per distinct
 byte string (a retry header repeats on every record of a batch, and across batches).
 """
@@ -11,9 +11,9 @@ import struct
 
 import numpy as np
 
-from ..records import SharedHeaders
-from . import kernels, varint
-from .sections import HEADER_SIZE
+from ...records import SharedHeaders
+from . import record_loops, varint
+from .record_encode import HEADER_SIZE
 
 # ---------------------------------------------------------------------------- decoding
 
@@ -68,31 +68,31 @@ def decode_records(data: bytes, n: int, end: int, base_ts: int, no_headers: list
     """(timestamps, keys, values, headers) of the records of a batch of n records whose
     bytes (from the header on) are `data[:end]`. Raises ValueError on malformed input.
 
-    One compiled walk over the records (kernels.scan_records), then a constant number of
+    One compiled walk over the records (record_loops.scan_records), then a constant number of
     C-level calls: one struct unpack cuts every key and value, one more every header block."""
-    size, f1, f2 = kernels.scan_layout(n)
+    size, f1, f2 = record_loops.scan_layout(n)
     out = np.empty(size, np.uint8)
     status, fmt1_len, fmt2_len, null_keys, null_values, with_headers = \
-        kernels.scan_records(data, HEADER_SIZE, n, end, base_ts, out, f1, f2)
+        record_loops.scan_records(data, HEADER_SIZE, n, end, base_ts, out, f1, f2)
     if status < 0:
-        raise ValueError(kernels.STATUS_MESSAGES[status])
+        raise ValueError(record_loops.STATUS_MESSAGES[status])
     # before f1, 4n int64s: read with struct (cheaper than numpy views for a batch's few
     # dozen values)
     fields = struct.unpack_from(out[f1:f1 + fmt1_len].tobytes(), data, HEADER_SIZE)
     keys = list(fields[0::2])
     values = list(fields[1::2])
-    if status & kernels.NULL_KEYS:
+    if status & record_loops.NULL_KEYS:
         _set_none(keys, struct.unpack_from(f"{null_keys}q", out, 8 * n), n)
-    if status & kernels.NULL_VALUES:
+    if status & record_loops.NULL_VALUES:
         _set_none(values, struct.unpack_from(f"{null_values}q", out, 16 * n), n)
-    if status & kernels.TIMESTAMPS_VARY:
+    if status & record_loops.TIMESTAMPS_VARY:
         ts = list(struct.unpack_from(f"{n}q", out))
     else:
         ts = [base_ts] * n
-    if not status & kernels.HEADERS:
+    if not status & record_loops.HEADERS:
         return ts, keys, values, [no_headers] * n
     blocks = struct.unpack_from(out[f2:f2 + fmt2_len].tobytes(), data, HEADER_SIZE)
-    if status & kernels.SAME_HEADERS:
+    if status & record_loops.SAME_HEADERS:
         return ts, keys, values, [_shared_headers(blocks[0])] * n
     headers = [no_headers] * n
     for i, block in zip(struct.unpack_from(f"{with_headers}q", out, 24 * n), blocks,

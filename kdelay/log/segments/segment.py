@@ -16,24 +16,23 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from .. import fsio
-from ..errors import CorruptLogError, IndexFileError
-from ..index.deliver_after_index import DeliverAfterIndex, Entry
-from ..index.offset_index import OffsetIndex
-from ..index.time_index import TimeIndex
-from . import codec
-from .files import (
+from ... import fsio
+from ...errors import CorruptLogError, IndexFileError
+from ...index.deliver_after_index import DeliverAfterIndex, Entry
+from ...index.offset_index import OffsetIndex
+from ...index.time_index import TimeIndex
+from ..batch import codec
+from ..batch.walker import ScanResult, base_offsets_crc, iter_headers, scan_log
+from .layout import (
     CANCEL_SUFFIXES,
     COMPANION_SUFFIXES,
     DLYINDEX_SUFFIX,
     INDEX_SUFFIX,
-    INDEX_SUFFIXES,  # noqa: F401 - re-exported for existing importers
     LOG_SUFFIX,
     TIMEINDEX_SUFFIX,
     segment_file,
     segment_name,
 )
-from .walker import ScanResult, base_offsets_crc, iter_headers, scan_log
 
 
 class LogSegment:

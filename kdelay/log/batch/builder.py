@@ -1,6 +1,6 @@
 """Turn a validated batch (columns from kdelay.validation.record_columns) into the bytes
 the active segment appends: timestamps filled in from the log clock, the delay limit
-checked, the batch deliverAfter settled, the batch encoded (kdelay.log.codec) and its size
+checked, the batch deliverAfter settled, the batch encoded (kdelay.log.batch.codec) and its size
 checked. Raises InvalidRecordError (or a subclass) and writes nothing. O(records)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..config import LogConfig
-from ..errors import InvalidRecordError
-from ..validation import check_delay_limit
+from ...config import LogConfig
+from ...errors import InvalidRecordError
+from ...validation import check_delay_limit
 from . import codec
 
 

@@ -10,7 +10,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ..config import LogConfig
+from ...config import LogConfig
 
 
 class FlushPolicy:

@@ -22,10 +22,10 @@ import os
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .. import fsio
-from ..errors import CorruptLogError, IndexFileError, LogLockedError
-from . import swap
-from .files import (
+from ... import fsio
+from ...errors import CorruptLogError, IndexFileError, LogLockedError
+from ..compaction import swap
+from .layout import (
     CLEAN_SHUTDOWN_FILE,
     COMPANION_SUFFIXES,
     LOCK_FILE,

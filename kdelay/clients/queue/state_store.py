@@ -48,10 +48,10 @@ import os
 import re
 import threading
 
-from .. import fsio
-from ..errors import CorruptQueueStateError, KdelayError, LogWriteError
-from ..records import DeliveryKey
-from .queue_format import (
+from ... import fsio
+from ...errors import CorruptQueueStateError, KdelayError, LogWriteError
+from ...records import DeliveryKey
+from .state_format import (
     ACK,
     ACQUIRE,
     ACQUIRED_BIT,

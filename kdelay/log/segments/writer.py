@@ -1,6 +1,6 @@
 """The write path of one open log: batches appended to the active segment under the flush
 policy, rolls, fsyncs, cancellations and reschedules; appends, cancels and reschedules
-are published on the append horizon (horizon.py). The Log facade holds its lock around every call and keeps the clock,
+are published on the append horizon (append_horizon.py). The Log facade holds its lock around every call and keeps the clock,
 the wake-ups of waiting fetches and the append listeners.
 
 A write that reads the clock tells lock-free readers it is under way before it reads it:
@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from ..config import LogConfig
-from ..records import AppendResult
-from . import cancel_ops
-from .batch_builder import build_batch
-from .cancel_store import CancelStore
-from .flushing import FlushPolicy
-from .lifecycle import Lifetime
+from ...config import LogConfig
+from ...records import AppendResult
+from ..batch.builder import build_batch
+from ..cancellation import cancel_ops
+from ..cancellation.cancel_store import CancelStore
+from .flush_policy import FlushPolicy
+from .open_and_close import Lifetime
 from .segment_set import SegmentSet
 
 

@@ -66,11 +66,11 @@ from typing import NamedTuple
 import crc32c
 import numpy as np
 
-from .. import fsio
-from ..errors import IndexFileError
-from ..index.index_file import load_index, read_meta
-from .files import CANCEL_INDEX_SUFFIX, CANCEL_SUFFIXES, segment_file
-from .files import CANCELS_SUFFIX as JOURNAL_SUFFIX
+from ... import fsio
+from ...errors import IndexFileError
+from ...index.index_file import load_index, read_meta
+from ..segments.layout import CANCEL_INDEX_SUFFIX, CANCEL_SUFFIXES, segment_file
+from ..segments.layout import CANCELS_SUFFIX as JOURNAL_SUFFIX
 
 __all__ = ["CANCEL_INDEX_SUFFIX", "CANCEL_SUFFIXES", "JOURNAL_SUFFIX", "check_cancels",
            "read_cancelled", "replay"]

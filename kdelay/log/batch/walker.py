@@ -29,9 +29,9 @@ import crc32c
 import numpy as np
 from numba import njit
 
-from .. import fsio
-from ..errors import CorruptLogError
-from ..index.deliver_after_index import Entry
+from ... import fsio
+from ...errors import CorruptLogError
+from ...index.deliver_after_index import Entry
 from . import codec
 
 CHUNK = 8 << 20  # bytes read per syscall

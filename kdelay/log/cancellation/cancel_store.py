@@ -1,4 +1,4 @@
-"""CancelStore: every segment's cancellations of one partition (see cancellations.py for the
+"""CancelStore: every segment's cancellations of one partition (see journal.py for the
 files and the crash reasoning). The Log holds one and calls it under its lock.
 
 Durability rules kept here:
@@ -14,14 +14,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .cancellations import (
-    CANCEL,
-    CONFIRM,
-    MOVE,
-    VOID,
-    CopyCheck,
-    encode_entry,
-)
+from .journal import CANCEL, CONFIRM, MOVE, VOID, CopyCheck, encode_entry
 from .segment_cancels import SegmentCancels
 
 _MIN_RECENT = 1024  # recent offsets a segment may hold in memory before its cache is redone

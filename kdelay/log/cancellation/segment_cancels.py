@@ -1,5 +1,5 @@
 """SegmentCancels: one segment's cancelled offsets in memory and on disk (the file formats
-and the crash reasoning are in cancellations.py): the journal it appends to, the mmap'd
+and the crash reasoning are in journal.py): the journal it appends to, the mmap'd
 cache it serves from, the offsets added since, and how a segment's files are opened,
 replayed, rewritten and persisted."""
 
@@ -13,10 +13,11 @@ import crc32c
 import numpy as np
 from sortedcontainers import SortedList
 
-from .. import fsio
-from ..errors import IndexFileError
-from ..index.index_file import IndexMeta, load_index, read_meta, write_index
-from .cancellations import (
+from ... import fsio
+from ...errors import IndexFileError
+from ...index.index_file import IndexMeta, load_index, read_meta, write_index
+from ..segments.layout import segment_file
+from .journal import (
     CACHE_DTYPES,
     CANCEL,
     CANCEL_INDEX_SUFFIX,
@@ -33,7 +34,6 @@ from .cancellations import (
     read_journal,
     replay,
 )
-from .files import segment_file
 
 
 class SegmentCancels:

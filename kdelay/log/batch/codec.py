@@ -3,9 +3,9 @@
 Layout (API.md, "On disk"): a 69-byte big-endian header, deliverAfter at byte 43, then the
 records exactly as Kafka v2 writes them. The CRC-32C covers byte 21 (attributes) to the end.
 
-Every batch shape takes one path: sections.py gathers a batch into flat columns and
+Every batch shape takes one path: record_encode.py gathers a batch into flat columns and
 record_decode.py cuts one apart, each with a constant number of C-level calls per batch,
-around the per-record loops compiled in kernels.py.
+around the per-record loops compiled in record_loops.py.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import NamedTuple
 import crc32c
 import numpy as np
 
-from ..errors import CorruptLogError, InvalidRecordError
-from ..records import NO_HEADERS, PackedBinary
-from . import record_decode, sections
-from .sections import RecordColumns
+from ...errors import CorruptLogError, InvalidRecordError
+from ...records import NO_HEADERS, PackedBinary
+from . import record_decode, record_encode
+from .record_encode import RecordColumns
 
 HEADER = struct.Struct(">qiibIhiqqqqhii")
 HEADER_SIZE = HEADER.size  # 69
@@ -155,7 +155,7 @@ def encode_batch(
     if headers is not None and not any(headers):
         headers = None
 
-    out, max_delta = sections.encode_batch_body(keys, values, ts, headers)
+    out, max_delta = record_encode.encode_batch_body(keys, values, ts, headers)
     max_ts = base_timestamp + max_delta
     batch_length = len(out) - LOG_OVERHEAD
     _TAIL.pack_into(out, CRC_START, 0, n - 1, base_timestamp, max_ts, deliver_after,

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from sortedcontainers import SortedDict, SortedList
 
-from .. import fsio
+from ... import fsio
 from .loader import write_recovery_point
 from .segment import LogSegment
 

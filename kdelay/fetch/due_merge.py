@@ -12,8 +12,8 @@ from itertools import repeat
 from typing import NamedTuple
 
 from ..errors import CorruptLogError
-from ..log import codec
-from ..log.cancel_store import CancelStore
+from ..log.batch import codec
+from ..log.cancellation.cancel_store import CancelStore
 from ..records import DeliveryKey, FetchedRecord
 from .runs import BatchSource
 

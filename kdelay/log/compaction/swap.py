@@ -50,14 +50,14 @@ from typing import NamedTuple
 
 import crc32c
 
-from .. import fsio
-from ..errors import CorruptLogError, IndexFileError
-from ..index.deliver_after_index import DeliverAfterIndex
-from ..index.index_file import read_meta
-from ..index.offset_index import OffsetIndex
-from ..index.time_index import TimeIndex
-from . import codec
-from .files import (
+from ... import fsio
+from ...errors import CorruptLogError, IndexFileError
+from ...index.deliver_after_index import DeliverAfterIndex
+from ...index.index_file import read_meta
+from ...index.offset_index import OffsetIndex
+from ...index.time_index import TimeIndex
+from ..batch import codec
+from ..segments.layout import (
     CLEANED_SUFFIX,
     INDEX_SUFFIXES,
     LOG_SUFFIX,

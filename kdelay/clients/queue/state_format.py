@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 import crc32c
 import numpy as np
 
-from ..errors import CorruptQueueStateError
-from ..records import DeliveryKey
+from ...errors import CorruptQueueStateError
+from ...records import DeliveryKey
 
 ACQUIRE, ACK, REJECT, RELEASE, DROP = 1, 2, 3, 4, 5
 ENTRY_NAMES = {ACQUIRE: "acquire", ACK: "ack", REJECT: "reject", RELEASE: "release",
