@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kdelay.log.cancellation import journal as cz
-from kdelay.log.cancellation.cancel_store import CancelStore
+from kdelay.log.cancellation.cancel_store import CancelStore, present_offsets
+from kdelay.log.cancellation.per_batch import cancelled_per_batch
 from kdelay.log.cancellation.segment_cancels import SegmentCancels
 
 
@@ -239,3 +240,40 @@ def test_range_queries_match_brute_force(tmp_path_factory, disk, recent, lo, wid
     want = sorted(o for o in disk | recent if lo <= o <= hi)
     assert sc.in_range(lo, hi) == want
     assert sc.count_in_range(lo, hi) == len(want)
+
+
+def _lay_out(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out, at = [], 0
+    for gap, count in spans:
+        out.append((at + gap, count))
+        at += gap + count
+    return out
+
+
+# batches as (first offset, record count), laid end to end with gaps, in any order
+BATCHES = st.lists(st.tuples(st.integers(0, 4), st.integers(1, 6)), max_size=12).flatmap(
+    lambda spans: st.permutations(_lay_out(spans)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(batches=BATCHES, cancelled=st.sets(st.integers(0, 80), max_size=30))
+def test_cancelled_per_batch_matches_a_model(batches, cancelled):
+    gone = np.array(sorted(cancelled), dtype=np.int64)
+    first = np.array([f for f, _ in batches], dtype=np.int64)
+    count = np.array([c for _, c in batches], dtype=np.int64)
+    start, n = cancelled_per_batch(gone, first, count)
+    for i, (f, c) in enumerate(batches):
+        mine = sorted(o for o in cancelled if f <= o < f + c)
+        assert gone[start[i]:start[i] + n[i]].tolist() == mine
+        one = cancelled_per_batch(gone, f, c)  # a single batch: the same answer
+        assert (int(one.start), int(one.count)) == (start[i], n[i])
+
+
+@settings(max_examples=200, deadline=None)
+@given(batches=BATCHES, cancelled=st.sets(st.integers(0, 80), max_size=30))
+def test_present_offsets_matches_a_model(batches, cancelled):
+    gone = np.array(sorted(cancelled), dtype=np.int64)
+    first = np.array([f for f, _ in batches], dtype=np.int64)
+    lod = np.array([c - 1 for _, c in batches], dtype=np.int32)
+    held = {o for f, c in batches for o in range(f, f + c)}
+    assert present_offsets(gone, first, lod).tolist() == sorted(cancelled & held)
