@@ -277,3 +277,39 @@ def test_present_offsets_matches_a_model(batches, cancelled):
     lod = np.array([c - 1 for _, c in batches], dtype=np.int32)
     held = {o for f, c in batches for o in range(f, f + c)}
     assert present_offsets(gone, first, lod).tolist() == sorted(cancelled & held)
+
+
+@pytest.mark.parametrize("damage", ["bad magic", "header checksum mismatch"])
+def test_damaged_journal_header_is_refused_on_every_path(tmp_path, damage):
+    """A journal rewritten to generation 1 beside a stale generation-0 cache covering as
+    many bytes: damage to the header's generation field makes it read 0, so a reader that
+    trusts the field serves the stale cache. Every reader must refuse the header."""
+    d = os.fspath(tmp_path)
+    sc = SegmentCancels(d, 0)
+    sc.write([cz.encode_entry(cz.CANCEL, o) for o in (1, 2, 3)])
+    sc.add((1, 2, 3))
+    sc.persist()
+    cache = os.path.join(d, f"{0:020d}.cancelindex")
+    with open(cache, "rb") as f:
+        stale = f.read()
+    sc.rewrite({4, 5, 6})  # generation 1, the same journal size
+    sc.close()
+    with open(cache, "wb") as f:
+        f.write(stale)
+    journal = os.path.join(d, f"{0:020d}.cancels")
+    assert cz.read_cancelled(d, 0).tolist() == [4, 5, 6]  # sound header: stale cache ignored
+    with open(journal, "r+b") as f:
+        f.seek(16)  # generation 1 -> 0
+        f.write(b"\x00")
+        if damage == "bad magic":
+            f.seek(0)
+            f.write(b"X")
+    assert cz.read_cancelled(d, 0).tolist() == [4, 5, 6]
+    scan = cz.read_journal(journal, 0)
+    assert scan.generation is None and scan.problems[0][0] == 0
+    assert scan.problems[0][1].startswith(damage)
+    problems: list[str] = []
+    sc = SegmentCancels.open(d, 0, 10, check_range=False, copy_check=None, problems=problems)
+    assert sc.offsets().tolist() == [4, 5, 6]
+    assert any(damage in p for p in problems)
+    sc.close()

@@ -117,24 +117,39 @@ def encode_entry(kind: int, offset: int, copy_offset: int = -1, copy_crc: int = 
     return raw[:28] + struct.pack("<I", crc32c.crc32c(raw[:28]))
 
 
+def parse_header(data: bytes, base_offset: int) -> tuple[int | None, str | None]:
+    """(generation, None) when `data` starts with a sound header of segment `base_offset`'s
+    journal, else (None, what is wrong): too short, bad magic, bad CRC, or another
+    segment's. Nothing else may trust a journal's generation."""
+    if len(data) < SLOT:
+        return None, f"truncated header ({len(data)} bytes)"
+    magic, base, generation, crc = JOURNAL_HEAD.unpack_from(data, 0)
+    if magic != JOURNAL_MAGIC:
+        return None, f"bad magic {magic!r}"
+    if crc32c.crc32c(data[:28]) != crc:
+        return None, "header checksum mismatch"
+    if base != base_offset:
+        return None, f"header names segment {base}, file is segment {base_offset}"
+    return generation, None
+
+
+def read_generation(path: str, base_offset: int) -> int | None:
+    """The generation of the journal at `path` if its header is sound (parse_header), else
+    None. Raises OSError (FileNotFoundError: no journal)."""
+    with open(path, "rb") as f:
+        return parse_header(f.read(SLOT), base_offset)[0]
+
+
 def parse_journal(data: bytes, base_offset: int) -> JournalScan:
     """Every entry of a journal's bytes, with the damaged ones listed (not returned). A
     header or slot that fails its CRC, an unknown kind, or a trailing part-slot is a
     problem; the walk goes on at the next slot."""
     problems: list[tuple[int, str]] = []
-    generation = None
-    if len(data) < SLOT:
-        problems.append((0, f"truncated header ({len(data)} bytes)"))
-        return JournalScan(None, [], problems, len(data))
-    magic, base, gen, crc = JOURNAL_HEAD.unpack_from(data, 0)
-    if magic != JOURNAL_MAGIC:
-        problems.append((0, f"bad magic {magic!r}"))
-    elif crc32c.crc32c(data[:28]) != crc:
-        problems.append((0, "header checksum mismatch"))
-    elif base != base_offset:
-        problems.append((0, f"header names segment {base}, file is segment {base_offset}"))
-    else:
-        generation = gen
+    generation, damage = parse_header(data, base_offset)
+    if damage is not None:
+        problems.append((0, damage))
+        if len(data) < SLOT:
+            return JournalScan(None, [], problems, len(data))
     entries = []
     end = len(data) - (len(data) % SLOT)
     view = memoryview(data)
@@ -256,14 +271,12 @@ def read_cancelled(directory: str, base_offset: int, next_offset: int | None = N
         return NO_OFFSETS
     out = None
     try:
-        with open(stem + JOURNAL_SUFFIX, "rb") as f:
-            head = f.read(SLOT)
-        gen = JOURNAL_HEAD.unpack(head)[2] if len(head) == SLOT else None
+        gen = read_generation(stem + JOURNAL_SUFFIX, base_offset)
         meta, (col,) = load_index(stem + CANCEL_INDEX_SUFFIX, INDEX_MAGIC, CACHE_DTYPES,
                                   base_offset=base_offset, log_bytes=size)
-        if meta.next_offset == gen:
+        if gen is not None and meta.next_offset == gen:
             out = np.asarray(col)
-    except (IndexFileError, OSError, struct.error):
+    except (IndexFileError, OSError):
         out = None
     if out is None:
         scan = read_journal(stem + JOURNAL_SUFFIX, base_offset)

@@ -9,7 +9,6 @@ import contextlib
 import os
 from collections.abc import Iterable
 
-import crc32c
 import numpy as np
 from sortedcontainers import SortedList
 
@@ -22,15 +21,13 @@ from .journal import (
     CANCEL,
     CANCEL_INDEX_SUFFIX,
     INDEX_MAGIC,
-    JOURNAL_HEAD,
-    JOURNAL_MAGIC,
     JOURNAL_SUFFIX,
     NO_OFFSETS,
-    SLOT,
     CopyCheck,
     cache_beyond_journal,
     encode_entry,
     journal_header,
+    read_generation,
     read_journal,
     replay,
 )
@@ -235,14 +232,7 @@ class SegmentCancels:
         except FileNotFoundError:
             fsio.unlink(sc.index_path)  # a cache without its journal describes nothing
             return None
-        with open(sc.journal_path, "rb") as f:
-            head = f.read(SLOT)
-        gen = None
-        if len(head) == SLOT:
-            magic, base, g, crc = JOURNAL_HEAD.unpack(head)
-            if magic == JOURNAL_MAGIC and base == base_offset and \
-                    crc32c.crc32c(head[:28]) == crc:
-                gen = g
+        gen = read_generation(sc.journal_path, base_offset)
         if gen is not None:
             try:
                 meta, _ = read_meta(sc.index_path, INDEX_MAGIC)
