@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kdelay.index.index_file import IndexMeta
 from kdelay.log.cancellation import journal as cz
 from kdelay.log.cancellation.cancel_store import CancelStore, present_offsets
 from kdelay.log.cancellation.per_batch import cancelled_per_batch
@@ -313,3 +314,19 @@ def test_damaged_journal_header_is_refused_on_every_path(tmp_path, damage):
     assert sc.offsets().tolist() == [4, 5, 6]
     assert any(damage in p for p in problems)
     sc.close()
+
+
+def test_cache_is_current_only_for_its_journal():
+    meta = IndexMeta(base_offset=100, log_bytes=96, next_offset=2, entries=3)
+    assert cz.cache_is_current(meta, 100, 96, 2)
+    for other in ((101, 96, 2), (100, 128, 2), (100, 96, 3), (100, 96, None)):
+        assert not cz.cache_is_current(meta, *other)
+
+
+def test_cancelled_in_journal_decides_nothing(tmp_path):
+    path = os.path.join(tmp_path, f"{100:020d}.cancels")
+    with open(path, "wb") as f:  # an unconfirmed move, a voided cancel, an offset far out
+        f.write(cz.journal_header(100, 0) + cz.encode_entry(cz.MOVE, 101, 500, 7) +
+                cz.encode_entry(cz.CANCEL, 102) + cz.encode_entry(cz.VOID, 102) +
+                cz.encode_entry(cz.CANCEL, 1 << 40))
+    assert cz.cancelled_in_journal(path, 100) == {101, 1 << 40}
