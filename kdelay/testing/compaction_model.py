@@ -4,13 +4,12 @@ offset gaps compaction leaves."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from kdelay import Log, LogConfig, Record
 from kdelay.log.batch import codec
 from kdelay.log.compaction import compactor, swap
-from kdelay.log.segments.layout import parse_segment_name
+from kdelay.log.segments.layout import LOG_SUFFIX, segment_bases, segment_file
 from kdelay.log.segments.segment import LogSegment
 
 T0 = 1_700_000_000_000
@@ -50,19 +49,14 @@ def records(n: int, tag: str, *, headers: bool = False) -> list[Record]:
             for i in range(n)]
 
 
-def log_bases(directory: str) -> list[int]:
-    parsed = (parse_segment_name(n) for n in os.listdir(directory))
-    return sorted(p[0] for p in parsed if p is not None and p[1] == ".log")
-
-
 def read_dir(directory: str) -> dict[int, Row]:
     """Every record of every .log in `directory`, checking each batch (CRC, framing) and
     that offsets only grow; gaps are allowed."""
     out: dict[int, Row] = {}
     last = -1
-    bases = log_bases(directory)
+    bases = segment_bases(directory)
     for base in bases:
-        with open(os.path.join(directory, f"{base:020d}.log"), "rb") as f:
+        with open(segment_file(directory, base, LOG_SUFFIX), "rb") as f:
             data = f.read()
         pos = 0
         while pos < len(data):
@@ -81,7 +75,7 @@ def compact_offline(directory: str, config: LogConfig, now: int,
                     cancelled: set[int] | None = None, min_ratio: float = 0.5) -> int:
     """Run plan + rewrite + install over the sealed segments of a closed log directory;
     returns how many segments were replaced."""
-    bases = log_bases(directory)
+    bases = segment_bases(directory)
     segs = [LogSegment.load(directory, b) for b in bases]
     hook = None
     if cancelled is not None:

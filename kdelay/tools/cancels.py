@@ -55,14 +55,14 @@ def dump_cancel_file(path: str, out: Out, as_json: bool) -> int:
         return EXIT_PROBLEMS if scan.problems else EXIT_OK
     try:
         meta, _ = read_meta(path, cz.INDEX_MAGIC)
-        _, (col,) = load_index(path, cz.INDEX_MAGIC, [np.dtype("<i8")],
+        _, (col,) = load_index(path, cz.INDEX_MAGIC, cz.CACHE_DTYPES,
                                base_offset=meta.base_offset, log_bytes=meta.log_bytes)
     except IndexFileError as e:
         err(f"{path}: {e}")
         return EXIT_PROBLEMS
     journal = path[: -len(cz.CANCEL_INDEX_SUFFIX)] + cz.JOURNAL_SUFFIX
     scan = cz.read_journal(journal, meta.base_offset)
-    current = scan.size == meta.log_bytes and scan.generation == meta.next_offset
+    current = cz.cache_is_current(meta, meta.base_offset, scan.size, scan.generation)
     if not as_json:
         out.line(f"# kind:         cancellation cache ({cz.INDEX_MAGIC.decode()})")
         out.line(f"# base offset:  {meta.base_offset}")

@@ -12,6 +12,7 @@ import numpy as np
 from ..errors import KdelayError
 from ..log.batch import codec
 from ..log.batch.walker import Batch, FramingBreak
+from ..log.cancellation.per_batch import cancelled_per_batch
 from ..log.segments.layout import LOG_SUFFIX, SegmentFiles, parse_segment_name
 from . import cancels
 from .formatting import Out, bytes_json, err, fmt_time, iso_or_none, show_bytes
@@ -42,10 +43,9 @@ def _log_file(path: str) -> str:
 
 
 def _cancelled_in(gone: np.ndarray, b: Batch) -> list[int]:
-    """The batch's cancelled offsets (the segment's sorted `gone`): two binary searches."""
-    lo = int(gone.searchsorted(b.base_offset))
-    hi = int(gone.searchsorted(b.last_offset, side="right"))
-    return gone[lo:hi].tolist()
+    """The batch's cancelled offsets (the segment's sorted `gone`)."""
+    start, count = cancelled_per_batch(gone, b.base_offset, b.last_offset + 1 - b.base_offset)
+    return gone[start:start + count].tolist()
 
 
 def _segment_cancelled(path: str) -> np.ndarray:

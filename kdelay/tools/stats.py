@@ -19,6 +19,7 @@ from ..fetch.group_positions import GroupStore
 from ..fetch.lag import due_after
 from ..index.index_file import currency_mismatches
 from ..log.batch.walker import Progress
+from ..log.cancellation.per_batch import cancelled_per_batch
 from ..log.segments.layout import CLEAN_SHUTDOWN_FILE, SegmentFiles
 from ..log.segments.loader import read_recovery_point
 from . import cancels
@@ -123,7 +124,7 @@ def _stats_once(directory: str, now: int, progress: Progress | None) -> dict:
                        "due_not_consumed": lag})
     queues = _queue_groups(directory, now, da[order], base[order], counts[order] - 1)
     clean = os.path.exists(os.path.join(directory, CLEAN_SHUTDOWN_FILE))
-    cancelled, cancelled_pending = _cancelled_counts(directory, sums, base, da, now)
+    cancelled, cancelled_pending = _cancelled_counts(directory, sums, base, counts, da, now)
     return {
         "path": directory,
         "now": now,
@@ -225,17 +226,16 @@ def cmd_stats(args: argparse.Namespace, out: Out) -> int:
 
 
 def _cancelled_counts(directory: str, sums: list[SegmentSummary], base: np.ndarray,
-                      da: np.ndarray, now: int) -> tuple[int, int]:
-    """(cancelled records, how many of them are not yet due): each cancelled offset is
-    mapped to its batch by one vectorised binary search over the batches' base offsets."""
+                      counts: np.ndarray, da: np.ndarray, now: int) -> tuple[int, int]:
+    """(cancelled records, how many of them are not yet due): the cancelled offsets are laid
+    over all batches at once (cancelled_per_batch), and those of pending batches counted."""
     gone = [cancels.cancelled_offsets(directory, s.segment.base_offset, s.next_offset)
             for s in sums]
-    gone = np.concatenate(gone) if gone else np.empty(0, np.int64)
+    gone = np.sort(np.concatenate(gone)) if gone else np.empty(0, np.int64)
     if not len(gone) or not len(base):
         return int(len(gone)), 0
-    order = np.argsort(base, kind="stable")
-    i = np.searchsorted(base[order], gone, side="right") - 1
-    return int(len(gone)), int((da[order][np.maximum(i, 0)] > now).sum())
+    per_batch = cancelled_per_batch(gone, base, counts).count
+    return int(len(gone)), int(per_batch[da > now].sum())
 
 
 def _totals(parts: list[dict], now: int) -> dict:

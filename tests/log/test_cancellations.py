@@ -10,8 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kdelay.index.index_file import IndexMeta
 from kdelay.log.cancellation import journal as cz
-from kdelay.log.cancellation.cancel_store import CancelStore
+from kdelay.log.cancellation.cancel_store import CancelStore, present_offsets
+from kdelay.log.cancellation.per_batch import cancelled_per_batch
 from kdelay.log.cancellation.segment_cancels import SegmentCancels
 
 
@@ -239,3 +241,92 @@ def test_range_queries_match_brute_force(tmp_path_factory, disk, recent, lo, wid
     want = sorted(o for o in disk | recent if lo <= o <= hi)
     assert sc.in_range(lo, hi) == want
     assert sc.count_in_range(lo, hi) == len(want)
+
+
+def _lay_out(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out, at = [], 0
+    for gap, count in spans:
+        out.append((at + gap, count))
+        at += gap + count
+    return out
+
+
+# batches as (first offset, record count), laid end to end with gaps, in any order
+BATCHES = st.lists(st.tuples(st.integers(0, 4), st.integers(1, 6)), max_size=12).flatmap(
+    lambda spans: st.permutations(_lay_out(spans)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(batches=BATCHES, cancelled=st.sets(st.integers(0, 80), max_size=30))
+def test_cancelled_per_batch_matches_a_model(batches, cancelled):
+    gone = np.array(sorted(cancelled), dtype=np.int64)
+    first = np.array([f for f, _ in batches], dtype=np.int64)
+    count = np.array([c for _, c in batches], dtype=np.int64)
+    start, n = cancelled_per_batch(gone, first, count)
+    for i, (f, c) in enumerate(batches):
+        mine = sorted(o for o in cancelled if f <= o < f + c)
+        assert gone[start[i]:start[i] + n[i]].tolist() == mine
+        one = cancelled_per_batch(gone, f, c)  # a single batch: the same answer
+        assert (int(one.start), int(one.count)) == (start[i], n[i])
+
+
+@settings(max_examples=200, deadline=None)
+@given(batches=BATCHES, cancelled=st.sets(st.integers(0, 80), max_size=30))
+def test_present_offsets_matches_a_model(batches, cancelled):
+    gone = np.array(sorted(cancelled), dtype=np.int64)
+    first = np.array([f for f, _ in batches], dtype=np.int64)
+    lod = np.array([c - 1 for _, c in batches], dtype=np.int32)
+    held = {o for f, c in batches for o in range(f, f + c)}
+    assert present_offsets(gone, first, lod).tolist() == sorted(cancelled & held)
+
+
+@pytest.mark.parametrize("damage", ["bad magic", "header checksum mismatch"])
+def test_damaged_journal_header_is_refused_on_every_path(tmp_path, damage):
+    """A journal rewritten to generation 1 beside a stale generation-0 cache covering as
+    many bytes: damage to the header's generation field makes it read 0, so a reader that
+    trusts the field serves the stale cache. Every reader must refuse the header."""
+    d = os.fspath(tmp_path)
+    sc = SegmentCancels(d, 0)
+    sc.write([cz.encode_entry(cz.CANCEL, o) for o in (1, 2, 3)])
+    sc.add((1, 2, 3))
+    sc.persist()
+    cache = os.path.join(d, f"{0:020d}.cancelindex")
+    with open(cache, "rb") as f:
+        stale = f.read()
+    sc.rewrite({4, 5, 6})  # generation 1, the same journal size
+    sc.close()
+    with open(cache, "wb") as f:
+        f.write(stale)
+    journal = os.path.join(d, f"{0:020d}.cancels")
+    assert cz.read_cancelled(d, 0).tolist() == [4, 5, 6]  # sound header: stale cache ignored
+    with open(journal, "r+b") as f:
+        f.seek(16)  # generation 1 -> 0
+        f.write(b"\x00")
+        if damage == "bad magic":
+            f.seek(0)
+            f.write(b"X")
+    assert cz.read_cancelled(d, 0).tolist() == [4, 5, 6]
+    scan = cz.read_journal(journal, 0)
+    assert scan.generation is None and scan.problems[0][0] == 0
+    assert scan.problems[0][1].startswith(damage)
+    problems: list[str] = []
+    sc = SegmentCancels.open(d, 0, 10, check_range=False, copy_check=None, problems=problems)
+    assert sc.offsets().tolist() == [4, 5, 6]
+    assert any(damage in p for p in problems)
+    sc.close()
+
+
+def test_cache_is_current_only_for_its_journal():
+    meta = IndexMeta(base_offset=100, log_bytes=96, next_offset=2, entries=3)
+    assert cz.cache_is_current(meta, 100, 96, 2)
+    for other in ((101, 96, 2), (100, 128, 2), (100, 96, 3), (100, 96, None)):
+        assert not cz.cache_is_current(meta, *other)
+
+
+def test_cancelled_in_journal_decides_nothing(tmp_path):
+    path = os.path.join(tmp_path, f"{100:020d}.cancels")
+    with open(path, "wb") as f:  # an unconfirmed move, a voided cancel, an offset far out
+        f.write(cz.journal_header(100, 0) + cz.encode_entry(cz.MOVE, 101, 500, 7) +
+                cz.encode_entry(cz.CANCEL, 102) + cz.encode_entry(cz.VOID, 102) +
+                cz.encode_entry(cz.CANCEL, 1 << 40))
+    assert cz.cancelled_in_journal(path, 100) == {101, 1 << 40}

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kdelay import Log, LogConfig
-from kdelay.log.compaction import compactor, swap
+from kdelay.log.compaction import compactor, removable, swap
 from kdelay.testing.compaction_model import (
     HOUR,
     T0,
@@ -198,3 +198,25 @@ def test_removable_bytes_agrees_with_batch_plan():
         for hook in (None, lambda a, b, gone=gone: gone):
             fast = compactor.removable_bytes(src, hz, hook)
             assert abs(fast - compactor.batch_plan(src, hz, hook).removable_bytes) <= 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(batches=st.lists(st.tuples(st.integers(0, 9), st.integers(1, 5), st.integers(1, 500)),
+                        max_size=10),
+       cancel=st.sets(st.integers(0, 60), max_size=30), hz=st.integers(-1, 10))
+def test_removable_rule_matches_a_record_model(batches, cancel, hz):
+    """Batch by batch, the rule against its record-level statement: a record goes when its
+    batch is due before the horizon or it is cancelled; a batch goes when all its records
+    do, and counts the share of its bytes that goes."""
+    first = np.cumsum([0] + [c for _, c, _ in batches])[:-1].astype(np.int64)
+    da, count, size = (np.array([b[i] for b in batches], dtype=np.int64) for i in range(3))
+    gone = np.array(sorted(cancel), dtype=np.int64)
+    rm = removable.removable(da, first, count, size, hz, gone)
+    share = 0.0
+    for i, (d, c, s) in enumerate(batches):
+        offsets = range(int(first[i]), int(first[i]) + c)
+        goes = [d < hz or o in cancel for o in offsets]
+        assert bool(rm.drop[i]) == all(goes)
+        assert rm.cancelled[i] == sum(o in cancel for o in offsets)
+        share += s if all(goes) else s * sum(goes) / c
+    assert rm.removable_bytes == pytest.approx(share)

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from .journal import CANCEL, CONFIRM, MOVE, VOID, CopyCheck, encode_entry
+from .per_batch import cancelled_per_batch
 from .segment_cancels import SegmentCancels
 
 _MIN_RECENT = 1024  # recent offsets a segment may hold in memory before its cache is redone
@@ -218,12 +219,12 @@ class CancelStore:
 
 
 def present_offsets(offsets: np.ndarray, first: np.ndarray, lod: np.ndarray) -> np.ndarray:
-    """The sorted `offsets` that some batch (first offset, last offset delta) holds: one
-    vectorised search over the batches sorted by first offset."""
+    """The sorted `offsets` that some batch (first offset, last offset delta) holds: each
+    batch covers a slice of `offsets` (cancelled_per_batch); an offset is kept when a
+    slice covers it (starts minus ends so far, counted in one pass)."""
     if not len(offsets) or not len(first):
         return offsets[:0]
-    order = np.argsort(first, kind="stable")
-    starts, ends = first[order].astype(np.int64), (first[order] + lod[order]).astype(np.int64)
-    i = np.searchsorted(starts, offsets, side="right") - 1
-    ok = (i >= 0) & (offsets <= ends[np.maximum(i, 0)])
-    return offsets[ok]
+    start, count = cancelled_per_batch(offsets, first.astype(np.int64), lod.astype(np.int64) + 1)
+    edges = len(offsets) + 1
+    covering = np.bincount(start, minlength=edges) - np.bincount(start + count, minlength=edges)
+    return offsets[np.cumsum(covering)[:-1] > 0]

@@ -68,7 +68,7 @@ import numpy as np
 
 from ... import fsio
 from ...errors import IndexFileError
-from ...index.index_file import load_index, read_meta
+from ...index.index_file import IndexMeta, load_index, read_meta
 from ..segments.layout import CANCEL_INDEX_SUFFIX, CANCEL_SUFFIXES, segment_file
 from ..segments.layout import CANCELS_SUFFIX as JOURNAL_SUFFIX
 
@@ -81,11 +81,13 @@ CACHE_DTYPES = [np.dtype("<i8")]
 JOURNAL_HEAD = struct.Struct("<8sqq4xI")
 _ENTRY = struct.Struct("<B3xIqqII")
 SLOT = 32
+_CRC_AT = 28  # a slot's CRC-32C covers the bytes before it
 assert JOURNAL_HEAD.size == SLOT and _ENTRY.size == SLOT
 
 CANCEL, MOVE, CONFIRM, VOID = 1, 2, 3, 4
 KIND_NAMES = {CANCEL: "cancel", MOVE: "move", CONFIRM: "confirm", VOID: "void"}
 NO_OFFSETS = np.empty(0, dtype=np.int64)
+NO_END = 1 << 62  # replay with no segment end: every offset the journal names counts
 
 # copy_check(copy_offset, copy_crc) -> True (the copy is in the log), False (it is not),
 # None (cannot tell: the copy's segment is gone, so the move was settled long ago)
@@ -107,14 +109,40 @@ class JournalScan(NamedTuple):
     size: int
 
 
+def _sealed(slot: bytes) -> bytes:
+    """The slot with its CRC field filled in."""
+    return slot[:_CRC_AT] + struct.pack("<I", crc32c.crc32c(slot[:_CRC_AT]))
+
+
 def journal_header(base_offset: int, generation: int) -> bytes:
-    head = JOURNAL_HEAD.pack(JOURNAL_MAGIC, base_offset, generation, 0)
-    return head[:28] + struct.pack("<I", crc32c.crc32c(head[:28]))
+    return _sealed(JOURNAL_HEAD.pack(JOURNAL_MAGIC, base_offset, generation, 0))
 
 
 def encode_entry(kind: int, offset: int, copy_offset: int = -1, copy_crc: int = 0) -> bytes:
-    raw = _ENTRY.pack(kind, copy_crc, offset, copy_offset, 0, 0)
-    return raw[:28] + struct.pack("<I", crc32c.crc32c(raw[:28]))
+    return _sealed(_ENTRY.pack(kind, copy_crc, offset, copy_offset, 0, 0))
+
+
+def parse_header(data: bytes, base_offset: int) -> tuple[int | None, str | None]:
+    """(generation, None) when `data` starts with a sound header of segment `base_offset`'s
+    journal, else (None, what is wrong): too short, bad magic, bad CRC, or another
+    segment's. Nothing else may trust a journal's generation."""
+    if len(data) < SLOT:
+        return None, f"truncated header ({len(data)} bytes)"
+    magic, base, generation, crc = JOURNAL_HEAD.unpack_from(data, 0)
+    if magic != JOURNAL_MAGIC:
+        return None, f"bad magic {magic!r}"
+    if crc32c.crc32c(data[:_CRC_AT]) != crc:
+        return None, "header checksum mismatch"
+    if base != base_offset:
+        return None, f"header names segment {base}, file is segment {base_offset}"
+    return generation, None
+
+
+def read_generation(path: str, base_offset: int) -> int | None:
+    """The generation of the journal at `path` if its header is sound (parse_header), else
+    None. Raises OSError (FileNotFoundError: no journal)."""
+    with open(path, "rb") as f:
+        return parse_header(f.read(SLOT), base_offset)[0]
 
 
 def parse_journal(data: bytes, base_offset: int) -> JournalScan:
@@ -122,25 +150,17 @@ def parse_journal(data: bytes, base_offset: int) -> JournalScan:
     header or slot that fails its CRC, an unknown kind, or a trailing part-slot is a
     problem; the walk goes on at the next slot."""
     problems: list[tuple[int, str]] = []
-    generation = None
-    if len(data) < SLOT:
-        problems.append((0, f"truncated header ({len(data)} bytes)"))
-        return JournalScan(None, [], problems, len(data))
-    magic, base, gen, crc = JOURNAL_HEAD.unpack_from(data, 0)
-    if magic != JOURNAL_MAGIC:
-        problems.append((0, f"bad magic {magic!r}"))
-    elif crc32c.crc32c(data[:28]) != crc:
-        problems.append((0, "header checksum mismatch"))
-    elif base != base_offset:
-        problems.append((0, f"header names segment {base}, file is segment {base_offset}"))
-    else:
-        generation = gen
+    generation, damage = parse_header(data, base_offset)
+    if damage is not None:
+        problems.append((0, damage))
+        if len(data) < SLOT:
+            return JournalScan(None, [], problems, len(data))
     entries = []
     end = len(data) - (len(data) % SLOT)
     view = memoryview(data)
     for pos in range(SLOT, end, SLOT):
         kind, copy_crc, offset, copy_offset, _, crc = _ENTRY.unpack_from(data, pos)
-        if crc32c.crc32c(view[pos:pos + 28]) != crc:
+        if crc32c.crc32c(view[pos:pos + _CRC_AT]) != crc:
             problems.append((pos, "damaged entry (checksum mismatch)"))
         elif kind not in KIND_NAMES or offset < 0:
             problems.append((pos, f"invalid entry (kind {kind}, offset {offset})"))
@@ -155,6 +175,15 @@ def read_journal(path: str, base_offset: int) -> JournalScan:
     data = fsio.read_small(path)
     return parse_journal(data or b"", base_offset) if data is not None else \
         JournalScan(None, [], [], 0)
+
+
+def cache_is_current(meta: IndexMeta, base_offset: int, journal_size: int,
+                     generation: int | None) -> bool:
+    """Does a cache's header vouch for this journal: the same segment, the journal's whole
+    size and its generation (None, a damaged journal header, vouches for nothing)?"""
+    return generation is not None and \
+        (meta.base_offset, meta.log_bytes, meta.next_offset) == \
+        (base_offset, journal_size, generation)
 
 
 def replay(entries: Iterable[JournalEntry], next_offset: int, base_offset: int,
@@ -189,6 +218,12 @@ def replay(entries: Iterable[JournalEntry], next_offset: int, base_offset: int,
             if copy_check(copy_offset, copy_crc) is False:
                 state.discard(offset)
     return state, changed
+
+
+def cancelled_in_journal(path: str, base_offset: int) -> set[int]:
+    """Every offset the journal at `path` cancels, deciding nothing (no segment end, an
+    unconfirmed move kept): for a reader that may not rewrite it."""
+    return replay(read_journal(path, base_offset).entries, NO_END, base_offset, None)[0]
 
 
 def cache_beyond_journal(index_path: str, base_offset: int, scan: JournalScan
@@ -234,8 +269,8 @@ def check_cancels(directory: str, base_offset: int, next_offset: int
         try:
             meta, (col,) = load_index(cache, INDEX_MAGIC, CACHE_DTYPES, base_offset=base_offset,
                                       log_bytes=scan.size)
-            if meta.next_offset == scan.generation and \
-                    set(col.tolist()) != replay(scan.entries, 1 << 62, base_offset, None)[0]:
+            if cache_is_current(meta, base_offset, scan.size, scan.generation) and \
+                    set(col.tolist()) != replay(scan.entries, NO_END, base_offset, None)[0]:
                 problems.append((cache, 64, "cancellation cache is current for its journal "
                                             "but lists other offsets"))
         except IndexFileError as e:
@@ -256,18 +291,15 @@ def read_cancelled(directory: str, base_offset: int, next_offset: int | None = N
         return NO_OFFSETS
     out = None
     try:
-        with open(stem + JOURNAL_SUFFIX, "rb") as f:
-            head = f.read(SLOT)
-        gen = JOURNAL_HEAD.unpack(head)[2] if len(head) == SLOT else None
+        gen = read_generation(stem + JOURNAL_SUFFIX, base_offset)
         meta, (col,) = load_index(stem + CANCEL_INDEX_SUFFIX, INDEX_MAGIC, CACHE_DTYPES,
                                   base_offset=base_offset, log_bytes=size)
-        if meta.next_offset == gen:
+        if cache_is_current(meta, base_offset, size, gen):
             out = np.asarray(col)
-    except (IndexFileError, OSError, struct.error):
+    except (IndexFileError, OSError):
         out = None
     if out is None:
-        scan = read_journal(stem + JOURNAL_SUFFIX, base_offset)
-        state, _ = replay(scan.entries, 1 << 62, base_offset, None)
+        state = cancelled_in_journal(stem + JOURNAL_SUFFIX, base_offset)
         out = np.array(sorted(state), dtype=np.int64)
     if next_offset is not None and len(out) and out[-1] >= next_offset:
         out = out[: int(np.searchsorted(out, next_offset))]

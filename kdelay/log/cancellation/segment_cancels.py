@@ -9,7 +9,6 @@ import contextlib
 import os
 from collections.abc import Iterable
 
-import crc32c
 import numpy as np
 from sortedcontainers import SortedList
 
@@ -22,15 +21,15 @@ from .journal import (
     CANCEL,
     CANCEL_INDEX_SUFFIX,
     INDEX_MAGIC,
-    JOURNAL_HEAD,
-    JOURNAL_MAGIC,
     JOURNAL_SUFFIX,
     NO_OFFSETS,
-    SLOT,
     CopyCheck,
     cache_beyond_journal,
+    cache_is_current,
+    cancelled_in_journal,
     encode_entry,
     journal_header,
+    read_generation,
     read_journal,
     replay,
 )
@@ -69,7 +68,8 @@ class SegmentCancels:
                 meta, (col,) = load_index(self.index_path, INDEX_MAGIC, CACHE_DTYPES,
                                           base_offset=self.base_offset,
                                           log_bytes=self._cache_bytes)
-                if meta.next_offset != self.generation:
+                if not cache_is_current(meta, self.base_offset, self._cache_bytes,
+                                        self.generation):
                     raise IndexFileError(f"{self.index_path}: generation {meta.next_offset}, "
                                          f"journal has {self.generation}")
                 if len(col) > 1 and not bool(np.all(col[1:] > col[:-1])):
@@ -79,8 +79,7 @@ class SegmentCancels:
                 # journal is still the truth (read-only here: CONFIRMs are all in it); the
                 # next checkpoint rewrites the cache, and kdelay verify reports the damage.
                 # Entries written since the open are in the journal and among the recent.
-                scan = read_journal(self.journal_path, self.base_offset)
-                state, _ = replay(scan.entries, 1 << 62, self.base_offset, None)
+                state = cancelled_in_journal(self.journal_path, self.base_offset)
                 col = np.array(sorted(state.difference(self._recent)), dtype=np.int64)
                 self.cache_current = False
             self._disk = col
@@ -235,19 +234,11 @@ class SegmentCancels:
         except FileNotFoundError:
             fsio.unlink(sc.index_path)  # a cache without its journal describes nothing
             return None
-        with open(sc.journal_path, "rb") as f:
-            head = f.read(SLOT)
-        gen = None
-        if len(head) == SLOT:
-            magic, base, g, crc = JOURNAL_HEAD.unpack(head)
-            if magic == JOURNAL_MAGIC and base == base_offset and \
-                    crc32c.crc32c(head[:28]) == crc:
-                gen = g
+        gen = read_generation(sc.journal_path, base_offset)
         if gen is not None:
             try:
                 meta, _ = read_meta(sc.index_path, INDEX_MAGIC)
-                if (meta.base_offset, meta.log_bytes, meta.next_offset) == \
-                        (base_offset, size, gen):
+                if cache_is_current(meta, base_offset, size, gen):
                     sc.generation, sc.journal_size = gen, size
                     sc._cache_bytes = size
                     sc._disk, sc._disk_count = None, meta.entries

@@ -6,7 +6,7 @@ every segment behind it for a month. Compaction reclaims that space while keepin
 - A record is *removable* once it has been due for longer than `retention_ms` (its batch's
   deliverAfter < now - retention_ms: the rule retention applies to whole segments) or it
   is cancelled (asked through a `Cancelled` hook, so planning and rewriting know nothing
-  of how cancellations are stored).
+  of how cancellations are stored). removable.py holds the rule; both ask it.
 - `plan` picks groups of adjacent sealed segments: each group holds at least one segment
   in which at least `min_ratio` of the bytes are removable, plus neighbours that are small
   after compaction, as long as the survivors fit in `segment_bytes`. A group is rewritten
@@ -40,38 +40,36 @@ from ...records import CompactionResult
 from ..cancellation.cancel_store import CancelStore
 from ..segments.segment import LogSegment
 from . import swap
-from .rewriter import BatchPlan, Cancelled, Rewritten, Source, batch_plan, rewrite
+from .removable import (
+    NO_HORIZON,
+    NO_OFFSETS,
+    Cancelled,
+    cancelled_between,
+    horizon,
+    removable,
+)
+from .rewriter import BatchPlan, Rewritten, Source, batch_plan, rewrite
 
 __all__ = ["BatchPlan", "Cancelled", "CompactionResult", "Compactor", "NO_HORIZON", "Rewritten",
            "Settings", "Source", "batch_plan", "horizon", "plan", "removable_bytes",
            "rewrite", "run"]
 
 _log = logging.getLogger("kdelay")
-NO_HORIZON = -(1 << 63)  # retention_ms = -1: nothing becomes removable by age
-
-
-def horizon(now: int, retention_ms: int) -> int:
-    """Batches with deliverAfter below this are removable by age."""
-    return NO_HORIZON if retention_ms < 0 else now - retention_ms
 
 
 def removable_bytes(src: Source, horizon_ms: int, cancelled: Cancelled | None) -> int:
-    """What `batch_plan(...).removable_bytes` says, without sorting anything: the index is
-    in deliverAfter order, so the batches removable by age are a prefix (one search); a
-    `cancelled` hook adds one search per batch. O(log batches), or O(batches) with cancels.
-    """
+    """What `batch_plan(...).removable_bytes` says, without sorting anything. With nothing
+    cancelled the rule leaves only age, and the index is in deliverAfter order: the
+    batches removable by age are a prefix (one search). O(log batches), or O(batches)
+    with cancels."""
     da, base, _, lod, size = src.columns
     k = int(np.searchsorted(da, horizon_ms, side="left"))  # da < horizon: removable
-    removable = float(size[:k].astype(np.int64).sum())
-    if cancelled is not None and len(base) > k:
-        gone = np.unique(np.asarray(cancelled(src.base_offset, src.end_offset),
-                                    dtype=np.int64))
-        if len(gone):
-            b = base[k:].astype(np.int64)
-            count = lod[k:].astype(np.int64) + 1
-            n = np.searchsorted(gone, b + count) - np.searchsorted(gone, b)
-            removable += float((size[k:] * np.minimum(n, count) / count).sum())
-    return int(removable)
+    gone = cancelled_between(cancelled, src.base_offset, src.end_offset) \
+        if len(base) > k else NO_OFFSETS
+    if not len(gone):
+        return int(size[:k].astype(np.int64).sum())
+    return int(removable(da, base.astype(np.int64), lod.astype(np.int64) + 1,
+                         size.astype(np.int64), horizon_ms, gone).removable_bytes)
 
 
 def plan(sources: list[Source], *, horizon_ms: int, min_ratio: float, segment_bytes: int,

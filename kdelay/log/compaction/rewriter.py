@@ -16,7 +16,6 @@ index entries; I/O: one sequential read, one sequential write, one fsync per fil
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -29,13 +28,11 @@ from ...index.offset_index import OffsetIndex
 from ...index.time_index import TimeIndex
 from ..batch import codec
 from ..batch.walker import HeaderColumns, base_offsets_crc
+from ..cancellation.per_batch import cancelled_per_batch
 from ..segments.layout import DLYINDEX_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX
 from ..segments.segment import LogSegment
 from . import swap
-
-# (first offset, end offset) -> the cancelled offsets in [first, end), sorted (any int
-# sequence; numpy int64 preferred). The cancel feature answers it from its own storage.
-Cancelled = Callable[[int, int], Sequence[int]]
+from .removable import NO_OFFSETS, Cancelled, cancelled_between, removable
 
 _READ_CHUNK = 8 << 20
 _WRITE_CHUNK = 4 << 20
@@ -66,36 +63,23 @@ class BatchPlan(NamedTuple):
     count: np.ndarray   # records per batch
     size: np.ndarray
     drop: np.ndarray    # bool: the whole batch is removable
-    cancelled: np.ndarray  # sorted cancelled offsets among the batches not dropped
+    cancelled: np.ndarray  # the source's cancelled offsets, sorted
+    cancelled_count: np.ndarray  # cancelled records per batch
     removable_bytes: int
 
 
 def batch_plan(src: Source, horizon_ms: int, cancelled: Cancelled | None) -> BatchPlan:
-    """Which records of `src` are removable. O(batches) numpy work on the index columns and
-    one `cancelled` query; no log data is read. A partly cancelled batch counts the
-    cancelled share of its bytes."""
+    """Which records of `src` are removable (removable.py). O(batches) numpy work on the
+    index columns and one `cancelled` query; no log data is read."""
     da, base, pos, lod, size = src.columns
     order = np.argsort(pos, kind="stable")
     da, base, pos = da[order], base[order].astype(np.int64), pos[order].astype(np.int64)
     count = lod[order].astype(np.int64) + 1
     size = size[order].astype(np.int64)
-    drop = da < horizon_ms
-    removable = float(size[drop].sum())
-    gone = np.empty(0, dtype=np.int64)
-    if cancelled is not None and len(base):
-        gone = np.unique(np.asarray(cancelled(src.base_offset, src.end_offset),
-                                    dtype=np.int64))
-        if len(gone):
-            lo = np.searchsorted(gone, base, side="left")
-            hi = np.searchsorted(gone, base + count, side="left")
-            k = hi - lo  # cancelled records per batch
-            keep = ~drop
-            whole = keep & (k >= count)
-            drop |= whole
-            part = keep & ~whole & (k > 0)
-            removable += float(size[whole].sum())
-            removable += float((size[part] * k[part] / count[part]).sum())
-    return BatchPlan(base, pos, count, size, drop, gone, int(removable))
+    gone = cancelled_between(cancelled, src.base_offset, src.end_offset) if len(base) \
+        else NO_OFFSETS
+    rm = removable(da, base, count, size, horizon_ms, gone)
+    return BatchPlan(base, pos, count, size, rm.drop, gone, rm.cancelled, int(rm.removable_bytes))
 
 
 @dataclass
@@ -180,10 +164,7 @@ def _copy_survivors(src: Source, bp: BatchPlan, writer: _Writer, entries: list[E
         return
     base, pos, count, size = bp.base[keep], bp.pos[keep], bp.count[keep], bp.size[keep]
     gone = bp.cancelled
-    if len(gone):
-        partial = np.searchsorted(gone, base + count) > np.searchsorted(gone, base)
-    else:
-        partial = np.zeros(len(keep), dtype=bool)
+    partial = bp.cancelled_count[keep] > 0  # (a batch cancelled whole is dropped)
     end = pos + size
     brk = np.ones(len(keep), dtype=bool)  # a run of whole, adjacent batches starts here
     brk[1:] = partial[1:] | partial[:-1] | (pos[1:] != end[:-1])
@@ -251,11 +232,11 @@ def _copy_one(reader: _ChunkReader, src: Source, b: int, pos: int, n: int, size:
                               f"bytes, the index says {b} and {size}", src.path, pos)
     codec.check_crc(buf, rel, h, path=src.path, file_pos=pos)
     data = bytes(memoryview(buf)[rel:rel + size])
-    lo, hi = np.searchsorted(gone, [b, b + n]) if len(gone) else (0, 0)
-    if lo == hi:
+    start, k = cancelled_per_batch(gone, b, n) if len(gone) else (0, 0)
+    if not k:
         _emit(writer, entries, seg, h, data, interval)
         return
-    for batch in _reencode(h, data, gone[lo:hi], src.path, pos):
+    for batch in _reencode(h, data, gone[start:start + k], src.path, pos):
         _emit(writer, entries, seg, codec.parse_header(batch), batch, interval)
 
 
