@@ -9,7 +9,8 @@ error is worded in one place (a test holds the two loops to the same batches and
 
 - strict (`scan_log`, recovery): also checks offset continuity and CRCs, and stops at the
   first torn or corrupt batch, saying where (`ScanResult.error`).
-- header-only (`iter_headers`, offset lookups): reads only the 61-byte header of each batch.
+- header-only (`iter_headers`, offset lookups): reads only the header of each batch
+  (codec.HEADER_SIZE, 69 bytes).
 - tolerant (`walk`, inspection): a CRC failure is reported on the batch and the walk goes
   on; where the framing breaks a `FramingBreak` is yielded and, with resync, the walk
   resumes at the next intact batch (`resync`).
@@ -414,6 +415,9 @@ def walk(fd: int, start: int, end: int, *, check_crc: bool = True, keep_data: bo
         progress(end - reported)
 
 
+_MAGIC_BYTE = bytes([codec.MAGIC])
+
+
 def find_intact(fd: int, start: int, end: int, limit: int = RESYNC_LIMIT) -> int | None:
     """The first position >= start holding an intact batch (magic byte, sane header, good
     CRC), looking at most `limit` bytes ahead; None if there is none. O(bytes searched)."""
@@ -423,11 +427,11 @@ def find_intact(fd: int, start: int, end: int, limit: int = RESYNC_LIMIT) -> int
         buf = os.pread(fd, min(CHUNK, end - pos), pos)
         if len(buf) < codec.HEADER_SIZE:
             return None
-        i = 16  # the magic byte sits at batch byte 16
+        i = codec.MAGIC_OFFSET
         last_candidate = len(buf) - codec.HEADER_SIZE
         while True:
-            i = buf.find(b"\x03", i)
-            p = i - 16
+            i = buf.find(_MAGIC_BYTE, i)
+            p = i - codec.MAGIC_OFFSET
             if i < 0 or p > last_candidate:
                 break
             try:
