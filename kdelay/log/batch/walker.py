@@ -34,6 +34,7 @@ from ... import fsio
 from ...errors import CorruptLogError
 from ...index.deliver_after_index import Entry
 from . import codec
+from .offset_continuity import check_continues
 
 CHUNK = 8 << 20  # bytes read per syscall
 RESYNC_LIMIT = 256 << 20  # how far past a framing break to look for the next intact batch
@@ -293,9 +294,9 @@ def scan_log(fd: int, path: str, base_offset: int, *, start: int = 0, end: int |
              index_bad_crc: bool = False, gaps: bool = False) -> ScanResult:
     """Walk the batches of a .log from `start`, checking framing, offset continuity and
     (optionally) CRCs; stops at the first problem (with `index_bad_crc`, a batch whose
-    framing is sound but whose CRC fails is listed and the walk goes on). With `gaps` (a
-    compacted segment) a batch may start past the previous one's end, never before it. O(file size) for
-    the CRCs, one header parse per batch."""
+    framing is sound but whose CRC fails is listed and the walk goes on). `gaps`: the
+    segment is a compacted one (offset_continuity: its batches may skip offsets forward).
+    O(file size) for the CRCs, one header parse per batch."""
     if end is None:
         end = os.fstat(fd).st_size
     entries: list[Entry] = []
@@ -305,9 +306,7 @@ def scan_log(fd: int, path: str, base_offset: int, *, start: int = 0, end: int |
     error = None
     try:
         for pos, h, buf, rel in frames(_pread(fd), start, end, path=path):
-            if h.base_offset != next_offset and not (gaps and h.base_offset > next_offset):
-                raise CorruptLogError(
-                    f"batch base offset {h.base_offset}, expected {next_offset}", path, pos)
+            check_continues(h.base_offset, next_offset, gaps, path, pos)
             if check_crc and not codec.crc_ok(buf, rel, h):
                 e = CorruptLogError("CRC-32C mismatch", path, pos)
                 if not index_bad_crc:

@@ -22,6 +22,7 @@ from ...index.deliver_after_index import DeliverAfterIndex, Entry
 from ...index.offset_index import OffsetIndex
 from ...index.time_index import TimeIndex
 from ..batch import codec
+from ..batch.offset_continuity import check_continues, continues
 from ..batch.walker import ScanResult, base_offsets_crc, iter_headers, scan_log
 from .layout import (
     CANCEL_SUFFIXES,
@@ -263,7 +264,8 @@ class LogSegment:
         if not self.compacted:
             return expected
         indexed = self.dly_index.base_offset_at(position)
-        if indexed is None or not expected <= indexed < self.next_offset:
+        if indexed is None or not (continues(indexed, expected, self.compacted)
+                                   and indexed < self.next_offset):
             raise CorruptLogError(f"batch at {position} is not where the index of this "
                                   f"compacted segment has one after offset {expected}",
                                   self.log_path, position)
@@ -278,11 +280,9 @@ class LogSegment:
         expected, start = (self.base_offset, 0) if entry is None else entry
         for pos, h in self.batch_headers(start):
             # the index entry (or the segment base) says which offset each batch must start
-            # at; a damaged base offset would otherwise be believed
+            # at, exactly; a damaged base offset would otherwise be believed
             expected = self.expected_base(pos, expected)
-            if h.base_offset != expected:
-                raise CorruptLogError(f"batch base offset {h.base_offset}, expected {expected}",
-                                      self.log_path, pos)
+            check_continues(h.base_offset, expected, False, self.log_path, pos)
             if h.last_offset >= offset:
                 return pos, h
             expected = h.last_offset + 1
