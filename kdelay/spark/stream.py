@@ -45,7 +45,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from ..errors import CorruptLogError
-from ..log.batch import codec
+from ..log.batch.entry_check import check_batch
 from ..log.batch.walker import HeaderColumns
 from ..log.cancellation.journal import read_cancelled
 from ..log.segments.layout import LOG_SUFFIX, segment_file
@@ -169,8 +169,8 @@ def _encode(key: tuple[int, int]) -> dict:
 def read_range(part: scan.PartitionDir, start: tuple[int, int], end: tuple[int, int],
                batches: list[tuple]) -> Iterator[pa.RecordBatch]:
     """The records of `batches` (in key order) whose key is in (start, end], as Arrow
-    batches. Each batch is re-read and re-checked (size, base offset, deliverAfter, CRC)
-    against what planning saw: a log changed underneath raises instead of lying."""
+    batches. Each batch is re-read and checked against what planning saw (its index entry:
+    entry_check.check_batch): a log changed underneath raises instead of lying."""
     topic, pnum = part.topic, part.partition
     fds: dict[int, int] = {}
     try:
@@ -197,13 +197,9 @@ def read_range(part: scan.PartitionDir, start: tuple[int, int], end: tuple[int, 
             rel = 0
             for da, base, last, _, pos, size in run:
                 got = os.preadv(fd, [memoryview(buf)[rel:rel + size]], pos)
-                h = codec.parse_header(buf, rel, path=path, file_pos=pos,
-                                       available=got) if got >= codec.HEADER_SIZE else None
-                if h is None or got != size or h.size != size or h.base_offset != base or \
-                        h.deliver_after != da or h.last_offset != last or \
-                        not codec.crc_ok(buf, rel, h):
-                    raise CorruptLogError("batch changed since the micro-batch was planned",
-                                          path, pos)
+                # only what was read: a batch cut short is truncated, not zeros
+                h = check_batch(memoryview(buf)[:rel + got], rel,
+                                (da, base, pos, last - base, size), path=path)
                 rels.append(rel)
                 headers.append(h)
                 positions.append(pos)

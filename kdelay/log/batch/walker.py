@@ -171,19 +171,13 @@ class HeaderColumns:
         return cls(table)
 
     @classmethod
-    def read(cls, buf: np.ndarray, rels: np.ndarray) -> HeaderColumns:
-        """The fields of the headers at `rels` in `buf` (uint8), unchecked: for a caller
-        that checks them against what it expects (an index). A few numpy gathers."""
-        def field(name: str, dtype: str) -> np.ndarray:
-            at = rels[:, None] + (_AT[name] + np.arange(np.dtype(dtype).itemsize))
-            return buf[at].view(dtype).ravel().astype(np.int64)
-
-        return cls(np.array([rels, field("base_offset", ">i8"),
-                             field("batch_length", ">i4") + codec.LOG_OVERHEAD,
-                             field("last_offset_delta", ">i4"), field("base_timestamp", ">i8"),
-                             field("max_timestamp", ">i8"), field("deliver_after", ">i8"),
-                             field("record_count", ">i4"), field("crc", ">u4")],
-                            dtype=np.int64).reshape(HEADER_ROWS, len(rels)))
+    def walk(cls, buf: np.ndarray, start: int, capacity: int) -> tuple[HeaderColumns, int]:
+        """The batches lying wholly in `buf` (uint8) back to back from `start`, at most
+        `capacity` of them, parsed and checked by one compiled walk (walk_headers), and the
+        position where the walk stopped."""
+        table = np.empty((HEADER_ROWS, capacity), dtype=np.int64)
+        n, stop = walk_headers(buf, start, table, _LAYOUT)
+        return cls(table[:, :n]), stop
 
     def take(self, which: np.ndarray) -> HeaderColumns:
         """The batches at indexes (or where a boolean mask is true) `which`."""
@@ -242,11 +236,10 @@ def frame_runs(read: Reader, start: int, end: int, *, path: str | None = None,
         buf_pos, rel = pos, 0
         while True:  # more than one walk only when a buffer holds over _RUN_CAPACITY batches
             cap = min(_RUN_CAPACITY, (len(buf) - rel) // header_size + 1)
-            table = np.empty((HEADER_ROWS, cap), dtype=np.int64)
-            n, rel = walk_headers(view, rel, table, _LAYOUT)
-            if n:
-                yield FrameRun(buf, buf_pos, HeaderColumns(table[:, :n]))
-            if n < cap:
+            headers, rel = HeaderColumns.walk(view, rel, cap)
+            if len(headers):
+                yield FrameRun(buf, buf_pos, headers)
+            if len(headers) < cap:
                 break
         pos = buf_pos + rel
         want = chunk

@@ -22,6 +22,7 @@ from ...index.deliver_after_index import DeliverAfterIndex, Entry
 from ...index.offset_index import OffsetIndex
 from ...index.time_index import TimeIndex
 from ..batch import codec
+from ..batch.entry_check import check_batch
 from ..batch.offset_continuity import check_continues, continues
 from ..batch.walker import ScanResult, base_offsets_crc, iter_headers, scan_log
 from .layout import (
@@ -230,18 +231,12 @@ class LogSegment:
 
     # ------------------------------------------------------------------ reading
 
-    def read_verified(self, position: int, size: int, expected_base: int
-                      ) -> tuple[codec.BatchHeader, bytes]:
-        """Header and bytes of the batch at `position`, verified: header sane, base offset
-        and size as the index said, CRC good. Raises CorruptLogError."""
-        data = fsio.pread(self.fd, size, position)
-        h = codec.parse_header(data, path=self.log_path, file_pos=position)
-        if h.base_offset != expected_base or h.size != size:
-            raise CorruptLogError(
-                f"batch at this position has base offset {h.base_offset} and {h.size} bytes; "
-                f"the index expected {expected_base} and {size}", self.log_path, position)
-        codec.check_crc(data, 0, h, path=self.log_path, file_pos=position)
-        return h, data
+    def read_verified(self, entry: Entry) -> tuple[codec.BatchHeader, bytes]:
+        """Header and bytes of the batch `entry` points at (an index entry, or the one a
+        header walk expects), checked against it (entry_check.check_batch). Raises
+        CorruptLogError."""
+        data = fsio.pread(self.fd, entry[4], entry[2])
+        return check_batch(data, 0, entry, path=self.log_path), data
 
     def batch_headers(self, start: int = 0) -> Iterator[tuple[int, codec.BatchHeader]]:
         """(position, header) of each batch from byte `start`, reading headers only."""
