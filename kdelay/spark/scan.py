@@ -35,6 +35,7 @@ from ..log.segments.layout import (
     segment_bases,
     segment_file,
 )
+from ..read_ranges import coalesce
 from .columnar import Chunk
 
 CHUNK_BYTES = 8 << 20  # bytes of .log per read (and per Arrow batch, roughly)
@@ -341,14 +342,11 @@ class SegmentReader:
         order = self._wanted(da, base, pos, lod)
         want = list(zip(da[order].tolist(), base[order].tolist(), pos[order].tolist(),
                         lod[order].tolist(), size[order].tolist(), strict=True))
-        i = 0
-        while i < len(want):
-            # one read covers a run of nearby batches, up to chunk_bytes
-            j = i + 1
+        starts = pos[order]
+        # one read covers a run of nearby batches, up to chunk_bytes
+        for i, j in coalesce(starts, starts + size[order], max_span=self.chunk_bytes,
+                             max_gap=_MAX_GAP):
             start = want[i][2]
-            while j < len(want) and want[j][2] - (want[j - 1][2] + want[j - 1][4]) <= _MAX_GAP \
-                    and want[j][2] + want[j][4] - start <= self.chunk_bytes:
-                j += 1
             end = want[j - 1][2] + want[j - 1][4]
             buf = self._read(fd, start, end - start)
             rels, headers = [], []
@@ -365,5 +363,4 @@ class SegmentReader:
                 done.add(entry[2])
             if headers:
                 yield self._chunk_of(buf, start, rels, headers)
-            i = j
         return None

@@ -27,6 +27,7 @@ from ...errors import CorruptLogError
 from ...index.deliver_after_index import DeliverAfterIndex, Entry
 from ...index.offset_index import OffsetIndex
 from ...index.time_index import TimeIndex
+from ...read_ranges import coalesce
 from ..batch import codec
 from ..batch.entry_check import check_batch, check_run
 from ..batch.walker import base_offsets_crc
@@ -204,17 +205,15 @@ def _copy_survivors(src: Source, bp: BatchPlan, writer: _Writer, entries: list[E
                               int(count[i]), int(size[i]), gone, writer, entries, seg,
                               interval)
                 continue
-            k = a
-            while k < b:  # pieces of at most one read chunk
-                e = max(k + 1, k + int(np.searchsorted(end[k:b], pos[k] + _READ_CHUNK,
-                                                       side="right")))
+            # pieces of at most one read chunk
+            for k, e in coalesce(pos[a:b], end[a:b], max_span=_READ_CHUNK):
+                k, e = a + k, a + e
                 if not _copy_run(reader, da[k:e], base[k:e], pos[k:e], count[k:e], size[k:e],
                                  writer, entries, seg, interval):
                     for i in range(k, e):  # something is off: find it batch by batch
                         _copy_one(reader, src, int(da[i]), int(base[i]), int(pos[i]),
                                   int(count[i]), int(size[i]), gone, writer, entries, seg,
                                   interval)
-                k = e
     finally:
         os.close(fd)
 
