@@ -28,7 +28,8 @@ def read_from(segments: SegmentSet, offset: int, max_records: int) -> list[Fetch
                 # offsets must run on without a gap (a header's own base offset is no check
                 # of itself), except where compaction removed some (known from the index)
                 expected = seg.expected_base(pos, expected)
-                h, data = seg.read_verified(pos, h.size, expected)
+                h, data = seg.read_verified((h.deliver_after, expected, pos,
+                                             h.last_offset_delta, h.size))
                 expected = h.last_offset + 1
                 skip = max(0, offset - h.base_offset)
                 out.extend(batch_records(h, data, skip, max_records - len(out), seg, pos))

@@ -24,8 +24,7 @@ class BatchSource(Protocol):
 
     log_path: str
 
-    def read_verified(self, position: int, size: int, expected_base: int
-                      ) -> tuple[codec.BatchHeader, bytes]: ...
+    def read_verified(self, entry: Entry) -> tuple[codec.BatchHeader, bytes]: ...
 
 
 class ColumnRun:

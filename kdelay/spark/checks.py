@@ -34,6 +34,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from ..errors import KdelayError
+from ..log.batch.offset_continuity import continues, may_skip
 from ..log.batch.walker import iter_headers
 from ..log.cancellation.journal import check_cancels
 from ..log.compaction.swap import read_marker
@@ -168,12 +169,10 @@ def _findings(batches: DataFrame, index: DataFrame, keys: list[str],
     cur_comp = F.coalesce(F.col("comp"), F.lit(False))
     prev_comp = F.coalesce(F.col("prev_comp"), F.lit(False))
     new_segment = F.col("prev_segment").isNull() | (F.col("prev_segment") != F.col("segment"))
-    forward_ok = cur_comp | (new_segment & prev_comp)
-    gap = F.col("prev_last").isNotNull() & (
-        (F.col("base_offset") <= F.col("prev_last"))
-        | ((F.col("base_offset") > F.col("prev_last") + 1) & ~forward_ok))
-    bad_first = new_segment & (F.col("base_offset") != F.col("segment")) & ~(
-        cur_comp & (F.col("base_offset") > F.col("segment")))
+    base = F.col("base_offset")
+    gap = F.col("prev_last").isNotNull() & ~continues(
+        base, F.col("prev_last") + 1, may_skip(cur_comp, new_segment, prev_comp))
+    bad_first = new_segment & ~continues(base, F.col("segment"), cur_comp)
     parts.append(_row(cont.where(gap | bad_first),
                       keys, "offset", a="base_offset", b="prev_last",
                       c=F.when(gap, F.lit(1)).otherwise(F.lit(0))))

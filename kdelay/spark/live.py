@@ -30,6 +30,8 @@ from ..errors import CorruptLogError
 from ..index.deliver_after_index import DeliverAfterIndex
 from ..index.index_file import IndexFileError
 from ..log.batch import codec, walker
+from ..log.batch.offset_continuity import continues
+from ..log.compaction import swap
 from ..log.segments import append_horizon
 from ..log.segments.layout import (
     DLYINDEX_SUFFIX,
@@ -118,7 +120,7 @@ class LivePartition:
             if seg.complete:
                 continue
             try:
-                whole = self._walk(base, seg, idle_writer, sealed)
+                whole = self._walk(base, seg, idle_writer)
             except FileNotFoundError:
                 self._drop(base)
                 continue
@@ -157,15 +159,17 @@ class LivePartition:
                 self.batches.add(BatchRef(d, b, b + lo, base, p, s))
         return True
 
-    def _walk(self, base: int, seg: _Segment, idle_writer: bool, sealed: bool) -> bool:
+    def _walk(self, base: int, seg: _Segment, idle_writer: bool) -> bool:
         """Catalogue the whole, CRC-valid batches appended to segment `base` since the last
         walk (the shared walker's framing parse); stop at the first batch that is not (yet)
-        whole and valid. True when the walk reached the end of the file. Offsets run on
-        without a gap in the segment being appended to; a sealed one may have gaps
-        (compaction drops removable records), never a step back."""
+        whole and valid. True when the walk reached the end of the file. Offsets run on as
+        the engine's rule says (offset_continuity): with gaps only in a segment compaction
+        rewrote, never a step back."""
         path = segment_file(self.part.path, base, LOG_SUFFIX)
         if seg.next_offset < 0:
             seg.next_offset = base
+        # the swap puts a compacted segment's marker in place before its .log
+        compacted = swap.marker_exists(self.part.path, base)
         fd = os.open(path, os.O_RDONLY)
         try:
             size = os.fstat(fd).st_size
@@ -173,8 +177,7 @@ class LivePartition:
                                    path=path)
             try:
                 for pos, h, buf, rel in frames:
-                    gap_ok = sealed and h.base_offset > seg.next_offset
-                    if (h.base_offset != seg.next_offset and not gap_ok) or \
+                    if not continues(h.base_offset, seg.next_offset, compacted) or \
                             not codec.crc_ok(buf, rel, h):
                         return self._bad(seg, pos, idle_writer, path)
                     if self._keep(h.deliver_after, h.last_offset):

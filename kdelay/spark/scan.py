@@ -25,6 +25,7 @@ from ..index.deliver_after_index import DeliverAfterIndex
 from ..index.index_file import IndexFileError
 from ..index.offset_index import OffsetIndex
 from ..log.batch import codec, walker
+from ..log.batch.entry_check import check_batch
 from ..log.segments import layout
 from ..log.segments.layout import (
     DLYINDEX_SUFFIX,
@@ -34,6 +35,7 @@ from ..log.segments.layout import (
     segment_bases,
     segment_file,
 )
+from ..read_ranges import coalesce
 from .columnar import Chunk
 
 CHUNK_BYTES = 8 << 20  # bytes of .log per read (and per Arrow batch, roughly)
@@ -338,36 +340,27 @@ class SegmentReader:
         da, base, pos, lod, size = (np.asarray(c) for c in idx.disk_columns)
         self.stats.batches_seen += len(da)
         order = self._wanted(da, base, pos, lod)
-        want = list(zip(pos[order].tolist(), size[order].tolist(), base[order].tolist(),
-                        da[order].tolist(), strict=True))
-        i = 0
-        while i < len(want):
-            # one read covers a run of nearby batches, up to chunk_bytes
-            j = i + 1
-            start = want[i][0]
-            while j < len(want) and want[j][0] - (want[j - 1][0] + want[j - 1][1]) <= _MAX_GAP \
-                    and want[j][0] + want[j][1] - start <= self.chunk_bytes:
-                j += 1
-            end = want[j - 1][0] + want[j - 1][1]
+        want = list(zip(da[order].tolist(), base[order].tolist(), pos[order].tolist(),
+                        lod[order].tolist(), size[order].tolist(), strict=True))
+        starts = pos[order]
+        # one read covers a run of nearby batches, up to chunk_bytes
+        for i, j in coalesce(starts, starts + size[order], max_span=self.chunk_bytes,
+                             max_gap=_MAX_GAP):
+            start = want[i][2]
+            end = want[j - 1][2] + want[j - 1][4]
             buf = self._read(fd, start, end - start)
             rels, headers = [], []
-            for p, sz, b, d in want[i:j]:
-                rel = p - start
-                try:
-                    h = codec.parse_header(buf, rel, path=self.path, file_pos=p,
-                                           available=len(buf) - rel)
+            for entry in want[i:j]:
+                rel = entry[2] - start
+                try:  # a CRC failure is no mismatch: the Chunk reports it per batch
+                    h = check_batch(buf, rel, entry, path=self.path, crc=False)
                 except CorruptLogError as e:
-                    h = None
-                    problem = str(e)
-                if h is None or h.base_offset != b or h.size != sz or h.deliver_after != d:
                     if headers:
                         yield self._chunk_of(buf, start, rels, headers)
-                    return problem if h is None else (
-                        f"{self.path}: batch at byte {p} does not match its .dlyindex entry")
+                    return str(e)
                 rels.append(rel)
                 headers.append(h)
-                done.add(p)
+                done.add(entry[2])
             if headers:
                 yield self._chunk_of(buf, start, rels, headers)
-            i = j
         return None

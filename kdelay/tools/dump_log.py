@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import KdelayError
 from ..log.batch import codec
+from ..log.batch.offset_continuity import continues
 from ..log.batch.walker import Batch, FramingBreak
 from ..log.cancellation.per_batch import cancelled_per_batch
 from ..log.segments.layout import LOG_SUFFIX, SegmentFiles, parse_segment_name
@@ -158,8 +159,8 @@ def cmd_dump_log(args: argparse.Namespace, out: Out) -> int:
                 bar.close()
                 err(f"{path} at byte {b.position}: CRC-32C mismatch in batch of offsets "
                     f"{b.base_offset}..{b.last_offset}")
-            if expected is not None and b.base_offset != expected and start == 0 and not (
-                    gaps and b.base_offset > expected):
+            if expected is not None and start == 0 and \
+                    not continues(b.base_offset, expected, gaps):
                 problems += 1
                 err(f"{path} at byte {b.position}: batch starts at offset {b.base_offset}, "
                     f"expected {expected}")

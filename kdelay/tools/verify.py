@@ -11,6 +11,7 @@ import os
 from ..clients.queue import state_store
 from ..errors import KdelayError
 from ..fetch.group_positions import GroupStore
+from ..log.batch.offset_continuity import continues
 from ..log.batch.walker import Batch, FramingBreak, Progress, base_offsets_crc
 from ..log.segments import append_horizon, layout
 from ..log.segments.layout import LOG_SUFFIX, SegmentFiles, parse_segment_name, segment_file
@@ -87,7 +88,8 @@ def _verify_once(directory: str, only_base: int | None, progress: Progress | Non
         rep.batches += len(scan.batches)
         rep.records += scan.records
         rep.bytes += seg.log_size
-        if prev_next is not None and seg.base_offset != prev_next:
+        # the segment before ends where its last batch does, or (compacted) its marker says
+        if prev_next is not None and not continues(seg.base_offset, prev_next, False):
             if seg.base_offset > prev_next:
                 rep.add(True, seg.log_path, 0,
                         f"offset gap across segments: offsets {prev_next}..{seg.base_offset - 1}"
@@ -161,9 +163,7 @@ def _check_batches(rep: VerifyReport, seg: SegmentFiles, scan: SegmentScan, acti
             rep.add(True, path, b.position,
                     f"offsets {expected}..{b.base_offset - 1} are lost in the damaged bytes "
                     f"before this batch")
-        elif compacted and b.base_offset >= expected and not after_break:
-            pass
-        elif b.base_offset != expected and not after_break:
+        elif not after_break and not continues(b.base_offset, expected, compacted):
             if b.base_offset > expected:
                 msg = (f"offset gap: batch starts at offset {b.base_offset}, expected "
                        f"{expected} (offsets {expected}..{b.base_offset - 1} missing)")

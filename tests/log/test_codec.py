@@ -376,6 +376,15 @@ def test_header_layout(spec, deliver_after):
     codec.check_crc(big, 7, h)
 
 
+def test_header_constants_are_those_of_the_documented_layout():
+    """Worked out from HEADER's format, they land where docs/formats.md puts the fields."""
+    assert (codec.MAGIC_OFFSET, codec.CRC_OFFSET, codec.CRC_START,
+            codec.DELIVER_AFTER_OFFSET, codec.LOG_OVERHEAD) == (16, 17, 21, 43, 12)
+    assert codec.MIN_BATCH_LENGTH == 57
+    assert codec._HEAD.size == codec.CRC_START
+    assert codec._HEAD.size + codec._TAIL.size == codec.HEADER_SIZE
+
+
 # ---------------------------------------------------------------------------- varints
 
 

@@ -43,18 +43,24 @@ def test_names():
 def test_append_read_find(tmp_path):
     d = os.fspath(tmp_path)
     seg = LogSegment.create(d, 10)
-    placed = _fill(seg, [(2, T0 + 5), (1, T0), (3, T0 + 5)])
+    spec = [(2, T0 + 5), (1, T0), (3, T0 + 5)]
+    placed = _fill(seg, spec)
     assert seg.next_offset == 16 and seg.size == sum(s for _, s in placed)
-    for (pos, size), base in zip(placed, (10, 12, 13), strict=True):
-        assert len(seg.read_verified(pos, size, base)[1]) == size
+
+    def entry(i: int, base: int, size: int) -> tuple[int, ...]:
+        """The index entry of batch i, but for its base offset and size."""
+        return (spec[i][1], base, placed[i][0], spec[i][0] - 1, size)
+
+    for i, ((_, size), base) in enumerate(zip(placed, (10, 12, 13), strict=True)):
+        assert len(seg.read_verified(entry(i, base, size))[1]) == size
     assert [seg.find_batch(o)[0] for o in range(10, 16)] == \
         [placed[0][0]] * 2 + [placed[1][0]] + [placed[2][0]] * 3
     assert seg.find_batch(9) is None and seg.find_batch(16) is None
     assert [h.base_offset for _, h in seg.batch_headers()] == [10, 12, 13]
     with pytest.raises(CorruptLogError):
-        seg.read_verified(placed[1][0], placed[1][1], 11)  # wrong expected base
+        seg.read_verified(entry(1, 11, placed[1][1]))  # wrong expected base
     with pytest.raises(CorruptLogError):
-        seg.read_verified(placed[1][0], placed[1][1] - 1, 12)  # wrong size
+        seg.read_verified(entry(1, 12, placed[1][1] - 1))  # wrong size
     keys = [(e[0], e[1]) for e in entries_after(seg.dly_index, None)]
     assert keys == [(T0, 12), (T0 + 5, 10), (T0 + 5, 13)]
     seg.close()

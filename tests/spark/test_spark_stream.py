@@ -169,6 +169,42 @@ def test_live_catalog_across_a_compaction(tmp_path):
     assert sum(1 for da, _ in want if da > T0 + 2 * hour) == 8 * 4
 
 
+def test_live_catalog_allows_an_offset_gap_only_where_compaction_made_one(tmp_path):
+    """The engine's rule (offset_continuity): a batch may skip offsets only in a segment
+    compaction rewrote. In a sealed segment without a compaction marker a gap is damage:
+    the batches from it on are not catalogued (the catalogue used to take a gap in any
+    sealed segment)."""
+    from kdelay.log.batch import walker
+    from kdelay.log.compaction import swap
+    from kdelay.log.segments.layout import MARKER_SUFFIX
+
+    path = str(tmp_path / "p")
+    with Log.open(path, config=LogConfig(segment_bytes=1024), clock=lambda: T0) as log:
+        for i in range(40):
+            log.append([Record(b"w" * 40)], deliver_after=T0 + i)
+        bases = log.segments
+    assert len(bases) > 2
+    os.remove(segment_file(path, bases[0], ".dlyindex"))  # walked, not listed from its index
+    log_path = segment_file(path, bases[0], ".log")
+    fd = os.open(log_path, os.O_RDWR)
+    try:
+        heads = list(walker.iter_headers(fd, log_path, 0, os.fstat(fd).st_size))
+        pos, h = heads[-1]  # its base offset moved on by 3: the batch CRC does not cover it
+        os.pwrite(fd, (h.base_offset + 3).to_bytes(8, "big"), pos)
+    finally:
+        os.close(fd)
+    live = LivePartition(scan.PartitionDir(path))
+    live.refresh(T0 + 1000)
+    first = sorted(b[1] for b in live.batches if b[3] == bases[0])
+    assert first == [h.base_offset for _, h in heads[:-1]]
+    # with compaction's marker the segment may skip offsets: the same batch is taken
+    with open(segment_file(path, bases[0], MARKER_SUFFIX), "wb") as f:
+        f.write(swap.encode_marker(swap.Marker(bases[0], bases[1])))
+    live.refresh(T0 + 1000)
+    assert sorted(b[1] for b in live.batches if b[3] == bases[0]) == \
+        first + [heads[-1][1].base_offset + 3]
+
+
 def test_stream_read_leaves_out_cancelled_records(tmp_path):
     from kdelay.spark.stream import read_range
 

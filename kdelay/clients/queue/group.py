@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ...errors import KdelayError
 from ...partition import Log
+from ...read_ranges import coalesce
 from ...records import DeliveryKey, FetchedRecord, Header
 from ..topic import ActivitySignal
 from . import state_store
@@ -291,16 +292,11 @@ class GroupPartition:
         """The records at sorted `offsets`, read in runs of nearby offsets (one read per
         run, not per record: a read decodes whole batches)."""
         out: dict[int, FetchedRecord] = {}
-        i = 0
-        while i < len(offsets):
-            j = i
-            while j + 1 < len(offsets) and offsets[j + 1] - offsets[i] < _READ_SPAN:
-                j += 1
-            wanted = set(offsets[i:j + 1])
-            for rec in self.log.read(offsets[i], max_records=offsets[j] - offsets[i] + 1):
+        for i, j in coalesce(offsets, [o + 1 for o in offsets], max_span=_READ_SPAN):
+            wanted = set(offsets[i:j])
+            for rec in self.log.read(offsets[i], max_records=offsets[j - 1] - offsets[i] + 1):
                 if rec.offset in wanted:
                     out[rec.offset] = rec
-            i = j + 1
         return out
 
     # ------------------------------------------------------------------ finish

@@ -1,7 +1,9 @@
 """The record batch codec: Kafka's v2 RecordBatch with magic 3 and a deliverAfter field.
 
-Layout (API.md, "On disk"): a 69-byte big-endian header, deliverAfter at byte 43, then the
-records exactly as Kafka v2 writes them. The CRC-32C covers byte 21 (attributes) to the end.
+Layout (docs/formats.md, "Record batch"): a 69-byte big-endian header, deliverAfter at byte
+43, then the records exactly as Kafka v2 writes them. The CRC-32C covers byte 21 (attributes)
+to the end. HEADER's format is the one definition of that header: every field's offset, and
+the constants below, are worked out from it.
 
 Every batch shape takes one path: record_encode.py gathers a batch into flat columns and
 record_decode.py cuts one apart, each with a constant number of C-level calls per batch,
@@ -22,15 +24,10 @@ from ...records import NO_HEADERS, PackedBinary
 from . import record_decode, record_encode
 from .record_encode import RecordColumns
 
-HEADER = struct.Struct(">qiibIhiqqqqhii")
+HEADER = struct.Struct(">qiibIhiqqqqhii")  # one format character per BatchHeader field
 HEADER_SIZE = HEADER.size  # 69
 assert HEADER_SIZE == 69
 MAGIC = 3
-CRC_OFFSET = 17
-CRC_START = 21  # the CRC covers attributes .. end of batch
-LOG_OVERHEAD = 12  # baseOffset + batchLength: bytes not counted by batchLength
-DELIVER_AFTER_OFFSET = 43
-MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 # Smallest possible record: length, attributes, tsDelta, offsetDelta, keyLength (-1),
 # valueLength (-1), headerCount, one byte each. Bounds record_count by the batch size, so a
 # corrupt count can never make a reader allocate or loop beyond what the bytes could hold.
@@ -38,9 +35,6 @@ MIN_RECORD_SIZE = 7
 NO_PRODUCER_ID = -1
 # attributes: bits 0-2 compression (0 = none), bit 3 timestamp type, 4 transactional, 5 control
 UNSUPPORTED_ATTRIBUTES = 0x07 | 0x10 | 0x20
-
-_HEAD = struct.Struct(">qiibI")  # bytes 0..21: the part the CRC does not cover
-_TAIL = struct.Struct(">hiqqqqhii")  # bytes 21..69
 
 
 class BatchHeader(NamedTuple):
@@ -72,8 +66,17 @@ class BatchHeader(NamedTuple):
 # where each header field starts in a batch, worked out from HEADER's format
 FIELD_OFFSETS = {name: struct.calcsize(HEADER.format[:i + 1]) for i, name in
                  enumerate(BatchHeader._fields)}
-assert FIELD_OFFSETS["crc"] == CRC_OFFSET and FIELD_OFFSETS["deliver_after"] == \
-    DELIVER_AFTER_OFFSET
+MAGIC_OFFSET = FIELD_OFFSETS["magic"]
+CRC_OFFSET = FIELD_OFFSETS["crc"]
+CRC_START = FIELD_OFFSETS["attributes"]  # the CRC covers attributes .. end of batch
+DELIVER_AFTER_OFFSET = FIELD_OFFSETS["deliver_after"]
+# baseOffset + batchLength: the bytes batchLength does not count
+LOG_OVERHEAD = FIELD_OFFSETS["leader_epoch"]
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+# the header either side of CRC_START: what the CRC does not cover, and what it does
+_SPLIT = 1 + BatchHeader._fields.index("attributes")  # HEADER.format[0] is the byte order
+_HEAD = struct.Struct(HEADER.format[:_SPLIT])
+_TAIL = struct.Struct(HEADER.format[0] + HEADER.format[_SPLIT:])
 
 
 def parse_header(buf, pos: int = 0, *, path: str | None = None, file_pos: int | None = None,

@@ -9,7 +9,8 @@ error is worded in one place (a test holds the two loops to the same batches and
 
 - strict (`scan_log`, recovery): also checks offset continuity and CRCs, and stops at the
   first torn or corrupt batch, saying where (`ScanResult.error`).
-- header-only (`iter_headers`, offset lookups): reads only the 61-byte header of each batch.
+- header-only (`iter_headers`, offset lookups): reads only the header of each batch
+  (codec.HEADER_SIZE, 69 bytes).
 - tolerant (`walk`, inspection): a CRC failure is reported on the batch and the walk goes
   on; where the framing breaks a `FramingBreak` is yielded and, with resync, the walk
   resumes at the next intact batch (`resync`).
@@ -33,6 +34,7 @@ from ... import fsio
 from ...errors import CorruptLogError
 from ...index.deliver_after_index import Entry
 from . import codec
+from .offset_continuity import check_continues
 
 CHUNK = 8 << 20  # bytes read per syscall
 RESYNC_LIMIT = 256 << 20  # how far past a framing break to look for the next intact batch
@@ -169,19 +171,13 @@ class HeaderColumns:
         return cls(table)
 
     @classmethod
-    def read(cls, buf: np.ndarray, rels: np.ndarray) -> HeaderColumns:
-        """The fields of the headers at `rels` in `buf` (uint8), unchecked: for a caller
-        that checks them against what it expects (an index). A few numpy gathers."""
-        def field(name: str, dtype: str) -> np.ndarray:
-            at = rels[:, None] + (_AT[name] + np.arange(np.dtype(dtype).itemsize))
-            return buf[at].view(dtype).ravel().astype(np.int64)
-
-        return cls(np.array([rels, field("base_offset", ">i8"),
-                             field("batch_length", ">i4") + codec.LOG_OVERHEAD,
-                             field("last_offset_delta", ">i4"), field("base_timestamp", ">i8"),
-                             field("max_timestamp", ">i8"), field("deliver_after", ">i8"),
-                             field("record_count", ">i4"), field("crc", ">u4")],
-                            dtype=np.int64).reshape(HEADER_ROWS, len(rels)))
+    def walk(cls, buf: np.ndarray, start: int, capacity: int) -> tuple[HeaderColumns, int]:
+        """The batches lying wholly in `buf` (uint8) back to back from `start`, at most
+        `capacity` of them, parsed and checked by one compiled walk (walk_headers), and the
+        position where the walk stopped."""
+        table = np.empty((HEADER_ROWS, capacity), dtype=np.int64)
+        n, stop = walk_headers(buf, start, table, _LAYOUT)
+        return cls(table[:, :n]), stop
 
     def take(self, which: np.ndarray) -> HeaderColumns:
         """The batches at indexes (or where a boolean mask is true) `which`."""
@@ -240,11 +236,10 @@ def frame_runs(read: Reader, start: int, end: int, *, path: str | None = None,
         buf_pos, rel = pos, 0
         while True:  # more than one walk only when a buffer holds over _RUN_CAPACITY batches
             cap = min(_RUN_CAPACITY, (len(buf) - rel) // header_size + 1)
-            table = np.empty((HEADER_ROWS, cap), dtype=np.int64)
-            n, rel = walk_headers(view, rel, table, _LAYOUT)
-            if n:
-                yield FrameRun(buf, buf_pos, HeaderColumns(table[:, :n]))
-            if n < cap:
+            headers, rel = HeaderColumns.walk(view, rel, cap)
+            if len(headers):
+                yield FrameRun(buf, buf_pos, headers)
+            if len(headers) < cap:
                 break
         pos = buf_pos + rel
         want = chunk
@@ -292,9 +287,9 @@ def scan_log(fd: int, path: str, base_offset: int, *, start: int = 0, end: int |
              index_bad_crc: bool = False, gaps: bool = False) -> ScanResult:
     """Walk the batches of a .log from `start`, checking framing, offset continuity and
     (optionally) CRCs; stops at the first problem (with `index_bad_crc`, a batch whose
-    framing is sound but whose CRC fails is listed and the walk goes on). With `gaps` (a
-    compacted segment) a batch may start past the previous one's end, never before it. O(file size) for
-    the CRCs, one header parse per batch."""
+    framing is sound but whose CRC fails is listed and the walk goes on). `gaps`: the
+    segment is a compacted one (offset_continuity: its batches may skip offsets forward).
+    O(file size) for the CRCs, one header parse per batch."""
     if end is None:
         end = os.fstat(fd).st_size
     entries: list[Entry] = []
@@ -304,9 +299,7 @@ def scan_log(fd: int, path: str, base_offset: int, *, start: int = 0, end: int |
     error = None
     try:
         for pos, h, buf, rel in frames(_pread(fd), start, end, path=path):
-            if h.base_offset != next_offset and not (gaps and h.base_offset > next_offset):
-                raise CorruptLogError(
-                    f"batch base offset {h.base_offset}, expected {next_offset}", path, pos)
+            check_continues(h.base_offset, next_offset, gaps, path, pos)
             if check_crc and not codec.crc_ok(buf, rel, h):
                 e = CorruptLogError("CRC-32C mismatch", path, pos)
                 if not index_bad_crc:
@@ -414,6 +407,9 @@ def walk(fd: int, start: int, end: int, *, check_crc: bool = True, keep_data: bo
         progress(end - reported)
 
 
+_MAGIC_BYTE = bytes([codec.MAGIC])
+
+
 def find_intact(fd: int, start: int, end: int, limit: int = RESYNC_LIMIT) -> int | None:
     """The first position >= start holding an intact batch (magic byte, sane header, good
     CRC), looking at most `limit` bytes ahead; None if there is none. O(bytes searched)."""
@@ -423,11 +419,11 @@ def find_intact(fd: int, start: int, end: int, limit: int = RESYNC_LIMIT) -> int
         buf = os.pread(fd, min(CHUNK, end - pos), pos)
         if len(buf) < codec.HEADER_SIZE:
             return None
-        i = 16  # the magic byte sits at batch byte 16
+        i = codec.MAGIC_OFFSET
         last_candidate = len(buf) - codec.HEADER_SIZE
         while True:
-            i = buf.find(b"\x03", i)
-            p = i - 16
+            i = buf.find(_MAGIC_BYTE, i)
+            p = i - codec.MAGIC_OFFSET
             if i < 0 or p > last_candidate:
                 break
             try:

@@ -26,8 +26,10 @@ from ...errors import CorruptLogError
 from ...index.deliver_after_index import DeliverAfterIndex, Entry
 from ...index.offset_index import OffsetIndex
 from ...index.time_index import TimeIndex
+from ...read_ranges import coalesce
 from ..batch import codec
-from ..batch.walker import HeaderColumns, base_offsets_crc
+from ..batch.entry_check import check_batch, check_run
+from ..batch.walker import base_offsets_crc
 from ..cancellation.per_batch import cancelled_per_batch
 from ..segments.layout import DLYINDEX_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX
 from ..segments.segment import LogSegment
@@ -58,6 +60,7 @@ class Source(NamedTuple):
 class BatchPlan(NamedTuple):
     """A source's batches in position order, what goes, and the removable byte count."""
 
+    deliver_after: np.ndarray
     base: np.ndarray
     pos: np.ndarray
     count: np.ndarray   # records per batch
@@ -79,7 +82,8 @@ def batch_plan(src: Source, horizon_ms: int, cancelled: Cancelled | None) -> Bat
     gone = cancelled_between(cancelled, src.base_offset, src.end_offset) if len(base) \
         else NO_OFFSETS
     rm = removable(da, base, count, size, horizon_ms, gone)
-    return BatchPlan(base, pos, count, size, rm.drop, gone, rm.cancelled, int(rm.removable_bytes))
+    return BatchPlan(da, base, pos, count, size, rm.drop, gone, rm.cancelled,
+                     int(rm.removable_bytes))
 
 
 @dataclass
@@ -162,7 +166,8 @@ def _copy_survivors(src: Source, bp: BatchPlan, writer: _Writer, entries: list[E
     keep = np.flatnonzero(~bp.drop)
     if not len(keep):
         return
-    base, pos, count, size = bp.base[keep], bp.pos[keep], bp.count[keep], bp.size[keep]
+    da, base, pos = bp.deliver_after[keep], bp.base[keep], bp.pos[keep]
+    count, size = bp.count[keep], bp.size[keep]
     gone = bp.cancelled
     partial = bp.cancelled_count[keep] > 0  # (a batch cancelled whole is dropped)
     end = pos + size
@@ -178,38 +183,33 @@ def _copy_survivors(src: Source, bp: BatchPlan, writer: _Writer, entries: list[E
         for a, b in zip(starts[:-1], starts[1:], strict=True):
             if partial[a] or b - a < _MIN_RUN:  # numpy's per-call cost beats short runs
                 for i in range(a, b):
-                    _copy_one(reader, src, int(base[i]), int(pos[i]), int(count[i]),
-                              int(size[i]), gone, writer, entries, seg, interval)
+                    _copy_one(reader, src, int(da[i]), int(base[i]), int(pos[i]),
+                              int(count[i]), int(size[i]), gone, writer, entries, seg,
+                              interval)
                 continue
-            k = a
-            while k < b:  # pieces of at most one read chunk
-                e = max(k + 1, k + int(np.searchsorted(end[k:b], pos[k] + _READ_CHUNK,
-                                                       side="right")))
-                if not _copy_run(reader, base[k:e], pos[k:e], count[k:e], size[k:e], writer,
-                                 entries, seg, interval):
+            # pieces of at most one read chunk
+            for k, e in coalesce(pos[a:b], end[a:b], max_span=_READ_CHUNK):
+                k, e = a + k, a + e
+                if not _copy_run(reader, da[k:e], base[k:e], pos[k:e], count[k:e], size[k:e],
+                                 writer, entries, seg, interval):
                     for i in range(k, e):  # something is off: find it batch by batch
-                        _copy_one(reader, src, int(base[i]), int(pos[i]), int(count[i]),
-                                  int(size[i]), gone, writer, entries, seg, interval)
-                k = e
+                        _copy_one(reader, src, int(da[i]), int(base[i]), int(pos[i]),
+                                  int(count[i]), int(size[i]), gone, writer, entries, seg,
+                                  interval)
     finally:
         os.close(fd)
 
 
-def _copy_run(reader: _ChunkReader, base: np.ndarray, pos: np.ndarray, count: np.ndarray,
-              size: np.ndarray, writer: _Writer, entries: list[Entry], seg: LogSegment,
-              interval: int) -> bool:
-    """Copy adjacent whole batches as one slice, after checking each one's header against
-    the index and its CRC; False (nothing written) if any check fails."""
+def _copy_run(reader: _ChunkReader, da: np.ndarray, base: np.ndarray, pos: np.ndarray,
+              count: np.ndarray, size: np.ndarray, writer: _Writer, entries: list[Entry],
+              seg: LogSegment, interval: int) -> bool:
+    """Copy adjacent whole batches as one slice, after checking each one against its index
+    entry (entry_check.check_run); False (nothing written) if any check fails."""
     start = int(pos[0])
     total = int(pos[-1] + size[-1]) - start
     buf, at = reader.get(start, total)
-    arr = np.frombuffer(buf, dtype=np.uint8)
-    rel = pos - start + at
-    h = HeaderColumns.read(arr, rel)
-    ok = ((h.base_offset == base).all() and (h.size == size).all()
-          and (arr[rel + codec.FIELD_OFFSETS["magic"]] == codec.MAGIC).all()
-          and (h.last_offset_delta == count - 1).all() and (h.record_count == count).all())
-    if not ok or not h.crc_valid(buf).all():
+    h = check_run(buf, at, da, base, count - 1, size)
+    if h is None:
         return False
     out = writer.add(memoryview(buf)[at:at + total])
     new = list(zip(h.deliver_after.tolist(), base.tolist(), (pos - start + out).tolist(),
@@ -220,17 +220,13 @@ def _copy_run(reader: _ChunkReader, base: np.ndarray, pos: np.ndarray, count: np
     return True
 
 
-def _copy_one(reader: _ChunkReader, src: Source, b: int, pos: int, n: int, size: int,
-              gone: np.ndarray, writer: _Writer, entries: list[Entry], seg: LogSegment,
-              interval: int) -> None:
-    """Check one batch fully (raising CorruptLogError naming the problem), then copy it,
-    or re-encode it without its cancelled records."""
+def _copy_one(reader: _ChunkReader, src: Source, da: int, b: int, pos: int, n: int,
+              size: int, gone: np.ndarray, writer: _Writer, entries: list[Entry],
+              seg: LogSegment, interval: int) -> None:
+    """Check one batch against its index entry (raising CorruptLogError naming the
+    problem), then copy it, or re-encode it without its cancelled records."""
     buf, rel = reader.get(pos, size)
-    h = codec.parse_header(buf, rel, path=src.path, file_pos=pos, available=size)
-    if h.base_offset != b or h.size != size:
-        raise CorruptLogError(f"batch has base offset {h.base_offset} and {h.size} "
-                              f"bytes, the index says {b} and {size}", src.path, pos)
-    codec.check_crc(buf, rel, h, path=src.path, file_pos=pos)
+    h = check_batch(buf, rel, (da, b, pos, n - 1, size), path=src.path)
     data = bytes(memoryview(buf)[rel:rel + size])
     start, k = cancelled_per_batch(gone, b, n) if len(gone) else (0, 0)
     if not k:

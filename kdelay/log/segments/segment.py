@@ -22,6 +22,8 @@ from ...index.deliver_after_index import DeliverAfterIndex, Entry
 from ...index.offset_index import OffsetIndex
 from ...index.time_index import TimeIndex
 from ..batch import codec
+from ..batch.entry_check import check_batch
+from ..batch.offset_continuity import check_continues, continues
 from ..batch.walker import ScanResult, base_offsets_crc, iter_headers, scan_log
 from .layout import (
     CANCEL_SUFFIXES,
@@ -229,18 +231,12 @@ class LogSegment:
 
     # ------------------------------------------------------------------ reading
 
-    def read_verified(self, position: int, size: int, expected_base: int
-                      ) -> tuple[codec.BatchHeader, bytes]:
-        """Header and bytes of the batch at `position`, verified: header sane, base offset
-        and size as the index said, CRC good. Raises CorruptLogError."""
-        data = fsio.pread(self.fd, size, position)
-        h = codec.parse_header(data, path=self.log_path, file_pos=position)
-        if h.base_offset != expected_base or h.size != size:
-            raise CorruptLogError(
-                f"batch at this position has base offset {h.base_offset} and {h.size} bytes; "
-                f"the index expected {expected_base} and {size}", self.log_path, position)
-        codec.check_crc(data, 0, h, path=self.log_path, file_pos=position)
-        return h, data
+    def read_verified(self, entry: Entry) -> tuple[codec.BatchHeader, bytes]:
+        """Header and bytes of the batch `entry` points at (an index entry, or the one a
+        header walk expects), checked against it (entry_check.check_batch). Raises
+        CorruptLogError."""
+        data = fsio.pread(self.fd, entry[4], entry[2])
+        return check_batch(data, 0, entry, path=self.log_path), data
 
     def batch_headers(self, start: int = 0) -> Iterator[tuple[int, codec.BatchHeader]]:
         """(position, header) of each batch from byte `start`, reading headers only."""
@@ -263,7 +259,8 @@ class LogSegment:
         if not self.compacted:
             return expected
         indexed = self.dly_index.base_offset_at(position)
-        if indexed is None or not expected <= indexed < self.next_offset:
+        if indexed is None or not (continues(indexed, expected, self.compacted)
+                                   and indexed < self.next_offset):
             raise CorruptLogError(f"batch at {position} is not where the index of this "
                                   f"compacted segment has one after offset {expected}",
                                   self.log_path, position)
@@ -278,11 +275,9 @@ class LogSegment:
         expected, start = (self.base_offset, 0) if entry is None else entry
         for pos, h in self.batch_headers(start):
             # the index entry (or the segment base) says which offset each batch must start
-            # at; a damaged base offset would otherwise be believed
+            # at, exactly; a damaged base offset would otherwise be believed
             expected = self.expected_base(pos, expected)
-            if h.base_offset != expected:
-                raise CorruptLogError(f"batch base offset {h.base_offset}, expected {expected}",
-                                      self.log_path, pos)
+            check_continues(h.base_offset, expected, False, self.log_path, pos)
             if h.last_offset >= offset:
                 return pos, h
             expected = h.last_offset + 1
