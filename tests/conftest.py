@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import importlib
 import os
 import shutil
 import sys
@@ -72,23 +73,55 @@ def entries_after(idx, after):
     return list(heapq.merge(persisted, recent))
 
 
-def have_spark() -> bool:
-    """pyspark, pyarrow and a Java runtime are all present."""
-    try:
-        import pyarrow  # noqa: F401
-        import pyspark  # noqa: F401
-    except ImportError:
-        return False
+def in_ci() -> bool:
+    """Running in CI: CI=true, as CI services set it (and .ci/run does)."""
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def spark_missing(*, java: bool = True) -> str | None:
+    """What the Spark tests need and this machine lacks (pyspark, pyarrow, and with `java`
+    a Java runtime), as a skip reason; None when nothing is missing. In CI a lack fails
+    instead (at collection when this is called from a skipif condition or a module's
+    import check): CI on a machine without a JDK must not pass with no Spark test run."""
+    missing = []
+    for module in ("pyspark", "pyarrow"):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
     home = os.environ.get("JAVA_HOME")
-    return bool(shutil.which("java") or (home and os.path.exists(os.path.join(home, "bin",
-                                                                                "java"))))
+    if java and not (shutil.which("java") or (home and os.path.exists(os.path.join(
+            home, "bin", "java")))):
+        missing.append("Java (java on PATH or JAVA_HOME)")
+    if not missing:
+        return None
+    reason = "the Spark tests need " + " and ".join(missing)
+    if in_ci():
+        pytest.fail(f"{reason}, and CI must run them (.ci/run installs the spark extra and "
+                    "Java 17)", pytrace=False)
+    return reason
+
+
+def have_spark() -> bool:
+    """pyspark, pyarrow and a Java runtime are all present (in CI: or the run fails)."""
+    return spark_missing() is None
+
+
+def skip_module_without_spark_libraries() -> None:
+    """At the top of a Spark test module: skip it where pyspark or pyarrow is missing (in
+    CI: fail)."""
+    reason = spark_missing(java=False)
+    if reason:
+        pytest.skip(reason, allow_module_level=True)
 
 
 @pytest.fixture(scope="session")
 def spark():
-    """The one local[2] SparkSession every Spark test shares (starting one takes seconds)."""
-    if not have_spark():
-        pytest.skip("pyspark or Java not available")
+    """The one local[2] SparkSession every Spark test shares (starting one takes seconds);
+    skipped where pyspark, pyarrow or Java is missing, a failure in CI."""
+    reason = spark_missing()
+    if reason:
+        pytest.skip(reason)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     from pyspark.sql import SparkSession

@@ -18,11 +18,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import fields
 
 import numpy as np
 import pytest
 
-from kdelay import Consumer, DeliveryKey, KdelayError, Log, LogConfig, Record
+from kdelay import (
+    Consumer,
+    DeliveryKey,
+    InvalidConfigError,
+    KdelayError,
+    Log,
+    LogConfig,
+    Record,
+)
 
 T0 = 1_700_000_000_000
 NOW = T0 + 2000
@@ -231,32 +240,77 @@ def test_clock_value_types(tmp_path, op_name: str, value_name: str) -> None:
         assert got[0] == "error", f"clock -> {value!r} ({value_name}) accepted: {got}"
 
 
-CONFIG_FIELDS = {"segment_bytes": 1 << 20, "segment_ms": 3_600_000, "index_interval_bytes": 64,
-                 "max_delivery_delay_ms": 60_000, "retention_ms": 3_600_000,
-                 "retention_bytes": 1 << 20, "flush_messages": 1, "flush_ms": 1000,
-                 "max_batch_bytes": 1 << 16}
+# LogConfig's integer settings: a value the log works with, and the smallest one accepted
+# (a size or period must be > 0; a delay limit may be 0, "no limit"; retention may be -1,
+# "no limit"); every int up to 2**63 - 1 from there is accepted
+CONFIG_FIELDS = {"segment_bytes": (1 << 20, 1), "segment_ms": (3_600_000, 1),
+                 "index_interval_bytes": (64, 1), "max_delivery_delay_ms": (60_000, 0),
+                 "retention_ms": (3_600_000, -1), "retention_bytes": (1 << 20, -1),
+                 "flush_messages": (1, 1), "flush_ms": (1000, 1), "max_batch_bytes": (1 << 16, 1)}
+CONFIG_NULLABLE = ("flush_messages", "flush_ms")  # None: leave flushing to the OS
+# the settings that are not integers: values accepted, values refused
+CONFIG_OTHERS = {
+    "delayed_delivery_enable": ([True, False], [1, 0, None, "true", np.int64(1)]),
+    "compaction_min_ratio": ([0, 0.0, 0.3, 1, 1.0, np.float64(0.5)],
+                             [-0.01, 1.01, -1, 2, float("nan"), float("inf"), True, None,
+                              "0.5"]),
+}
+
+
+def config_outcome(name: str, value: object) -> LogConfig | None:
+    """LogConfig with `value` for `name`, or None if it refused the value with an
+    InvalidConfigError (any other exception fails the test)."""
+    try:
+        return LogConfig(**{name: value})
+    except InvalidConfigError:
+        return None
+    except Exception as e:
+        raise AssertionError(f"LogConfig({name}={value!r}) raised {type(e).__name__}, "
+                             f"not InvalidConfigError: {e}") from e
+
+
+def test_config_tables_name_every_field() -> None:
+    assert set(CONFIG_FIELDS) | set(CONFIG_OTHERS) == {f.name for f in fields(LogConfig)}
 
 
 @pytest.mark.parametrize("value_name", list(VALUES))
 @pytest.mark.parametrize("name", list(CONFIG_FIELDS))
 def test_config_types(tmp_path, name: str, value_name: str) -> None:
-    """LogConfig's times and sizes: an int or numpy integer is stored as the equal int
-    (and the log works with it); anything else is an InvalidConfigError (a KdelayError)."""
-    value = VALUES[value_name](CONFIG_FIELDS[name])
-    try:
-        cfg = LogConfig(**{name: value})
-    except KdelayError:
-        cfg = None
-    except Exception as e:
-        raise AssertionError(f"{type(e).__name__} escaped the hierarchy: {e}") from e
-    if int_like(value) and 0 < int(value) < 2 ** 63:
+    """LogConfig's times and sizes: an int or numpy integer in the field's range is stored
+    as the equal int (and the log works with it); None only where it means "no setting";
+    anything else is an InvalidConfigError (a KdelayError)."""
+    base, lowest = CONFIG_FIELDS[name]
+    value = VALUES[value_name](base)
+    cfg = config_outcome(name, value)
+    if int_like(value) and lowest <= int(value) < 2 ** 63:
         assert cfg is not None and type(getattr(cfg, name)) is int
         assert getattr(cfg, name) == int(value)
         with Log.open(tmp_path / "p", config=cfg, clock=Clock()) as log:
             setup(log)
-    elif value is None and name in ("flush_messages", "flush_ms"):
-        assert cfg is not None
-    elif value_name == "negative" and name in ("retention_ms", "retention_bytes"):
-        assert cfg is not None  # -1: no limit
-    elif not int_like(value) or int(value) >= 2 ** 63:
+    elif value is None and name in CONFIG_NULLABLE:
+        assert cfg is not None and getattr(cfg, name) is None
+    else:
         assert cfg is None, f"LogConfig({name}={value!r}) accepted"
+
+
+@pytest.mark.parametrize("name", list(CONFIG_FIELDS))
+def test_config_range_of_each_int_field(name: str) -> None:
+    """The edges of each integer setting: its smallest accepted value and 2**63 - 1 are
+    taken, one below the smallest (zero or a negative) and 2**63 are refused, as numpy
+    integers too."""
+    _, lowest = CONFIG_FIELDS[name]
+    for value in (lowest, lowest + 1, 2 ** 63 - 1, np.int64(lowest), np.int64(2 ** 63 - 1)):
+        cfg = config_outcome(name, value)
+        assert cfg is not None and getattr(cfg, name) == value, f"{name}={value!r} refused"
+    for value in (lowest - 1, lowest - 2, -(2 ** 63), 2 ** 63, np.int64(lowest - 1)):
+        assert config_outcome(name, value) is None, f"{name}={value!r} accepted"
+
+
+@pytest.mark.parametrize("name", list(CONFIG_OTHERS))
+def test_config_other_fields(name: str) -> None:
+    accepted, refused = CONFIG_OTHERS[name]
+    for value in accepted:
+        cfg = config_outcome(name, value)
+        assert cfg is not None and getattr(cfg, name) == value, f"{name}={value!r} refused"
+    for value in refused:
+        assert config_outcome(name, value) is None, f"{name}={value!r} accepted"

@@ -10,7 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kdelay import Log, LogConfig
+from kdelay.log.batch.walker import iter_headers
 from kdelay.log.compaction import compactor, removable, swap
+from kdelay.log.segments.layout import LOG_SUFFIX, segment_bases, segment_file
 from kdelay.testing.compaction_model import (
     HOUR,
     T0,
@@ -112,14 +114,46 @@ def test_cancelled_records_split_batches_into_runs(tmp_path):
     n = compact_offline(path, CFG, T0, cancelled=cancelled, min_ratio=0.3)
     assert n > 0
     after = read_dir(path)
-    # every record not cancelled survives byte for byte with its offset; cancelled ones in
-    # rewritten segments are gone (segments not rewritten keep theirs)
-    assert {o for o in m.rows if o not in cancelled} <= set(after)
+    # every sealed segment has over 30 % of its bytes cancelled, so all are rewritten:
+    # exactly the records not cancelled survive, byte for byte with their offsets
+    assert set(after) == {o for o in m.rows if o not in cancelled}
     for o, r in after.items():
         assert r == m.rows[o]
-    assert set(after) & cancelled != cancelled
+    # each batch of 8 that lost some records is now one batch per run of contiguous
+    # survivors; the batch wholly cancelled (40..47) is gone
+    runs = [run for first in range(0, 96, 8)
+            for run in _runs([o for o in range(first, first + 8) if o not in cancelled])]
+    assert [(h.base_offset, h.last_offset) for h in _headers(path)] == runs
     got = _fetch_all(path, CFG, T0 + 6 * HOUR)
     assert [(r.deliver_after, r.offset) for r in got] == sorted((r[4], o) for o, r in after.items())
+
+
+def _runs(offsets: list[int]) -> list[tuple[int, int]]:
+    """(first, last) of each run of consecutive offsets in a sorted list."""
+    runs: list[tuple[int, int]] = []
+    for o in offsets:
+        if runs and runs[-1][1] == o - 1:
+            runs[-1] = (runs[-1][0], o)
+        else:
+            runs.append((o, o))
+    return runs
+
+
+def _offsets(header) -> set[int]:
+    return set(range(header.base_offset, header.last_offset + 1))
+
+
+def _headers(path: str, base: int | None = None) -> list:
+    """The batch headers of every .log in the directory (or of segment `base`), in order."""
+    out = []
+    for b in segment_bases(path) if base is None else [base]:
+        name = segment_file(path, b, LOG_SUFFIX)
+        fd = os.open(name, os.O_RDONLY)
+        try:
+            out += [h for _, h in iter_headers(fd, name, 0, os.fstat(fd).st_size)]
+        finally:
+            os.close(fd)
+    return out
 
 
 def test_batch_plan_counts_bytes():
@@ -152,7 +186,11 @@ ROW = st.tuples(st.integers(1, 6), st.sampled_from([0, 10, 2 * HOUR, 30 * 24 * H
 @settings(max_examples=30, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=st.lists(ROW, min_size=2, max_size=40), cancel_seed=st.integers(0, 2 ** 32 - 1),
-       ratio=st.sampled_from([0.01, 0.3, 0.5, 1.0]), later=st.integers(0, 3 * HOUR),
+       ratio=st.sampled_from([0.01, 0.3, 0.5, 1.0]),
+       # the horizon (later - HOUR past T0) below, between and just past the rows' times:
+       # an integer range would draw mostly small values, never moving the horizon
+       later=st.sampled_from([0, HOUR // 2, HOUR + 5, HOUR + 10, HOUR + 11, 3 * HOUR,
+                              3 * HOUR + 1]),
        seg_bytes=st.sampled_from([400, 1500, 4000]))
 def test_model_of_survivors(tmp_path_factory, rows, cancel_seed, ratio, later, seg_bytes):
     cfg = LogConfig(segment_bytes=seg_bytes, index_interval_bytes=64, retention_ms=HOUR)
@@ -161,21 +199,34 @@ def test_model_of_survivors(tmp_path_factory, rows, cancel_seed, ratio, later, s
     rng = np.random.default_rng(cancel_seed)
     cancelled = {o for o in m.rows if rng.random() < 0.2}
     now = T0 + later
+    hz = now - HOUR
+    removable = {o for o in m.rows if m.removable(o, hz, cancelled)}
+    before = {b: (_headers(path, b), os.path.getsize(segment_file(path, b, LOG_SUFFIX)))
+              for b in segment_bases(path)[:-1]}  # the sealed segments (the active one is empty)
     compact_offline(path, cfg, now, cancelled=cancelled, min_ratio=ratio)
     after = read_dir(path)
-    hz = now - HOUR
-    keep = {o for o in m.rows if not m.removable(o, hz, cancelled)}
+    keep = set(m.rows) - removable
     assert keep <= set(after), "a non-removable record was lost"
     for o, r in after.items():
         assert r == m.rows[o], f"record {o} changed"
+    for base, (headers, size) in before.items():
+        held = set().union(*map(_offsets, headers))
+        gone = held - set(after)
+        # a segment is rewritten (everything removable goes) or left as it was
+        assert gone in (set(), held & removable), f"segment {base} lost part of {gone}"
+        # and it is rewritten once removable records take `ratio` of its bytes (counting
+        # a partly removable batch's share; a byte of slack for the planner's rounding)
+        share = sum(h.size * len(_offsets(h) & removable) / len(_offsets(h)) for h in headers)
+        if held <= removable or share >= ratio * size + 1:
+            assert gone == held & removable, \
+                f"segment {base}: {share:.0f} of {size} bytes removable, ratio {ratio}, kept"
     got = _fetch_all(path, cfg, T0 + 31 * 24 * HOUR)
     assert [(r.deliver_after, r.offset) for r in got] == sorted((r[4], o) for o, r in after.items())
     # compacting again with nothing new removable changes nothing
     listing = {f: os.path.getsize(os.path.join(path, f)) for f in os.listdir(path)}
-    if ratio > 0.01:
-        compact_offline(path, cfg, now, cancelled=cancelled, min_ratio=ratio)
-        assert read_dir(path) == after
-    del listing
+    assert compact_offline(path, cfg, now, cancelled=cancelled, min_ratio=ratio) == 0
+    assert {f: os.path.getsize(os.path.join(path, f)) for f in os.listdir(path)} == listing
+    assert read_dir(path) == after
 
 
 def test_removable_bytes_agrees_with_batch_plan():

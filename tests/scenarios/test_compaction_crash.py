@@ -22,6 +22,7 @@ from kdelay.testing.compaction_model import (
     records,
 )
 from kdelay.testing.faults import CRASH_MODES, FaultInjector, SimulatedCrash
+from kdelay.testing.seeds import stable_seed
 
 CFG = LogConfig(segment_bytes=600, index_interval_bytes=64, retention_ms=HOUR)
 NOW = T0 + 2 * HOUR
@@ -80,7 +81,7 @@ def _run(tmp_path, template, point, mode):
     src, m, cancelled, before, after = template
     path = str(tmp_path / f"c-{point}-{mode}")
     shutil.copytree(src, path)
-    inj = FaultInjector([path], crash_at=point, seed=(point or 0) * 7 + len(mode))
+    inj = FaultInjector([path], crash_at=point, seed=stable_seed("compaction", point, mode))
     crashed = False
     with inj:
         try:

@@ -17,6 +17,7 @@ from conftest import FakeClock as Clock
 
 from kdelay import Log, LogConfig, Record
 from kdelay.testing.faults import CRASH_MODES, FaultInjector, SimulatedCrash, close_abandoned
+from kdelay.testing.seeds import stable_seed
 
 FAR = T0 + 10 ** 9
 
@@ -191,7 +192,7 @@ def _run(tmp_path, name: str, point: int | None, mode: str) -> tuple[int, bool]:
     path = os.fspath(tmp_path / f"{name}-{point}-{mode}")
     m = Model()
     log = _prep(path, m, cfg)
-    inj = FaultInjector([path], crash_at=point, seed=hash((name, point, mode)) & 0xFFFF)
+    inj = FaultInjector([path], crash_at=point, seed=stable_seed(name, point, mode))
     crashed = False
     with inj:
         try:

@@ -4,6 +4,11 @@ The writer (flush_messages=1) prints each append's (base, last, deliver_after) o
 append returned, so a printed batch is acknowledged and must survive any later kill. Each
 value names its offset and deliverAfter, so anything the log returns can be checked
 without knowing what the writer had in flight.
+
+Every third round kills the writer inside Log.open instead, at a chosen point of the
+recovery of the directory the previous kill left: the writer prints "opening", and at that
+point (the n-th call of one fsio operation while Log.open runs) prints "stalled" and waits
+for the kill. Where each kill landed is counted, and some must land inside Log.open.
 """
 
 from __future__ import annotations
@@ -16,18 +21,38 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections import Counter
 
 from kdelay import DeliveryKey, Log, LogConfig, Record
 
 CONFIG = dict(segment_bytes=4096, index_interval_bytes=256, flush_messages=1)
 
 WRITER = textwrap.dedent("""
-    import random, sys
-    from kdelay import Log, LogConfig, Record
-    path, seed = sys.argv[1], int(sys.argv[2])
+    import random, sys, time
+    from kdelay import Log, LogConfig, Record, fsio
+    path, seed, stall = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     rng = random.Random(seed)
+    opening = True
+    if stall != "-":
+        stall_op, stall_n = stall.split(":")
+        calls = {}
+
+        def stalling(name, fn):
+            def call(*args, **kwargs):
+                if opening:
+                    n = calls[name] = calls.get(name, -1) + 1
+                    if name == stall_op and n == int(stall_n):
+                        print("stalled", flush=True)  # the parent kills us here
+                        time.sleep(600)
+                return fn(*args, **kwargs)
+            return call
+
+        for name in ("read_small", "open_append", "fsync", "write", "rename", "fsync_dir"):
+            setattr(fsio, name, stalling(name, getattr(fsio, name)))
+    print("opening", flush=True)
     log = Log.open(path, config=LogConfig(segment_bytes=4096, index_interval_bytes=256,
                                           flush_messages=1))
+    opening = False
     print("open", log.log_end_offset, flush=True)
     while True:
         base = log.log_end_offset
@@ -82,46 +107,65 @@ def _check(path: str, acked: dict[int, int], rng: random.Random) -> int:
         log.close()
 
 
+# where a kill-while-opening round stops Log.open: before the n-th call (from 0) of an fsio
+# operation. Opening a directory a writer was killed in reads the recovery point, opens
+# each segment, fsyncs the recovered active one, then writes the new recovery point.
+STALLS = ["open_append:0", "fsync:0", "read_small:0", "write:0", "open_append:3", "rename:0",
+          "fsync_dir:0"]
+
+
+def _acks(line: str, acked: dict[int, int]) -> None:
+    parts = line.split()
+    if parts and parts[0] == "ack" and len(parts) == 4:
+        base, last, da = map(int, parts[1:])
+        for off in range(base, last + 1):
+            acked[off] = da
+
+
 def test_sigkill_writer_rounds(tmp_path):
     rng = random.Random(1234)
     path = os.fspath(tmp_path / "p-0")
     acked: dict[int, int] = {}  # offset -> deliverAfter of every acknowledged record
     rounds = 20
-    kills_during_open = 0
+    landed: Counter[str] = Counter()  # where each kill landed
     for round_no in range(rounds):
-        child = subprocess.Popen([sys.executable, "-c", WRITER, path, str(round_no)],
+        stall = STALLS[round_no // 3] if round_no % 3 == 1 else "-"
+        child = subprocess.Popen([sys.executable, "-c", WRITER, path, str(round_no), stall],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            if rng.random() < 0.15:
-                # kill while it opens (and perhaps recovers) the directory
-                time.sleep(rng.uniform(0, 0.3))
-                kills_during_open += 1
+            assert child.stdout.readline() == "opening\n", child.stderr.read()
+            if stall != "-":
+                # kill while it opens (and recovers) the directory, at the stall point
+                line = child.stdout.readline()
+                assert line.startswith(("stalled", "open ")), child.stderr.read()
+                landed["in Log.open, before " + stall if line.startswith("stalled")
+                       else "after Log.open (stall point not reached)"] += 1
             else:
                 opened = child.stdout.readline().split()
                 assert opened and opened[0] == "open", child.stderr.read()
                 for _ in range(rng.randint(1, 60)):
-                    line = child.stdout.readline().split()
-                    assert line and line[0] == "ack", child.stderr.read()
-                    base, last, da = map(int, line[1:])
-                    for off in range(base, last + 1):
-                        acked[off] = da
+                    line = child.stdout.readline()
+                    assert line.startswith("ack"), child.stderr.read()
+                    _acks(line, acked)
+                landed["appending"] += 1
         finally:
             child.send_signal(signal.SIGKILL)
             child.wait(timeout=30)
         # acks printed before the kill but not yet read are acknowledged too
         for line in child.stdout.read().splitlines():
-            parts = line.split()
-            if parts and parts[0] == "ack" and len(parts) == 4:
-                base, last, da = map(int, parts[1:])
-                for off in range(base, last + 1):
-                    acked[off] = da
+            _acks(line, acked)
         assert child.returncode == -signal.SIGKILL
-        if rng.random() < 0.5:
-            # check a copy, leaving the killed directory unclean for the next writer
+        if round_no % 3 == 0 or rng.random() < 0.5:
+            # check a copy, leaving the killed directory unclean for the next writer (always
+            # before a kill-while-opening round: its open recovers)
             copy = os.fspath(tmp_path / f"check-{round_no}")
             shutil.copytree(path, copy)
             _check(copy, dict(acked), rng)
             shutil.rmtree(copy)
         else:
             _check(path, acked, rng)
+    print("kills landed:", dict(landed))
+    in_open = sum(n for where, n in landed.items() if where.startswith("in Log.open"))
+    assert in_open >= 5, f"only {in_open} of {len(STALLS)} kills landed inside Log.open: " \
+                         f"{dict(landed)}"
     assert len(acked) > 100

@@ -17,6 +17,7 @@ from kdelay import DeliveryKey, Log, LogConfig, Record
 from kdelay.log.segments.layout import segment_name
 from kdelay.testing.checks import check_log
 from kdelay.testing.faults import CRASH_MODES, FaultInjector, SimulatedCrash, close_abandoned
+from kdelay.testing.seeds import stable_seed
 
 T0 = 1_700_000_000_000
 FAR_FUTURE = T0 + 10 ** 9
@@ -275,7 +276,7 @@ def run_point(tmp_path, name: str, point: int | None, mode: str) -> tuple[int, b
     path = str(tmp_path / f"{name}-{point}-{mode}")
     m = Model()
     log = sc.prepare(path, m, sc.config)
-    inj = FaultInjector([path], crash_at=point, seed=hash((name, point, mode)) & 0xFFFF)
+    inj = FaultInjector([path], crash_at=point, seed=stable_seed(name, point, mode))
     crashed = False
     with inj:
         try:

@@ -14,6 +14,7 @@ import pytest
 
 from kdelay import Log, LogConfig, QueueConsumer, Record
 from kdelay.testing.faults import CRASH_MODES, FaultInjector, SimulatedCrash, close_abandoned
+from kdelay.testing.seeds import stable_seed
 
 T0 = 1_700_000_000_000
 N = 14
@@ -136,7 +137,7 @@ def run_point(tmp_path, name: str, point: int | None, mode: str) -> tuple[int, b
     base = tmp_path / f"{name}-{point}-{mode}"
     path, dl_path = str(base / "p-0"), str(base / "dl-0")
     clock, log, dl, t = _prepare(path, dl_path, create)
-    inj = FaultInjector([path, dl_path], crash_at=point, seed=hash((name, point, mode)) & 0xFFFF)
+    inj = FaultInjector([path, dl_path], crash_at=point, seed=stable_seed(name, point, mode))
     crashed = False
     with inj:
         try:

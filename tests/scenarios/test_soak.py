@@ -216,8 +216,7 @@ def test_soak(tmp_path, capsys) -> None:
     kills = soak_kill9(str(tmp_path / "kill9"), seconds * 0.8, seed=2)
     with capsys.disabled():
         print(f"\nsoak: threads {threads}; kill -9 {kills}")
-    assert threads["records"] > 1000 and threads["segments"] > 3
-    assert kills["rounds"] >= 5 and kills["acked"] > 0
+    assert_soak_ran(threads, kills)
 
 
 @pytest.mark.slow
@@ -229,3 +228,11 @@ def test_soak_long(tmp_path, capsys) -> None:
     kills = soak_kill9(str(tmp_path / "kill9"), seconds, seed=int(time.time()) + 1)
     with capsys.disabled():
         print(f"\nlong soak ({seconds} s): threads {threads}; kill -9 {kills}")
+    assert_soak_ran(threads, kills)
+
+
+def assert_soak_ran(threads: dict, kills: dict) -> None:
+    """Both phases really ran: a soak that wrote little or was never killed proves nothing
+    (the invariants themselves are checked inside each phase)."""
+    assert threads["records"] > 1000 and threads["segments"] > 3, threads
+    assert kills["rounds"] >= 5 and kills["acked"] > 0, kills

@@ -6,10 +6,9 @@ import os
 
 import numpy as np
 import pytest
+from conftest import have_spark, skip_module_without_spark_libraries
 
-pytest.importorskip("pyarrow")
-
-from test_spark_source import HAVE_SPARK  # noqa: E402 - (the spark fixture is in conftest)
+skip_module_without_spark_libraries()
 
 from kdelay import Log, LogConfig, Record  # noqa: E402
 from kdelay.log.cancellation.journal import CANCEL, encode_entry  # noqa: E402
@@ -40,7 +39,7 @@ def cancelled_log(tmp_path) -> tuple[str, set[int]]:
 
 
 @pytest.mark.spark
-@pytest.mark.skipif(not HAVE_SPARK, reason="pyspark or Java not available")
+@pytest.mark.skipif(not have_spark(), reason="pyspark or Java not available")
 def test_reader_marks_cancelled_and_verify_checks_them(spark, cancelled_log):  # noqa: F811
     import kdelay.spark
 

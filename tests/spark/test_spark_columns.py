@@ -8,11 +8,9 @@ import sys
 import time
 
 import pytest
+from conftest import have_spark, skip_module_without_spark_libraries
 
-pytest.importorskip("pyarrow")
-pytest.importorskip("pyspark")
-
-from conftest import have_spark  # noqa: E402
+skip_module_without_spark_libraries()
 
 from kdelay import Log, LogConfig, Record, Topic  # noqa: E402
 from kdelay.log.batch import codec  # noqa: E402

@@ -7,9 +7,9 @@ import os
 import shutil
 
 import pytest
+from conftest import skip_module_without_spark_libraries
 
-pytest.importorskip("pyarrow")
-pytest.importorskip("pyspark")
+skip_module_without_spark_libraries()
 
 from kdelay import Log, LogConfig, Record  # noqa: E402
 

@@ -1,8 +1,8 @@
 """kdelay.spark: the PySpark reader, pushdown, offline verify and forecast.
 
 The columnar decoder is checked against the engine's codec without Spark (hypothesis);
-everything else runs on one session-scoped local[2] SparkSession and is skipped cleanly
-when pyspark, pyarrow or Java is missing.
+everything else runs on one session-scoped local[2] SparkSession. Where pyspark, pyarrow or
+Java is missing they are skipped, except in CI, where that fails (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import shutil
 
 import numpy as np
 import pytest
+from conftest import have_spark, skip_module_without_spark_libraries
 
-pa = pytest.importorskip("pyarrow")
+skip_module_without_spark_libraries()
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
@@ -26,20 +27,6 @@ from kdelay.log.segments.layout import segment_bases, segment_file, segment_name
 from kdelay.spark import columnar, scan  # noqa: E402
 
 T0 = 1_700_000_000_000
-
-
-def _java_ok() -> bool:
-    home = os.environ.get("JAVA_HOME")
-    return bool(shutil.which("java") or (home and os.path.exists(os.path.join(home, "bin",
-                                                                                "java"))))
-
-
-try:
-    import pyspark  # noqa: F401
-
-    HAVE_SPARK = _java_ok()
-except ImportError:
-    HAVE_SPARK = False
 
 
 # ---------------------------------------------------------------------------- data
@@ -281,7 +268,7 @@ def _stats(directory: str) -> list[dict]:
 
 
 @pytest.mark.spark
-@pytest.mark.skipif(not HAVE_SPARK, reason="pyspark or Java not available")
+@pytest.mark.skipif(not have_spark(), reason="pyspark or Java not available")
 class TestSpark:
     def test_reader_equals_log_read(self, spark, data_root):
         import kdelay.spark

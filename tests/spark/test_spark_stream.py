@@ -9,15 +9,13 @@ import sys
 import time
 
 import pytest
+from conftest import have_spark, skip_module_without_spark_libraries
 
 from kdelay import CorruptLogError, Log, LogConfig, Record
 from kdelay.log.segments import append_horizon
 from kdelay.log.segments.layout import segment_file
 
-pytest.importorskip("pyarrow")
-pytest.importorskip("pyspark")
-
-from conftest import have_spark  # noqa: E402
+skip_module_without_spark_libraries()
 
 from kdelay.spark import scan  # noqa: E402
 from kdelay.spark.live import LivePartition  # noqa: E402

@@ -7,11 +7,9 @@ import os
 import time
 
 import pytest
+from conftest import have_spark, skip_module_without_spark_libraries
 
-pytest.importorskip("pyarrow")
-pytest.importorskip("pyspark")
-
-from conftest import have_spark  # noqa: E402
+skip_module_without_spark_libraries()
 
 from kdelay import Log  # noqa: E402
 from kdelay.clients.partitioner import partition_for_key  # noqa: E402
