@@ -5,6 +5,8 @@ Each run is a fresh interpreter: it imports numpy, takes its baseline (USS from
 /proc/self/smaps_rollup, user + system CPU), then imports kdelay, opens a log in a temp dir,
 appends one batch of each shape (1 record, 100 records, null values, headers, a timestamp
 per record), fetches once, and reports the growth. The figures are medians over the runs.
+USS leaves out pages shared with other processes, so a library that other processes on the
+machine have loaded too counts less; RSS growth is given beside it, which does not vary so.
 
     python bench/fixed_cost.py [--runs 7]
 """
@@ -34,7 +36,7 @@ def child() -> None:
     import numpy  # noqa: F401  (the baseline holds numpy)
     from proc_memory import memory_figures
 
-    before, cpu0 = memory_figures()["uss"], _cpu_s()
+    before, cpu0 = memory_figures(), _cpu_s()
 
     from kdelay import Log, Record
 
@@ -46,8 +48,10 @@ def child() -> None:
             log.append([Record(b"v", headers=[("kdelay.attempt", b"1")])] * 3)
             log.append([Record(b"v", timestamp=T0 - 20 + i) for i in range(10)])
             fetched = len(log.fetch(max_records=500).records)
-        grown, cpu = memory_figures()["uss"] - before, _cpu_s() - cpu0
-    print(json.dumps({"uss_mib": grown / (1 << 20), "cpu_s": cpu, "fetched": fetched}))
+        after, cpu = memory_figures(), _cpu_s() - cpu0
+    print(json.dumps({"uss_mib": (after["uss"] - before["uss"]) / (1 << 20),
+                      "rss_mib": (after["rss"] - before["rss"]) / (1 << 20),
+                      "cpu_s": cpu, "fetched": fetched}))
 
 
 def main() -> None:
@@ -62,13 +66,12 @@ def main() -> None:
     runs = [json.loads(subprocess.run([sys.executable, here, "--child"], check=True,
                                       capture_output=True, text=True).stdout)
             for _ in range(args.runs)]
-    uss = [r["uss_mib"] for r in runs]
-    cpu = [r["cpu_s"] for r in runs]
     print(f"runs: {args.runs}; records fetched: {runs[0]['fetched']}")
-    print(f"USS growth MiB: median {statistics.median(uss):.1f} "
-          f"(all: {', '.join(f'{u:.1f}' for u in uss)})")
-    print(f"CPU s: median {statistics.median(cpu):.3f} "
-          f"(all: {', '.join(f'{c:.3f}' for c in cpu)})")
+    for key, what, digits in (("uss_mib", "USS growth MiB", 1), ("rss_mib", "RSS growth MiB", 1),
+                              ("cpu_s", "CPU s", 3)):
+        got = [r[key] for r in runs]
+        print(f"{what}: median {statistics.median(got):.{digits}f} "
+              f"(all: {', '.join(f'{g:.{digits}f}' for g in got)})")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 
 def memory_figures() -> dict[str, int]:
-    """USS (the process's private pages: what it alone holds, as `smem` reports it) and
-    RssAnon (its anonymous resident memory), bytes, from /proc/self."""
+    """USS (the process's private pages: what it alone holds, as `smem` reports it),
+    RssAnon (its anonymous resident memory) and RSS (every resident page, shared ones too:
+    unlike USS, the same whatever other processes map the same libraries), bytes, from
+    /proc/self."""
     out = {}
     with open("/proc/self/smaps_rollup") as f:
         uss = 0
@@ -18,4 +20,6 @@ def memory_figures() -> dict[str, int]:
         for line in f:
             if line.startswith("RssAnon:"):
                 out["rss_anon"] = int(line.split()[1]) * 1024
+            elif line.startswith("VmRSS:"):
+                out["rss"] = int(line.split()[1]) * 1024
     return out
