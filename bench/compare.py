@@ -32,6 +32,7 @@ from array import array
 from typing import Any, NamedTuple
 
 from peers import ENGINES, Engine, FakeClock, Workload, available_engines, make_engine
+from proc_memory import memory_figures
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 T0 = 1_700_000_000_000  # the injected clock's starting time (ms)
@@ -291,23 +292,6 @@ def run_once(eng: Engine, work: Workload, expected: array, root: str,
 
 
 # --------------------------------------------------------------------------- memory
-
-
-def memory_figures() -> dict[str, int]:
-    """USS (the process's private pages: what it alone holds, as `smem` reports it) and
-    RssAnon (its anonymous resident memory), bytes, from /proc/self."""
-    out = {}
-    with open("/proc/self/smaps_rollup") as f:
-        uss = 0
-        for line in f:
-            if line.startswith(("Private_Clean:", "Private_Dirty:", "Private_Hugetlb:")):
-                uss += int(line.split()[1]) * 1024
-        out["uss"] = uss
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("RssAnon:"):
-                out["rss_anon"] = int(line.split()[1]) * 1024
-    return out
 
 
 def _trim() -> None:

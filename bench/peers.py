@@ -154,9 +154,9 @@ class Engine:
 
 
 def _warm_codec() -> None:
-    """Load the codec's compiled loops (numba's on-disk cache: ~0.3 s once per process), as
-    the peers' imports are loaded before they are timed: a long-running producer or
-    consumer pays it once, not per batch."""
+    """Load the codec and run it once (its compiled loops, the modules a first batch
+    imports), as the peers' imports are loaded before they are timed: a long-running
+    producer or consumer pays it once, not per batch."""
     from kdelay.log.batch import codec
 
     batch = codec.encode_batch(base_offset=0, base_timestamp=0, deliver_after=0,

@@ -555,8 +555,8 @@ def test_decode_records_error_names_file_and_position():
 
 
 def test_encode_kernel_refuses_lengths_that_do_not_add_up():
-    """The compiled encoder checks its columns against its buffers before writing (numba
-    does not check indexes): a mismatch is refused, never a read past a buffer."""
+    """The compiled encoder checks its columns against its buffers before writing (C does
+    not check indexes): a mismatch is refused, never a read past a buffer."""
     from kdelay.log.batch import record_loops
 
     none, no_bytes = np.empty(0, np.int64), np.empty(0, np.uint8)

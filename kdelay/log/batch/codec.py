@@ -7,7 +7,7 @@ the constants below, are worked out from it.
 
 Every batch shape takes one path: record_encode.py gathers a batch into flat columns and
 record_decode.py cuts one apart, each with a constant number of C-level calls per batch,
-around the per-record loops compiled in record_loops.py.
+around the per-record loops compiled from record_loops.pyx.
 """
 
 from __future__ import annotations

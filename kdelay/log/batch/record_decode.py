@@ -1,6 +1,6 @@
 """Decoding the records section of a v2 batch of any shape (the encoder is record_encode.py).
 
-Every shape takes the same path: a compiled walk over the records (record_loops.py) and a
+Every shape takes the same path: a compiled walk over the records (record_loops.pyx) and a
 constant number of C-level calls per batch. Header blocks are decoded once per distinct
 byte string (a retry header repeats on every record of a batch, and across batches).
 """

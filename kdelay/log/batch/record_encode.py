@@ -34,8 +34,6 @@ class RecordColumns(NamedTuple):
 
 
 _ZERO = b"\x00"
-_NO_INTS = np.empty(0, np.int64)
-_NO_BYTES = np.empty(0, np.uint8)
 
 # Header blocks (count + headers), by header set.
 _HB: dict[tuple, bytes] = {}
@@ -73,19 +71,19 @@ def _encode_header_block(headers) -> bytes:
     return b"".join(parts)
 
 
-def _header_columns(headers: Sequence | None, n: int) -> tuple[np.ndarray, np.ndarray, int]:
+def _header_columns(headers: Sequence | None, n: int
+                    ) -> tuple[np.ndarray | None, bytes | None, int]:
     """(block lengths, blocks back to back, bytes of all n blocks) as
-    record_loops.encode_records takes them."""
+    record_loops.encode_records takes them (None, None without headers)."""
     if headers is None:
-        return _NO_INTS, _NO_BYTES, n
+        return None, None, n
     h0 = headers[0]
     if headers.count(h0) == n:  # one header set on every record (e.g. the retry header)
         block = header_block(h0)
-        return np.array([len(block)], np.int64), np.frombuffer(block, np.uint8), n * len(block)
+        return np.array([len(block)], np.int64), block, n * len(block)
     blocks = list(map(header_block, headers))
     joined = b"".join(blocks)
-    return (np.fromiter(map(len, blocks), np.int64, n), np.frombuffer(joined, np.uint8),
-            len(joined))
+    return np.fromiter(map(len, blocks), np.int64, n), joined, len(joined)
 
 
 def encode_batch_body(keys: Sequence | PackedBinary, values: Sequence | PackedBinary,
@@ -111,12 +109,11 @@ def encode_batch_body(keys: Sequence | PackedBinary, values: Sequence | PackedBi
             lengths = np.fromiter(map(length_hint, payloads), np.int64, 2 * n)  # None: 0
             lengths[np.fromiter(map(is_, payloads, repeat(None)), bool, 2 * n)] = -1
             joined = b"".join(filter(None, payloads))
-        joined = np.frombuffer(joined, np.uint8)
     header_lengths, blocks, header_bytes = _header_columns(headers, n)
-    out = np.empty(record_loops.encode_bound(HEADER_SIZE, n, len(joined), header_bytes), np.uint8)
-    size, max_delta = record_loops.encode_records(HEADER_SIZE, lengths, joined,
-                                  _NO_INTS if deltas is None else deltas, header_lengths,
-                                  blocks, out)
+    # (bytes and a bytearray rather than numpy arrays: their buffers are cheaper to hand over)
+    out = bytearray(record_loops.encode_bound(HEADER_SIZE, n, len(joined), header_bytes))
+    size, max_delta = record_loops.encode_records(HEADER_SIZE, lengths, joined, deltas,
+                                                  header_lengths, blocks, out)
     if size < 0:  # a bug (callers pass checked columns), never bad input
         raise AssertionError("encode_records refused its arguments")
     return memoryview(out)[:size], max_delta

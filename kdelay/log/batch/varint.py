@@ -1,6 +1,6 @@
 """Zigzag varints (Kafka v2 / protobuf style), one at a time: for the per-header paths
 (header blocks are coded once per distinct header set). The per-record varints of a batch
-are coded by the compiled loops in record_loops.py."""
+are coded by the compiled loops of record_loops.pyx."""
 
 from __future__ import annotations
 

@@ -28,12 +28,12 @@ from typing import NamedTuple
 
 import crc32c
 import numpy as np
-from numba import njit
 
 from ... import fsio
 from ...errors import CorruptLogError
 from ...index.deliver_after_index import Entry
 from . import codec
+from .header_walk import walk_headers
 from .offset_continuity import check_continues
 
 CHUNK = 8 << 20  # bytes read per syscall
@@ -91,62 +91,13 @@ def frames(read: Reader, start: int, end: int, *, path: str | None = None,
 (H_REL, H_BASE_OFFSET, H_SIZE, H_LAST_OFFSET_DELTA, H_BASE_TIMESTAMP, H_MAX_TIMESTAMP,
  H_DELIVER_AFTER, H_RECORD_COUNT, H_CRC) = range(9)
 HEADER_ROWS = 9
-# what walk_headers needs of codec's header layout, passed in as an argument (numba would
-# freeze module constants into its on-disk cache, which does not see codec change)
+# what walk_headers needs of codec's header layout, passed in as an argument: the compiled
+# walk keeps no copy of the layout of its own
 _AT = codec.FIELD_OFFSETS
 _LAYOUT = np.array([codec.HEADER_SIZE, codec.LOG_OVERHEAD, codec.MIN_RECORD_SIZE, codec.MAGIC,
                     _AT["base_offset"], _AT["batch_length"], _AT["magic"], _AT["crc"],
                     _AT["last_offset_delta"], _AT["base_timestamp"], _AT["max_timestamp"],
                     _AT["deliver_after"], _AT["record_count"]], dtype=np.int64)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _big_endian(buf, p, width):
-    """The signed big-endian integer of `width` bytes at buf[p:]."""
-    v = np.int64(buf[p])
-    if v >= 128:
-        v -= 256
-    for k in range(1, width):
-        v = (v << 8) | np.int64(buf[p + k])
-    return v
-
-
-@njit(cache=True, nogil=True)
-def walk_headers(buf: np.ndarray, start: int, out: np.ndarray, layout: np.ndarray
-                 ) -> tuple[int, int]:
-    """Parse the batches lying wholly in `buf` from `start`, one after another, into the
-    columns of `out` (HEADER_ROWS x capacity; at most capacity batches). Stops at the first
-    batch whose header or bytes run past `buf`, or whose header fails codec.parse_header's
-    checks (the same checks, held equal by a test; the caller has parse_header say what is
-    wrong). `layout` is _LAYOUT. Returns (batches parsed, position where it stopped)."""
-    header_size, overhead, min_record, magic = layout[0], layout[1], layout[2], layout[3]
-    at_base, at_length, at_magic, at_crc = layout[4], layout[5], layout[6], layout[7]
-    at_lod, at_base_ts, at_max_ts, at_da, at_count = \
-        layout[8], layout[9], layout[10], layout[11], layout[12]
-    n = 0
-    p = start
-    end = len(buf)
-    while n < out.shape[1] and end - p >= header_size:
-        base_offset = _big_endian(buf, p + at_base, 8)
-        size = _big_endian(buf, p + at_length, 4) + overhead
-        last_offset_delta = _big_endian(buf, p + at_lod, 4)
-        count = _big_endian(buf, p + at_count, 4)
-        if buf[p + at_magic] != magic or size < header_size or size > end - p or \
-                count <= 0 or last_offset_delta != count - 1 or \
-                count * min_record > size - header_size or base_offset < 0:
-            break
-        out[H_REL, n] = p
-        out[H_BASE_OFFSET, n] = base_offset
-        out[H_SIZE, n] = size
-        out[H_LAST_OFFSET_DELTA, n] = last_offset_delta
-        out[H_BASE_TIMESTAMP, n] = _big_endian(buf, p + at_base_ts, 8)
-        out[H_MAX_TIMESTAMP, n] = _big_endian(buf, p + at_max_ts, 8)
-        out[H_DELIVER_AFTER, n] = _big_endian(buf, p + at_da, 8)
-        out[H_RECORD_COUNT, n] = count
-        out[H_CRC, n] = _big_endian(buf, p + at_crc, 4) & 0xFFFFFFFF
-        n += 1
-        p += size
-    return n, p
 
 
 class HeaderColumns:
