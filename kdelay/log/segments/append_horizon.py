@@ -17,8 +17,8 @@ place through a shared memory map; never fsync'd: it describes a live process on
     16 seq    even: no append in progress; odd: an append is in progress
     24 floor  while seq is odd: a lower bound of that append's deliverAfter
 
-Writer protocol (`Horizon.begin` / `Horizon.end`, called by `Log.append` under its lock):
-begin stores floor = the log clock's current floor, then seq += 1 (odd), then executes a
+Writer protocol (`Horizon.writing`, around every write that reads the log clock, under the
+log's lock; it calls `begin` and `end`): begin stores floor = the log clock's current floor, then seq += 1 (odd), then executes a
 full memory barrier (a lock-prefixed instruction, via a mutex) so both stores are visible
 before the log clock is read; the append then reads the clock (never below floor: the log
 clock is monotonic), writes its batch, and `end` stores floor = the clock it used, then
@@ -45,12 +45,13 @@ import mmap
 import os
 import sys
 import threading
+from collections.abc import Callable
 
 import numpy as np
 
 from .layout import HORIZON_FILE
 
-__all__ = ["HORIZON_FILE", "Horizon", "check_file", "read_bound", "read_state"]
+__all__ = ["HORIZON_FILE", "Horizon", "HorizonWrite", "check_file", "read_bound", "read_state"]
 MAGIC = b"KDLYHRZ1"
 SIZE = 32
 _PID, _SEQ, _FLOOR = 1, 2, 3  # word indexes
@@ -84,6 +85,11 @@ class Horizon:
         self._fence.acquire()
         self._fence.release()
 
+    def writing(self, floor: int, clock: Callable[[], int]) -> HorizonWrite:
+        """`with horizon.writing(floor, clock) as now:` a write at the log clock `now`,
+        published as under way from before the clock is read until the block ends."""
+        return HorizonWrite(self, floor, clock)
+
     def begin(self, floor: int) -> None:
         self._words[_FLOOR] = floor
         self._seq += 1
@@ -105,6 +111,32 @@ class Horizon:
         self._words = None  # release the buffer export before unmapping
         with contextlib.suppress(BufferError, ValueError):
             self._map.close()
+
+
+class HorizonWrite:
+    """The context manager of `Horizon.writing`: `begin(floor)`, read the clock (the value
+    of the `with`), and `end` with the clock used, or with `floor` if reading it raised. A
+    class, not a generator: it runs on every append, where a generator's frame costs more
+    than the write's own bookkeeping."""
+
+    __slots__ = ("_horizon", "_floor", "_clock", "_used")
+
+    def __init__(self, horizon: Horizon, floor: int, clock: Callable[[], int]):
+        self._horizon = horizon
+        self._floor = floor
+        self._clock = clock
+
+    def __enter__(self) -> int:
+        self._horizon.begin(self._floor)
+        try:
+            self._used = self._clock()
+        except BaseException:
+            self._horizon.end(self._floor)
+            raise
+        return self._used
+
+    def __exit__(self, *exc: object) -> None:
+        self._horizon.end(self._used)
 
 
 def _alive(pid: int) -> bool:
