@@ -8,7 +8,7 @@ lock-free readers (writer.py, cancel_ops.py, append_horizon.py), retention, comp
 group positions; to kdelay.fetch due-order and offset-order reads, lag and metrics.
 
 Concurrency: one lock serialises appends, rolls, retention and each fetch's read of the
-segment set; long-polling fetches wait on a condition outside it. The log clock never runs
+segment set; long-polling fetches sleep on a signal outside it. The log clock never runs
 backwards (it is the max of every clock reading it has seen), so an append always gets a
 deliverAfter >= anything a fetch has already treated as "now": a late append can never land
 behind a consumer's cursor.
@@ -28,6 +28,7 @@ from .config import LogConfig
 from .errors import LogClosedError, OffsetOutOfRangeError, write_errors
 from .fetch import group_positions, metrics, offset_order
 from .fetch.due_order import DueOrderReader, resolve_cursor
+from .fetch.long_poll import ActivitySignal
 from .log.cancellation import cancel_ops
 from .log.compaction import compactor
 from .log.segments import retention
@@ -72,7 +73,7 @@ class Log:
         self.load_report = opened.report
         self._clock = clock
         self._lock = threading.RLock()
-        self._appended = threading.Condition(self._lock)
+        self._appended = ActivitySignal(self._lock)  # wakes long-polling fetches
         self._closed = False
         self._now_floor = 0
         self._segments = opened.segments
@@ -121,7 +122,7 @@ class Log:
                 self._life.close_clean(self._now_floor)
             finally:
                 self._life.release()
-                self._appended.notify_all()
+                self._appended.bump_under_lock()
 
     def __enter__(self) -> Log:
         return self
@@ -181,9 +182,9 @@ class Log:
         return self._tell(result)
 
     def _appended_locked(self, result: AppendResult) -> AppendResult:
-        """Wake fetches waiting on the condition (the batch may be due sooner)."""
+        """Wake long-polling fetches (the batch may be due sooner)."""
         self._due_order.appended(result.deliver_after)
-        self._appended.notify_all()
+        self._appended.bump_under_lock()
         return result
 
     def _tell(self, result: AppendResult) -> AppendResult:
@@ -250,7 +251,7 @@ class Log:
             return self._due_order.wait_for_page(
                 self._segments, resolve_cursor(self._segments, after), max_records,
                 max_bytes, self._cancels, deadline=deadline, now=self.now,
-                wait=self._appended.wait, check_open=self._check_open)
+                signal=self._appended, check_open=self._check_open)
 
     def read(self, offset: int, *, max_records: int = 500) -> list[FetchedRecord]:
         """Records in plain offset order from `offset` (due or not)."""

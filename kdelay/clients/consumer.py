@@ -25,6 +25,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import InvalidConfigError, InvalidRecordError, KdelayError
+from ..fetch.long_poll import long_poll
 from ..partition import Log
 from ..records import AppendResult, DeliveryKey, FetchedRecord, Record
 from ..validation import as_int, check_page_limits, is_int
@@ -199,22 +200,23 @@ class Consumer:
         return self._poll_topic(max_records, timeout_ms)
 
     def _poll_topic(self, max_records: int, timeout_ms: int) -> list[FetchedRecord]:
-        deadline = time.monotonic() + timeout_ms / 1000
-        signal = self._topic.signal
-        while True:
-            seen = signal.version  # before the round, so no append in between is missed
+        def poll_once() -> tuple[list[FetchedRecord], bool]:
             out = self._poll_round(max_records)
-            remaining = deadline - time.monotonic()
-            if out or remaining <= 0:
-                return out
-            wait = remaining
-            for log in self._logs:
-                # sleep no later than the earliest record that will become due
-                now = log.now()
-                wake = log.earliest_pending(now)
-                if wake is not None:
-                    wait = min(wait, max(0.001, (wake - now) / 1000))
-            signal.wait(seen, wait)
+            return out, bool(out)
+
+        return long_poll(poll_once, self._next_due_ms, self._topic.signal,
+                         time.monotonic() + timeout_ms / 1000)
+
+    def _next_due_ms(self) -> int | None:
+        """How long until the earliest pending record of any partition comes due (ms on
+        the log clock; None: nothing is pending)."""
+        wait = None
+        for log in self._logs:
+            now = log.now()
+            wake = log.earliest_pending(now)
+            if wake is not None and (wait is None or wake - now < wait):
+                wait = wake - now
+        return wait
 
     def _poll_round(self, max_records: int) -> list[FetchedRecord]:
         """One non-blocking pass: each partition (from a rotating start) gets an equal share

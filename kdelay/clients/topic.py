@@ -7,8 +7,8 @@ in a subdirectory because a 249-character name leaves no room for a suffix (plus
 atomic write's ".tmp") within the file system's 255-byte name limit.
 
 Every partition Log gets an append listener that bumps the topic's `ActivitySignal`: a
-Consumer long-polling several partitions sleeps on that one signal (and on a timer to the
-earliest pending deliverAfter) instead of polling.
+Consumer long-polling several partitions sleeps on that one signal (fetch.long_poll, with
+a timer to the earliest pending deliverAfter) instead of polling.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from .. import fsio
 from ..clock import Clock
 from ..config import LogConfig
 from ..errors import InvalidRecordError, InvalidTopicError, KdelayError, LogClosedError
+from ..fetch.long_poll import ActivitySignal
 from ..partition import Log
 from ..records import AppendResult, Record
 from ..validation import check_open_args, os_errors
 from .partitioner import partition_for_key
 
-__all__ = ["META_DIR", "MAX_TOPIC_NAME_LENGTH", "ActivitySignal", "Topic", "fair_round",
-           "validate_topic_name"]
+__all__ = ["META_DIR", "MAX_TOPIC_NAME_LENGTH", "Topic", "fair_round", "validate_topic_name"]
 
 MAX_TOPIC_NAME_LENGTH = 249  # Kafka's limit (255 minus room for "-<partition>" suffixes)
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
@@ -75,25 +75,6 @@ def fair_round(order: list[int], budget: int, take: Callable[[int, int], list]) 
                 still_full.append(i)
         active = still_full
     return out
-
-
-class ActivitySignal:
-    """A counter plus condition: waiters note `version`, check their sources, then
-    `wait(seen, ...)` returns at once if anything happened in between (no lost wake-up)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self.version = 0
-
-    def bump(self) -> None:
-        with self._cond:
-            self.version += 1
-            self._cond.notify_all()
-
-    def wait(self, seen: int, timeout: float) -> None:
-        with self._cond:
-            if self.version == seen:
-                self._cond.wait(timeout)
 
 
 class Topic:

@@ -19,10 +19,11 @@ import time
 from collections.abc import Iterable
 
 from ...errors import KdelayError
+from ...fetch.long_poll import ActivitySignal, long_poll
 from ...fetch.metrics import METRICS_SECTIONS
 from ...partition import Log
 from ...records import Record
-from ..topic import ActivitySignal, Topic, fair_round
+from ..topic import Topic, fair_round
 from . import state_store
 from .group import GroupPartition, QueueRecord, attach, detach, open_groups
 from .state_store import ACK, REJECT, RELEASE
@@ -90,23 +91,24 @@ class QueueConsumer:
             raise KdelayError(f"max_records must be a positive int, got {max_records!r}")
         if not _is_int(timeout_ms) or timeout_ms < 0:
             raise KdelayError(f"timeout_ms must be a non-negative int, got {timeout_ms!r}")
-        self._check_open()
-        deadline = time.monotonic() + timeout_ms / 1000
-        while True:
-            seen = self._signal.version  # before the round: no wake-up in between is lost
+        def poll_once() -> tuple[list[QueueRecord], bool]:
+            self._check_open()  # also after a sleep: close() wakes it
             out = self._poll_round(max_records)
-            remaining = deadline - time.monotonic()
-            if out or remaining <= 0:
-                return out
-            wait = remaining
-            for part in self._parts:
-                now = part.log.now()
-                times = [part.next_event(now), part.log.earliest_pending(now)]
-                for t in times:
-                    if t is not None:
-                        wait = min(wait, max(0.001, (t - now) / 1000))
-            self._signal.wait(seen, wait)
-            self._check_open()
+            return out, bool(out)
+
+        return long_poll(poll_once, self._next_due_ms, self._signal,
+                         time.monotonic() + timeout_ms / 1000)
+
+    def _next_due_ms(self) -> int | None:
+        """How long until a delayed release comes due, a lock runs out or a pending record
+        comes due, on any partition (ms on the log clock; None: none will)."""
+        wait = None
+        for part in self._parts:
+            now = part.log.now()
+            for t in (part.next_event(now), part.log.earliest_pending(now)):
+                if t is not None and (wait is None or t - now < wait):
+                    wait = t - now
+        return wait
 
     def _poll_round(self, max_records: int) -> list[QueueRecord]:
         n = len(self._parts)

@@ -27,9 +27,9 @@ import weakref
 from typing import TYPE_CHECKING, NamedTuple
 
 from ...errors import KdelayError
+from ...fetch.long_poll import ActivitySignal
 from ...partition import Log
 from ...records import DeliveryKey, FetchedRecord, Header
-from ..topic import ActivitySignal
 from . import state_store
 from .state_store import ACK, ACQUIRE, ACQUIRED_BIT, DROP, REJECT, RELEASE, StateStore
 
