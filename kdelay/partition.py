@@ -4,8 +4,10 @@ The facade owns the lock, the log clock, the wake-ups of waiting fetches and app
 listeners, and the order of the open/close protocol; it delegates the rest: argument
 checks to kdelay.validation; to kdelay.log the directory's lifetime (open_and_close.py), the
 write path with its flush policy, cancel, reschedule and the append horizon for
-lock-free readers (writer.py, cancel_ops.py, append_horizon.py), retention, compaction and
-group positions; to kdelay.fetch due-order and offset-order reads, lag and metrics.
+lock-free readers (writer.py, cancel_ops.py, append_horizon.py), retention and compaction;
+to kdelay.fetch due-order and offset-order reads, long polls, lag and metrics, and the
+groups it owns: consumer-group positions (group_positions.py) and queue groups
+(queue_state/, whose live state kdelay.clients.queue attaches through `_queue_groups`).
 
 Concurrency: one lock serialises appends, rolls, retention and each fetch's read of the
 segment set; long-polling fetches sleep on a signal outside it. The log clock never runs
@@ -29,6 +31,7 @@ from .errors import LogClosedError, OffsetOutOfRangeError, write_errors
 from .fetch import group_positions, metrics, offset_order
 from .fetch.due_order import DueOrderReader, resolve_cursor
 from .fetch.long_poll import ActivitySignal
+from .fetch.queue_state.queue_groups import QueueGroups
 from .log.cancellation import cancel_ops
 from .log.compaction import compactor
 from .log.segments import retention
@@ -81,6 +84,7 @@ class Log:
         self._life = Lifetime(self, path, opened)  # marker, clean close, descriptors
         self._writer = Writer(config, self._segments, self._cancels, self._life)
         self._groups = group_positions.GroupStore(path)
+        self._queue_groups = QueueGroups(path, self.add_append_listener)
         self._due_order = DueOrderReader()
         self._compactor = compactor.Compactor(path, self._segments, self._lock, self._cancels)
         self._listeners: list[AppendListener] = []
@@ -343,12 +347,15 @@ class Log:
 
     def metrics(self) -> dict:
         """Counts and sizes for monitoring. `groups` maps each consumer group with a stored
-        position to its committed key and its lag: records due now and after that key."""
+        position to its committed key and its lag: records due now and after that key;
+        `queues` each queue group to its counts (queue_groups.group_counts)."""
         with self._lock:
             now = self.now()
             out = metrics.log_metrics(self._segments, self._groups, self._cancels,
                                       self._compactor.totals, now)
-        return metrics.add_sections(out, self, now)
+        # outside the lock, as a live queue group's counts take the group's lock
+        out["queues"] = self._queue_groups.counts(now, lambda key: self.due_after([key], now)[0])
+        return out
 
     def due_after(self, keys: Sequence[DeliveryKey | None], now: int) -> list[int]:
         """Per key (a position in due order, None: the start), the records due at `now`

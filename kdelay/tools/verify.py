@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..clients.queue import state_store
 from ..errors import KdelayError
 from ..fetch.group_positions import GroupStore
+from ..fetch.queue_state import state_store
 from ..log.batch.walker import Batch, FramingBreak, Progress, base_offsets_crc
 from ..log.segments import append_horizon, layout
 from ..log.segments.layout import LOG_SUFFIX, SegmentFiles, parse_segment_name, segment_file

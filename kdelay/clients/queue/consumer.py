@@ -7,28 +7,29 @@ one QueueConsumer at a time, under a lock of `lock_ms` on the log clock, until i
 log), rejected (done, dead-lettered if configured), or its lock runs out (offered again).
 Each delivery counts; the delivery after `max_delivery_count` is rejected instead.
 
-The group's shared state on each Log is `queue_group.GroupPartition`; its files are
-`queue_state`'s. Long polls sleep on the consumer's signal, bumped by appends (the log's
-append listener), by releases and by closes; they also wake when the earliest delayed
-release, lock expiry or pending record comes due on the log clock.
+The group's shared state on each Log is `group.GroupPartition`, held by the Log; its files
+are kdelay.fetch.queue_state's. Long polls (fetch.long_poll) sleep on the consumer's
+signal, bumped by appends (the group's are woken by the Log), by releases and by closes;
+they also wake when the earliest delayed release, lock expiry or pending record comes due
+on the log clock.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable
 
 from ...errors import KdelayError
 from ...fetch.long_poll import ActivitySignal, long_poll
-from ...fetch.metrics import METRICS_SECTIONS
+from ...fetch.queue_state import state_store
+from ...fetch.queue_state.state_store import ACK, REJECT, RELEASE
 from ...partition import Log
 from ...records import Record
 from ..topic import Topic, fair_round
-from . import state_store
-from .group import GroupPartition, QueueRecord, attach, detach, open_groups
-from .state_store import ACK, REJECT, RELEASE
+from .group import GroupPartition, Member, QueueRecord, attach, detach
 
-__all__ = ["QueueConsumer", "QueueRecord", "queue_metrics"]
+__all__ = ["QueueConsumer", "QueueRecord"]
 
 
 def _is_int(x) -> bool:
@@ -66,6 +67,8 @@ class QueueConsumer:
         self.source, self.group = source, group
         self.lock_ms, self.max_delivery_count = lock_ms, max_delivery_count
         self.dead_letter = dead_letter
+        self._member = Member(lock_ms, max_delivery_count,
+                              functools.partial(_copy_to_dead_letter, dead_letter))
         self._signal = ActivitySignal()
         self._parts: list[GroupPartition] = []
         try:
@@ -113,10 +116,11 @@ class QueueConsumer:
     def _poll_round(self, max_records: int) -> list[QueueRecord]:
         n = len(self._parts)
         if n == 1:
-            return self._parts[0].poll(self, max_records, None)
+            return self._parts[0].poll(self._member, max_records, None)
         order = [(self._start + k) % n for k in range(n)]
         self._start = (self._start + 1) % n
-        return fair_round(order, max_records, lambda i, take: self._parts[i].poll(self, take, i))
+        return fair_round(order, max_records,
+                          lambda i, take: self._parts[i].poll(self._member, take, i))
 
     # ------------------------------------------------------------------ ack / release
 
@@ -152,11 +156,11 @@ class QueueConsumer:
             nows = {}
             for i in parts:
                 part = self._parts[i]
-                part._check_open()
+                part.check_open()
                 nows[i] = part.log.now()
-                part.check_held(self, [(o, c) for o, c, _ in by_part[i]], nows[i])
+                part.check_held(self._member, [(o, c) for o, c, _ in by_part[i]], nows[i])
             if kind == REJECT:
-                self._dead_letter([r for i in parts for _, _, r in by_part[i]])
+                self._member.dead_letter([r for i in parts for _, _, r in by_part[i]])
             pending = []
             for i in parts:
                 offsets = [o for o, _, _ in by_part[i]]
@@ -203,21 +207,6 @@ class QueueConsumer:
             by_part.setdefault(i, []).append((r.offset, r.delivery_count, r))
         return by_part
 
-    def _dead_letter(self, records: list) -> None:
-        """Copy records (key, value, headers) to the dead-letter log and flush it, before
-        the reject is journaled: a crash in between dead-letters a record twice at worst."""
-        dl = self.dead_letter
-        if dl is None or not records:
-            return
-        copies = [Record(r.value, r.key, list(r.headers)) for r in records]
-        if isinstance(dl, Topic):
-            touched = {dl.send([c])[0] for c in copies}
-            for p in touched:
-                dl.partition(p).flush()
-        else:
-            dl.append(copies)
-            dl.flush()
-
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
@@ -228,7 +217,7 @@ class QueueConsumer:
         for part in self._parts:
             part.unsubscribe(self._signal)
             with part.lock:
-                released = part.release_all(self)
+                released = part.release_all(self._member)
             if released:
                 part.notify()
             detach(part)
@@ -249,29 +238,16 @@ class QueueConsumer:
             raise KdelayError("QueueConsumer is closed")
 
 
-def queue_metrics(log: Log, now: int) -> dict[str, dict]:
-    """Per queue group with state on `log`: acquired, available (due now: released, expired
-    or never delivered), delayed (released with a delay, not yet due), acked, rejected. An
-    open group is read from memory; others from their files (O(in flight) each)."""
-    live = open_groups(log)
-    out: dict[str, dict] = {}
-    for group in sorted(set(state_store.group_names(log.path)) | set(live)):
-        part = live.get(group)
-        if part is not None:
-            counts = part.counts(now)
-        else:
-            try:
-                st = state_store.load(log.path, group)
-            except KdelayError as e:
-                out[group] = {"error": str(e)}
-                continue
-            delayed = sum(1 for _, at in st.inflight.values() if at > now)
-            counts = {"acquired": 0, "available": len(st.inflight) - delayed,
-                      "delayed": delayed, "acked": st.acked, "rejected": st.rejected,
-                      "in_flight": len(st.inflight), "cursor": st.cursor}
-        counts["available"] += log.due_after([counts["cursor"]], now)[0]
-        out[group] = counts
-    return out
-
-
-METRICS_SECTIONS["queues"] = queue_metrics
+def _copy_to_dead_letter(dl: Log | Topic | None, records: list) -> None:
+    """Copy records (key, value, headers) to the dead-letter log and flush it, before the
+    reject is journaled: a crash in between dead-letters a record twice at worst."""
+    if dl is None or not records:
+        return
+    copies = [Record(r.value, r.key, list(r.headers)) for r in records]
+    if isinstance(dl, Topic):
+        touched = {dl.send([c])[0] for c in copies}
+        for p in touched:
+            dl.partition(p).flush()
+    else:
+        dl.append(copies)
+        dl.flush()
