@@ -133,9 +133,7 @@ class Consumer:
         if not isinstance(group, str) or not group:
             raise KdelayError(f"group must be a non-empty str, got {group!r}")
         if max_attempts is not None:
-            if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) \
-                    or max_attempts < 0:
-                raise KdelayError(f"max_attempts must be an int >= 0, got {max_attempts!r}")
+            max_attempts = as_int(max_attempts, "max_attempts")
             if dead_letter is None:
                 raise KdelayError("max_attempts needs a dead_letter Log or Topic")
         if dead_letter is not None and not isinstance(dead_letter, (Log, Topic)):
@@ -269,10 +267,10 @@ class Consumer:
         if self._topic is None:
             return self._logs[0], None
         p = record.partition
-        if not isinstance(p, int) or not 0 <= p < len(self._logs):
+        if not is_int(p) or not 0 <= p < len(self._logs):
             raise InvalidRecordError(
                 f"record has partition {p!r}; retry on a Topic needs a record polled from it")
-        return self._logs[p], p
+        return self._logs[int(p)], int(p)
 
     def _dead_letter(self, record: FetchedRecord, done: int) -> RetryOutcome:
         copy = Record(record.value, record.key, list(record.headers))

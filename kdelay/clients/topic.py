@@ -26,7 +26,7 @@ from ..errors import InvalidRecordError, InvalidTopicError, KdelayError, LogClos
 from ..fetch.long_poll import ActivitySignal
 from ..partition import Log
 from ..records import AppendResult, Record
-from ..validation import check_open_args, os_errors
+from ..validation import as_int, check_open_args, is_int, is_positive_int, os_errors
 from .partitioner import partition_for_key
 
 __all__ = ["META_DIR", "MAX_TOPIC_NAME_LENGTH", "Topic", "fair_round", "validate_topic_name"]
@@ -98,9 +98,8 @@ class Topic:
         """Open (creating if missing) topic `name` under `root`. `partitions` None means the
         stored count (1 for a new topic); any other count than the stored one is refused."""
         name = validate_topic_name(name)
-        if partitions is not None and (not isinstance(partitions, int)
-                                       or isinstance(partitions, bool) or partitions <= 0):
-            raise InvalidTopicError(f"partitions must be a positive int, got {partitions!r}")
+        if partitions is not None:
+            partitions = as_int(partitions, "partitions", lo=1, error=InvalidTopicError)
         root, config = check_open_args(root, config, clock, "topic root")
         return os_errors("opening topic in", root,
                          lambda: cls._open(root, name, partitions, config, clock))
@@ -154,10 +153,10 @@ class Topic:
         return len(self._logs)
 
     def partition(self, i: int) -> Log:
-        if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < len(self._logs):
+        if not is_int(i) or not 0 <= i < len(self._logs):
             raise KdelayError(f"topic {self.name!r} has no partition {i!r} "
                               f"(it has {len(self._logs)})")
-        return self._logs[i]
+        return self._logs[int(i)]
 
     @property
     def logs(self) -> list[Log]:
@@ -242,7 +241,7 @@ def _read_meta(path: str, name: str) -> int | None:
         ok = meta.get("format") == _META_FORMAT and meta.get("name") == name
     except (ValueError, KeyError, TypeError, AttributeError):
         ok, count = False, None
-    if not ok or not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+    if not ok or not is_positive_int(count):
         raise InvalidTopicError(f"topic metadata file {path} is corrupt")
     return count
 

@@ -26,14 +26,11 @@ from ...fetch.queue_state import state_store
 from ...fetch.queue_state.state_store import ACK, REJECT, RELEASE
 from ...partition import Log
 from ...records import Record
+from ...validation import as_int, check_page_limits, is_int
 from ..topic import Topic, fair_round
 from .group import GroupPartition, Member, QueueRecord, attach, detach
 
 __all__ = ["QueueConsumer", "QueueRecord"]
-
-
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
 
 
 class QueueConsumer:
@@ -54,16 +51,12 @@ class QueueConsumer:
             raise KdelayError(f"QueueConsumer needs a Log or a Topic, "
                               f"got {type(source).__name__}")
         state_store.validate_group(group)
-        if not _is_int(lock_ms) or lock_ms < 0:
-            raise KdelayError(f"lock_ms must be a non-negative int, got {lock_ms!r}")
-        if not _is_int(max_delivery_count) or max_delivery_count < 1:
-            raise KdelayError(f"max_delivery_count must be an int >= 1, "
-                              f"got {max_delivery_count!r}")
+        lock_ms = as_int(lock_ms, "lock_ms")
+        max_delivery_count = as_int(max_delivery_count, "max_delivery_count", lo=1)
         if dead_letter is not None and not isinstance(dead_letter, (Log, Topic)):
             raise KdelayError(f"dead_letter must be a Log or a Topic, "
                               f"got {type(dead_letter).__name__}")
-        if not _is_int(compact_min_bytes) or compact_min_bytes < 0:
-            raise KdelayError("compact_min_bytes must be a non-negative int")
+        compact_min_bytes = as_int(compact_min_bytes, "compact_min_bytes")
         self.source, self.group = source, group
         self.lock_ms, self.max_delivery_count = lock_ms, max_delivery_count
         self.dead_letter = dead_letter
@@ -90,10 +83,7 @@ class QueueConsumer:
         """Acquire up to `max_records` due records, in (time, offset) order per partition.
         With `timeout_ms` > 0 and nothing to acquire, waits (asleep) until an append, a
         release, a lock expiry or a delayed record makes one available, or time is up."""
-        if not _is_int(max_records) or max_records < 1:
-            raise KdelayError(f"max_records must be a positive int, got {max_records!r}")
-        if not _is_int(timeout_ms) or timeout_ms < 0:
-            raise KdelayError(f"timeout_ms must be a non-negative int, got {timeout_ms!r}")
+        max_records, _, timeout_ms = check_page_limits(max_records, 1, timeout_ms)
         def poll_once() -> tuple[list[QueueRecord], bool]:
             self._check_open()  # also after a sleep: close() wakes it
             out = self._poll_round(max_records)
@@ -135,9 +125,7 @@ class QueueConsumer:
     def release(self, records: Iterable[QueueRecord], delay_ms: int = 0) -> None:
         """Offer again to the group, no earlier than now + `delay_ms` on the log clock (the
         record keeps its offset; nothing is appended). Durable when it returns."""
-        if not _is_int(delay_ms) or delay_ms < 0:
-            raise KdelayError(f"delay_ms must be a non-negative int, got {delay_ms!r}")
-        self._finish(records, RELEASE, delay_ms)
+        self._finish(records, RELEASE, as_int(delay_ms, "delay_ms"))
 
     def renew(self, records: Iterable[QueueRecord]) -> None:
         """Extend the locks of held records to `lock_ms` from now (not persisted: a lock
@@ -194,9 +182,9 @@ class QueueConsumer:
                                   f"got {type(r).__name__}")
             p = r.partition
             if self._is_topic:
-                if not _is_int(p) or not 0 <= p < len(self._parts):
+                if not is_int(p) or not 0 <= p < len(self._parts):
                     raise KdelayError(f"record has partition {p!r}, not one of this topic's")
-                i = p
+                i = int(p)
             elif p is not None:
                 raise KdelayError(f"record has partition {p!r} but this consumer reads a Log")
             else:
