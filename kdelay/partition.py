@@ -90,7 +90,7 @@ class Log:
         self._listeners: list[AppendListener] = []
         # which offsets are cancelled, for compaction: (first, end) -> sorted offsets
         # (None: none are); an attribute so that tests can substitute their own
-        self.cancelled_offsets: compactor.Cancelled | None = cancel_ops.settled_hook(
+        self._cancelled_offsets: compactor.Cancelled | None = cancel_ops.settled_hook(
             self._lock, self._cancels)
         self._flusher = None if config.flush_ms is None else start_flusher(
             self, Log._flush_if_overdue, config.flush_ms / 1000, f"kdelay-flush-{path}")
@@ -272,7 +272,7 @@ class Log:
     def commit(self, group: str, key: DeliveryKey | None, *,
                generation: int | None = None) -> None:
         """Durably store `group`'s position (the key of the last record it consumed). With
-        `generation` (from `join_group`), refused with GroupFencedError once a newer member
+        `generation` (from `_join_group`), refused with GroupFencedError once a newer member
         has joined."""
         key = commit_key(key)
         self._check_open()
@@ -281,12 +281,14 @@ class Log:
     def committed(self, group: str) -> DeliveryKey | None:
         return self._groups.committed(group)
 
-    def join_group(self, group: str) -> int:
+    # the clients' plumbing (kdelay.clients): private, not a user's surface
+
+    def _join_group(self, group: str) -> int:
         """Register a new member (Consumer) of `group` on this Log and return its
-        generation; every older member is fenced (see `check_member`)."""
+        generation; every older member is fenced (see `_check_member`)."""
         return self._groups.join(group)
 
-    def check_member(self, group: str, generation: int) -> None:
+    def _check_member(self, group: str, generation: int) -> None:
         """Raise GroupFencedError if a member newer than `generation` joined `group`."""
         self._groups.check_member(group, generation)
 
@@ -321,7 +323,7 @@ class Log:
         survives; memory O(one segment's index)."""
         self._check_open()
         return self._compactor.compact(self.config, now=self.now,
-                                       cancelled=self.cancelled_offsets,
+                                       cancelled=self._cancelled_offsets,
                                        before_change=self._life.mark_dirty,
                                        after_change=self._due_order.reset,
                                        is_closed=lambda: self._closed)
@@ -354,16 +356,16 @@ class Log:
             out = metrics.log_metrics(self._segments, self._groups, self._cancels,
                                       self._compactor.totals, now)
         # outside the lock, as a live queue group's counts take the group's lock
-        out["queues"] = self._queue_groups.counts(now, lambda key: self.due_after([key], now)[0])
+        out["queues"] = self._queue_groups.counts(now, lambda key: self._due_after([key], now)[0])
         return out
 
-    def due_after(self, keys: Sequence[DeliveryKey | None], now: int) -> list[int]:
+    def _due_after(self, keys: Sequence[DeliveryKey | None], now: int) -> list[int]:
         """Per key (a position in due order, None: the start), the records due at `now`
         after it: what a reader at that position has left to read now."""
         with self._lock:
             return metrics.due_after_keys(self._segments, keys, now)
 
-    def earliest_pending(self, now: int) -> int | None:
+    def _earliest_pending(self, now: int) -> int | None:
         """The smallest deliverAfter > `now` in the log (None: nothing pending). Sealed
         segments whose largest key is due are skipped without being touched."""
         with self._lock:

@@ -98,7 +98,7 @@ class QueueConsumer:
         wait = None
         for part in self._parts:
             now = part.log.now()
-            for t in (part.next_event(now), part.log.earliest_pending(now)):
+            for t in (part.next_event(now), part.log._earliest_pending(now)):
                 if t is not None and (wait is None or t - now < wait):
                     wait = t - now
         return wait
