@@ -51,7 +51,7 @@ import numpy as np
 
 from .layout import HORIZON_FILE
 
-__all__ = ["HORIZON_FILE", "Horizon", "HorizonWrite", "check_file", "read_bound", "read_state"]
+__all__ = ["HORIZON_FILE", "Horizon", "check_file", "read_bound", "read_state"]
 MAGIC = b"KDLYHRZ1"
 SIZE = 32
 _PID, _SEQ, _FLOOR = 1, 2, 3  # word indexes
@@ -78,6 +78,8 @@ class Horizon:
         self._words[_FLOOR] = floor
         self._words[_PID] = os.getpid()
         self._seq = 0
+        self._write_floor = self._write_used = floor  # see writing()
+        self._write_clock: Callable[[], int] | None = None
 
     def _barrier(self) -> None:
         # acquiring a mutex is a lock-prefixed read-modify-write: a full barrier on x86-64
@@ -85,10 +87,28 @@ class Horizon:
         self._fence.acquire()
         self._fence.release()
 
-    def writing(self, floor: int, clock: Callable[[], int]) -> HorizonWrite:
+    def writing(self, floor: int, clock: Callable[[], int]) -> Horizon:
         """`with horizon.writing(floor, clock) as now:` a write at the log clock `now`,
-        published as under way from before the clock is read until the block ends."""
-        return HorizonWrite(self, floor, clock)
+        published as under way (`begin(floor)`) from before the clock is read until the
+        block ends (`end` with the clock used, or with `floor` if reading it raised).
+        The horizon is its own context manager, armed here: writes come one at a time
+        (under the log's lock), and a fresh object per append would cost more than the
+        stores it publishes."""
+        self._write_floor = floor
+        self._write_clock = clock
+        return self
+
+    def __enter__(self) -> int:
+        self.begin(self._write_floor)
+        try:
+            self._write_used = self._write_clock()
+        except BaseException:
+            self.end(self._write_floor)
+            raise
+        return self._write_used
+
+    def __exit__(self, *exc: object) -> None:
+        self.end(self._write_used)
 
     def begin(self, floor: int) -> None:
         self._words[_FLOOR] = floor
@@ -111,32 +131,6 @@ class Horizon:
         self._words = None  # release the buffer export before unmapping
         with contextlib.suppress(BufferError, ValueError):
             self._map.close()
-
-
-class HorizonWrite:
-    """The context manager of `Horizon.writing`: `begin(floor)`, read the clock (the value
-    of the `with`), and `end` with the clock used, or with `floor` if reading it raised. A
-    class, not a generator: it runs on every append, where a generator's frame costs more
-    than the write's own bookkeeping."""
-
-    __slots__ = ("_horizon", "_floor", "_clock", "_used")
-
-    def __init__(self, horizon: Horizon, floor: int, clock: Callable[[], int]):
-        self._horizon = horizon
-        self._floor = floor
-        self._clock = clock
-
-    def __enter__(self) -> int:
-        self._horizon.begin(self._floor)
-        try:
-            self._used = self._clock()
-        except BaseException:
-            self._horizon.end(self._floor)
-            raise
-        return self._used
-
-    def __exit__(self, *exc: object) -> None:
-        self._horizon.end(self._used)
 
 
 def _alive(pid: int) -> bool:
