@@ -49,6 +49,7 @@ from .records import (
 )
 from .validation import (
     MAX_INT64,
+    BatchColumns,
     as_int,
     batch_columns,
     check_open_args,
@@ -175,14 +176,14 @@ class Log:
         PackedBinary (and timestamps an int array): no Python work per row at all."""
         return self._append(batch_columns(values, keys, timestamps), deliver_after)
 
-    def _append(self, columns: list[tuple], deliver_after: int | None) -> AppendResult:
+    def _append(self, columns: BatchColumns, deliver_after: int | None) -> AppendResult:
         requested = requested_deliver_after(
-            columns[4], deliver_after, path=self.path,
+            columns.deliver_afters, deliver_after, path=self.path,
             delayed_delivery_enable=self.config.delayed_delivery_enable)
         with self._lock:
             self._check_open()
             result = self._appended_locked(self._writer.append(
-                columns, requested, deliver_after, self.now, self._now_floor))
+                columns, requested, self.now, self._now_floor))
         return self._tell(result)
 
     def _appended_locked(self, result: AppendResult) -> AppendResult:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 
 from ...config import LogConfig
 from ...records import AppendResult
+from ...validation import BatchColumns
 from ..batch.builder import build_batch
 from ..cancellation import cancel_ops
 from ..cancellation.cancel_store import CancelStore
@@ -31,8 +32,8 @@ class Writer:
         self._life = life
         self.policy = FlushPolicy(config)
 
-    def append(self, columns: list[tuple], requested: int | None, explicit: int | None,
-               clock: Callable[[], int], floor: int) -> AppendResult:
+    def append(self, columns: BatchColumns, requested: int | None, clock: Callable[[], int],
+               floor: int) -> AppendResult:
         """Encode the checked `columns` as one batch (at `clock()`, the log clock, whose
         floor is `floor`) and append it; fsync'd first when the flush policy says the
         batch makes a flush due."""
@@ -40,7 +41,7 @@ class Writer:
         with self._life.horizon.writing(floor, clock) as now:
             base = self._segments.active.next_offset
             batch = build_batch(columns, base_offset=base, now=now, requested=requested,
-                                explicit=explicit, config=cfg)
+                                config=cfg)
             self.make_room(len(batch.data), batch.max_timestamp)
             n = batch.records
             sync = self.policy.due_after(n)
