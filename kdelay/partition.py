@@ -253,10 +253,14 @@ class Log:
         deadline = time.monotonic() + max_wait_ms / 1000
         with self._lock:
             self._check_open()
+            cursor = resolve_cursor(self._segments, after)
+            if not max_wait_ms:  # not a long poll
+                return self._due_order.fetch_page(self._segments, cursor, self.now(),
+                                                  max_records, max_bytes, self._cancels)
             return self._due_order.wait_for_page(
-                self._segments, resolve_cursor(self._segments, after), max_records,
-                max_bytes, self._cancels, deadline=deadline, now=self.now,
-                signal=self._appended, check_open=self._check_open)
+                self._segments, cursor, max_records, max_bytes, self._cancels,
+                deadline=deadline, now=self.now, signal=self._appended,
+                check_open=self._check_open)
 
     def read(self, offset: int, *, max_records: int = 500) -> list[FetchedRecord]:
         """Records in plain offset order from `offset` (due or not)."""

@@ -82,6 +82,12 @@ class DueOrderReader:
         self._quiet = (cursor, until)
         return [], cursor, until
 
+    def fetch_page(self, segments: SegmentSet, cursor: DeliveryKey | None, now: int,
+                   max_records: int, max_bytes: int, cancels: CancelStore) -> FetchResult:
+        """`page` as a fetch returns it (a fetch that does not wait: one page)."""
+        records, nxt, _ = self.page(segments, cursor, now, max_records, max_bytes, cancels)
+        return FetchResult(records, nxt)
+
     def wait_for_page(self, segments: SegmentSet, cursor: DeliveryKey | None,
                       max_records: int, max_bytes: int, cancels: CancelStore, *,
                       deadline: float, now: Callable[[], int], signal: ActivitySignal,
@@ -92,9 +98,8 @@ class DueOrderReader:
         cursor comes due."""
         def page_once() -> tuple[FetchResult, bool]:
             check_open()
-            records, nxt, _ = self.page(segments, cursor, now(), max_records, max_bytes,
-                                        cancels)
-            return FetchResult(records, nxt), bool(records)
+            page = self.fetch_page(segments, cursor, now(), max_records, max_bytes, cancels)
+            return page, bool(page.records)
 
         def next_due_ms() -> int:
             # an empty page began a quiet spell: nothing after the cursor is due before it
