@@ -84,6 +84,7 @@ class QueueConsumer:
         With `timeout_ms` > 0 and nothing to acquire, waits (asleep) until an append, a
         release, a lock expiry or a delayed record makes one available, or time is up."""
         max_records, _, timeout_ms = check_page_limits(max_records, 1, timeout_ms)
+
         def poll_once() -> tuple[list[QueueRecord], bool]:
             self._check_open()  # also after a sleep: close() wakes it
             out = self._poll_round(max_records)
