@@ -4,11 +4,13 @@ The facade owns the lock, the log clock, the wake-ups of waiting fetches and app
 listeners, and the order of the open/close protocol; it delegates the rest: argument
 checks to kdelay.validation; to kdelay.log the directory's lifetime (open_and_close.py), the
 write path with its flush policy, cancel, reschedule and the append horizon for
-lock-free readers (writer.py, cancel_ops.py, append_horizon.py), retention, compaction and
-group positions; to kdelay.fetch due-order and offset-order reads, lag and metrics.
+lock-free readers (writer.py, cancel_ops.py, append_horizon.py), retention and compaction;
+to kdelay.fetch due-order and offset-order reads, long polls, lag and metrics, and the
+groups it owns: consumer-group positions (group_positions.py) and queue groups
+(queue_state/, whose live state kdelay.clients.queue attaches through `_queue_groups`).
 
 Concurrency: one lock serialises appends, rolls, retention and each fetch's read of the
-segment set; long-polling fetches wait on a condition outside it. The log clock never runs
+segment set; long-polling fetches sleep on a signal outside it. The log clock never runs
 backwards (it is the max of every clock reading it has seen), so an append always gets a
 deliverAfter >= anything a fetch has already treated as "now": a late append can never land
 behind a consumer's cursor.
@@ -28,6 +30,8 @@ from .config import LogConfig
 from .errors import LogClosedError, OffsetOutOfRangeError, write_errors
 from .fetch import group_positions, metrics, offset_order
 from .fetch.due_order import DueOrderReader, resolve_cursor
+from .fetch.long_poll import ActivitySignal
+from .fetch.queue_state.queue_groups import QueueGroups
 from .log.cancellation import cancel_ops
 from .log.compaction import compactor
 from .log.segments import retention
@@ -45,6 +49,7 @@ from .records import (
 )
 from .validation import (
     MAX_INT64,
+    BatchColumns,
     as_int,
     batch_columns,
     check_open_args,
@@ -72,7 +77,7 @@ class Log:
         self.load_report = opened.report
         self._clock = clock
         self._lock = threading.RLock()
-        self._appended = threading.Condition(self._lock)
+        self._appended = ActivitySignal(self._lock)  # wakes long-polling fetches
         self._closed = False
         self._now_floor = 0
         self._segments = opened.segments
@@ -80,12 +85,13 @@ class Log:
         self._life = Lifetime(self, path, opened)  # marker, clean close, descriptors
         self._writer = Writer(config, self._segments, self._cancels, self._life)
         self._groups = group_positions.GroupStore(path)
+        self._queue_groups = QueueGroups(path, self.add_append_listener)
         self._due_order = DueOrderReader()
         self._compactor = compactor.Compactor(path, self._segments, self._lock, self._cancels)
         self._listeners: list[AppendListener] = []
         # which offsets are cancelled, for compaction: (first, end) -> sorted offsets
         # (None: none are); an attribute so that tests can substitute their own
-        self.cancelled_offsets: compactor.Cancelled | None = cancel_ops.settled_hook(
+        self._cancelled_offsets: compactor.Cancelled | None = cancel_ops.settled_hook(
             self._lock, self._cancels)
         self._flusher = None if config.flush_ms is None else start_flusher(
             self, Log._flush_if_overdue, config.flush_ms / 1000, f"kdelay-flush-{path}")
@@ -121,7 +127,7 @@ class Log:
                 self._life.close_clean(self._now_floor)
             finally:
                 self._life.release()
-                self._appended.notify_all()
+                self._appended.bump_under_lock()
 
     def __enter__(self) -> Log:
         return self
@@ -170,20 +176,20 @@ class Log:
         PackedBinary (and timestamps an int array): no Python work per row at all."""
         return self._append(batch_columns(values, keys, timestamps), deliver_after)
 
-    def _append(self, columns: list[tuple], deliver_after: int | None) -> AppendResult:
+    def _append(self, columns: BatchColumns, deliver_after: int | None) -> AppendResult:
         requested = requested_deliver_after(
-            columns[4], deliver_after, path=self.path,
+            columns.deliver_afters, deliver_after, path=self.path,
             delayed_delivery_enable=self.config.delayed_delivery_enable)
         with self._lock:
             self._check_open()
             result = self._appended_locked(self._writer.append(
-                columns, requested, deliver_after, self.now, self._now_floor))
+                columns, requested, self.now, self._now_floor))
         return self._tell(result)
 
     def _appended_locked(self, result: AppendResult) -> AppendResult:
-        """Wake fetches waiting on the condition (the batch may be due sooner)."""
+        """Wake long-polling fetches (the batch may be due sooner)."""
         self._due_order.appended(result.deliver_after)
-        self._appended.notify_all()
+        self._appended.bump_under_lock()
         return result
 
     def _tell(self, result: AppendResult) -> AppendResult:
@@ -247,10 +253,14 @@ class Log:
         deadline = time.monotonic() + max_wait_ms / 1000
         with self._lock:
             self._check_open()
+            cursor = resolve_cursor(self._segments, after)
+            if not max_wait_ms:  # not a long poll
+                return self._due_order.fetch_page(self._segments, cursor, self.now(),
+                                                  max_records, max_bytes, self._cancels)
             return self._due_order.wait_for_page(
-                self._segments, resolve_cursor(self._segments, after), max_records,
-                max_bytes, self._cancels, deadline=deadline, now=self.now,
-                wait=self._appended.wait, check_open=self._check_open)
+                self._segments, cursor, max_records, max_bytes, self._cancels,
+                deadline=deadline, now=self.now, signal=self._appended,
+                check_open=self._check_open)
 
     def read(self, offset: int, *, max_records: int = 500) -> list[FetchedRecord]:
         """Records in plain offset order from `offset` (due or not)."""
@@ -267,7 +277,7 @@ class Log:
     def commit(self, group: str, key: DeliveryKey | None, *,
                generation: int | None = None) -> None:
         """Durably store `group`'s position (the key of the last record it consumed). With
-        `generation` (from `join_group`), refused with GroupFencedError once a newer member
+        `generation` (from `_join_group`), refused with GroupFencedError once a newer member
         has joined."""
         key = commit_key(key)
         self._check_open()
@@ -276,12 +286,14 @@ class Log:
     def committed(self, group: str) -> DeliveryKey | None:
         return self._groups.committed(group)
 
-    def join_group(self, group: str) -> int:
+    # the clients' plumbing (kdelay.clients): private, not a user's surface
+
+    def _join_group(self, group: str) -> int:
         """Register a new member (Consumer) of `group` on this Log and return its
-        generation; every older member is fenced (see `check_member`)."""
+        generation; every older member is fenced (see `_check_member`)."""
         return self._groups.join(group)
 
-    def check_member(self, group: str, generation: int) -> None:
+    def _check_member(self, group: str, generation: int) -> None:
         """Raise GroupFencedError if a member newer than `generation` joined `group`."""
         self._groups.check_member(group, generation)
 
@@ -316,7 +328,7 @@ class Log:
         survives; memory O(one segment's index)."""
         self._check_open()
         return self._compactor.compact(self.config, now=self.now,
-                                       cancelled=self.cancelled_offsets,
+                                       cancelled=self._cancelled_offsets,
                                        before_change=self._life.mark_dirty,
                                        after_change=self._due_order.reset,
                                        is_closed=lambda: self._closed)
@@ -342,20 +354,23 @@ class Log:
 
     def metrics(self) -> dict:
         """Counts and sizes for monitoring. `groups` maps each consumer group with a stored
-        position to its committed key and its lag: records due now and after that key."""
+        position to its committed key and its lag: records due now and after that key;
+        `queues` each queue group to its counts (queue_groups.group_counts)."""
         with self._lock:
             now = self.now()
             out = metrics.log_metrics(self._segments, self._groups, self._cancels,
                                       self._compactor.totals, now)
-        return metrics.add_sections(out, self, now)
+        # outside the lock, as a live queue group's counts take the group's lock
+        out["queues"] = self._queue_groups.counts(now, lambda key: self._due_after([key], now)[0])
+        return out
 
-    def due_after(self, keys: Sequence[DeliveryKey | None], now: int) -> list[int]:
+    def _due_after(self, keys: Sequence[DeliveryKey | None], now: int) -> list[int]:
         """Per key (a position in due order, None: the start), the records due at `now`
         after it: what a reader at that position has left to read now."""
         with self._lock:
             return metrics.due_after_keys(self._segments, keys, now)
 
-    def earliest_pending(self, now: int) -> int | None:
+    def _earliest_pending(self, now: int) -> int | None:
         """The smallest deliverAfter > `now` in the log (None: nothing pending). Sealed
         segments whose largest key is due are skipped without being touched."""
         with self._lock:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -24,9 +25,10 @@ from .errors import (
     InvalidRecordError,
     KdelayError,
 )
-from .records import DeliveryKey, PackedBinary, Record
+from .records import DeliveryKey, Header, PackedBinary, Record
 
 _NONE_TYPE = type(None)
+_new_tuple = tuple.__new__
 MAX_INT64 = (1 << 63) - 1
 
 
@@ -203,9 +205,23 @@ def _check_headers(hs) -> None:
                     f"header key {h[0]!r} cannot be encoded as UTF-8") from None
 
 
-def record_columns(records: Sequence[Record]) -> list[tuple]:
-    """Validate a batch and transpose it into columns (value, key, headers, timestamp,
-    deliver_after) with C-level loops: one type check per column, not per field. O(records)."""
+class BatchColumns(NamedTuple):
+    """A checked batch, column by column: what `record_columns` and `batch_columns`
+    return and the batch builder encodes. One entry per record in each column (a
+    PackedBinary holds a whole column of values or keys; `headers` None: no headers at
+    all; `timestamps` None for a record means the append time, and an int64 array comes
+    with PackedBinary values); `deliver_afters` are the records' own (None: none asked)."""
+
+    values: Sequence[bytes | None] | PackedBinary
+    keys: Sequence[bytes | None] | PackedBinary
+    headers: Sequence[Sequence[Header]] | None
+    timestamps: Sequence[int | None] | np.ndarray | None
+    deliver_afters: Sequence[int | None]
+
+
+def record_columns(records: Sequence[Record]) -> BatchColumns:
+    """Validate a batch and transpose it into columns with C-level loops: one type check
+    per column, not per field. O(records)."""
     if not isinstance(records, (list, tuple)):
         raise InvalidRecordError(f"records must be a list or tuple of Record, "
                                  f"got {type(records).__name__}")
@@ -213,11 +229,12 @@ def record_columns(records: Sequence[Record]) -> list[tuple]:
         raise InvalidRecordError("an empty batch cannot be appended")
     if not _all_of_types(records, {Record}, Record):
         raise InvalidRecordError("every item of records must be a kdelay.Record")
-    return _checked(list(zip(*records, strict=False)))  # all Records: five fields each
+    values, keys, headers, timestamps, das = zip(*records, strict=False)  # five fields each
+    return _checked(values, keys, headers, timestamps, das)
 
 
 def batch_columns(values: Sequence | PackedBinary, keys: Sequence | PackedBinary | None = None,
-                  timestamps: Sequence | np.ndarray | None = None) -> list:
+                  timestamps: Sequence | np.ndarray | None = None) -> BatchColumns:
     """Validate a batch given as columns (as `record_columns` does records): `values`
     (bytes or None each), `keys` and `timestamps` (None: all None), no headers or record
     deliverAfters. For producers that hold columns already (the Spark writer): no Record
@@ -225,7 +242,8 @@ def batch_columns(values: Sequence | PackedBinary, keys: Sequence | PackedBinary
 
     `values` (and then `keys`) may also be PackedBinary, and `timestamps` then an int
     array: checked with a few numpy calls, with no Python per row; the columns come back
-    as (PackedBinary, PackedBinary, None, int64 array or None, deliverAfters)."""
+    as PackedBinary values and keys, no headers, and an int64 array of timestamps (or
+    None)."""
     if isinstance(values, PackedBinary):
         return _packed_columns(values, keys, timestamps)
     if not isinstance(values, (list, tuple)):
@@ -242,7 +260,7 @@ def batch_columns(values: Sequence | PackedBinary, keys: Sequence | PackedBinary
         else:
             cols.append(tuple(col))
     values, keys, timestamps = cols
-    return _checked([values, keys, ((),) * n, timestamps, (None,) * n])
+    return _checked(values, keys, ((),) * n, timestamps, (None,) * n)
 
 
 def _packed(col: object, name: str, n: int | None) -> PackedBinary:
@@ -274,7 +292,7 @@ def _packed(col: object, name: str, n: int | None) -> PackedBinary:
     return PackedBinary(lengths, data)
 
 
-def _packed_columns(values: PackedBinary, keys: object, timestamps: object) -> list:
+def _packed_columns(values: PackedBinary, keys: object, timestamps: object) -> BatchColumns:
     values = _packed(values, "values", None)
     n = len(values.lengths)
     if not n:
@@ -295,12 +313,12 @@ def _packed_columns(values: PackedBinary, keys: object, timestamps: object) -> l
         if int(ts.min()) < 0 or int(ts.max()) > MAX_INT64:
             raise InvalidRecordError(f"record timestamps must be in [0, {MAX_INT64}]")
         timestamps = ts.astype(np.int64, copy=False)
-    return [values, keys, None, timestamps, (None,) * n]
+    return BatchColumns(values, keys, None, timestamps, (None,) * n)
 
 
-def _checked(cols: list[tuple]) -> list[tuple]:
-    """Check the five columns (value, key, headers, timestamp, deliver_after) of a batch."""
-    values, keys, headers, timestamps, das = cols
+def _checked(values: tuple, keys: tuple, headers: tuple, timestamps: tuple, das: tuple
+             ) -> BatchColumns:
+    """Check the five columns of a batch of tuples."""
     if not _all_of_types(values, _BYTES_OR_NONE, (bytes, _NONE_TYPE)):
         raise InvalidRecordError("every record value must be bytes or None (a tombstone)")
     if not _all_of_types(keys, _BYTES_OR_NONE, (bytes, _NONE_TYPE)):
@@ -313,9 +331,9 @@ def _checked(cols: list[tuple]) -> list[tuple]:
             for hs in headers:
                 if hs:
                     _check_headers(hs)
-    cols[3] = _time_column(timestamps, "timestamp")
-    cols[4] = _time_column(das, "deliver_after")
-    return cols
+    # = BatchColumns(...), without the Python-level __new__ of a NamedTuple (on every append)
+    return _new_tuple(BatchColumns, (values, keys, headers, _time_column(timestamps, "timestamp"),
+                                     _time_column(das, "deliver_after")))
 
 
 def _time_column(col: tuple, name: str) -> tuple:

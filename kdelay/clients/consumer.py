@@ -25,6 +25,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import InvalidConfigError, InvalidRecordError, KdelayError
+from ..fetch.long_poll import long_poll
 from ..partition import Log
 from ..records import AppendResult, DeliveryKey, FetchedRecord, Record
 from ..validation import as_int, check_page_limits, is_int
@@ -132,9 +133,7 @@ class Consumer:
         if not isinstance(group, str) or not group:
             raise KdelayError(f"group must be a non-empty str, got {group!r}")
         if max_attempts is not None:
-            if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) \
-                    or max_attempts < 0:
-                raise KdelayError(f"max_attempts must be an int >= 0, got {max_attempts!r}")
+            max_attempts = as_int(max_attempts, "max_attempts")
             if dead_letter is None:
                 raise KdelayError("max_attempts needs a dead_letter Log or Topic")
         if dead_letter is not None and not isinstance(dead_letter, (Log, Topic)):
@@ -149,7 +148,7 @@ class Consumer:
         self._backoff = {"base_ms": base, "factor": factor, "max_ms": top, "jitter": jitter}
         # joining fences every older Consumer of the group on these logs (Kafka's group
         # generations): two members would both consume, and move the position backwards
-        self._generations = [log.join_group(group) for log in self._logs]
+        self._generations = [log._join_group(group) for log in self._logs]
         self._committed: list[DeliveryKey | None] = [log.committed(group) for log in self._logs]
         self._positions: list[DeliveryKey | None] = list(self._committed)
         self._start = 0  # first partition of the next poll (rotates for fairness)
@@ -177,7 +176,7 @@ class Consumer:
     def _check_member(self) -> None:
         """GroupFencedError if a newer Consumer of this group joined on any of the logs."""
         for log, gen in zip(self._logs, self._generations, strict=True):
-            log.check_member(self.group, gen)
+            log._check_member(self.group, gen)
 
     def rewind(self) -> None:
         """Go back to the committed positions: the next poll re-delivers what was polled
@@ -199,22 +198,23 @@ class Consumer:
         return self._poll_topic(max_records, timeout_ms)
 
     def _poll_topic(self, max_records: int, timeout_ms: int) -> list[FetchedRecord]:
-        deadline = time.monotonic() + timeout_ms / 1000
-        signal = self._topic.signal
-        while True:
-            seen = signal.version  # before the round, so no append in between is missed
+        def poll_once() -> tuple[list[FetchedRecord], bool]:
             out = self._poll_round(max_records)
-            remaining = deadline - time.monotonic()
-            if out or remaining <= 0:
-                return out
-            wait = remaining
-            for log in self._logs:
-                # sleep no later than the earliest record that will become due
-                now = log.now()
-                wake = log.earliest_pending(now)
-                if wake is not None:
-                    wait = min(wait, max(0.001, (wake - now) / 1000))
-            signal.wait(seen, wait)
+            return out, bool(out)
+
+        return long_poll(poll_once, self._next_due_ms, self._topic.signal,
+                         time.monotonic() + timeout_ms / 1000)
+
+    def _next_due_ms(self) -> int | None:
+        """How long until the earliest pending record of any partition comes due (ms on
+        the log clock; None: nothing is pending)."""
+        wait = None
+        for log in self._logs:
+            now = log.now()
+            wake = log._earliest_pending(now)
+            if wake is not None and (wait is None or wake - now < wait):
+                wait = wake - now
+        return wait
 
     def _poll_round(self, max_records: int) -> list[FetchedRecord]:
         """One non-blocking pass: each partition (from a rotating start) gets an equal share
@@ -267,10 +267,10 @@ class Consumer:
         if self._topic is None:
             return self._logs[0], None
         p = record.partition
-        if not isinstance(p, int) or not 0 <= p < len(self._logs):
+        if not is_int(p) or not 0 <= p < len(self._logs):
             raise InvalidRecordError(
                 f"record has partition {p!r}; retry on a Topic needs a record polled from it")
-        return self._logs[p], p
+        return self._logs[int(p)], int(p)
 
     def _dead_letter(self, record: FetchedRecord, done: int) -> RetryOutcome:
         copy = Record(record.value, record.key, list(record.headers))

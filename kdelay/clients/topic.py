@@ -7,8 +7,8 @@ in a subdirectory because a 249-character name leaves no room for a suffix (plus
 atomic write's ".tmp") within the file system's 255-byte name limit.
 
 Every partition Log gets an append listener that bumps the topic's `ActivitySignal`: a
-Consumer long-polling several partitions sleeps on that one signal (and on a timer to the
-earliest pending deliverAfter) instead of polling.
+Consumer long-polling several partitions sleeps on that one signal (fetch.long_poll, with
+a timer to the earliest pending deliverAfter) instead of polling.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from .. import fsio
 from ..clock import Clock
 from ..config import LogConfig
 from ..errors import InvalidRecordError, InvalidTopicError, KdelayError, LogClosedError
+from ..fetch.long_poll import ActivitySignal
 from ..partition import Log
 from ..records import AppendResult, Record
-from ..validation import check_open_args, os_errors
+from ..validation import as_int, check_open_args, is_int, is_positive_int, os_errors
 from .partitioner import partition_for_key
 
-__all__ = ["META_DIR", "MAX_TOPIC_NAME_LENGTH", "ActivitySignal", "Topic", "fair_round",
-           "validate_topic_name"]
+__all__ = ["META_DIR", "MAX_TOPIC_NAME_LENGTH", "Topic", "fair_round", "validate_topic_name"]
 
 MAX_TOPIC_NAME_LENGTH = 249  # Kafka's limit (255 minus room for "-<partition>" suffixes)
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
@@ -77,25 +77,6 @@ def fair_round(order: list[int], budget: int, take: Callable[[int, int], list]) 
     return out
 
 
-class ActivitySignal:
-    """A counter plus condition: waiters note `version`, check their sources, then
-    `wait(seen, ...)` returns at once if anything happened in between (no lost wake-up)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self.version = 0
-
-    def bump(self) -> None:
-        with self._cond:
-            self.version += 1
-            self._cond.notify_all()
-
-    def wait(self, seen: int, timeout: float) -> None:
-        with self._cond:
-            if self.version == seen:
-                self._cond.wait(timeout)
-
-
 class Topic:
     """Open with `Topic.open(root, name, partitions=N, config=..., clock=...)`."""
 
@@ -117,9 +98,8 @@ class Topic:
         """Open (creating if missing) topic `name` under `root`. `partitions` None means the
         stored count (1 for a new topic); any other count than the stored one is refused."""
         name = validate_topic_name(name)
-        if partitions is not None and (not isinstance(partitions, int)
-                                       or isinstance(partitions, bool) or partitions <= 0):
-            raise InvalidTopicError(f"partitions must be a positive int, got {partitions!r}")
+        if partitions is not None:
+            partitions = as_int(partitions, "partitions", lo=1, error=InvalidTopicError)
         root, config = check_open_args(root, config, clock, "topic root")
         return os_errors("opening topic in", root,
                          lambda: cls._open(root, name, partitions, config, clock))
@@ -173,10 +153,10 @@ class Topic:
         return len(self._logs)
 
     def partition(self, i: int) -> Log:
-        if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < len(self._logs):
+        if not is_int(i) or not 0 <= i < len(self._logs):
             raise KdelayError(f"topic {self.name!r} has no partition {i!r} "
                               f"(it has {len(self._logs)})")
-        return self._logs[i]
+        return self._logs[int(i)]
 
     @property
     def logs(self) -> list[Log]:
@@ -261,7 +241,7 @@ def _read_meta(path: str, name: str) -> int | None:
         ok = meta.get("format") == _META_FORMAT and meta.get("name") == name
     except (ValueError, KeyError, TypeError, AttributeError):
         ok, count = False, None
-    if not ok or not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+    if not ok or not is_positive_int(count):
         raise InvalidTopicError(f"topic metadata file {path} is corrupt")
     return count
 

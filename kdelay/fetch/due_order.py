@@ -9,7 +9,6 @@ is due sooner. The Log's lock guards every call.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 from ..errors import KdelayError, OffsetOutOfRangeError
@@ -19,6 +18,7 @@ from ..records import DeliveryKey, FetchedRecord, FetchResult
 from ..validation import as_delivery_key, is_int
 from . import planner
 from .due_merge import read_page
+from .long_poll import ActivitySignal, long_poll
 
 NEVER = 1 << 63
 
@@ -82,21 +82,28 @@ class DueOrderReader:
         self._quiet = (cursor, until)
         return [], cursor, until
 
+    def fetch_page(self, segments: SegmentSet, cursor: DeliveryKey | None, now: int,
+                   max_records: int, max_bytes: int, cancels: CancelStore) -> FetchResult:
+        """`page` as a fetch returns it (a fetch that does not wait: one page)."""
+        records, nxt, _ = self.page(segments, cursor, now, max_records, max_bytes, cancels)
+        return FetchResult(records, nxt)
+
     def wait_for_page(self, segments: SegmentSet, cursor: DeliveryKey | None,
                       max_records: int, max_bytes: int, cancels: CancelStore, *,
-                      deadline: float, now: Callable[[], int],
-                      wait: Callable[[float], object], check_open: Callable[[], None]
-                      ) -> FetchResult:
-        """A page, waiting while it is empty until time.monotonic() reaches `deadline`.
-        `wait(seconds)` waits on the log's condition (appends and close notify it)."""
-        while True:
+                      deadline: float, now: Callable[[], int], signal: ActivitySignal,
+                      check_open: Callable[[], None]) -> FetchResult:
+        """A page, waiting while it is empty until time.monotonic() reaches `deadline`: on
+        the log's `signal` (appends and close bump it, under the log's lock, which the
+        caller holds except while asleep), and no later than the first record after the
+        cursor comes due."""
+        def page_once() -> tuple[FetchResult, bool]:
             check_open()
-            t = now()
-            records, nxt, until = self.page(segments, cursor, t, max_records, max_bytes,
-                                            cancels)
-            remaining = deadline - time.monotonic()
-            if records or remaining <= 0:
-                return FetchResult(records, nxt)
-            # Sleep until the first record after the cursor comes due, or an append
-            # (which lowers `until` if it is due sooner) wakes us.
-            wait(min(remaining, max(0.001, (until - t) / 1000)))
+            page = self.fetch_page(segments, cursor, now(), max_records, max_bytes, cancels)
+            return page, bool(page.records)
+
+        def next_due_ms() -> int:
+            # an empty page began a quiet spell: nothing after the cursor is due before it
+            # ends (an append due sooner ends it sooner, and bumps the signal)
+            return self._quiet[1] - now()
+
+        return long_poll(page_once, next_due_ms, signal, deadline)

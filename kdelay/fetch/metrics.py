@@ -1,12 +1,11 @@
 """The numbers `Log.metrics` reports, assembled from a SegmentSet, its group positions,
-its cancellations and its compaction totals, plus sections higher layers register."""
+its cancellations and its compaction totals (its queue groups count themselves:
+queue_state.queue_groups)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable
-from typing import Any
 
 from ..errors import KdelayError
 from ..log.cancellation.cancel_store import CancelStore
@@ -16,15 +15,11 @@ from ..records import DeliveryKey
 from .group_positions import GroupStore
 from .lag import due_after
 
-# Sections of `Log.metrics()` contributed by higher layers (kdelay.clients.queue.consumer adds
-# "queues"): name -> fn(log, now), called after the log's lock is released.
-METRICS_SECTIONS: dict[str, Callable[[Any, int], object]] = {}
-
 
 def log_metrics(segments: SegmentSet, group_store: GroupStore, cancels: CancelStore,
                 compaction_totals: dict, now: int) -> dict:
-    """Everything `Log.metrics` reports but the registered sections (call with the log's
-    lock held). A group whose position file cannot be read reports its error instead of
+    """Everything `Log.metrics` reports but the queue groups (call with the log's lock
+    held). A group whose position file cannot be read reports its error instead of
     failing the whole call."""
     group_keys, unreadable = {}, {}
     for g in group_store.groups():
@@ -37,13 +32,6 @@ def log_metrics(segments: SegmentSet, group_store: GroupStore, cancels: CancelSt
         out["groups"][g] = {"committed": None, "lag": None, "error": error}
     out["compaction"] = dict(compaction_totals)  # totals since open
     out["cancelled_records"] = cancels.total()
-    return out
-
-
-def add_sections(out: dict, log: object, now: int) -> dict:
-    """`out` with every registered section added (call without the log's lock)."""
-    for name, section in METRICS_SECTIONS.items():
-        out[name] = section(log, now)
     return out
 
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..clients.queue import state_store
 from ..clock import wall_clock
 from ..errors import KdelayError
 from ..fetch.group_positions import GroupStore
 from ..fetch.lag import due_after
+from ..fetch.queue_state.queue_groups import group_counts
 from ..index.index_file import currency_mismatches
 from ..log.batch.walker import Progress
 from ..log.cancellation.per_batch import cancelled_per_batch
@@ -154,22 +154,17 @@ def _stats_once(directory: str, now: int, progress: Progress | None) -> dict:
 
 def _queue_groups(directory: str, now: int, da: np.ndarray, base: np.ndarray,
                   lod: np.ndarray) -> list[dict]:
-    """Each queue group's counts from its state files; never-delivered due records (after
-    its cursor) count as available. A group whose files are damaged shows the error."""
+    """Each queue group's counts from its state files, as Log.metrics reports a group not
+    open in its process (queue_groups.group_counts); a group whose files are damaged
+    shows the error."""
     out = []
-    for name in state_store.group_names(directory):
-        try:
-            st = state_store.load(directory, name)
-        except KdelayError as e:
-            out.append({"group": name, "error": str(e)})
-            continue
-        c = state_store.offline_counts(st, now)
-        cursor = c.pop("cursor")
-        key = None if cursor is None else (cursor.deliver_after, cursor.offset)
-        c["available"] += due_after(da, base, lod, now, [key])[0]
-        out.append({"group": name, **c,
-                    "cursor": None if key is None else {"deliver_after": key[0],
-                                                        "offset": key[1]}})
+    counts = group_counts(directory, now, lambda key: due_after(da, base, lod, now, [key])[0])
+    for name, c in counts.items():
+        if "cursor" in c:  # as JSON shows it (a group in error has none)
+            key = c.pop("cursor")
+            c["cursor"] = None if key is None else {"deliver_after": key.deliver_after,
+                                                    "offset": key.offset}
+        out.append({"group": name, **c})
     return out
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..clients.queue import state_store
 from ..errors import KdelayError
 from ..fetch.group_positions import GroupStore
+from ..fetch.queue_state import state_store
 from ..log.batch.offset_continuity import continues
 from ..log.batch.walker import Batch, FramingBreak, Progress, base_offsets_crc
 from ..log.segments import append_horizon, layout

@@ -9,8 +9,7 @@ import pytest
 from conftest import T0, FakeClock
 
 from kdelay import KdelayError, Log, LogConfig, QueueConsumer, Record, Topic
-from kdelay.clients.queue import state_store
-from kdelay.clients.queue.consumer import queue_metrics
+from kdelay.fetch.queue_state import state_store
 
 
 @pytest.fixture
@@ -159,7 +158,7 @@ def test_dead_letter_after_max_delivery_count(env):
     assert q.poll() == []  # the 4th delivery is a reject instead
     copies = dl.read(0)
     assert [(r.value, r.key, r.headers) for r in copies] == [(b"poison", b"k", [("a", b"1")])]
-    m = queue_metrics(log, log.now())["g"]
+    m = log.metrics()["queues"]["g"]
     assert m["rejected"] == 1 and m["in_flight"] == 0
 
 
@@ -243,7 +242,7 @@ def test_state_survives_reopen(env, tmp_path):
     assert [(r.offset, r.delivery_count) for r in got] == [(3, 2), (4, 1), (5, 1)]
     clock.t += 1000
     assert [(r.offset, r.delivery_count) for r in q.poll()] == [(2, 2)]
-    m = queue_metrics(log, log.now())["g"]
+    m = log.metrics()["queues"]["g"]
     assert (m["acked"], m["rejected"], m["acquired"]) == (1, 1, 4)
 
 
@@ -335,7 +334,7 @@ def test_metrics_counts(env):
     q.ack(recs[:1])
     q.release(recs[1:2], delay_ms=100)
     q.release(recs[2:3])
-    m = queue_metrics(log, log.now())["g"]
+    m = log.metrics()["queues"]["g"]
     # acquired: offset 3; available: 2 released + 4, 5 never delivered; delayed: 1
     assert {k: m[k] for k in ("acquired", "available", "delayed", "acked")} == \
         {"acquired": 1, "available": 3, "delayed": 1, "acked": 1}

@@ -22,7 +22,6 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from kdelay import KdelayError, Log, QueueConsumer, Record, fsio
-from kdelay.clients.queue.consumer import queue_metrics
 from kdelay.testing.faults import close_abandoned
 
 LOCK_MS = 1000
@@ -250,7 +249,7 @@ class QueueModel(RuleBasedStateMachine):
         if not hasattr(self, "log"):
             return
         now = self._now()
-        m = queue_metrics(self.log, now).get("g")
+        m = self.log.metrics()["queues"].get("g")
         if m is None:
             assert not self.count
             return

@@ -12,6 +12,10 @@ uint64, float, bool, str, None, 2**63, negative):
   was (log_end_offset, every file's contents);
 - nothing is persisted that the reader would reject: after a reopen every record reads
   back and the group position is there, as an int.
+
+The same matrix covers every integer argument of the clients (Topic, Consumer,
+QueueConsumer): a numpy integer behaves as the equal int; a bool, a float, a negative
+number or anything else is refused with a KdelayError that changed no file.
 """
 
 from __future__ import annotations
@@ -30,8 +34,11 @@ from kdelay import (
     KdelayError,
     Log,
     LogConfig,
+    QueueConsumer,
     Record,
+    Topic,
 )
+from kdelay.clients.consumer import backoff_ms
 
 T0 = 1_700_000_000_000
 NOW = T0 + 2000
@@ -195,22 +202,32 @@ def check_reopen(path: str) -> None:
         assert key is not None and type(key.deliver_after) is int and type(key.offset) is int
 
 
-@pytest.mark.parametrize("value_name", list(VALUES))
-@pytest.mark.parametrize("param", list(PARAMS))
-def test_parameter_types(tmp_path, param: str, value_name: str) -> None:
-    base, none_ok, op = PARAMS[param]
+def check_cell(params: dict, counts: set[str], param: str, value_name: str,
+               run: Callable[[str, Callable, object], tuple[str, object]]) -> None:
+    """One cell of a matrix: `run(directory name, op, value)` with the value, and with the
+    equal int on a separate directory for an int-like value."""
+    base, none_ok, op = params[param]
     value = VALUES[value_name](base)
-    got = outcome(str(tmp_path / "subject"), op, value)
+    got = run("subject", op, value)
     if int_like(value):
-        want = outcome(str(tmp_path / "reference"), op, int(value))
+        want = run("reference", op, int(value))
         assert got == want, f"{param} = {value!r} ({value_name}): {got} but as an int {want}"
-        out_of_range = int(value) < 0 or (int(value) >= 2 ** 63 and param not in COUNTS)
+        out_of_range = int(value) < 0 or (int(value) >= 2 ** 63 and param not in counts)
         if out_of_range:
             assert got[0] == "error", f"{param} = {value!r} accepted"
+        if int(value) == base:
+            assert got[0] == "ok", f"{param} = {value!r} ({value_name}) refused: {got}"
     elif value is None and none_ok:
         assert got[0] == "ok", f"{param} = None refused: {got}"
     else:
         assert got[0] == "error", f"{param} = {value!r} ({value_name}) accepted: {got}"
+
+
+@pytest.mark.parametrize("value_name", list(VALUES))
+@pytest.mark.parametrize("param", list(PARAMS))
+def test_parameter_types(tmp_path, param: str, value_name: str) -> None:
+    check_cell(PARAMS, COUNTS, param, value_name,
+               lambda name, op, value: outcome(str(tmp_path / name), op, value))
 
 
 CLOCK_OPS = {
@@ -314,3 +331,151 @@ def test_config_other_fields(name: str) -> None:
         assert cfg is not None and getattr(cfg, name) == value, f"{name}={value!r} refused"
     for value in refused:
         assert config_outcome(name, value) is None, f"{name}={value!r} accepted"
+
+# ---------------------------------------------------------------------- the clients
+
+class ClientEnv:
+    """A topic "t" of two partitions, each with records 0, 1 due and 2 pending (due at
+    T0 + 5000), a dead-letter topic, and a clock to move."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self.clock = Clock()
+        self.topic = Topic.open(root, "t", partitions=2, clock=self.clock)
+        self.dead = Topic.open(root, "dead", partitions=1, clock=self.clock)
+        for log in self.topic.logs:
+            log.append([Record(b"a0", key=b"k"), Record(b"a1", key=b"k")], deliver_after=T0)
+            log.append([Record(b"b0", key=b"k")], deliver_after=T0 + 5000)
+        self.log = self.topic.partition(0)
+
+    def refused_changes_nothing(self, call: Callable[[], object]) -> object:
+        """`call()`; if it raises a KdelayError, no file under the root changed."""
+        before = snapshot(self.root)
+        try:
+            return call()
+        except KdelayError:
+            assert snapshot(self.root) == before, "a refused call changed files"
+            raise
+
+    def close(self) -> None:
+        self.topic.close()
+        self.dead.close()
+
+
+def _queue(env: ClientEnv, source=None, **kw) -> QueueConsumer:
+    return env.refused_changes_nothing(lambda: QueueConsumer(source or env.log, "q", **kw))
+
+
+def _queue_lock_ms(env, v):
+    q = _queue(env, lock_ms=v)
+    first = [r.offset for r in q.poll()]
+    env.clock.t += 1001  # past a 1000 ms lock: offered again
+    return first, [(r.offset, r.delivery_count) for r in q.poll()]
+
+
+def _queue_max_delivery_count(env, v):
+    q = _queue(env, max_delivery_count=v, dead_letter=env.dead)
+    q.release(q.poll())
+    return [r.delivery_count for r in q.poll()], env.dead.partition(0).log_end_offset
+
+
+def _queue_compact_min_bytes(env, v):
+    q = _queue(env, compact_min_bytes=v)
+    recs = q.poll(max_records=1)
+    q.ack(recs)
+    return [r.offset for r in recs + q.poll()]
+
+
+def _queue_poll(env, **kw):
+    q = _queue(env)
+    return [r.offset for r in env.refused_changes_nothing(lambda: q.poll(**kw))]
+
+
+def _queue_release_delay(env, v):
+    q = _queue(env)
+    recs = q.poll()
+    env.refused_changes_nothing(lambda: q.release(recs, delay_ms=v))
+    now = [r.offset for r in q.poll()]
+    env.clock.t += 1000
+    return now, [r.offset for r in q.poll()]
+
+
+def _queue_record_partition(env, v):
+    q = _queue(env, env.topic)
+    recs = [r for r in q.poll() if r.partition == 1]
+    env.refused_changes_nothing(lambda: q.ack([recs[0]._replace(partition=v)]))
+    return sorted((r.partition, r.offset) for r in q.poll())
+
+
+def _consumer_retry(env, partition=KEEP, **kw):
+    consumer = env.refused_changes_nothing(lambda: Consumer(env.topic, "c", **kw))
+    rec = consumer.poll(max_records=1)[0]
+    if partition is not KEEP:
+        rec = rec._replace(partition=partition)
+    out = env.refused_changes_nothing(lambda: consumer.retry(rec))
+    return out.action, out.attempt, out.partition, out.result.deliver_after
+
+
+def _topic_reschedule(env, partition=1, offset=2, deliver_after=T0 + 9000):
+    res = env.refused_changes_nothing(
+        lambda: env.topic.reschedule(partition, offset, deliver_after))
+    return res.base_offset, res.deliver_after
+
+
+def _topic_open(env, v):
+    with env.refused_changes_nothing(lambda: Topic.open(env.root, "fresh", partitions=v,
+                                                        clock=env.clock)) as topic:
+        return topic.partitions
+
+
+CLIENT_PARAMS: dict[str, tuple[int, bool, Callable]] = {
+    "Topic.open partitions": (2, True, _topic_open),
+    "Topic.partition": (1, False, lambda env, v: env.refused_changes_nothing(
+        lambda: env.topic.partition(v)).log_end_offset),
+    "Topic.send deliver_after": (T0 + 5000, True, lambda env, v: env.refused_changes_nothing(
+        lambda: env.topic.send([Record(b"x", key=b"k")], deliver_after=v))),
+    "Topic.cancel partition": (1, False, lambda env, v: env.refused_changes_nothing(
+        lambda: env.topic.cancel(v, [2]))),
+    "Topic.reschedule partition": (1, False, lambda env, v: _topic_reschedule(env, partition=v)),
+    "Topic.reschedule offset": (2, False, lambda env, v: _topic_reschedule(env, offset=v)),
+    "Topic.reschedule deliver_after": (T0 + 9000, False,
+                                       lambda env, v: _topic_reschedule(env, deliver_after=v)),
+    "Consumer max_attempts": (1, True, lambda env, v: _consumer_retry(
+        env, max_attempts=v, dead_letter=env.dead)),
+    "Consumer backoff_base_ms": (1000, False, lambda env, v: _consumer_retry(
+        env, backoff_base_ms=v)),
+    "Consumer backoff_max_ms": (60_000, False, lambda env, v: _consumer_retry(
+        env, backoff_max_ms=v)),
+    "Consumer.retry record partition": (1, False, lambda env, v: _consumer_retry(env, partition=v)),
+    "Consumer(topic).poll max_records": (2, False, lambda env, v: sorted(
+        r.offset for r in Consumer(env.topic, "c").poll(max_records=v))),
+    "backoff_ms attempt": (3, False, lambda env, v: backoff_ms(v)),
+    "QueueConsumer lock_ms": (1000, False, _queue_lock_ms),
+    "QueueConsumer max_delivery_count": (1, False, _queue_max_delivery_count),
+    "QueueConsumer compact_min_bytes": (0, False, _queue_compact_min_bytes),
+    "QueueConsumer.poll max_records": (1, False, lambda env, v: _queue_poll(env, max_records=v)),
+    "QueueConsumer.poll timeout_ms": (1, False, lambda env, v: _queue_poll(env, timeout_ms=v)),
+    "QueueConsumer.release delay_ms": (1000, False, _queue_release_delay),
+    "QueueConsumer.ack record partition": (1, False, _queue_record_partition),
+}
+CLIENT_COUNTS = {"Consumer(topic).poll max_records", "backoff_ms attempt",
+                 "QueueConsumer.poll max_records", "QueueConsumer.poll timeout_ms"}
+
+
+def client_outcome(root: str, op: Callable, value) -> tuple[str, object]:
+    env = ClientEnv(root)
+    try:
+        return "ok", op(env, value)
+    except KdelayError as e:
+        return "error", type(e).__name__
+    except Exception as e:
+        raise AssertionError(f"{type(e).__name__} escaped the hierarchy: {e}") from e
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("value_name", list(VALUES))
+@pytest.mark.parametrize("param", list(CLIENT_PARAMS))
+def test_client_parameter_types(tmp_path, param: str, value_name: str) -> None:
+    check_cell(CLIENT_PARAMS, CLIENT_COUNTS, param, value_name,
+               lambda name, op, value: client_outcome(str(tmp_path / name), op, value))

@@ -81,3 +81,42 @@ def test_verify_warns_about_a_damaged_horizon(tmp_path):
     assert rep.ok  # a warning: readers ignore it, the next open rewrites it
     with Log.open(path):
         assert append_horizon.check_file(path) is None
+
+
+def test_a_write_is_published_from_before_the_clock_is_read_until_it_ends(tmp_path):
+    """Horizon.writing: under way (floor) while the clock is read and the write runs, then
+    idle at the clock it used, also when the write raises; a clock that raises ends it at
+    the floor."""
+    path = str(tmp_path / "p")
+    log = Log.open(path, clock=lambda: T0)
+    horizon = log._life.horizon
+    seen = []
+
+    def clock():
+        seen.append(append_horizon.read_state(path))
+        return T0 + 7
+
+    try:
+        with horizon.writing(T0 + 5, clock) as now:
+            assert now == T0 + 7
+            assert append_horizon.read_state(path) == (True, T0 + 5)
+        assert seen == [(True, T0 + 5)]
+        assert append_horizon.read_state(path) == (False, T0 + 7)
+        try:
+            with horizon.writing(T0 + 8, lambda: T0 + 9):
+                raise ValueError("the write failed")
+        except ValueError:
+            pass
+        assert append_horizon.read_state(path) == (False, T0 + 9)
+
+        def broken_clock():
+            raise ValueError("no clock")
+
+        try:
+            with horizon.writing(T0 + 10, broken_clock):
+                raise AssertionError("the block must not run")
+        except ValueError:
+            pass
+        assert append_horizon.read_state(path) == (False, T0 + 10)
+    finally:
+        log.close()

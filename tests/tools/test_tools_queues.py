@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from kdelay import Log, QueueConsumer, Record
-from kdelay.clients.queue import state_store
+from kdelay.fetch.queue_state import state_store
 
 T0 = 1_700_000_000_000
 
@@ -19,7 +19,10 @@ def kdelay(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
-def build(path: str) -> None:
+def build(path: str, *, consumer_closes: bool = True) -> None:
+    """A group "work" with acked, released, delayed, held and never delivered records; a
+    consumer that does not close (its process died) leaves offsets 4 and 5 acquired in the
+    files."""
     clock = [T0]
     with Log.open(path, clock=lambda: clock[0]) as log:
         for i in range(10):
@@ -32,7 +35,8 @@ def build(path: str) -> None:
         q.release(recs[3:4])
         # 4 and 5 stay acquired; 6..9 never delivered, 10 not due
         assert log.metrics()["queues"]["work"]["acquired"] == 2
-        q.close()
+        if consumer_closes:
+            q.close()
 
 
 def test_stats_shows_queue_groups(tmp_path):
@@ -114,3 +118,74 @@ def test_demo_worker_pool(tmp_path):
     early[dead[0]] -= 1
     with pytest.raises(AssertionError, match="after"):
         queue_demo._check(400, plan, acks, early, dead, m)
+
+
+ABANDONED = {"acquired": 2, "available": 1 + 4, "delayed": 1, "acked": 2, "rejected": 0,
+             "in_flight": 4}
+
+
+def stats_queues(path: str, now: int) -> dict[str, dict]:
+    rows = json.loads(kdelay("stats", path, "--json", "--now", str(now)).stdout)["queues"]
+    return {row.pop("group"): row for row in rows}
+
+
+def as_json(counts: dict[str, dict]) -> dict[str, dict]:
+    """Log.metrics' queue counts as `kdelay stats --json` prints them."""
+    out = {}
+    for group, c in counts.items():
+        c = dict(c)
+        key = c.pop("cursor")
+        out[group] = {**c, "cursor": None if key is None else
+                      {"deliver_after": key.deliver_after, "offset": key.offset}}
+    return out
+
+
+def test_stats_and_metrics_agree_on_the_same_directory(tmp_path):
+    """One rule counts a group from its files: `kdelay stats` and Log.metrics of a group
+    not open in the process give the same numbers, records a dead process held included;
+    and a group open with live locks shows what the files say too."""
+    path = os.fspath(tmp_path / "p-0")
+    build(path, consumer_closes=False)
+    now = T0 + 1
+    with Log.open(path, clock=lambda: now) as log:
+        metrics = log.metrics()["queues"]
+        stats = stats_queues(path, now)
+        assert as_json(metrics) == stats
+        assert {k: metrics["work"][k] for k in ABANDONED} == ABANDONED
+        q = QueueConsumer(log, "work")  # open: what the dead process held is available
+        held = q.poll(max_records=3)
+        live = log.metrics()["queues"]
+        assert as_json(live) == stats_queues(path, now)
+        assert (live["work"]["acquired"], live["work"]["available"]) == (3, 4)
+        q.release(held)
+        q.close()
+
+
+def test_metrics_show_queues_in_a_process_that_never_imported_the_queue_module(tmp_path):
+    """Log.metrics()["queues"] needs no import of kdelay.clients (no registry filled at
+    import time): a fresh process that loads the Log facade alone reports the groups."""
+    import kdelay
+
+    path = os.fspath(tmp_path / "p-0")
+    build(path, consumer_closes=False)
+    now = T0 + 1
+    with Log.open(path, clock=lambda: now) as log:
+        want = as_json(log.metrics()["queues"])
+    code = (
+        "import json, sys, types\n"
+        "pkg = types.ModuleType('kdelay')\n"  # the package without its __init__'s imports
+        "pkg.__path__ = [sys.argv[1]]\n"
+        "sys.modules['kdelay'] = pkg\n"
+        "from kdelay.partition import Log\n"
+        "with Log.open(sys.argv[2], clock=lambda: int(sys.argv[3])) as log:\n"
+        "    queues = log.metrics()['queues']\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('kdelay.clients'))\n"
+        "print(json.dumps({'loaded': loaded, 'queues': {g: {**c, 'cursor': c['cursor'] and\n"
+        "    dict(zip(('deliver_after', 'offset'), c['cursor']))} for g, c in queues.items()}}))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, os.path.dirname(kdelay.__file__), path,
+                        str(now)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["loaded"] == []
+    assert got["queues"] == want and want["work"]["acquired"] == ABANDONED["acquired"]

@@ -7,31 +7,30 @@ one QueueConsumer at a time, under a lock of `lock_ms` on the log clock, until i
 log), rejected (done, dead-lettered if configured), or its lock runs out (offered again).
 Each delivery counts; the delivery after `max_delivery_count` is rejected instead.
 
-The group's shared state on each Log is `queue_group.GroupPartition`; its files are
-`queue_state`'s. Long polls sleep on the consumer's signal, bumped by appends (the log's
-append listener), by releases and by closes; they also wake when the earliest delayed
-release, lock expiry or pending record comes due on the log clock.
+The group's shared state on each Log is `group.GroupPartition`, held by the Log; its files
+are kdelay.fetch.queue_state's. Long polls (fetch.long_poll) sleep on the consumer's
+signal, bumped by appends (the group's are woken by the Log), by releases and by closes;
+they also wake when the earliest delayed release, lock expiry or pending record comes due
+on the log clock.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable
 
 from ...errors import KdelayError
-from ...fetch.metrics import METRICS_SECTIONS
+from ...fetch.long_poll import ActivitySignal, long_poll
+from ...fetch.queue_state import state_store
+from ...fetch.queue_state.state_store import ACK, REJECT, RELEASE
 from ...partition import Log
 from ...records import Record
-from ..topic import ActivitySignal, Topic, fair_round
-from . import state_store
-from .group import GroupPartition, QueueRecord, attach, detach, open_groups
-from .state_store import ACK, REJECT, RELEASE
+from ...validation import as_int, check_page_limits, is_int
+from ..topic import Topic, fair_round
+from .group import GroupPartition, Member, QueueRecord, attach, detach
 
-__all__ = ["QueueConsumer", "QueueRecord", "queue_metrics"]
-
-
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+__all__ = ["QueueConsumer", "QueueRecord"]
 
 
 class QueueConsumer:
@@ -52,19 +51,17 @@ class QueueConsumer:
             raise KdelayError(f"QueueConsumer needs a Log or a Topic, "
                               f"got {type(source).__name__}")
         state_store.validate_group(group)
-        if not _is_int(lock_ms) or lock_ms < 0:
-            raise KdelayError(f"lock_ms must be a non-negative int, got {lock_ms!r}")
-        if not _is_int(max_delivery_count) or max_delivery_count < 1:
-            raise KdelayError(f"max_delivery_count must be an int >= 1, "
-                              f"got {max_delivery_count!r}")
+        lock_ms = as_int(lock_ms, "lock_ms")
+        max_delivery_count = as_int(max_delivery_count, "max_delivery_count", lo=1)
         if dead_letter is not None and not isinstance(dead_letter, (Log, Topic)):
             raise KdelayError(f"dead_letter must be a Log or a Topic, "
                               f"got {type(dead_letter).__name__}")
-        if not _is_int(compact_min_bytes) or compact_min_bytes < 0:
-            raise KdelayError("compact_min_bytes must be a non-negative int")
+        compact_min_bytes = as_int(compact_min_bytes, "compact_min_bytes")
         self.source, self.group = source, group
         self.lock_ms, self.max_delivery_count = lock_ms, max_delivery_count
         self.dead_letter = dead_letter
+        self._member = Member(lock_ms, max_delivery_count,
+                              functools.partial(_copy_to_dead_letter, dead_letter))
         self._signal = ActivitySignal()
         self._parts: list[GroupPartition] = []
         try:
@@ -86,35 +83,35 @@ class QueueConsumer:
         """Acquire up to `max_records` due records, in (time, offset) order per partition.
         With `timeout_ms` > 0 and nothing to acquire, waits (asleep) until an append, a
         release, a lock expiry or a delayed record makes one available, or time is up."""
-        if not _is_int(max_records) or max_records < 1:
-            raise KdelayError(f"max_records must be a positive int, got {max_records!r}")
-        if not _is_int(timeout_ms) or timeout_ms < 0:
-            raise KdelayError(f"timeout_ms must be a non-negative int, got {timeout_ms!r}")
-        self._check_open()
-        deadline = time.monotonic() + timeout_ms / 1000
-        while True:
-            seen = self._signal.version  # before the round: no wake-up in between is lost
+        max_records, _, timeout_ms = check_page_limits(max_records, 1, timeout_ms)
+
+        def poll_once() -> tuple[list[QueueRecord], bool]:
+            self._check_open()  # also after a sleep: close() wakes it
             out = self._poll_round(max_records)
-            remaining = deadline - time.monotonic()
-            if out or remaining <= 0:
-                return out
-            wait = remaining
-            for part in self._parts:
-                now = part.log.now()
-                times = [part.next_event(now), part.log.earliest_pending(now)]
-                for t in times:
-                    if t is not None:
-                        wait = min(wait, max(0.001, (t - now) / 1000))
-            self._signal.wait(seen, wait)
-            self._check_open()
+            return out, bool(out)
+
+        return long_poll(poll_once, self._next_due_ms, self._signal,
+                         time.monotonic() + timeout_ms / 1000)
+
+    def _next_due_ms(self) -> int | None:
+        """How long until a delayed release comes due, a lock runs out or a pending record
+        comes due, on any partition (ms on the log clock; None: none will)."""
+        wait = None
+        for part in self._parts:
+            now = part.log.now()
+            for t in (part.next_event(now), part.log._earliest_pending(now)):
+                if t is not None and (wait is None or t - now < wait):
+                    wait = t - now
+        return wait
 
     def _poll_round(self, max_records: int) -> list[QueueRecord]:
         n = len(self._parts)
         if n == 1:
-            return self._parts[0].poll(self, max_records, None)
+            return self._parts[0].poll(self._member, max_records, None)
         order = [(self._start + k) % n for k in range(n)]
         self._start = (self._start + 1) % n
-        return fair_round(order, max_records, lambda i, take: self._parts[i].poll(self, take, i))
+        return fair_round(order, max_records,
+                          lambda i, take: self._parts[i].poll(self._member, take, i))
 
     # ------------------------------------------------------------------ ack / release
 
@@ -129,9 +126,7 @@ class QueueConsumer:
     def release(self, records: Iterable[QueueRecord], delay_ms: int = 0) -> None:
         """Offer again to the group, no earlier than now + `delay_ms` on the log clock (the
         record keeps its offset; nothing is appended). Durable when it returns."""
-        if not _is_int(delay_ms) or delay_ms < 0:
-            raise KdelayError(f"delay_ms must be a non-negative int, got {delay_ms!r}")
-        self._finish(records, RELEASE, delay_ms)
+        self._finish(records, RELEASE, as_int(delay_ms, "delay_ms"))
 
     def renew(self, records: Iterable[QueueRecord]) -> None:
         """Extend the locks of held records to `lock_ms` from now (not persisted: a lock
@@ -150,11 +145,11 @@ class QueueConsumer:
             nows = {}
             for i in parts:
                 part = self._parts[i]
-                part._check_open()
+                part.check_open()
                 nows[i] = part.log.now()
-                part.check_held(self, [(o, c) for o, c, _ in by_part[i]], nows[i])
+                part.check_held(self._member, [(o, c) for o, c, _ in by_part[i]], nows[i])
             if kind == REJECT:
-                self._dead_letter([r for i in parts for _, _, r in by_part[i]])
+                self._member.dead_letter([r for i in parts for _, _, r in by_part[i]])
             pending = []
             for i in parts:
                 offsets = [o for o, _, _ in by_part[i]]
@@ -188,9 +183,9 @@ class QueueConsumer:
                                   f"got {type(r).__name__}")
             p = r.partition
             if self._is_topic:
-                if not _is_int(p) or not 0 <= p < len(self._parts):
+                if not is_int(p) or not 0 <= p < len(self._parts):
                     raise KdelayError(f"record has partition {p!r}, not one of this topic's")
-                i = p
+                i = int(p)
             elif p is not None:
                 raise KdelayError(f"record has partition {p!r} but this consumer reads a Log")
             else:
@@ -200,21 +195,6 @@ class QueueConsumer:
             seen.add((i, r.offset))
             by_part.setdefault(i, []).append((r.offset, r.delivery_count, r))
         return by_part
-
-    def _dead_letter(self, records: list) -> None:
-        """Copy records (key, value, headers) to the dead-letter log and flush it, before
-        the reject is journaled: a crash in between dead-letters a record twice at worst."""
-        dl = self.dead_letter
-        if dl is None or not records:
-            return
-        copies = [Record(r.value, r.key, list(r.headers)) for r in records]
-        if isinstance(dl, Topic):
-            touched = {dl.send([c])[0] for c in copies}
-            for p in touched:
-                dl.partition(p).flush()
-        else:
-            dl.append(copies)
-            dl.flush()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -226,7 +206,7 @@ class QueueConsumer:
         for part in self._parts:
             part.unsubscribe(self._signal)
             with part.lock:
-                released = part.release_all(self)
+                released = part.release_all(self._member)
             if released:
                 part.notify()
             detach(part)
@@ -247,29 +227,16 @@ class QueueConsumer:
             raise KdelayError("QueueConsumer is closed")
 
 
-def queue_metrics(log: Log, now: int) -> dict[str, dict]:
-    """Per queue group with state on `log`: acquired, available (due now: released, expired
-    or never delivered), delayed (released with a delay, not yet due), acked, rejected. An
-    open group is read from memory; others from their files (O(in flight) each)."""
-    live = open_groups(log)
-    out: dict[str, dict] = {}
-    for group in sorted(set(state_store.group_names(log.path)) | set(live)):
-        part = live.get(group)
-        if part is not None:
-            counts = part.counts(now)
-        else:
-            try:
-                st = state_store.load(log.path, group)
-            except KdelayError as e:
-                out[group] = {"error": str(e)}
-                continue
-            delayed = sum(1 for _, at in st.inflight.values() if at > now)
-            counts = {"acquired": 0, "available": len(st.inflight) - delayed,
-                      "delayed": delayed, "acked": st.acked, "rejected": st.rejected,
-                      "in_flight": len(st.inflight), "cursor": st.cursor}
-        counts["available"] += log.due_after([counts["cursor"]], now)[0]
-        out[group] = counts
-    return out
-
-
-METRICS_SECTIONS["queues"] = queue_metrics
+def _copy_to_dead_letter(dl: Log | Topic | None, records: list) -> None:
+    """Copy records (key, value, headers) to the dead-letter log and flush it, before the
+    reject is journaled: a crash in between dead-letters a record twice at worst."""
+    if dl is None or not records:
+        return
+    copies = [Record(r.value, r.key, list(r.headers)) for r in records]
+    if isinstance(dl, Topic):
+        touched = {dl.send([c])[0] for c in copies}
+        for p in touched:
+            dl.partition(p).flush()
+    else:
+        dl.append(copies)
+        dl.flush()

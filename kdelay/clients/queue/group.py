@@ -1,4 +1,4 @@
-"""A queue group's shared state on one open Log (see `queue` for the consumer side).
+"""A queue group's shared state on one open Log (see `consumer` for the consumer side).
 
 One `GroupPartition` per (open Log, group) holds the group's state on that partition and
 is shared by every QueueConsumer of the group on that Log (threads of one process):
@@ -11,9 +11,10 @@ is shared by every QueueConsumer of the group on that Log (threads of one proces
   so a poll costs O(page * log n) whatever the size of the in-flight set.
 
 A poll merges the heap's due head with the next page of the log in (time, offset) order.
-Durability (the journal and snapshot) is `queue_state`'s; see there for what a crash keeps.
-A registry keyed by Log finds the state of (log, group); one append listener per Log wakes
-the consumers of every group open on it.
+Durability (the journal and snapshot) is kdelay.fetch.queue_state.state_store's; see there
+for what a crash keeps. The Log holds the state of each of its open groups (its
+QueueGroups: `attach`, `detach`) and wakes them on every append. The group knows its
+consumers only as `Member`s: what it needs of each, passed in.
 """
 
 from __future__ import annotations
@@ -23,21 +24,27 @@ import gc
 import heapq
 import itertools
 import threading
-import weakref
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from ...errors import KdelayError
+from ...fetch.long_poll import ActivitySignal
+from ...fetch.queue_state import state_store
+from ...fetch.queue_state.state_store import (
+    ACK,
+    ACQUIRE,
+    ACQUIRED_BIT,
+    DROP,
+    REJECT,
+    RELEASE,
+    StateStore,
+)
 from ...partition import Log
 from ...read_ranges import coalesce
 from ...records import DeliveryKey, FetchedRecord, Header
-from ..topic import ActivitySignal
-from . import state_store
-from .state_store import ACK, ACQUIRE, ACQUIRED_BIT, DROP, REJECT, RELEASE, StateStore
 
-if TYPE_CHECKING:
-    from .consumer import QueueConsumer
-
-__all__ = ["GroupPartition", "QueueRecord", "attach", "detach", "open_groups"]
+__all__ = ["GroupPartition", "Member", "QueueRecord", "attach", "detach"]
 
 
 class QueueRecord(NamedTuple):
@@ -58,8 +65,19 @@ class QueueRecord(NamedTuple):
         return DeliveryKey(self.deliver_after, self.offset)
 
 
+@dataclass(frozen=True, eq=False)
+class Member:
+    """What a queue group needs of one consumer: how long its locks last, the delivery
+    count past which a record is rejected instead, and `dead_letter(records)`, called
+    before such a reject is journaled. Its identity marks the records it holds."""
+
+    lock_ms: int
+    max_delivery_count: int
+    dead_letter: Callable[[list], None]
+
+
 class _Entry:
-    """One in-flight record. `holder` is the QueueConsumer holding it (None: available at
+    """One in-flight record. `holder` is the Member holding it (None: available at
     `avail_at`); `version` changes on every state change (lazy heap deletion)."""
 
     __slots__ = ("count", "avail_at", "holder", "lock_until", "version")
@@ -67,14 +85,12 @@ class _Entry:
     def __init__(self, count: int, avail_at: int, version: int):
         self.count = count
         self.avail_at = avail_at
-        self.holder: QueueConsumer | None = None
+        self.holder: Member | None = None
         self.lock_until = 0
         self.version = version
 
 
 _READ_SPAN = 256  # redeliveries closer than this share one read
-_REGISTRY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Log -> {group: part}
-_REGISTRY_LOCK = threading.Lock()
 
 
 class GroupPartition:
@@ -98,7 +114,6 @@ class GroupPartition:
         finally:
             if gc_was_on:
                 gc.enable()
-        self.refs = 0
         self.closed = False
         self._subscribers: set[ActivitySignal] = set()
         self._sub_lock = threading.Lock()
@@ -192,11 +207,12 @@ class GroupPartition:
 
     # ------------------------------------------------------------------ acquire
 
-    def poll(self, q: QueueConsumer, budget: int, partition: int | None
+    def poll(self, member: Member, budget: int, partition: int | None
              ) -> list[QueueRecord]:
-        """Acquire up to `budget` due records for `q`: O(budget * log n) plus one page."""
+        """Acquire up to `budget` due records for `member`: O(budget * log n) plus one
+        page."""
         with self.lock:
-            self._check_open()
+            self.check_open()
             now = self.log.now()
             self._expire(now)
             page = self.log.fetch(self.cursor, max_records=budget).records
@@ -223,14 +239,14 @@ class GroupPartition:
             if not picked:
                 return []
             try:
-                return self._acquire(q, picked, page[i - 1].delivery_key if i else None,
-                                     now, partition)
+                return self._acquire(member, picked,
+                                     page[i - 1].delivery_key if i else None, now, partition)
             except BaseException:
                 for item in popped:  # nothing was applied: offer them again
                     heapq.heappush(self._avail, item)
                 raise
 
-    def _acquire(self, q: QueueConsumer, picked: list, new_cursor: DeliveryKey | None,
+    def _acquire(self, member: Member, picked: list, new_cursor: DeliveryKey | None,
                  now: int, partition: int | None) -> list[QueueRecord]:
         inflight = self.inflight
         items: list[tuple[int, int, int]] = []        # (offset, count, avail_at)
@@ -246,13 +262,13 @@ class GroupPartition:
                     dropped.append(off)
                     continue
             count = 1 if e is None else e.count + 1
-            if count > q.max_delivery_count:
+            if count > member.max_delivery_count:
                 rejects.append((off, rec))
                 continue
             items.append((off, count, at))
             taken.append((off, count, rec))
         if rejects:
-            q._dead_letter([rec for _, rec in rejects])
+            member.dead_letter([rec for _, rec in rejects])
         entries = []
         if items or new_cursor is not None:
             entries.append((ACQUIRE, state_store.acquire_payload(new_cursor or self.cursor,
@@ -262,19 +278,19 @@ class GroupPartition:
         if dropped:
             entries.append((DROP, state_store.offsets_payload(dropped)))
         if entries:
-            # acquisitions are not fsync'd (see queue_state); a reject is, before it counts
+            # acquisitions are not fsync'd (see state_store); a reject is, before it counts
             self.store.append(entries, sync=bool(rejects))
         # applied only once written
         if new_cursor is not None:
             self.cursor = new_cursor
-        lock_until = now + q.lock_ms
+        lock_until = now + member.lock_ms
         out = []
         ver = self._ver
         for (off, count, at), (_, _, rec) in zip(items, taken, strict=True):
             e = inflight.get(off)
             if e is None:
                 e = inflight[off] = _Entry(count, at, 0)
-            e.count, e.avail_at, e.holder, e.lock_until = count, at, q, lock_until
+            e.count, e.avail_at, e.holder, e.lock_until = count, at, member, lock_until
             e.version = next(ver)
             heapq.heappush(self._locks, (lock_until, off, e.version))
             out.append(QueueRecord(rec.offset, rec.deliver_after, rec.timestamp, rec.key,
@@ -301,12 +317,12 @@ class GroupPartition:
 
     # ------------------------------------------------------------------ finish
 
-    def check_held(self, q: QueueConsumer, items: list[tuple[int, int]], now: int) -> None:
-        """Raise KdelayError unless `q` holds every (offset, delivery count) with a lock
-        that has not run out. Changes nothing."""
+    def check_held(self, member: Member, items: list[tuple[int, int]], now: int) -> None:
+        """Raise KdelayError unless `member` holds every (offset, delivery count) with a
+        lock that has not run out. Changes nothing."""
         for off, count in items:
             e = self.inflight.get(off)
-            if e is None or e.holder is not q or e.count != count:
+            if e is None or e.holder is not member or e.count != count:
                 raise KdelayError(f"record at offset {off} (delivery {count}) is not held "
                                   f"by this consumer of queue group {self.group!r}")
             if e.lock_until < now:
@@ -346,13 +362,14 @@ class GroupPartition:
             e.lock_until, e.version = until, next(self._ver)
             heapq.heappush(self._locks, (until, off, e.version))
 
-    def release_all(self, q: QueueConsumer) -> int:
-        """Make every record `q` holds available again at its place (close): O(in-flight).
+    def release_all(self, member: Member) -> int:
+        """Make every record `member` holds available again at its place (close):
+        O(in-flight).
         The journal notes it without an fsync: it only keeps `kdelay stats` from showing
         them as held (after a restart they are available anyway)."""
         items = []
         for off, e in self.inflight.items():
-            if e.holder is q:
+            if e.holder is member:
                 e.holder, e.version = None, next(self._ver)
                 heapq.heappush(self._avail, (e.avail_at, off, e.version))
                 items.append((off, e.avail_at))
@@ -368,10 +385,17 @@ class GroupPartition:
                                [(o, e.count | (0 if e.holder is None else ACQUIRED_BIT),
                                  e.avail_at) for o, e in self.inflight.items()])
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
+        """KdelayError once the state is closed or its journal failed."""
         if self.closed:
             raise KdelayError(f"queue group {self.group!r} on {self.log.path} is closed")
-        self.store._check_failed()
+        self.store.check_failed()
+
+    def close(self) -> None:
+        """By the Log's QueueGroups, once the last member has left."""
+        with self.lock:
+            self.closed = True
+            self.store.close()
 
     # ------------------------------------------------------------------ metrics
 
@@ -391,46 +415,16 @@ class GroupPartition:
                     "in_flight": len(self.inflight), "cursor": self.cursor}
 
 
-def _on_append(log_ref: weakref.ref) -> None:
-    """A Log's append listener (one per Log, whatever the number of groups): wake the
-    consumers of every queue group open on it."""
-    log = log_ref()
-    if log is None:
-        return
-    with _REGISTRY_LOCK:
-        parts = list(_REGISTRY.get(log, {}).values())
-    for part in parts:
-        part.notify()
-
-
 def attach(log: Log, group: str, compact_min_bytes: int) -> GroupPartition:
-    with _REGISTRY_LOCK:
-        groups = _REGISTRY.get(log)
-        if groups is None:
-            groups = _REGISTRY[log] = {}
-            ref = weakref.ref(log)  # the listener must not keep the log alive
-            log.add_append_listener(lambda _result: _on_append(ref))
-        part = groups.get(group)
-        if part is None or part.closed:
-            if log.closed:
-                raise KdelayError(f"log {log.path} is closed")
-            part = groups[group] = GroupPartition(log, group, compact_min_bytes)
-        part.refs += 1
-        return part
+    """The state of `group` on `log` for one more member (opened for the first)."""
+    def open_state() -> GroupPartition:
+        if log.closed:
+            raise KdelayError(f"log {log.path} is closed")
+        return GroupPartition(log, group, compact_min_bytes)
+
+    return log._queue_groups.attach(group, open_state)
 
 
 def detach(part: GroupPartition) -> None:
-    with _REGISTRY_LOCK, part.lock:
-        part.refs -= 1
-        if part.refs == 0:
-            part.closed = True
-            part.store.close()
-            groups = _REGISTRY.get(part.log)
-            if groups is not None and groups.get(part.group) is part:
-                del groups[part.group]
-
-
-def open_groups(log: Log) -> dict[str, GroupPartition]:
-    """The queue groups with a live state on `log` (for metrics)."""
-    with _REGISTRY_LOCK:
-        return dict(_REGISTRY.get(log, {}))
+    """One member fewer; the last one closes the state."""
+    part.log._queue_groups.detach(part.group, part)

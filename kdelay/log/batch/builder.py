@@ -1,4 +1,4 @@
-"""Turn a validated batch (columns from kdelay.validation.record_columns) into the bytes
+"""Turn a validated batch (kdelay.validation.BatchColumns) into the bytes
 the active segment appends: timestamps filled in from the log clock, the delay limit
 checked, the batch deliverAfter settled, the batch encoded (kdelay.log.batch.codec) and its size
 checked. Raises InvalidRecordError (or a subclass) and writes nothing. O(records)."""
@@ -11,7 +11,7 @@ import numpy as np
 
 from ...config import LogConfig
 from ...errors import InvalidRecordError
-from ...validation import check_delay_limit
+from ...validation import BatchColumns, check_delay_limit
 from . import codec
 
 
@@ -37,21 +37,19 @@ class BuiltBatch(NamedTuple):
     max_timestamp: int
 
 
-def build_batch(columns: list[tuple], *, base_offset: int, now: int, requested: int | None,
-                explicit: int | None, config: LogConfig) -> BuiltBatch:
-    """`requested` is the deliverAfter the batch asks for (validation.requested_deliver_after)
-    and `explicit` the caller's own `deliver_after` argument (None if it gave none; the
-    delay limit no longer depends on how the delay was asked for, so it is informational)."""
-    values, keys, headers, timestamps, record_das = columns
-    stamps, base_ts = _stamps(timestamps, now)
+def build_batch(columns: BatchColumns, *, base_offset: int, now: int, requested: int | None,
+                config: LogConfig) -> BuiltBatch:
+    """`requested` is the deliverAfter the batch asks for (validation.requested_deliver_after),
+    however it was asked for: the delay limit applies to it alike."""
+    stamps, base_ts = _stamps(columns.timestamps, now)
     check_delay_limit(config.max_delivery_delay_ms, requested, stamps, now)
     batch_da = now if requested is None or requested < now else requested
     data = codec.encode_batch(
         base_offset=base_offset, base_timestamp=base_ts, deliver_after=batch_da,
-        keys=keys, values=values,
+        keys=columns.keys, values=columns.values,
         timestamp_deltas=None if stamps is None else stamps - base_ts,
-        headers=headers)  # the codec treats all-empty headers as none
+        headers=columns.headers)  # the codec treats all-empty headers as none
     if len(data) > config.max_batch_bytes:
         raise InvalidRecordError(f"batch of {len(data)} bytes exceeds max_batch_bytes "
                                  f"({config.max_batch_bytes})")
-    return BuiltBatch(data, len(record_das), batch_da, codec.max_timestamp(data))
+    return BuiltBatch(data, len(columns.deliver_afters), batch_da, codec.max_timestamp(data))

@@ -17,8 +17,8 @@ place through a shared memory map; never fsync'd: it describes a live process on
     16 seq    even: no append in progress; odd: an append is in progress
     24 floor  while seq is odd: a lower bound of that append's deliverAfter
 
-Writer protocol (`Horizon.begin` / `Horizon.end`, called by `Log.append` under its lock):
-begin stores floor = the log clock's current floor, then seq += 1 (odd), then executes a
+Writer protocol (`Horizon.writing`, around every write that reads the log clock, under the
+log's lock; it calls `begin` and `end`): begin stores floor = the log clock's current floor, then seq += 1 (odd), then executes a
 full memory barrier (a lock-prefixed instruction, via a mutex) so both stores are visible
 before the log clock is read; the append then reads the clock (never below floor: the log
 clock is monotonic), writes its batch, and `end` stores floor = the clock it used, then
@@ -45,6 +45,7 @@ import mmap
 import os
 import sys
 import threading
+from collections.abc import Callable
 
 import numpy as np
 
@@ -77,12 +78,37 @@ class Horizon:
         self._words[_FLOOR] = floor
         self._words[_PID] = os.getpid()
         self._seq = 0
+        self._write_floor = self._write_used = floor  # see writing()
+        self._write_clock: Callable[[], int] | None = None
 
     def _barrier(self) -> None:
         # acquiring a mutex is a lock-prefixed read-modify-write: a full barrier on x86-64
         # and an acquire/release pair elsewhere, so the stores above it are visible first
         self._fence.acquire()
         self._fence.release()
+
+    def writing(self, floor: int, clock: Callable[[], int]) -> Horizon:
+        """`with horizon.writing(floor, clock) as now:` a write at the log clock `now`,
+        published as under way (`begin(floor)`) from before the clock is read until the
+        block ends (`end` with the clock used, or with `floor` if reading it raised).
+        The horizon is its own context manager, armed here: writes come one at a time
+        (under the log's lock), and a fresh object per append would cost more than the
+        stores it publishes."""
+        self._write_floor = floor
+        self._write_clock = clock
+        return self
+
+    def __enter__(self) -> int:
+        self.begin(self._write_floor)
+        try:
+            self._write_used = self._write_clock()
+        except BaseException:
+            self.end(self._write_floor)
+            raise
+        return self._write_used
+
+    def __exit__(self, *exc: object) -> None:
+        self.end(self._write_used)
 
     def begin(self, floor: int) -> None:
         self._words[_FLOOR] = floor

@@ -14,7 +14,7 @@ Layout of a partition directory (as in Kafka):
                                         for a segment with cancellations)
     .lock, .kdelay_cleanshutdown, recovery-point-offset-checkpoint, group files
     append.horizon                      the live writer's state for lock-free readers
-    queues/<group>.snapshot, .journal   queue group state (kdelay.clients.queue.state_store)
+    queues/<group>.snapshot, .journal   queue group state (kdelay.fetch.queue_state.state_store)
     *.tmp, *.deleted                    leftovers of an interrupted atomic write or deletion
 
 A topic root holds one `<topic>-<partition>` directory per partition (Kafka's naming).

@@ -1,11 +1,12 @@
 """The write path of one open log: batches appended to the active segment under the flush
 policy, rolls, fsyncs, cancellations and reschedules; appends, cancels and reschedules
-are published on the append horizon (append_horizon.py). The Log facade holds its lock around every call and keeps the clock,
-the wake-ups of waiting fetches and the append listeners.
+are published on the append horizon (append_horizon.py). The Log facade holds its lock
+around every call and keeps the clock, the wake-ups of waiting fetches and the append
+listeners.
 
 A write that reads the clock tells lock-free readers it is under way before it reads it:
-horizon.begin(floor) with the log clock's floor (its deliverAfter will be >= that), then
-horizon.end(the clock it used)."""
+each runs inside `horizon.writing(floor, clock)` with the log clock's floor (its
+deliverAfter will be >= that), which publishes the clock it used when the write ends."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from collections.abc import Callable, Iterable
 
 from ...config import LogConfig
 from ...records import AppendResult
+from ...validation import BatchColumns
 from ..batch.builder import build_batch
 from ..cancellation import cancel_ops
 from ..cancellation.cancel_store import CancelStore
@@ -30,28 +32,22 @@ class Writer:
         self._life = life
         self.policy = FlushPolicy(config)
 
-    def append(self, columns: list[tuple], requested: int | None, explicit: int | None,
-               clock: Callable[[], int], floor: int) -> AppendResult:
+    def append(self, columns: BatchColumns, requested: int | None, clock: Callable[[], int],
+               floor: int) -> AppendResult:
         """Encode the checked `columns` as one batch (at `clock()`, the log clock, whose
         floor is `floor`) and append it; fsync'd first when the flush policy says the
         batch makes a flush due."""
         cfg = self.config
-        horizon = self._life.horizon
-        horizon.begin(floor)
-        now = floor  # what end() publishes if the clock raises
-        try:
-            now = clock()
+        with self._life.horizon.writing(floor, clock) as now:
             base = self._segments.active.next_offset
             batch = build_batch(columns, base_offset=base, now=now, requested=requested,
-                                explicit=explicit, config=cfg)
+                                config=cfg)
             self.make_room(len(batch.data), batch.max_timestamp)
             n = batch.records
             sync = self.policy.due_after(n)
             self._segments.active.append(batch.data, base, n - 1, batch.deliver_after,
                                          batch.max_timestamp, cfg.index_interval_bytes,
                                          sync=sync)
-        finally:
-            horizon.end(now)
         self.policy.appended(n)
         if sync:
             self.policy.flushed()
@@ -60,15 +56,9 @@ class Writer:
     def reschedule(self, offset: int, deliver_after: int, clock: Callable[[], int],
                    floor: int) -> AppendResult:
         """cancel_ops.reschedule, then the flush policy (the copy counts as one record)."""
-        horizon = self._life.horizon
-        horizon.begin(floor)  # as an append
-        now = floor
-        try:
-            now = clock()
+        with self._life.horizon.writing(floor, clock) as now:  # as an append
             copy = cancel_ops.reschedule(self._segments, self._cancels, offset, deliver_after,
                                          now, self.config, self.make_room)
-        finally:
-            horizon.end(now)
         if self.policy.appended(1):
             self.flush()
         return AppendResult(copy.base_offset, copy.base_offset, copy.deliver_after, now)
@@ -79,14 +69,8 @@ class Writer:
         checkpoint's recovery point relies on)."""
         # a cancel only takes records due after the clock it reads: published like an
         # append's, so a lock-free reader never plans past a cancel not yet written
-        horizon = self._life.horizon
-        horizon.begin(floor)
-        now = floor
-        try:
-            now = clock()
+        with self._life.horizon.writing(floor, clock) as now:
             n = cancel_ops.cancel(self._segments, self._cancels, offsets, now)
-        finally:
-            horizon.end(now)
         if n and self.policy.appended(n):
             self.flush()
         if self._cancels.needs_checkpoint():

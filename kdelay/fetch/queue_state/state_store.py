@@ -15,7 +15,7 @@ they are offered again at their available-at time, with their count. So a lock n
 storage, and the state is O(records in flight), never O(log).
 
 Files, in `<partition dir>/queues/`: `<group>.snapshot` (replaced atomically) and
-`<group>.journal` (append-only deltas); their bytes are described in `queue_format`. A
+`<group>.journal` (append-only deltas); their bytes are described in `state_format`. A
 journal applies to the snapshot of the same generation. Compaction, once the journal
 outgrows twice a snapshot of the in-flight set, writes snapshot g + 1, then replaces the
 journal with an empty one of g + 1; a crash between the two leaves an older journal, which
@@ -229,7 +229,7 @@ class StateStore:
         """Write entries (kind, payload) as one write; with `sync`, also make them durable.
         Returns the sequence number to hand to `sync_to`. A failed write is cut back off
         the journal, so a refused call leaves no entry behind."""
-        self._check_failed()
+        self.check_failed()
         if self._fd < 0:
             self._create()
         data = b"".join(frame(kind, self._synced, payload) for kind, payload in entries)
@@ -255,7 +255,7 @@ class StateStore:
         with self._sync_lock:
             if self._durable_lsn >= lsn:
                 return
-            self._check_failed()
+            self.check_failed()
             # read before the fsync: everything written by then is covered by it
             target_lsn, target_end = self._lsn, self._end
             try:
@@ -266,7 +266,8 @@ class StateStore:
             self._durable_lsn = target_lsn
             self._synced = max(self._synced, target_end)
 
-    def _check_failed(self) -> None:
+    def check_failed(self) -> None:
+        """LogWriteError once an fsync of the journal has failed (see `sync_to`)."""
         if self.failed is not None:
             raise LogWriteError(self.failed.errno, f"queue group {self.group!r}: an earlier "
                                 f"journal fsync failed; reopen the group", self.journal_path)
@@ -281,7 +282,7 @@ class StateStore:
         """Write the state as snapshot g + 1, then an empty journal of g + 1. O(items).
         The snapshot holds every change applied so far, so it makes all of them durable;
         the sync lock keeps a concurrent group-commit fsync off the descriptor swapped."""
-        self._check_failed()
+        self.check_failed()
         gen = self.generation + 1
         with self._sync_lock:
             fsio.atomic_write(self.snapshot_path, encode_snapshot(gen, cursor, acked,
@@ -308,10 +309,11 @@ def _write_error(e: OSError, path: str) -> LogWriteError:
 
 
 def offline_counts(st: LoadedState, now: int) -> dict:
-    """A group's counts from its files alone (kdelay stats): `acquired` are the records
-    whose last recorded event is an acquisition (held by a live process, or by one that
-    died: those are available again at its next open); `available` and `delayed` split the
-    rest of the in-flight set at `now` (records after the cursor are not counted here)."""
+    """A group's counts from its files alone (a group not open in this process; see
+    queue_groups.group_counts): `acquired` are the records whose last recorded event is an
+    acquisition (held by a live process, or by one that died: those are available again
+    at the group's next open); `available` and `delayed` split the rest of the in-flight
+    set at `now` (records after the cursor are not counted here)."""
     acquired = available = delayed = 0
     for off, (_, at) in st.inflight.items():
         if off in st.acquired:

@@ -1,5 +1,5 @@
 """The bytes of a queue group's state files: encoding, decoding and replay (no file I/O;
-`queue_state` owns reading, writing and recovery).
+`state_store` owns reading, writing and recovery).
 
 Files, in `<partition dir>/queues/` (all integers big-endian):
 
@@ -10,7 +10,7 @@ Files, in `<partition dir>/queues/` (all integers big-endian):
     rejected u64 | count u32 | count x (offset i64, delivery count u32, available-at i64) |
     crc32c u32 of every byte before it
     (the delivery count's top bit says the record was held when the snapshot was taken;
-    only `kdelay stats` reads it: after a restart nothing is held)
+    only the offline counts read it: after a restart nothing is held)
 
 `<group>.journal`, append-only; a 24-byte header, then entries:
 
@@ -74,7 +74,7 @@ class LoadedState:
 
     cursor: DeliveryKey | None = None
     inflight: dict[int, tuple[int, int]] = field(default_factory=dict)
-    acquired: set[int] = field(default_factory=set)  # last event an acquisition (stats only)
+    acquired: set[int] = field(default_factory=set)  # last event an acquisition (counts only)
     acked: int = 0
     rejected: int = 0
     generation: int = 0
