@@ -163,6 +163,18 @@ def test_close_flushes_then_refuses(open_log) -> None:
     assert log.log_end_offset == 1
 
 
+def test_a_records_future_is_set_up_as_futures_are(open_log) -> None:
+    """_RecordFuture sets Future.__init__'s attributes itself (to share its batch's
+    Condition): a Python whose Future gains or renames one fails here, not in use."""
+    with Producer(open_log(), linger_ms=60_000) as producer:
+        fut = producer.send(b"x")
+        fresh = Future()
+        assert vars(fut).keys() == vars(fresh).keys()
+        assert {k: v for k, v in vars(fut).items() if k != "_condition"} == \
+            {k: v for k, v in vars(fresh).items() if k != "_condition"}
+        assert not fut.done() and fut.running() is False
+
+
 def test_a_future_cannot_be_cancelled(open_log) -> None:
     with Producer(open_log(), linger_ms=60_000) as producer:
         fut = producer.send(b"x")
