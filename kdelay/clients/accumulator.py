@@ -14,8 +14,9 @@ timestamp within the limit (checked by the log's own rule, validation.check_dela
 A record that would break either starts a new batch in its bucket.
 
 At most `max_open` batches are open per partition: a record that needs one more seals the
-oldest first. Everything here is bookkeeping (no locks or clocks of its own): the Producer
-holds its lock around every call and passes the monotonic time in.
+oldest first. Everything here is bookkeeping: the Producer holds its lock around every
+call and passes the monotonic time in (a batch only carries the Condition its futures
+share).
 """
 
 from __future__ import annotations

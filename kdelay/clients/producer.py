@@ -12,7 +12,8 @@ is, oldest first, and `send` blocks until there is room). docs/producer.md argue
 choices.
 
 One lock guards the accumulators and counters; the sender never holds it while it appends,
-and `send` never holds it while it reads a log's clock, so callers do not wait for the disk.
+and `send` never holds it while it reads a log's clock. (Log.now() takes the log's own
+lock, which an append holds: a send to a partition being appended to waits for that.)
 """
 
 from __future__ import annotations
@@ -269,8 +270,8 @@ class Producer:
                 self._done.notify_all()
 
     def _next_batches(self) -> list[Batch]:
-        """Wait (holding the lock's condition) for sealed batches, sealing those whose
-        linger is up; [] once stopping with nothing left."""
+        """Called holding the lock: wait for sealed batches, sealing those whose linger is
+        up meanwhile; [] once stopping with nothing left."""
         while True:
             now = time.monotonic()
             lingered = [b for part in self._parts
