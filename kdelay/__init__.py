@@ -5,6 +5,7 @@ deliverAfter; fetches return due records in (deliverAfter, offset) order.
 """
 
 from .clients.consumer import Consumer
+from .clients.producer import Producer, RecordMetadata
 from .clients.queue.consumer import QueueConsumer, QueueRecord
 from .clients.topic import Topic
 from .config import LogConfig
@@ -43,5 +44,5 @@ __all__ = [
     "FetchedRecord", "GroupFencedError", "InvalidConfigError", "InvalidOffsetError",
     "InvalidRecordError", "InvalidTopicError", "KdelayError", "Log", "LogClosedError",
     "LogConfig", "LogLockedError", "LogWriteError", "OffsetOutOfRangeError", "PackedBinary",
-    "QueueConsumer", "QueueRecord", "Record", "Topic",
+    "Producer", "QueueConsumer", "QueueRecord", "Record", "RecordMetadata", "Topic",
 ]

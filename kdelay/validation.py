@@ -396,3 +396,16 @@ def check_delay_limit(limit: int, requested: int | None, stamps: list[int] | Non
         raise DeliveryDelayExceededError(
             f"requested delivery delay of {delay} ms exceeds max_delivery_delay_ms="
             f"{limit} ms")
+
+
+def deliver_after_for_delay(deliver_after: object, delay_ms: object, now: int, *,
+                            error: type[KdelayError] = InvalidRecordError) -> int:
+    """The deliverAfter a relative `delay_ms` asks for: `now` (the log clock at the call)
+    plus `delay_ms`. Giving an absolute `deliver_after` as well, or a `delay_ms` that is not
+    a non-negative int, or one that takes the time past 2**63 - 1, raises `error`."""
+    if deliver_after is not None:
+        raise error("give deliver_after or delay_ms, not both")
+    delay = as_int(delay_ms, "delay_ms", error=error)
+    if delay > MAX_INT64 - now:
+        raise error(f"delay_ms={delay} takes the deliverAfter past {MAX_INT64}")
+    return now + delay

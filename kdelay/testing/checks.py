@@ -87,3 +87,14 @@ def check_indexes(log: Log, where: str = "") -> None:
         starts = {(e[1], e[2]) for e in scan.entries}
         off, pos = (c.tolist() for c in seg.offset_index.columns())
         assert set(zip(off, pos, strict=True)) <= starts, f"{where}: offset index of {base}"
+
+
+def batches_in(log: Log) -> list[tuple[int, int, int]]:
+    """(base offset, record count, deliverAfter) of every batch in the log's .log files, in
+    offset order: a fresh scan of the files (what a producer's batching put on disk)."""
+    out = []
+    for base in log.segments:
+        seg = log._segments[base]
+        scan = scan_log(seg.fd, seg.log_path, base, gaps=seg.compacted)
+        out += [(offset, lod + 1, da) for da, offset, _pos, lod, _size in scan.entries]
+    return sorted(out)

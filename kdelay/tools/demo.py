@@ -1,11 +1,13 @@
 """`kdelay demo`: a real end-to-end run on a temporary directory.
 
-Writes a delayed workload shaped like production traffic (immediate records, retries with
-exponential backoff, jobs scheduled hours ahead) across several segments with a simulated
-clock, takes an unclean copy of the live directory (what a crash leaves behind), recovers
-it, then drains everything in due order while checking the delivery invariant. Then a
-worker pool (kdelay.tools.queue_demo) works through a job queue with failures, backoff and
-a restart, and checks that every job was acked exactly once or dead-lettered after the limit.
+Schedules a delayed workload shaped like production traffic (immediate records, retries
+with exponential backoff, jobs scheduled hours ahead) as an application would: one
+`Producer.send` per job with a relative `delay_ms`, the producer batching them (across
+several segments, with a simulated clock). Then it takes an unclean copy of the live
+directory (what a crash leaves behind), recovers it, and drains everything in due order
+while checking the delivery invariant. Then a worker pool (kdelay.tools.queue_demo) works
+through a job queue with failures, backoff and a restart, and checks that every job was
+acked exactly once or dead-lettered after the limit.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ import tempfile
 import time
 import zlib
 
+from ..clients.producer import Producer
 from ..config import LogConfig
 from ..partition import Log
-from ..records import Record
 from . import queue_demo
 from .progress import ProgressBar
 
@@ -33,16 +35,16 @@ def _count(n: int) -> str:
     return f"{n:,}"
 
 
-def expected_value(offset: int) -> bytes:
-    """Each record's 100-byte value derives from its offset, so the drain checks every byte."""
-    body = f"record {offset:012d} ".encode().ljust(96, b".")
+def expected_value(job: int) -> bytes:
+    """Each job's 100-byte value derives from its number, so the drain checks every byte."""
+    body = f"record {job:012d} ".encode().ljust(96, b".")
     return body + zlib.crc32(body).to_bytes(4, "big")
 
 
-def build_workload(batches: int, batch_size: int, seed: int):
-    """Yields (kind, deliver_after_delay_ms or None) per batch."""
+def build_workload(jobs: int, seed: int):
+    """Yields (kind, delay_ms or None) per job."""
     rng = random.Random(seed)
-    for _ in range(batches):
+    for _ in range(jobs):
         r = rng.random()
         if r < 0.5:
             yield "now", None
@@ -58,28 +60,32 @@ def run(records: int, batch_size: int, segment_bytes: int, workdir: str, seed: i
     cfg = LogConfig(segment_bytes=segment_bytes)
     live_dir = os.path.join(workdir, "live")
     crash_dir = os.path.join(workdir, "crashed-copy")
-    batches = max(1, records // batch_size)
-    due_of_batch: list[int] = []  # deliverAfter the log gave each batch, by batch number
-    print(f"kdelay demo: {batches * batch_size:,} records in {batches:,} batches of "
-          f"{batch_size} into {live_dir}")
+    print(f"kdelay demo: {records:,} jobs, one Producer.send each (batches of up to "
+          f"{batch_size}), into {live_dir}")
 
     log = Log.open(live_dir, config=cfg, clock=lambda: clock[0])
-    plan = []  # built before timing: the append figure measures the engine, not the test
-    for b, (kind, delay) in enumerate(build_workload(batches, batch_size, seed)):
-        base = b * batch_size
-        recs = [Record(expected_value(base + j), key=b"%s-%06d" % (kind.encode(), (base + j) % 5000))
-                for j in range(batch_size)]
-        plan.append((recs, delay))
-    bar = ProgressBar("append", batches * batch_size, fmt=_count)
+    # built before timing: the send figure measures the engine, not the test
+    plan = [(expected_value(j), b"%s-%06d" % (kind.encode(), j % 5000), delay)
+            for j, (kind, delay) in enumerate(build_workload(records, seed))]
+    bar = ProgressBar("send", records, fmt=_count)
+    futures = []
     t0 = time.perf_counter()
-    for recs, delay in plan:
-        res = log.append(recs, deliver_after=None if delay is None else clock[0] + delay)
-        due_of_batch.append(res.deliver_after)
-        clock[0] += 1  # a batch every simulated millisecond
-        bar(batch_size)
+    with Producer(log, batch_records=batch_size) as producer:
+        for j, (value, key, delay) in enumerate(plan):
+            futures.append(producer.send(value, key, delay_ms=delay))
+            if j % batch_size == batch_size - 1:
+                clock[0] += 1  # jobs arrive batch_size per simulated millisecond
+                bar(batch_size)
+        producer.flush()
     append_s = time.perf_counter() - t0
     bar.close()
-    moves = withdraw_some_jobs(log, clock, due_of_batch, batch_size, seed)
+    due = [0] * records  # by offset: the deliverAfter the log gave each job
+    job_at = [0] * records  # by offset: the job whose value it holds
+    for j, fut in enumerate(futures):
+        meta = fut.result()
+        due[meta.offset] = meta.deliver_after
+        job_at[meta.offset] = j
+    moves = withdraw_some_jobs(log, clock, due, 1, seed)
     log.flush()
     segments = len(log.segments)
     # A crash: copy the live directory while the log is open. The copy has no clean-shutdown
@@ -95,10 +101,9 @@ def run(records: int, batch_size: int, segment_bytes: int, workdir: str, seed: i
           f"{report.segments_scanned} segment(s), {report.bytes_scanned / 2**20:.1f} MiB, "
           f"truncated {report.bytes_truncated} bytes")
 
-    total = batches * batch_size
-    checked = drain_and_check(recovered, clock, total, batch_size, due_of_batch, moves)
+    checked = drain_and_check(recovered, clock, records, 1, due, moves, job_at)
     recovered.close()
-    return {"records": total, "segments": segments, "append_s": append_s,
+    return {"records": records, "segments": segments, "append_s": append_s,
             "recovery_ms": recovery_ms, "cancelled": len(moves.cancelled),
             "rescheduled": len(moves.copies), **checked}
 
@@ -138,12 +143,14 @@ def withdraw_some_jobs(log: Log, clock: list[int], due_of_batch: list[int], batc
 
 
 def drain_and_check(log: Log, clock: list[int], total: int, batch_size: int,
-                    due_of_batch: list[int], moved: Withdrawn | None = None) -> dict:
+                    due_of_batch: list[int], moved: Withdrawn | None = None,
+                    job_at: list[int] | None = None) -> dict:
     """Drain in due order while the clock moves, checking every record: exactly once, in
-    (deliverAfter, offset) order, never before its deliverAfter, bytes as written; no
-    cancelled record and no rescheduled original, and each reschedule's copy at its new
-    time with the original's bytes."""
+    (deliverAfter, offset) order, never before its deliverAfter, bytes as written (those of
+    job `job_at[offset]`; None: of job `offset`); no cancelled record and no rescheduled
+    original, and each reschedule's copy at its new time with the original's bytes."""
     moved = moved if moved is not None else Withdrawn()
+    job_at = job_at if job_at is not None else range(total)
     withdrawn = moved.cancelled | {orig for orig, _ in moved.copies.values()}
     copies_seen = 0
     seen = 0
@@ -163,14 +170,14 @@ def drain_and_check(log: Log, clock: list[int], total: int, batch_size: int,
                 raise AssertionError(f"record {r.offset} was cancelled or moved, and came")
             if r.offset >= total:
                 orig, due = moved.copies[r.offset]
-                if r.deliver_after != due or r.value != expected_value(orig):
+                if r.deliver_after != due or r.value != expected_value(job_at[orig]):
                     raise AssertionError(f"copy {r.offset} of {orig} came back altered")
                 copies_seen += 1
                 last_key = key
                 continue
             if r.deliver_after != due_of_batch[r.offset // batch_size]:
                 raise AssertionError(f"record {r.offset} came back with another deliverAfter")
-            if r.value != expected_value(r.offset):
+            if r.value != expected_value(job_at[r.offset]):
                 raise AssertionError(f"record {r.offset} came back with other bytes")
             last_key = key
         seen += len(page_records)
@@ -212,7 +219,8 @@ def drain_and_check(log: Log, clock: list[int], total: int, batch_size: int,
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="kdelay demo", description=__doc__.splitlines()[0])
     p.add_argument("--records", type=int, default=500_000)
-    p.add_argument("--batch-size", type=int, default=100)
+    p.add_argument("--batch-size", type=int, default=100,
+                   help="the Producer's batch_records")
     p.add_argument("--segment-mib", type=float, default=8.0)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--jobs", type=int, default=3000,
@@ -238,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     print(f"  records            {s['records']:>12,}")
     print(f"  segments           {s['segments']:>12,}")
-    print(f"  append             {s['records'] / s['append_s']:>12,.0f} records/s")
+    print(f"  send (Producer)    {s['records'] / s['append_s']:>12,.0f} jobs/s, end to end")
     print(f"  drain (due order)  {s['drained_at_speed'] / max(s['drain_s'], 1e-9):>12,.0f} "
           f"records/s ({s['drained_at_speed']:,} records at full speed, {s['stepped']:,} "
           f"while the clock stepped)")
