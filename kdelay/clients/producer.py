@@ -33,6 +33,7 @@ from ..partition import Log
 from ..records import Header, Record
 from ..validation import (
     MAX_INT64,
+    BatchColumns,
     as_int,
     check_delay_limit,
     deliver_after_for_delay,
@@ -317,7 +318,7 @@ def _setting(value: object, name: str, lo: int) -> int:
 def _alone(record: Record, requested: int | None, config: LogConfig) -> int:
     """Near max_batch_bytes the codec's bound is loose: build the record's batch as the log
     would (raising what log.append would refuse it with); it then fills a batch alone."""
-    build_batch([(record.value,), (record.key,), (record.headers,), (record.timestamp,),
-                 (None,)], base_offset=0, now=record.timestamp, requested=requested,
-                explicit=None, config=config)
+    build_batch(BatchColumns((record.value,), (record.key,), (record.headers,),
+                             (record.timestamp,), (None,)),
+                base_offset=0, now=record.timestamp, requested=requested, config=config)
     return config.max_batch_bytes
