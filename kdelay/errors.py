@@ -30,7 +30,12 @@ class InvalidTopicError(KdelayError, ValueError):
 
 
 class LogLockedError(KdelayError):
-    """Another Log (in this or another process) holds the directory's lock."""
+    """Another Log (in this or another process) holds the directory's lock. `pid` is the
+    holding process as its lock file names it (None when the file does not say)."""
+
+    def __init__(self, message: str, pid: int | None = None):
+        super().__init__(message)
+        self.pid = pid
 
 
 class CorruptLogError(KdelayError):

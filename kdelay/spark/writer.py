@@ -40,6 +40,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from ..errors import KdelayError, LogLockedError
+from ..log.segments.loader import lock_holder
 from ..records import PackedBinary
 from . import scan
 
@@ -94,17 +95,16 @@ class KdelayWriter(DataSourceArrowWriter):
         deadline = time.monotonic() + self.lock_timeout
         delay = 0.005
         while pending:
-            left = []
+            holders: dict[int, int | None] = {}  # partition -> the pid holding its lock
             for p in pending:
                 try:
                     msg.ranges.extend(self._append(p, rows, groups[p]))
-                except LogLockedError:
-                    left.append(p)
-            pending = left
+                except LogLockedError as e:
+                    holders[p] = e.pid
+            pending = list(holders)
             if pending:
                 if time.monotonic() > deadline:
-                    raise KdelayError(f"kdelay writer: partitions {pending} stayed locked for "
-                                      f"{self.lock_timeout:.0f} s")
+                    raise KdelayError(_stayed_locked(holders, self.lock_timeout))
                 time.sleep(delay)
                 delay = min(delay * 2, 0.2)
         return msg
@@ -130,6 +130,16 @@ class KdelayWriter(DataSourceArrowWriter):
         if ranges:
             warnings.warn(f"kdelay writer: the job failed after {len(ranges)} whole batches "
                           f"were appended by tasks that finished: {ranges[:20]}", stacklevel=1)
+
+
+def _stayed_locked(holders: dict[int, int | None], timeout_s: float) -> str:
+    """Why a task gave up: which partitions stayed locked, by which processes, and what to
+    do about it."""
+    by = sorted({lock_holder(pid) for pid in holders.values()})
+    return (f"kdelay writer: partitions {sorted(holders)} stayed locked for {timeout_s:g} s "
+            f"by {', '.join(by)}; one process owns a log, and a Spark write opens each "
+            f"partition's Log in its tasks: stop that process (or close its Log) before "
+            f"writing, or send the rows through it (its Topic or Log)")
 
 
 class _Rows:

@@ -8,6 +8,7 @@ import os
 
 from ..config import LogConfig
 from ..errors import InspectError, LogLockedError
+from ..log.segments.loader import lock_holder
 from ..partition import Log
 from .formatting import Out
 from .progress import fmt_size
@@ -30,10 +31,10 @@ def cmd_compact(args: argparse.Namespace, out: Out) -> int:
     for directory in dirs:
         try:
             log = Log.open(directory, config=config)
-        except LogLockedError:
-            raise LogLockedError(f"{directory}: locked by another process (an open Log); "
-                                 f"compaction needs the lock: close it, or call "
-                                 f"Log.compact() in that process") from None
+        except LogLockedError as e:
+            raise LogLockedError(f"{directory}: locked by {lock_holder(e.pid)}; compaction "
+                                 f"needs the lock: close that Log, or call Log.compact() in "
+                                 f"that process", e.pid) from None
         with log:
             res = log.compact()
         reports.append((directory, res))

@@ -8,7 +8,7 @@ import os
 
 from ..errors import InspectError, LogLockedError
 from ..log.compaction import swap
-from ..log.segments.loader import take_lock
+from ..log.segments.loader import lock_holder, take_lock
 from ..log.segments.segment import LogSegment
 from .formatting import Out, err
 from .progress import ProgressBar
@@ -20,9 +20,9 @@ EXIT_OK, EXIT_PROBLEMS = 0, 1
 def _lock(directory: str) -> int:
     try:
         return take_lock(directory)
-    except LogLockedError:
-        raise LogLockedError(f"{directory}: locked by a running writer (an open Log); "
-                             f"close it before rebuilding indexes") from None
+    except LogLockedError as e:
+        raise LogLockedError(f"{directory}: locked by {lock_holder(e.pid)} (an open Log); "
+                             f"close it before rebuilding indexes", e.pid) from None
 
 
 def cmd_rebuild_index(args: argparse.Namespace, out: Out) -> int:

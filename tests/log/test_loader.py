@@ -4,11 +4,17 @@ of a damaged index (persisted once, atomically)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 from conftest import T0
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kdelay import CorruptLogError, Log, LogConfig, LogLockedError, Record
 from kdelay.errors import IndexFileError
@@ -16,7 +22,13 @@ from kdelay.index.deliver_after_index import DeliverAfterIndex
 from kdelay.index.offset_index import OffsetIndex
 from kdelay.index.time_index import TimeIndex
 from kdelay.log.segments import loader
-from kdelay.log.segments.layout import HORIZON_FILE, INDEX_SUFFIXES, LOG_SUFFIX, segment_file
+from kdelay.log.segments.layout import (
+    HORIZON_FILE,
+    INDEX_SUFFIXES,
+    LOCK_FILE,
+    LOG_SUFFIX,
+    segment_file,
+)
 from kdelay.log.segments.segment import LogSegment
 
 CFG = LogConfig(index_interval_bytes=1)
@@ -217,3 +229,75 @@ def test_open_directory_creates_the_first_segment_and_holds_the_lock(log_dir):
         os.close(opened.lock_fd)
     fd = loader.take_lock(log_dir)  # released with its descriptor
     os.close(fd)
+
+
+# ---------------------------------------------------------------------------- lock holder
+
+_HOLDER = textwrap.dedent("""
+    import sys, time
+    from kdelay import Log
+    log = Log.open(sys.argv[1])
+    print("holding", flush=True)
+    sys.stdin.read()  # until the test closes our stdin
+    log.close()
+""")
+
+
+def test_locked_error_names_the_holding_process_and_the_way_forward(log_dir):
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, log_dir], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        with pytest.raises(LogLockedError) as caught:
+            Log.open(log_dir)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    assert caught.value.pid == holder.pid
+    msg = str(caught.value)
+    assert f"locked by process {holder.pid};" in msg
+    assert "share the Log between threads" in msg and "which take no lock" in msg
+    Log.open(log_dir).close()  # the holder is gone: the lock is free
+
+
+def test_locked_error_in_the_holding_process_says_so(open_log, log_dir):
+    open_log()
+    with pytest.raises(LogLockedError) as caught:
+        Log.open(log_dir)
+    assert caught.value.pid == os.getpid()
+    assert f"this process (pid {os.getpid()})" in str(caught.value)
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait(timeout=60)
+    return child.pid
+
+
+def test_a_stale_pid_names_nobody(log_dir):
+    """A lock held by a process that wrote no pid (the file still names a holder that
+    died): the message names no one rather than the dead process."""
+    os.makedirs(log_dir)
+    path = os.path.join(log_dir, LOCK_FILE)
+    Path(path).write_bytes(b"%d\n" % _dead_pid())
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(LogLockedError) as caught:
+            Log.open(log_dir)
+    finally:
+        os.close(fd)
+    assert caught.value.pid is None and "locked by another open Log;" in str(caught.value)
+
+
+@given(content=st.one_of(st.binary(max_size=40), st.integers().map(lambda n: b"%d\n" % n)))
+def test_whatever_the_lock_file_holds_opening_works_and_records_our_pid(tmp_path_factory,
+                                                                         content):
+    directory = str(tmp_path_factory.mktemp("lock"))
+    path = os.path.join(directory, LOCK_FILE)
+    Path(path).write_bytes(content)
+    fd = loader.take_lock(directory)
+    try:
+        assert Path(path).read_bytes() == b"%d\n" % os.getpid()
+    finally:
+        os.close(fd)

@@ -162,6 +162,18 @@ def test_partition_column_and_lock_contention(spark, tmp_path):
     assert sorted(got[1]) == sorted(b"%d" % i for i in range(1, n, 2))
 
 
+def test_a_log_held_by_a_running_process_is_named_when_the_write_gives_up(spark, tmp_path):
+    """This process holds the log open: the Spark tasks (other processes) wait out
+    lockTimeoutMs, then fail naming this process and what to do."""
+    path = str(tmp_path / "log")
+    df = spark.createDataFrame([(b"v",)], "value binary")
+    with Log.open(path), pytest.raises(Exception) as caught:
+        df.write.format("kdelay").mode("append").option("lockTimeoutMs", "300").save(path)
+    msg = str(caught.value)
+    assert f"partitions [0] stayed locked for 0.3 s by process {os.getpid()};" in msg
+    assert "stop that process (or close its Log) before writing" in msg
+
+
 def test_failed_job_leaves_no_partial_batch(spark, tmp_path):
     """A task that fails while its rows are computed writes nothing; whatever other tasks
     wrote is whole batches of their rows, and the log opens cleanly."""
