@@ -80,8 +80,10 @@ class FetchedRecord(NamedTuple):
 class CompactionResult(NamedTuple):
     """What `Log.compact()` did: segments rewritten (a merge of n segments counts n), the
     bytes of all the log's .log files before and after, the .log bytes the rewrite read
-    (the rewritten segments) and wrote (their replacements), and the longest time the log's
-    lock was held for a swap (appends wait that long at most)."""
+    (the rewritten segments) and wrote (their replacements), the longest time the log's
+    lock was held for a swap (appends wait that long at most), and the .log bytes of the
+    active segment, which compaction never rewrites (nor retention deletes): records there
+    are reclaimed only once it is rolled."""
 
     segments_rewritten: int = 0
     bytes_before: int = 0
@@ -89,6 +91,7 @@ class CompactionResult(NamedTuple):
     bytes_read: int = 0
     bytes_written: int = 0
     longest_swap_ms: float = 0.0
+    active_segment_bytes: int = 0
 
 
 class FetchResult(NamedTuple):

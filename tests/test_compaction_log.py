@@ -99,6 +99,21 @@ def _logs(path):
     return [os.path.join(path, n) for n in os.listdir(path) if n.endswith(".log")]
 
 
+def test_result_says_how_much_sits_in_the_active_segment(tmp_path):
+    """Records due long ago but still in the active segment: nothing is reclaimed, and the
+    result says where the bytes are; once rolled, they are reclaimed."""
+    clock = Clock()
+    with Log.open(str(tmp_path / "p"), config=CFG, clock=clock) as log:
+        log.append(records(4, "a"), deliver_after=T0)
+        clock.t = T0 + 2 * HOUR
+        res = log.compact()
+        assert res.segments_rewritten == 0 and res.bytes_after == res.bytes_before
+        assert res.active_segment_bytes == res.bytes_before > 0
+        log.roll()
+        res = log.compact()
+        assert res.segments_rewritten == 1 and res.bytes_after == res.active_segment_bytes == 0
+
+
 def test_committed_keys_and_fetch_order_survive(tmp_path):
     clock = Clock()
     path = str(tmp_path / "p")

@@ -10,6 +10,7 @@ from ..config import LogConfig
 from ..errors import InspectError, LogLockedError
 from ..log.segments.loader import lock_holder
 from ..partition import Log
+from ..records import CompactionResult
 from .formatting import Out
 from .progress import fmt_size
 from .scanning import existing, partition_dirs
@@ -42,10 +43,28 @@ def cmd_compact(args: argparse.Namespace, out: Out) -> int:
             out.json({"path": directory, **res._asdict()})
         else:
             saved = res.bytes_before - res.bytes_after
+            why = why_nothing_reclaimed(res, config.compaction_min_ratio)
             out.line(f"{directory}: {res.segments_rewritten} segment(s) rewritten; .log bytes "
                      f"{fmt_size(res.bytes_before)} -> {fmt_size(res.bytes_after)} "
-                     f"({fmt_size(saved)} reclaimed)")
+                     f"({fmt_size(saved)} reclaimed)" + (f": {why}" if why else ""))
     return EXIT_OK
+
+
+def why_nothing_reclaimed(res: CompactionResult, min_ratio: float) -> str | None:
+    """Why a compaction reclaimed nothing, as the command reports it (None: it did, or the
+    log is empty)."""
+    if res.bytes_after < res.bytes_before:
+        return None
+    if min_ratio <= 0:
+        return "compaction is off (--min-ratio 0)"
+    reasons = []
+    if res.bytes_before > res.active_segment_bytes and not res.segments_rewritten:
+        reasons.append(f"no sealed segment has {min_ratio:.0%} of its bytes removable")
+    if res.active_segment_bytes:
+        reasons.append(f"the active segment ({fmt_size(res.active_segment_bytes)}) is never "
+                       f"rewritten or deleted: roll it (log.roll()), or lower segment_bytes "
+                       f"or segment_ms so that it seals sooner")
+    return "; ".join(reasons) or None
 
 
 def _ratio(text: str) -> float:

@@ -139,3 +139,34 @@ def test_compact_arguments(tmp_path):
     assert kdelay("compact", path, "--min-ratio", "1.5").returncode == 2
     r = kdelay("compact", path, "--retention-ms", "3600000", "--min-ratio", "0")
     assert r.returncode == 0 and "0 segment(s) rewritten" in r.stdout
+
+
+def test_compact_says_why_nothing_was_reclaimed(tmp_path):
+    """Every record long due, but all in the active segment: the report says that the
+    active segment is never compacted, and how to get it sealed."""
+    path = str(tmp_path / "p")
+    with Log.open(path, config=CFG, clock=lambda: T0) as log:
+        log.append([Record(b"done %d" % i) for i in range(10)])
+    r = kdelay("compact", path, "--retention-ms", "0")
+    assert r.returncode == 0, r.stderr
+    line = r.stdout.strip()
+    assert "0 segment(s) rewritten" in line and "(0 B reclaimed): the active segment (" in line
+    assert "is never rewritten or deleted: roll it (log.roll()), or lower segment_bytes or " \
+           "segment_ms" in line
+    assert "no sealed segment" not in line  # there is none
+    r = kdelay("compact", path, "--retention-ms", "0", "--min-ratio", "0")
+    assert r.stdout.strip().endswith("(0 B reclaimed): compaction is off (--min-ratio 0)")
+
+
+def test_why_nothing_reclaimed():
+    from kdelay import CompactionResult
+    from kdelay.tools.compact import why_nothing_reclaimed
+
+    assert why_nothing_reclaimed(CompactionResult(2, 900, 300, active_segment_bytes=100),
+                                 0.5) is None
+    assert why_nothing_reclaimed(CompactionResult(), 0.5) is None  # an empty log
+    sealed_only = why_nothing_reclaimed(CompactionResult(0, 900, 900), 0.5)
+    assert sealed_only == "no sealed segment has 50% of its bytes removable"
+    both = why_nothing_reclaimed(CompactionResult(0, 900, 900, active_segment_bytes=100), 0.25)
+    assert both.startswith("no sealed segment has 25% of its bytes removable; the active "
+                           "segment (100 B) is never rewritten")

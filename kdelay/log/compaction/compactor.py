@@ -144,7 +144,7 @@ def run(directory: str, segments, lock, settings: Settings, *, now: Callable[[],
     with lock:
         if settings.min_ratio <= 0 or is_closed():
             total = sum(s.size for s in segments)
-            return CompactionResult(0, total, total)
+            return CompactionResult(0, total, total, active_segment_bytes=segments.active.size)
         hz = horizon(now(), settings.retention_ms)
         live = {s.base_offset: s for s in segments if s is not segments.active}
         sources = [Source.of(s) for s in live.values()]
@@ -188,7 +188,8 @@ def run(directory: str, segments, lock, settings: Settings, *, now: Callable[[],
         written += rw.segment.size
     with lock:
         after = sum(s.size for s in segments)
-    return CompactionResult(rewritten, before, after, read, written, longest * 1000)
+        active = segments.active.size
+    return CompactionResult(rewritten, before, after, read, written, longest * 1000, active)
 
 
 def _current(segments, live: dict, src: Source) -> LogSegment | None:
