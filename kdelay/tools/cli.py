@@ -121,7 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="check CRCs, offset continuity and every index")
     v.add_argument("path", help="a partition directory, a topic directory, or one segment file")
     v.add_argument("--json", action="store_true", help="one JSON report")
-    v.add_argument("-q", "--quiet", action="store_true", help="print problems only")
+    v.add_argument("-q", "--quiet", action="store_true",
+                   help="print only the problems and a one-line verdict (no notes, no "
+                        "progress bar)")
     v.set_defaults(handler=cmd_verify)
 
     r = sub.add_parser("rebuild-index",

@@ -218,15 +218,20 @@ def drain_and_check(log: Log, clock: list[int], total: int, batch_size: int,
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="kdelay demo", description=__doc__.splitlines()[0])
-    p.add_argument("--records", type=int, default=500_000)
-    p.add_argument("--batch-size", type=int, default=100,
-                   help="the Producer's batch_records")
-    p.add_argument("--segment-mib", type=float, default=8.0)
-    p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--jobs", type=int, default=3000,
-                   help="jobs for the worker-pool part (0: skip it)")
-    p.add_argument("--workers", type=int, default=4)
-    p.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    p.add_argument("--records", type=int, default=500_000, metavar="N",
+                   help="records to schedule, drain and check (default 500000)")
+    p.add_argument("--batch-size", type=int, default=100, metavar="N",
+                   help="the Producer's batch_records (default 100)")
+    p.add_argument("--segment-mib", type=float, default=8.0, metavar="MIB",
+                   help="segment size in MiB, as LogConfig.segment_bytes (default 8)")
+    p.add_argument("--seed", type=int, default=7,
+                   help="random seed of the workload and the failures (default 7)")
+    p.add_argument("--jobs", type=int, default=3000, metavar="N",
+                   help="jobs for the worker-pool part (default 3000; 0: skip it)")
+    p.add_argument("--workers", type=int, default=4, metavar="N",
+                   help="worker threads of the pool (default 4)")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the temporary directory and print where it is")
     args = p.parse_args(argv)
     if args.records < 1 or args.batch_size < 1 or args.segment_mib <= 0:
         p.error("--records, --batch-size and --segment-mib must be positive")

@@ -133,6 +133,8 @@ def cmd_dump_log(args: argparse.Namespace, out: Out) -> int:
     problems = 0
     batches = records = 0
     expected: int | None = None
+    first: int | None = None  # the file's first offset (known when read from its start)
+    last: int | None = None  # the last offset of the last batch read
     if not args.json:
         out.line(f"# {path}: {fmt_size(size)} ({size} bytes)"
                  + (f", from byte {start} via the offset index" if start else ""))
@@ -165,6 +167,9 @@ def cmd_dump_log(args: argparse.Namespace, out: Out) -> int:
                 err(f"{path} at byte {b.position}: batch starts at offset {b.base_offset}, "
                     f"expected {expected}")
             expected = b.last_offset + 1
+            if first is None and start == 0:
+                first = b.base_offset
+            last = b.last_offset
             if hi is not None and b.base_offset > hi and b.crc_valid:
                 break  # offsets only grow in a healthy log: nothing further is wanted
             if (lo is not None and b.last_offset < lo) or (hi is not None and b.base_offset > hi):
@@ -184,9 +189,24 @@ def cmd_dump_log(args: argparse.Namespace, out: Out) -> int:
     finally:
         bar.close()
     if not args.json:
-        out.line(f"# {batches} batches, {records} records"
+        where = f": {_nothing_in_range(lo, hi, first, last)}" if args.offsets and not batches \
+            else ""
+        out.line(f"# {batches} batches, {records} records{where}"
                  + (f"; {problems} problems (details on stderr)" if problems else ""))
     return EXIT_PROBLEMS if problems else EXIT_OK
+
+
+def _nothing_in_range(lo: int | None, hi: int | None, first: int | None,
+                      last: int | None) -> str:
+    """Where a segment's offsets are, when no batch of it holds any of offsets lo..hi
+    (`first`: its first offset if known, `last`: the last offset read)."""
+    if last is None:
+        return "the file holds no batch"
+    if lo is not None and lo > last:
+        return f"this segment ends at offset {last}"
+    if hi is not None and first is not None and hi < first:
+        return f"this segment starts at offset {first}"
+    return "no batch holds those offsets (a compacted segment has gaps)"
 
 
 def _decoded(b: Batch):

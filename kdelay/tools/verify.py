@@ -221,7 +221,7 @@ def cmd_verify(args: argparse.Namespace, out: Out) -> int:
     targets = _verify_targets(args.path)
     total = sum(s.log_size for d, only in targets for s in list_segments(d)
                 if only is None or s.base_offset == only)
-    bar = ProgressBar("verify", total)
+    bar = ProgressBar("verify", 0 if args.quiet else total)  # -q: no bar either
     reports = []
     try:
         for directory, only in targets:

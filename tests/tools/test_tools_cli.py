@@ -163,6 +163,50 @@ def test_dump_log_offsets_range(built):
     assert offsets == list(range(lo, hi + 1))
 
 
+def test_dump_log_offsets_outside_the_segment_say_where_it_is(built):
+    second = built["segments"][1]
+    path = seg_file(built["path"], second, ".log")
+    last = dump_batches(path)[-1]["last_offset"]
+    r = kdelay("dump-log", path, "--offsets", f"{last + 100}..")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == f"# 0 batches, 0 records: this segment ends at offset " \
+                                        f"{last}"
+    r = kdelay("dump-log", path, "--offsets", f"..{second - 1}")
+    assert r.stdout.splitlines()[-1] == f"# 0 batches, 0 records: this segment starts at " \
+                                        f"offset {second}"
+
+
+def test_verify_quiet_prints_only_the_verdict_on_a_healthy_log(copy, built):
+    """-q: no notes (a crash leaves some about the active segment's indexes, which lived in
+    memory) and no progress bar, even where one would be drawn."""
+    os.unlink(os.path.join(copy, ".kdelay_cleanshutdown"))  # as after a crash
+    for suffix in (".index", ".timeindex", ".dlyindex"):
+        os.unlink(seg_file(copy, built["segments"][-1], suffix))
+    env = {"KDELAY_PROGRESS": "always", "KDELAY_PROGRESS_DELAY": "0"}
+    loud = kdelay("verify", copy, env=env)
+    assert loud.returncode == 0 and "info" in loud.stdout and loud.stderr  # notes and bar
+    r = kdelay("verify", "-q", copy, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stderr == "" and len(r.stdout.splitlines()) == 1
+    assert r.stdout.startswith("OK: ")
+
+
+def test_demo_help_describes_every_option():
+    r = kdelay("demo", "--help")
+    assert r.returncode == 0, r.stderr
+    options = r.stdout.split("options:\n", 1)[1]
+    entries: list[str] = []  # one option's help text, its continuation lines joined
+    for line in options.splitlines():
+        if line.startswith("  -"):
+            entries.append(line.strip())
+        elif line.strip():
+            entries[-1] += " " + line.strip()
+    assert len(entries) == 8  # -h and the demo's seven options
+    for entry in entries:
+        flags, _, text = entry.partition("  ")
+        assert text.strip(), f"no description: {flags}"
+
+
 def test_dump_index_matches_the_log(built):
     for base in built["segments"][:-1]:
         batches = dump_batches(seg_file(built["path"], base, ".log"))
