@@ -282,14 +282,12 @@ def main() -> int:
         py = max(python_only(path) for _ in range(2))
         print(f"decode without Spark (1 core): {py:,.0f} rows/s")
 
-        os.environ["PYSPARK_PYTHON"] = sys.executable
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         import pyarrow as pa
 
         import kdelay.spark
         from kdelay.spark import columnar
 
-        spark = kdelay.spark.local_session(2, verbose=False)
+        spark = kdelay.spark.session(cores=2)
         try:
             df = kdelay.spark.read_log(spark, path)
             rows = df.count()

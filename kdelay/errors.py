@@ -41,7 +41,8 @@ class LogLockedError(KdelayError):
 class CorruptLogError(KdelayError):
     """Bytes on disk failed a size, CRC or offset check.
 
-    `path` and `position` say where the damaged batch starts.
+    `path` and `position` say where the damaged batch starts; `reason` is the message
+    without them (for a report that shows them apart).
     """
 
     def __init__(self, message: str, path: str | None = None, position: int | None = None):
@@ -49,6 +50,7 @@ class CorruptLogError(KdelayError):
         if path is not None:
             where = f" ({path}" + (f" at byte {position}" if position is not None else "") + ")"
         super().__init__(message + where)
+        self.reason = message
         self.path = path
         self.position = position
 

@@ -6,7 +6,6 @@ import heapq
 import importlib
 import os
 import shutil
-import sys
 
 import pytest
 from hypothesis import settings
@@ -117,24 +116,15 @@ def skip_module_without_spark_libraries() -> None:
 
 @pytest.fixture(scope="session")
 def spark():
-    """The one local[2] SparkSession every Spark test shares (starting one takes seconds);
-    skipped where pyspark, pyarrow or Java is missing, a failure in CI."""
+    """The one local[2] SparkSession every Spark test shares (starting one takes seconds),
+    made as a user makes one (kdelay.spark.session); skipped where pyspark, pyarrow or Java
+    is missing, a failure in CI."""
     reason = spark_missing()
     if reason:
         pytest.skip(reason)
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    from pyspark.sql import SparkSession
-
-    session = (SparkSession.builder.master("local[2]").appName("kdelay-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.session.timeZone", "UTC")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
     import kdelay.spark
 
-    kdelay.spark.register(session)
+    session = kdelay.spark.session("kdelay-tests", cores=2)
+    session.conf.set("spark.sql.shuffle.partitions", "2")  # small test data: fewer tasks
     yield session
     session.stop()

@@ -1,17 +1,19 @@
 """kdelay on PySpark 4: read logs as DataFrames, run offline checks, forecast due load.
 
     import kdelay.spark
-    kdelay.spark.register(spark)                       # short name "kdelay"
+    spark = kdelay.spark.session()                     # local, quiet, ready for kdelay
+    kdelay.spark.register(spark)                       # another session: short name "kdelay"
     df = kdelay.spark.read_log(spark, "/data/orders")  # or spark.read.format("kdelay").load(...)
     kdelay.spark.read_log(spark, path, columns="offset,deliver_after")  # only these columns
     kdelay.spark.read_batches(spark, path)            # one row per batch, from its header
     spark.readStream.format("kdelay").load(path)       # due records as they come due
     df.write.format("kdelay").mode("append").save(path)
     report = kdelay.spark.verify(spark, "/data/orders")
-    kdelay.spark.forecast(spark, "/data/orders", window="1 minute").show()
+    kdelay.spark.forecast(spark, "/data/orders", window="1 minute").show()  # pending only
 
 Needs the `spark` extra (pyspark >= 4.0, pyarrow; matplotlib for `--png`). The workers
-must be able to import kdelay (install the package; don't rely on a driver-only sys.path).
+must be able to import kdelay (install the package; don't rely on a driver-only sys.path):
+`session()` has them run the calling interpreter.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ if TYPE_CHECKING:
     from .checks import VerifyReport
 
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+REGISTERED_CONF = "kdelay.spark.registered"  # "true" once register() has run in a session
 
 __all__ = ["BATCH_COLUMNS", "PUSHDOWN_CONF", "cli_forecast", "cli_spark_verify", "forecast",
-           "local_session", "read_batches", "read_log", "register", "verify"]
+           "read_batches", "read_log", "register", "session", "verify"]
 
 BATCH_COLUMNS = ("segment", "base_offset", "last_offset", "position", "size", "deliver_after",
                  "max_timestamp", "record_count", "crc_valid")
@@ -36,11 +39,25 @@ BATCH_COLUMNS = ("segment", "base_offset", "last_offset", "position", "size", "d
 def register(spark: SparkSession) -> None:
     """Register the `kdelay` data source with `spark` and enable Python filter pushdown
     (`spark.sql.python.filterPushdown.enabled=true`, without which Spark refuses any Python
-    reader that can take pushed filters)."""
+    reader that can take pushed filters). Idempotent and silent: the source is registered
+    once per session (Spark logs a warning each time one is replaced), which the session
+    remembers in its conf (REGISTERED_CONF), as it does its registrations."""
+    spark.conf.set(PUSHDOWN_CONF, "true")
+    if spark.conf.get(REGISTERED_CONF, "false") == "true":
+        return
     from .source import KdelayDataSource
 
-    spark.conf.set(PUSHDOWN_CONF, "true")
     spark.dataSource.register(KdelayDataSource)
+    spark.conf.set(REGISTERED_CONF, "true")
+
+
+def session(app_name: str = "kdelay", *, cores: int | None = None,
+            quiet: bool = True) -> SparkSession:
+    """A local SparkSession ready for kdelay: workers run the calling interpreter, the
+    data source registered, filter pushdown on, quiet logs; see kdelay.spark.local_session."""
+    from .local_session import session as _session
+
+    return _session(app_name, cores=cores, quiet=quiet)
 
 
 def read_log(spark: SparkSession, path: str, **options: str) -> DataFrame:
@@ -83,19 +100,13 @@ def verify(spark: SparkSession, path: str) -> VerifyReport:
 
 
 def forecast(spark: SparkSession, path: str, window: str = "1 minute", *,
-             after: int | None = None) -> DataFrame:
-    """Records coming due per time window: (window_start, window_end, count)."""
+             after: int | None = None, all_records: bool = False) -> DataFrame:
+    """Pending records coming due per time window: (window_start, window_end, count).
+    Pending: due after `after` (default: now) and not cancelled; `all_records=True`: every
+    record ever written. See kdelay.spark.forecasting."""
     from .forecasting import forecast as _forecast
 
-    return _forecast(spark, path, window, after=after)
-
-
-def local_session(cores: int = 2, *, verbose: bool = True) -> SparkSession:
-    """A local SparkSession (UTC session time zone); `verbose=False` silences the JVM's
-    stderr chatter (see kdelay.spark.cli)."""
-    from .cli import local_session as _local
-
-    return _local(cores, verbose=verbose)
+    return _forecast(spark, path, window, after=after, all_records=all_records)
 
 
 def cli_spark_verify(argv: list[str] | None = None) -> int:

@@ -48,11 +48,14 @@ MAX_PROBLEMS_PER_CHECK = 1000  # a badly damaged log would otherwise flood the r
 class Problem:
     kind: str  # crc | framing | offset | index | due-order | cancellation
     file: str
-    position: int | None  # byte position of the batch in the .log (None: whole file)
+    position: int | None  # a byte of `file` (None: all of it); kind index: of its .log
     message: str
 
     def __str__(self) -> str:
-        where = self.file if self.position is None else f"{self.file} at byte {self.position}"
+        # an index problem's position is a byte of the .log, not of the index file: its
+        # message says so
+        at = self.position is not None and self.kind != "index"
+        where = f"{self.file} at byte {self.position}" if at else self.file
         return f"[{self.kind}] {where}: {self.message}"
 
 

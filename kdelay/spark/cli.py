@@ -1,9 +1,9 @@
 """Command-line entry points: `kdelay spark-verify PATH` and `kdelay forecast PATH`.
 
-Both are quiet unless `--verbose`: the JVM that PySpark starts prints a log4j banner, a
-"native-hadoop" warning and an incubator-module notice to stderr before any log level can
-be set, so a quiet session starts its JVM with stderr pointed at /dev/null (the JVM, and
-the Python workers it spawns, keep that stderr; errors still reach the caller as Python
+Both are quiet unless `--verbose`: their session is kdelay.spark.session(), whose logs are
+quiet, and its JVM starts with stderr pointed at /dev/null, which also hides the notice the
+JVM itself prints at start ("Using incubator modules") and anything Spark logs (the JVM,
+and the Python workers it spawns, keep that stderr; errors still reach the caller as Python
 exceptions). `--verbose` leaves everything as Spark prints it.
 """
 
@@ -18,6 +18,7 @@ import time
 from pyspark.sql import SparkSession
 
 from ..clock import wall_clock
+from .local_session import session
 
 # readable forecast windows: (Spark interval, seconds, short label)
 _SCALES = [("1 second", 1), ("5 seconds", 5), ("10 seconds", 10), ("30 seconds", 30),
@@ -28,11 +29,20 @@ _MAX_BARS = 30
 
 
 def _session(cores: int, verbose: bool = False) -> tuple[SparkSession, bool]:
-    """The active session if there is one (then the caller must not stop it), else a new one."""
+    """The active session if there is one (then the caller must not stop it), else a new
+    kdelay.spark.session(): unless `verbose`, with the JVM's stderr pointed at /dev/null for
+    its lifetime (the lines it prints before any log level applies included)."""
     active = SparkSession.getActiveSession()
     if active is not None:
         return active, False
-    return local_session(cores, verbose=verbose), True
+    if verbose:
+        return session(cores=cores, quiet=False), True
+    try:
+        with _stderr_to_devnull():  # the JVM inherits this stderr when it starts
+            return session(cores=cores), True
+    except Exception as e:
+        raise RuntimeError(f"could not start Spark ({e}); run with --verbose to see "
+                           f"what Java printed") from e
 
 
 @contextlib.contextmanager
@@ -47,31 +57,6 @@ def _stderr_to_devnull():
         os.dup2(saved, 2)
         os.close(saved)
         os.close(null)
-
-
-def local_session(cores: int = 2, *, verbose: bool = True) -> SparkSession:
-    """A local SparkSession: workers run this interpreter, no UI, UTC times. With
-    `verbose=False` the JVM's own stderr chatter (log4j banner, native-hadoop warning) is
-    silenced for the session's lifetime."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = (SparkSession.builder.master(f"local[{cores}]").appName("kdelay")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.shuffle.partitions", str(max(2, 2 * cores)))
-               .config("spark.sql.python.filterPushdown.enabled", "true"))
-    if verbose:
-        spark = builder.getOrCreate()
-    else:
-        try:
-            with _stderr_to_devnull():  # the JVM inherits this stderr when it starts
-                spark = builder.getOrCreate()
-        except Exception as e:
-            raise RuntimeError(f"could not start Spark ({e}); run with --verbose to see "
-                               f"what Java printed") from e
-    spark.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
-    return spark
 
 
 def _parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -162,7 +147,7 @@ def cli_forecast(argv: list[str] | None = None) -> int:
             lo, hi = df.agg(F.min("deliver_after"), F.max("deliver_after")).first()
             span = 0 if lo is None else hi - min(lo, now) if after is None else hi - now
             window = pick_window(span)
-        rows = forecast(spark, args.path, window, after=after).collect()
+        rows = forecast(spark, args.path, window, after=after, all_records=args.all).collect()
     finally:
         if owned:
             spark.stop()

@@ -7,23 +7,33 @@ from datetime import UTC, datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from ..clock import wall_clock
 from . import kdelay_reader
 
 
 def forecast(spark: SparkSession, path: str, window: str = "1 minute", *,
-             after: int | None = None) -> DataFrame:
-    """(window_start, window_end, count): how many records become due in each `window`
-    (a Spark interval such as "1 minute" or "15 seconds"), ordered by time. With `after`
-    (ms), only records due strictly after it (e.g. now: the pending load); that filter is
-    pushed down, so segments and batches due earlier are skipped via the .dlyindex."""
-    # two columns of one row per batch, no CRC work: the cheapest read there is
-    df = kdelay_reader(spark, {"mode": "batches", "columns": "deliver_after,record_count"}
-                       ).load(str(path))
-    if after is not None:
-        df = df.where(F.col("deliver_after") > F.lit(int(after)))
+             after: int | None = None, all_records: bool = False) -> DataFrame:
+    """(window_start, window_end, count): how many pending records become due in each
+    `window` (a Spark interval such as "1 minute" or "15 seconds"), ordered by time, windows
+    without any left out. Pending: due strictly after `after` (ms; default: now, the wall
+    clock) and not cancelled; that time bound is pushed down, so segments and batches due
+    earlier are skipped via the .dlyindex. `all_records=True` counts every record ever
+    written instead, due, cancelled or not (then `after` must be None)."""
+    if all_records and after is not None:
+        raise ValueError("forecast: all_records counts every record; it takes no `after`")
+    # one row per batch, no CRC work: the cheapest read there is (.dlyindex and
+    # cancellation files only)
+    columns = "deliver_after,record_count" + ("" if all_records else ",cancelled_count")
+    df = kdelay_reader(spark, {"mode": "batches", "columns": columns}).load(str(path))
+    if all_records:
+        count = F.sum("record_count")
+    else:
+        df = df.where(F.col("deliver_after") > F.lit(int(wall_clock() if after is None else after)))
+        count = F.sum(F.col("record_count") - F.col("cancelled_count"))
     due = F.expr("timestamp_millis(deliver_after)")
     return (df.groupBy(F.window(due, window).alias("w"))
-            .agg(F.sum("record_count").alias("count"))
+            .agg(count.alias("count"))
+            .where(F.col("count") > 0)
             .select(F.col("w.start").alias("window_start"), F.col("w.end").alias("window_end"),
                     "count")
             .orderBy("window_start"))

@@ -264,7 +264,7 @@ class SegmentReader:
         return view
 
     def _fail(self, err: CorruptLogError) -> None:
-        self.stats.error = str(err)
+        self.stats.error = err.reason  # the row says where: segment and position
         self.stats.error_position = err.position
 
     def _scan(self, fd: int, size: int, start: int,

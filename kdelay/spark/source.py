@@ -13,11 +13,13 @@ Options:
              and CRCs are checked only for `crc_valid`. Spark ingests every column a Python
              source yields (there is no pruning hook), and its per-row ingestion is the
              ceiling: fewer columns and fewer rows (mode batches) are the levers. In mode
-             batches the row reporting a framing error is produced only with `error`.
+             batches the row reporting a framing error is produced only with `error`, and
+             `cancelled_count` (how many of the batch's records are cancelled) is read from
+             the segment's cancellation files only when asked for.
              Columns a segment's current .dlyindex holds (offsets, deliverAfter, positions,
-             record counts, sizes, `cancelled`, but no timestamps, payloads or CRC verdicts)
-             are read from that index alone, without reading the .log (useIndex false:
-             never).
+             record counts, sizes, `cancelled`, `cancelled_count`, but no timestamps,
+             payloads or CRC verdicts) are read from that index alone, without reading the
+             .log (useIndex false: never).
   pushdown   true (default) | false: use pushed filters to skip segments and batches
   useIndex   true (default) | false: may the reader trust a valid .dlyindex to pick batches
   minPartitions  split a read that decodes records (`timestamp`, `key` or `value`) into
@@ -59,6 +61,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from ..log.cancellation.journal import read_cancelled
+from ..log.cancellation.per_batch import cancelled_per_batch
 from ..log.segments.layout import DLYINDEX_SUFFIX, LOG_SUFFIX, segment_file, segment_name
 from . import columnar, scan
 from .columnar import TOPIC_FIELDS
@@ -78,6 +81,7 @@ BATCH_FIELDS: list[tuple[str, pa.DataType]] = [
     ("size", pa.int64()),
     ("record_count", pa.int64()),
     ("crc_valid", pa.bool_()),
+    ("cancelled_count", pa.int64()),  # of the batch's records, how many are cancelled
     ("error", pa.string()),  # set on the one row that reports a framing error
 ]
 INDEX_FIELDS: list[tuple[str, pa.DataType]] = [
@@ -278,9 +282,10 @@ class KdelayReader(DataSourceReader):
                                     use_index=self.use_index,
                                     check_crc="crc_valid" in self.names, buffers=buffers)
         topic, part = plan.part.topic, plan.part.partition
+        # the segment's cancelled offsets, for the column that shows them (either mode's)
+        cancelled = read_cancelled(plan.part.path, plan.base) \
+            if not _CANCEL_COLUMNS.isdisjoint(self.names) else None
         if self.mode == "records":
-            cancelled = read_cancelled(plan.part.path, plan.base) \
-                if "cancelled" in self.names else None
             found = reader.index_batches() if self._from_indexes() else None
             if found is not None:  # nothing asked for needs the .log: rows from the index
                 da, bo, pos, counts, _ = found
@@ -300,10 +305,12 @@ class KdelayReader(DataSourceReader):
             full = _arrow_schema(_fields(self.mode, self.with_topic))
             found = reader.index_batches() if self._from_indexes() else None
             if found is not None:  # nothing asked for needs the .log: rows from the index
-                yield _index_batch_rows(plan, full, self.with_topic, *found).select(self.names)
+                yield _index_batch_rows(plan, full, self.with_topic, *found,
+                                        cancelled=cancelled).select(self.names)
             else:
                 for chunk in reader.chunks():
-                    yield _batch_rows(plan, full, self.with_topic, chunk).select(self.names)
+                    yield _batch_rows(plan, full, self.with_topic, chunk,
+                                      cancelled).select(self.names)
             if reader.stats.error is not None and "error" in self.names:
                 yield _error_row(plan, full, self.with_topic, reader.stats).select(self.names)
         if self.stats_dir:
@@ -361,35 +368,42 @@ def _topic_cols(plan: scan.SegmentPlan, n: int, with_topic: bool) -> list:
 
 
 def _batch_rows(plan: scan.SegmentPlan, schema: pa.Schema, with_topic: bool,
-                chunk: columnar.Chunk) -> pa.RecordBatch:
+                chunk: columnar.Chunk, cancelled: np.ndarray | None) -> pa.RecordBatch:
     h = chunk.batches
     return _batch_table(plan, schema, with_topic, len(h), chunk.positions, h.base_offset,
                         h.base_offset + h.last_offset_delta, h.deliver_after, h.base_timestamp,
-                        h.max_timestamp, h.size, h.record_count, chunk.crc_ok)
+                        h.max_timestamp, h.size, h.record_count, chunk.crc_ok,
+                        cancelled=cancelled)
 
 
 def _batch_table(plan: scan.SegmentPlan, schema: pa.Schema, with_topic: bool, n: int,
-                 *columns) -> pa.RecordBatch:
+                 *columns, cancelled: np.ndarray | None) -> pa.RecordBatch:
     """Batch rows from their columns (position, base offset, last offset, deliverAfter,
-    base and max timestamp, size, record count, CRC verdict; None: all null)."""
+    base and max timestamp, size, record count, CRC verdict; None: all null) and the
+    segment's sorted cancelled offsets (None: cancelled_count null)."""
     types = [pa.int64()] * 8 + [pa.bool_()]
     cols = _topic_cols(plan, n, with_topic) + [pa.repeat(pa.scalar(plan.base, pa.int64()), n)]
     cols += [pa.nulls(n, t) if c is None else pa.array(c, t)
              for c, t in zip(columns, types, strict=True)]
+    base_offsets, record_counts = columns[1], columns[7]
+    cols.append(pa.nulls(n, pa.int64()) if cancelled is None else pa.array(
+        cancelled_per_batch(cancelled, base_offsets, record_counts).count, pa.int64()))
     cols.append(pa.nulls(n, pa.string()))  # error
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
 _BATCH_INDEX_COLUMNS = frozenset(("topic", "partition", "segment", "position", "base_offset",
-                                  "last_offset", "deliver_after", "size", "record_count"))
+                                  "last_offset", "deliver_after", "size", "record_count",
+                                  "cancelled_count"))
+_CANCEL_COLUMNS = frozenset(("cancelled", "cancelled_count"))
 
 
 def _index_batch_rows(plan: scan.SegmentPlan, schema: pa.Schema, with_topic: bool,
                       da: np.ndarray, bo: np.ndarray, pos: np.ndarray, counts: np.ndarray,
-                      size: np.ndarray) -> pa.RecordBatch:
+                      size: np.ndarray, *, cancelled: np.ndarray | None) -> pa.RecordBatch:
     """Batch rows from .dlyindex entries; the fields only the .log holds are left null."""
     return _batch_table(plan, schema, with_topic, len(da), pos, bo, bo + counts - 1, da, None,
-                        None, size, counts, None)
+                        None, size, counts, None, cancelled=cancelled)
 
 
 def _error_row(plan: scan.SegmentPlan, schema: pa.Schema, with_topic: bool,
@@ -413,7 +427,7 @@ def _index_batch(plan: scan.SegmentPlan, schema: pa.Schema, with_topic: bool) ->
         idx = DeliverAfterIndex.load(path, base_offset=base, log_bytes=size)
         status = None
     except (IndexFileError, OSError, ValueError) as e:
-        idx, status = None, str(e)
+        idx, status = None, _unusable_because(e, path)
     if idx is None:
         cols = _topic_cols(plan, 1, with_topic) + [pa.array([base], pa.int64())]
         cols += [pa.nulls(1, pa.int64()) for _ in range(6)] + [pa.array([status], pa.string())]
@@ -425,6 +439,14 @@ def _index_batch(plan: scan.SegmentPlan, schema: pa.Schema, with_topic: bool) ->
         pa.array(da), pa.array(bo), pa.array(pos), pa.array(lod), pa.array(sz),
         pa.nulls(n, pa.string())]
     return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def _unusable_because(e: Exception, path: str) -> str:
+    """Why the index file at `path` is unusable, without the path the row already gives
+    (IndexFileError messages start with it; an OSError may be about the segment's .log)."""
+    if isinstance(e, OSError):
+        return f"{os.path.basename(e.filename or path)}: {e.strerror or e}"
+    return str(e).removeprefix(f"{path}: ")
 
 
 def _write_stats(directory: str, plan: scan.SegmentPlan, stats: scan.ScanStats) -> None:

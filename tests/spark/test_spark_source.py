@@ -414,7 +414,7 @@ class TestSpark:
         from kdelay.spark.cli import cli_forecast
 
         path = os.path.join(data_root, "log")
-        rows = kdelay.spark.forecast(spark, path, window="1 minute").collect()
+        rows = kdelay.spark.forecast(spark, path, window="1 minute", all_records=True).collect()
         engine = _engine_rows(path)
         assert sum(r["count"] for r in rows) == len(engine)
         want: dict[int, int] = {}
