@@ -40,8 +40,8 @@ def register(spark: SparkSession) -> None:
     """Register the `kdelay` data source with `spark` and enable Python filter pushdown
     (`spark.sql.python.filterPushdown.enabled=true`, without which Spark refuses any Python
     reader that can take pushed filters). Idempotent and silent: the source is registered
-    once per session (Spark logs a warning each time one is replaced), which the session
-    remembers in its conf (REGISTERED_CONF), as it does its registrations."""
+    once per session (Spark logs a warning each time one is replaced); the session's conf
+    remembers that it was (REGISTERED_CONF)."""
     spark.conf.set(PUSHDOWN_CONF, "true")
     if spark.conf.get(REGISTERED_CONF, "false") == "true":
         return
