@@ -54,7 +54,8 @@ class CorruptQueueStateError(CorruptLogError):
 
 
 class LogClosedError(KdelayError):
-    """An operation on a Log that has been closed."""
+    """An operation on a Log that has been closed, or on something attached to one (a
+    Topic, a consumer, a queue group) after its Log or itself was closed."""
 
 
 class LogWriteError(KdelayError, OSError):

@@ -14,6 +14,9 @@ segment set; long-polling fetches sleep on a signal outside it. The log clock ne
 backwards (it is the max of every clock reading it has seen), so an append always gets a
 deliverAfter >= anything a fetch has already treated as "now": a late append can never land
 behind a consumer's cursor.
+
+Lifetime: once closed, every call of the Log and of what is attached to it (its queue
+groups, which close with it, and the clients) is refused with LogClosedError.
 """
 
 from __future__ import annotations
@@ -118,16 +121,25 @@ class Log:
 
     @write_errors
     def close(self) -> None:
-        """Flush, persist the active segment's indexes, mark the shutdown clean."""
+        """Close the queue groups, flush, persist the active segment's indexes, mark the
+        shutdown clean. Every later call, of the Log or of anything attached to it, is
+        refused with LogClosedError. A second close does nothing."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            try:
-                self._life.close_clean(self._now_floor)
-            finally:
-                self._life.release()
-                self._appended.bump_under_lock()
+        try:
+            # no queue group writes once close returns (a member of a closed group is
+            # refused); outside the log's lock: a poll holds its group's lock while it
+            # reads the log
+            self._queue_groups.close()
+        finally:
+            with self._lock:
+                try:
+                    self._life.close_clean(self._now_floor)
+                finally:
+                    self._life.release()
+                    self._appended.bump_under_lock()
 
     def __enter__(self) -> Log:
         return self
@@ -284,6 +296,7 @@ class Log:
         self._groups.commit(group, key, self.now(), generation)
 
     def committed(self, group: str) -> DeliveryKey | None:
+        self._check_open()
         return self._groups.committed(group)
 
     # the clients' plumbing (kdelay.clients): private, not a user's surface
@@ -291,6 +304,7 @@ class Log:
     def _join_group(self, group: str) -> int:
         """Register a new member (Consumer) of `group` on this Log and return its
         generation; every older member is fenced (see `_check_member`)."""
+        self._check_open()
         return self._groups.join(group)
 
     def _check_member(self, group: str, generation: int) -> None:
@@ -356,6 +370,7 @@ class Log:
         """Counts and sizes for monitoring. `groups` maps each consumer group with a stored
         position to its committed key and its lag: records due now and after that key;
         `queues` each queue group to its counts (queue_groups.group_counts)."""
+        self._check_open()
         with self._lock:
             now = self.now()
             out = metrics.log_metrics(self._segments, self._groups, self._cancels,

@@ -166,7 +166,10 @@ class Consumer:
         return list(self._committed)
 
     def commit(self) -> None:
-        """Durably store the position after the last poll (only partitions that moved)."""
+        """Durably store the position after the last poll (only partitions that moved).
+        Refused (LogClosedError) once a Log is closed, even with nothing to store."""
+        for log in self._logs:
+            log._check_open()
         self._check_member()
         for i, log in enumerate(self._logs):
             if self._positions[i] != self._committed[i]:

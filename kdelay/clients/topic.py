@@ -190,14 +190,14 @@ class Topic:
     def cancel(self, partition: int, offsets: int | Iterable[int]) -> int:
         """Cancel pending records of one partition by offset (see Log.cancel)."""
         if self._closed:
-            raise KdelayError(f"topic {self.name!r} is closed")
+            raise LogClosedError(f"topic {self.name!r} is closed")
         return self.partition(partition).cancel(offsets)
 
     def reschedule(self, partition: int, offset: int, deliver_after: int) -> AppendResult:
         """Move one pending record of a partition to `deliver_after` (see Log.reschedule);
         the copy stays in that partition."""
         if self._closed:
-            raise KdelayError(f"topic {self.name!r} is closed")
+            raise LogClosedError(f"topic {self.name!r} is closed")
         return self.partition(partition).reschedule(offset, deliver_after)
 
     # ------------------------------------------------------------------ lifecycle

@@ -87,3 +87,15 @@ def check_indexes(log: Log, where: str = "") -> None:
         starts = {(e[1], e[2]) for e in scan.entries}
         off, pos = (c.tolist() for c in seg.offset_index.columns())
         assert set(zip(off, pos, strict=True)) <= starts, f"{where}: offset index of {base}"
+
+
+def files_under(root: str) -> dict[str, bytes]:
+    """Every file below `root` (path relative to it -> its bytes): compare two to tell
+    whether anything was written in between."""
+    out: dict[str, bytes] = {}
+    for directory, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(directory, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, root)] = f.read()
+    return out

@@ -12,6 +12,9 @@ are kdelay.fetch.queue_state's. Long polls (fetch.long_poll) sleep on the consum
 signal, bumped by appends (the group's are woken by the Log), by releases and by closes;
 they also wake when the earliest delayed release, lock expiry or pending record comes due
 on the log clock.
+
+Once its Log is closed (which closes the group's state there), every call but close is
+refused with LogClosedError and nothing is written.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ class QueueConsumer:
                               f"got {type(source).__name__}")
         state_store.validate_group(group)
         lock_ms = as_int(lock_ms, "lock_ms")
+        for log in logs:
+            log._check_open()  # before the group is touched
         max_delivery_count = as_int(max_delivery_count, "max_delivery_count", lo=1)
         if dead_letter is not None and not isinstance(dead_letter, (Log, Topic)):
             raise KdelayError(f"dead_letter must be a Log or a Topic, "
@@ -199,7 +204,8 @@ class QueueConsumer:
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
-        """Leave the group: records this consumer holds are available again at once."""
+        """Leave the group: records this consumer holds are available again at once
+        (after its Log was closed: nothing to do, it closed the group)."""
         if self._closed:
             return
         self._closed = True
