@@ -58,6 +58,11 @@ class LogClosedError(KdelayError):
     Topic, a consumer, a queue group) after its Log or itself was closed."""
 
 
+class ForkedProcessError(LogClosedError):
+    """An operation, in a forked child, on a Log (or anything attached to one) that its
+    parent opened: to the child it is closed for good (kdelay.forks)."""
+
+
 class LogWriteError(KdelayError, OSError):
     """A file operation failed while writing (ENOSPC: disk full, EIO, ...). `errno` and
     `filename` are the OSError's. Nothing of a refused append is left for a read to see."""

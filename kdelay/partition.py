@@ -16,7 +16,9 @@ deliverAfter >= anything a fetch has already treated as "now": a late append can
 behind a consumer's cursor.
 
 Lifetime: once closed, every call of the Log and of what is attached to it (its queue
-groups, which close with it, and the clients) is refused with LogClosedError.
+groups, which close with it, and the clients) is refused with LogClosedError. A Log
+belongs to the process that opened it: in a forked child it is closed for good
+(kdelay.forks).
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
+from . import forks
 from .clock import Clock, wall_clock
 from .config import LogConfig
-from .errors import LogClosedError, OffsetOutOfRangeError, write_errors
+from .errors import OffsetOutOfRangeError, write_errors
 from .fetch import group_positions, metrics, offset_order
 from .fetch.due_order import DueOrderReader, resolve_cursor
 from .fetch.long_poll import ActivitySignal
@@ -82,6 +85,7 @@ class Log:
         self._lock = threading.RLock()
         self._appended = ActivitySignal(self._lock)  # wakes long-polling fetches
         self._closed = False
+        self._owner = forks.Ownership(self, f"log {path}")
         self._now_floor = 0
         self._segments = opened.segments
         self._cancels = opened.cancels
@@ -123,9 +127,11 @@ class Log:
     def close(self) -> None:
         """Close the queue groups, flush, persist the active segment's indexes, mark the
         shutdown clean. Every later call, of the Log or of anything attached to it, is
-        refused with LogClosedError. A second close does nothing."""
+        refused with LogClosedError. A second close does nothing; in a forked child, close
+        is refused too (ForkedProcessError) and touches nothing."""
         with self._lock:
             if self._closed:
+                self._owner.check_close_again()
                 return
             self._closed = True
         try:
@@ -148,8 +154,20 @@ class Log:
         self.close()
 
     def _check_open(self) -> None:
+        """LogClosedError once closed; ForkedProcessError in a forked child."""
         if self._closed:
-            raise LogClosedError(f"log {self.path} is closed")
+            raise self._owner.refusal()
+
+    def _orphaned(self) -> None:
+        """In a forked child (kdelay.forks): closed for good, writing nothing. The locks
+        are new ones: a thread of the parent may have held the old at the fork, and no
+        thread here would ever release it (every method checks before it reads
+        anything)."""
+        self._closed = True
+        self._lock = threading.RLock()
+        self._appended = ActivitySignal(self._lock)
+        self._queue_groups.orphaned()
+        self._life.orphaned()
 
     def add_append_listener(self, listener: AppendListener) -> None:
         """Call `listener(result)` after every successful append, outside the log's lock

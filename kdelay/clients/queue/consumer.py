@@ -14,7 +14,8 @@ they also wake when the earliest delayed release, lock expiry or pending record 
 on the log clock.
 
 Once its Log is closed (which closes the group's state there), every call but close is
-refused with LogClosedError and nothing is written.
+refused with LogClosedError and nothing is written; in a forked child, every call is
+refused with ForkedProcessError (kdelay.forks).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import functools
 import time
 from collections.abc import Iterable
 
+from ... import forks
 from ...errors import KdelayError
 from ...fetch.long_poll import ActivitySignal, long_poll
 from ...fetch.queue_state import state_store
@@ -56,7 +58,7 @@ class QueueConsumer:
         state_store.validate_group(group)
         lock_ms = as_int(lock_ms, "lock_ms")
         for log in logs:
-            log._check_open()  # before the group is touched
+            log._check_open()  # before taking the group's locks (see kdelay.forks)
         max_delivery_count = as_int(max_delivery_count, "max_delivery_count", lo=1)
         if dead_letter is not None and not isinstance(dead_letter, (Log, Topic)):
             raise KdelayError(f"dead_letter must be a Log or a Topic, "
@@ -81,6 +83,7 @@ class QueueConsumer:
             raise
         self._start = 0
         self._closed = False
+        self._owner = forks.Ownership(self, f"QueueConsumer of queue group {group!r}")
 
     # ------------------------------------------------------------------ poll
 
@@ -207,6 +210,7 @@ class QueueConsumer:
         """Leave the group: records this consumer holds are available again at once
         (after its Log was closed: nothing to do, it closed the group)."""
         if self._closed:
+            self._owner.check_close_again()
             return
         self._closed = True
         for part in self._parts:
@@ -229,8 +233,13 @@ class QueueConsumer:
         self.close()
 
     def _check_open(self) -> None:
+        """LogClosedError once closed; ForkedProcessError in a forked child."""
         if self._closed:
-            raise KdelayError("QueueConsumer is closed")
+            raise self._owner.refusal()
+
+    def _orphaned(self) -> None:
+        """In a forked child (kdelay.forks): closed for good, touching nothing."""
+        self._closed = True
 
 
 def _copy_to_dead_letter(dl: Log | Topic | None, records: list) -> None:

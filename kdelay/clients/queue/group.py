@@ -389,8 +389,8 @@ class GroupPartition:
                                  e.avail_at) for o, e in self.inflight.items()])
 
     def check_open(self) -> None:
-        """KdelayError once the state is closed (LogClosedError: its Log was closed) or
-        its journal failed."""
+        """KdelayError once the state is closed (LogClosedError: its Log was closed, or
+        this is a forked child) or its journal failed."""
         if self.closed:
             self.log._check_open()  # says why when the Log was closed
             raise LogClosedError(f"queue group {self.group!r} on {self.log.path} is closed")

@@ -81,6 +81,13 @@ class QueueGroups:
         for state, _ in live.values():
             state.close()
 
+    def orphaned(self) -> None:
+        """In a forked child (the Log's `_orphaned`): every live group is closed for good,
+        without taking a lock (a thread of the parent may have held one at the fork) and
+        without writing anything."""
+        for state, _ in list(self._live.values()):
+            state.closed = True
+
     def live(self) -> dict[str, LiveGroup]:
         with self._lock:
             return {group: state for group, (state, _) in self._live.items()}
