@@ -396,3 +396,13 @@ def check_delay_limit(limit: int, requested: int | None, stamps: list[int] | Non
         raise DeliveryDelayExceededError(
             f"requested delivery delay of {delay} ms exceeds max_delivery_delay_ms="
             f"{limit} ms")
+
+
+def time_after(now: int, delay: int, what: str, error: type[KdelayError] = KdelayError
+               ) -> int:
+    """`now` plus `delay` ms (an int >= 0 already, named `what`): a time that a file holds
+    as an int64, or that is compared with one. A sum past 2**63 - 1 is refused with
+    `error`, never clamped."""
+    if delay > MAX_INT64 - now:
+        raise error(f"{what}={delay} takes the time past {MAX_INT64} (it is {now} now)")
+    return now + delay

@@ -31,7 +31,7 @@ from ...fetch.queue_state import state_store
 from ...fetch.queue_state.state_store import ACK, REJECT, RELEASE
 from ...partition import Log
 from ...records import Record
-from ...validation import as_int, check_page_limits, is_int
+from ...validation import as_int, check_page_limits, is_int, time_after
 from ..topic import Topic, fair_round
 from .group import GroupPartition, Member, QueueRecord, attach, detach
 
@@ -59,6 +59,7 @@ class QueueConsumer:
         lock_ms = as_int(lock_ms, "lock_ms")
         for log in logs:
             log._check_open()  # before taking the group's locks (see kdelay.forks)
+            time_after(log.now(), lock_ms, "lock_ms")
         max_delivery_count = as_int(max_delivery_count, "max_delivery_count", lo=1)
         if dead_letter is not None and not isinstance(dead_letter, (Log, Topic)):
             raise KdelayError(f"dead_letter must be a Log or a Topic, "
@@ -150,21 +151,23 @@ class QueueConsumer:
         for lk in locks:
             lk.acquire()
         try:
-            nows = {}
+            untils = {}  # the new lock expiry (renew) or available-at time, checked
             for i in parts:
                 part = self._parts[i]
                 part.check_open()
-                nows[i] = part.log.now()
-                part.check_held(self._member, [(o, c) for o, c, _ in by_part[i]], nows[i])
+                now = part.log.now()
+                part.check_held(self._member, [(o, c) for o, c, _ in by_part[i]], now)
+                untils[i] = (time_after(now, self.lock_ms, "lock_ms") if kind is None
+                             else time_after(now, delay_ms, "delay_ms"))
             if kind == REJECT:
                 self._member.dead_letter([r for i in parts for _, _, r in by_part[i]])
             pending = []
             for i in parts:
                 offsets = [o for o, _, _ in by_part[i]]
                 if kind is None:
-                    self._parts[i].renew(offsets, nows[i] + self.lock_ms)
+                    self._parts[i].renew(offsets, untils[i])
                 else:
-                    lsn = self._parts[i].finish(kind, offsets, nows[i] + delay_ms)
+                    lsn = self._parts[i].finish(kind, offsets, untils[i])
                     pending.append((self._parts[i].store, lsn))
         finally:
             for lk in locks:
