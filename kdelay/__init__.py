@@ -14,6 +14,7 @@ from .errors import (
     CorruptQueueStateError,
     DelayedDeliveryDisabledError,
     DeliveryDelayExceededError,
+    ForkedProcessError,
     GroupFencedError,
     InvalidConfigError,
     InvalidOffsetError,
@@ -41,8 +42,9 @@ __version__ = "0.1.0"
 __all__ = [
     "AppendResult", "CompactionResult", "Consumer", "CorruptLogError", "CorruptQueueStateError",
     "DelayedDeliveryDisabledError", "DeliveryDelayExceededError", "DeliveryKey", "FetchResult",
-    "FetchedRecord", "GroupFencedError", "InvalidConfigError", "InvalidOffsetError",
-    "InvalidRecordError", "InvalidTopicError", "KdelayError", "Log", "LogClosedError",
-    "LogConfig", "LogLockedError", "LogWriteError", "OffsetOutOfRangeError", "PackedBinary",
-    "Producer", "QueueConsumer", "QueueRecord", "Record", "RecordMetadata", "Topic",
+    "FetchedRecord", "ForkedProcessError", "GroupFencedError", "InvalidConfigError",
+    "InvalidOffsetError", "InvalidRecordError", "InvalidTopicError", "KdelayError", "Log",
+    "LogClosedError", "LogConfig", "LogLockedError", "LogWriteError", "OffsetOutOfRangeError",
+    "PackedBinary", "Producer", "QueueConsumer", "QueueRecord", "Record", "RecordMetadata",
+    "Topic",
 ]

@@ -61,7 +61,13 @@ class CorruptQueueStateError(CorruptLogError):
 
 
 class LogClosedError(KdelayError):
-    """An operation on a Log that has been closed."""
+    """An operation on a Log that has been closed, or on something attached to one (a
+    Topic, a consumer, a queue group) after its Log or itself was closed."""
+
+
+class ForkedProcessError(LogClosedError):
+    """An operation, in a forked child, on a Log (or anything attached to one) that its
+    parent opened: to the child it is closed for good (kdelay.forks)."""
 
 
 class LogWriteError(KdelayError, OSError):

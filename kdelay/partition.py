@@ -14,6 +14,11 @@ segment set; long-polling fetches sleep on a signal outside it. The log clock ne
 backwards (it is the max of every clock reading it has seen), so an append always gets a
 deliverAfter >= anything a fetch has already treated as "now": a late append can never land
 behind a consumer's cursor.
+
+Lifetime: once closed, every call of the Log and of what is attached to it (its queue
+groups, which close with it, and the clients) is refused with LogClosedError. A Log
+belongs to the process that opened it: in a forked child it is closed for good
+(kdelay.forks).
 """
 
 from __future__ import annotations
@@ -25,9 +30,10 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
+from . import forks
 from .clock import Clock, wall_clock
 from .config import LogConfig
-from .errors import LogClosedError, OffsetOutOfRangeError, write_errors
+from .errors import OffsetOutOfRangeError, write_errors
 from .fetch import group_positions, metrics, offset_order
 from .fetch.due_order import DueOrderReader, resolve_cursor
 from .fetch.long_poll import ActivitySignal
@@ -79,6 +85,7 @@ class Log:
         self._lock = threading.RLock()
         self._appended = ActivitySignal(self._lock)  # wakes long-polling fetches
         self._closed = False
+        self._owner = forks.Ownership(self, f"log {path}")
         self._now_floor = 0
         self._segments = opened.segments
         self._cancels = opened.cancels
@@ -118,16 +125,27 @@ class Log:
 
     @write_errors
     def close(self) -> None:
-        """Flush, persist the active segment's indexes, mark the shutdown clean."""
+        """Close the queue groups, flush, persist the active segment's indexes, mark the
+        shutdown clean. Every later call, of the Log or of anything attached to it, is
+        refused with LogClosedError. A second close does nothing; in a forked child, close
+        is refused too (ForkedProcessError) and touches nothing."""
         with self._lock:
             if self._closed:
+                self._owner.check_close_again()
                 return
             self._closed = True
-            try:
-                self._life.close_clean(self._now_floor)
-            finally:
-                self._life.release()
-                self._appended.bump_under_lock()
+        try:
+            # no queue group writes once close returns (a member of a closed group is
+            # refused); outside the log's lock: a poll holds its group's lock while it
+            # reads the log
+            self._queue_groups.close()
+        finally:
+            with self._lock:
+                try:
+                    self._life.close_clean(self._now_floor)
+                finally:
+                    self._life.release()
+                    self._appended.bump_under_lock()
 
     def __enter__(self) -> Log:
         return self
@@ -136,8 +154,20 @@ class Log:
         self.close()
 
     def _check_open(self) -> None:
+        """LogClosedError once closed; ForkedProcessError in a forked child."""
         if self._closed:
-            raise LogClosedError(f"log {self.path} is closed")
+            raise self._owner.refusal()
+
+    def _orphaned(self) -> None:
+        """In a forked child (kdelay.forks): closed for good, writing nothing. The locks
+        are new ones: a thread of the parent may have held the old at the fork, and no
+        thread here would ever release it (every method checks before it reads
+        anything)."""
+        self._closed = True
+        self._lock = threading.RLock()
+        self._appended = ActivitySignal(self._lock)
+        self._queue_groups.orphaned()
+        self._life.orphaned()
 
     def add_append_listener(self, listener: AppendListener) -> None:
         """Call `listener(result)` after every successful append, outside the log's lock
@@ -284,6 +314,7 @@ class Log:
         self._groups.commit(group, key, self.now(), generation)
 
     def committed(self, group: str) -> DeliveryKey | None:
+        self._check_open()
         return self._groups.committed(group)
 
     # the clients' plumbing (kdelay.clients): private, not a user's surface
@@ -291,6 +322,7 @@ class Log:
     def _join_group(self, group: str) -> int:
         """Register a new member (Consumer) of `group` on this Log and return its
         generation; every older member is fenced (see `_check_member`)."""
+        self._check_open()
         return self._groups.join(group)
 
     def _check_member(self, group: str, generation: int) -> None:
@@ -356,6 +388,7 @@ class Log:
         """Counts and sizes for monitoring. `groups` maps each consumer group with a stored
         position to its committed key and its lag: records due now and after that key;
         `queues` each queue group to its counts (queue_groups.group_counts)."""
+        self._check_open()
         with self._lock:
             now = self.now()
             out = metrics.log_metrics(self._segments, self._groups, self._cancels,

@@ -398,6 +398,16 @@ def check_delay_limit(limit: int, requested: int | None, stamps: list[int] | Non
             f"{limit} ms")
 
 
+def time_after(now: int, delay: int, what: str, error: type[KdelayError] = KdelayError
+               ) -> int:
+    """`now` plus `delay` ms (an int >= 0 already, named `what`): a time that a file holds
+    as an int64, or that is compared with one. A sum past 2**63 - 1 is refused with
+    `error`, never clamped."""
+    if delay > MAX_INT64 - now:
+        raise error(f"{what}={delay} takes the time past {MAX_INT64} (it is {now} now)")
+    return now + delay
+
+
 def deliver_after_for_delay(deliver_after: object, delay_ms: object, now: int, *,
                             error: type[KdelayError] = InvalidRecordError) -> int:
     """The deliverAfter a relative `delay_ms` asks for: `now` (the log clock at the call)
@@ -405,7 +415,4 @@ def deliver_after_for_delay(deliver_after: object, delay_ms: object, now: int, *
     a non-negative int, or one that takes the time past 2**63 - 1, raises `error`."""
     if deliver_after is not None:
         raise error("give deliver_after or delay_ms, not both")
-    delay = as_int(delay_ms, "delay_ms", error=error)
-    if delay > MAX_INT64 - now:
-        raise error(f"delay_ms={delay} takes the deliverAfter past {MAX_INT64}")
-    return now + delay
+    return time_after(now, as_int(delay_ms, "delay_ms", error=error), "delay_ms", error)

@@ -18,6 +18,7 @@ A Consumer is not thread-safe (as in Kafka): use one per thread.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from typing import NamedTuple
@@ -28,7 +29,7 @@ from ..errors import InvalidConfigError, InvalidRecordError, KdelayError
 from ..fetch.long_poll import long_poll
 from ..partition import Log
 from ..records import AppendResult, DeliveryKey, FetchedRecord, Record
-from ..validation import as_int, check_page_limits, is_int
+from ..validation import as_int, check_page_limits, is_int, time_after
 from .topic import Topic, fair_round
 
 __all__ = ["ATTEMPT_HEADER", "Consumer", "RetryOutcome", "attempt_of", "backoff_ms"]
@@ -62,18 +63,17 @@ def backoff_ms(attempt: int, *, base_ms: int = 1000, factor: float = 2.0,
     `min(max_ms, base_ms * factor ** (attempt - 1))`, then, with `jitter` j in [0, 1],
     scaled by a uniform factor in [1 - j, 1] so retries of many records spread out.
     Deterministic when jitter is 0. Bad settings raise InvalidConfigError (a ValueError)."""
-    if not is_int(attempt) or attempt < 1:
-        raise InvalidConfigError(f"attempt must be an int >= 1, got {attempt!r}")
+    attempt = as_int(attempt, "attempt", lo=1, error=InvalidConfigError)  # a plain int
     base_ms, factor, max_ms, jitter = check_backoff(base_ms, factor, max_ms, jitter)
-    # cap the exponent first so a large attempt cannot overflow a float
     delay = float(max_ms)
     if base_ms == 0:
         delay = 0.0
-    elif attempt - 1 < 1100:
-        delay = min(float(max_ms), base_ms * factor ** (attempt - 1))
+    else:
+        with contextlib.suppress(OverflowError):  # past any float: max_ms
+            delay = min(delay, base_ms * factor ** (attempt - 1))
     if jitter:
         delay *= 1.0 - jitter * (rng or random).random()
-    return int(delay)
+    return min(int(delay), max_ms)  # a float max_ms may round up past the int
 
 
 def check_backoff(base_ms: object, factor: object, max_ms: object, jitter: object
@@ -166,7 +166,10 @@ class Consumer:
         return list(self._committed)
 
     def commit(self) -> None:
-        """Durably store the position after the last poll (only partitions that moved)."""
+        """Durably store the position after the last poll (only partitions that moved).
+        Refused (LogClosedError) once a Log is closed, even with nothing to store."""
+        for log in self._logs:
+            log._check_open()
         self._check_member()
         for i, log in enumerate(self._logs):
             if self._positions[i] != self._committed[i]:
@@ -259,7 +262,8 @@ class Consumer:
             delay_ms = as_int(delay_ms, "delay_ms", error=InvalidRecordError)
         copy = Record(record.value, record.key, _with_attempt(record.headers, nxt))
         # no delay: append without deliver_after, so it also works on a FIFO-only log
-        due = None if delay_ms == 0 else log.now() + delay_ms
+        due = None if delay_ms == 0 else time_after(log.now(), delay_ms, "delay_ms",
+                                                    InvalidRecordError)
         result = log.append([copy], deliver_after=due)
         return RetryOutcome(RETRIED, nxt, partition, result)
 

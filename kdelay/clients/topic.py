@@ -19,10 +19,10 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
 
-from .. import fsio
+from .. import forks, fsio
 from ..clock import Clock
 from ..config import LogConfig
-from ..errors import InvalidRecordError, InvalidTopicError, KdelayError, LogClosedError
+from ..errors import InvalidRecordError, InvalidTopicError, KdelayError
 from ..fetch.long_poll import ActivitySignal
 from ..partition import Log
 from ..records import AppendResult, Record
@@ -91,6 +91,7 @@ class Topic:
         self._rr_lock = threading.Lock()
         self._next_keyless = 0
         self._closed = False
+        self._owner = forks.Ownership(self, f"topic {name!r} in {root}")
 
     @classmethod
     def open(cls, root: str | os.PathLike, name: str, partitions: int | None = None,
@@ -180,7 +181,7 @@ class Topic:
         """Append one batch to the partition chosen from `key`, else the first record's key
         (Kafka's default partitioner); keyless batches rotate over the partitions."""
         if self._closed:
-            raise LogClosedError(f"topic {self.name!r} is closed")
+            raise self._owner.refusal()
         if key is None and isinstance(records, (list, tuple)) and records \
                 and isinstance(records[0], Record):
             key = records[0].key
@@ -190,21 +191,24 @@ class Topic:
     def cancel(self, partition: int, offsets: int | Iterable[int]) -> int:
         """Cancel pending records of one partition by offset (see Log.cancel)."""
         if self._closed:
-            raise KdelayError(f"topic {self.name!r} is closed")
+            raise self._owner.refusal()
         return self.partition(partition).cancel(offsets)
 
     def reschedule(self, partition: int, offset: int, deliver_after: int) -> AppendResult:
         """Move one pending record of a partition to `deliver_after` (see Log.reschedule);
         the copy stays in that partition."""
         if self._closed:
-            raise KdelayError(f"topic {self.name!r} is closed")
+            raise self._owner.refusal()
         return self.partition(partition).reschedule(offset, deliver_after)
 
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
-        """Close every partition (each flushes and marks itself cleanly shut down)."""
+        """Close every partition (each flushes and marks itself cleanly shut down). A
+        second close does nothing; in a forked child, close is refused and touches
+        nothing."""
         if self._closed:
+            self._owner.check_close_again()
             return
         self._closed = True
         errors = []
@@ -220,6 +224,11 @@ class Topic:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def _orphaned(self) -> None:
+        """In a forked child (kdelay.forks): closed for good, touching nothing (its Logs
+        are orphaned themselves)."""
+        self._closed = True
 
     def __enter__(self) -> Topic:
         return self

@@ -42,10 +42,12 @@ class ActivitySignal:
         self._cond.notify_all()
 
     def wait(self, seen: int, timeout: float) -> None:
-        """Sleep up to `timeout` seconds, unless the version moved past `seen` already."""
+        """Sleep up to `timeout` seconds, unless the version moved past `seen` already (at
+        most threading.TIMEOUT_MAX, ~292 years, which a longer wait would overflow: the
+        caller's loop sleeps again)."""
         with self._cond:
             if self.version == seen:
-                self._cond.wait(timeout)
+                self._cond.wait(min(timeout, threading.TIMEOUT_MAX))
 
 
 def long_poll(poll_once: Callable[[], tuple[T, bool]], next_due_ms: Callable[[], int | None],

@@ -98,3 +98,15 @@ def batches_in(log: Log) -> list[tuple[int, int, int]]:
         scan = scan_log(seg.fd, seg.log_path, base, gaps=seg.compacted)
         out += [(offset, lod + 1, da) for da, offset, _pos, lod, _size in scan.entries]
     return sorted(out)
+
+
+def files_under(root: str) -> dict[str, bytes]:
+    """Every file below `root` (path relative to it -> its bytes): compare two to tell
+    whether anything was written in between."""
+    out: dict[str, bytes] = {}
+    for directory, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(directory, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, root)] = f.read()
+    return out

@@ -28,31 +28,18 @@ from kdelay import DeliveryKey, Log, LogConfig, Record
 CONFIG = dict(segment_bytes=4096, index_interval_bytes=256, flush_messages=1)
 
 WRITER = textwrap.dedent("""
-    import random, sys, time
-    from kdelay import Log, LogConfig, Record, fsio
-    path, seed, stall = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    import random, sys
+    from kdelay import Log, LogConfig, Record
+    from kdelay.testing.stalls import Stall
+    path, seed = sys.argv[1], int(sys.argv[2])
     rng = random.Random(seed)
-    opening = True
-    if stall != "-":
-        stall_op, stall_n = stall.split(":")
-        calls = {}
-
-        def stalling(name, fn):
-            def call(*args, **kwargs):
-                if opening:
-                    n = calls[name] = calls.get(name, -1) + 1
-                    if name == stall_op and n == int(stall_n):
-                        print("stalled", flush=True)  # the parent kills us here
-                        time.sleep(600)
-                return fn(*args, **kwargs)
-            return call
-
-        for name in ("read_small", "open_append", "fsync", "write", "rename", "fsync_dir"):
-            setattr(fsio, name, stalling(name, getattr(fsio, name)))
+    stall = Stall(sys.argv[3], ("read_small", "open_append", "fsync", "write", "rename",
+                                "fsync_dir"))
     print("opening", flush=True)
+    stall.start()
     log = Log.open(path, config=LogConfig(segment_bytes=4096, index_interval_bytes=256,
                                           flush_messages=1))
-    opening = False
+    stall.stop()
     print("open", log.log_end_offset, flush=True)
     while True:
         base = log.log_end_offset

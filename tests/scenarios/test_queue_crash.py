@@ -1,10 +1,11 @@
 """Crash points of a queue group: every file operation of poll (acquisition journal),
-ack, release, reject (with its dead-letter append), compaction into a snapshot, and group
-creation is made the last thing the machine did, under kill -9, power loss and torn
-writes. After each crash the group must open, no record whose ack or reject returned may
-come back, every other record must (with a delivery count between the last durable one
-and the last handed out), and every record whose reject returned must be in the dead
-letter log."""
+ack, release, reject (with its dead-letter append), compaction into a snapshot, group
+creation, and leaving (a member's close, then the Log's close under another member, which
+closes the group's state) is made the last thing the machine did, under kill -9, power
+loss and torn writes. After each crash the group must open, no record whose ack or reject
+returned may come back, every other record must (with a delivery count between the last
+durable one and the last handed out), and every record whose reject returned must be in
+the dead letter log."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from kdelay.testing.seeds import stable_seed
 
 T0 = 1_700_000_000_000
 N = 14
-MIN_POINTS = {"work": 40, "create": 8}
+MIN_POINTS = {"work": 40, "create": 8, "close": 20}
 
 
 class Clock:
@@ -47,14 +48,16 @@ class Tracker:
         self.rejected: set[int] = set()
         self.in_poll = False
 
-    def poll(self, n: int):
+    def poll(self, n: int, consumer: QueueConsumer | None = None):
+        """`n` records polled by `consumer` (default: the tracked one; another member of
+        the same group shares its state)."""
         part = self.q._parts[0]
         before = {o for o, e in part.inflight.items() if e.holder is None}
         # records at the limit are dead-lettered by this poll instead of delivered
         self.maybe_finished = {o for o in before
                                if part.inflight[o].count >= self.q.max_delivery_count}
         self.in_poll = True  # a crash now may leave any record acquired once more
-        recs = self.q.poll(max_records=n)
+        recs = (consumer or self.q).poll(max_records=n)
         self.in_poll = False
         self.maybe_finished = set()
         for r in recs:
@@ -129,7 +132,21 @@ def _act_create(clock, t: Tracker) -> None:
     t.release(r[1:])
 
 
-SCENARIOS = {"work": (False, _act_work), "create": (True, _act_create)}
+def _act_close(clock, t: Tracker) -> None:
+    """Members leave holding records: one closes (its close releases them: one journal
+    write), then the Log closes under another member that holds some too (closing the
+    group's state, then the log's clean close)."""
+    r = t.poll(4)
+    t.ack(r[:1])
+    t.release(r[1:2], delay_ms=5)
+    other = QueueConsumer(t.q.source, "g", max_delivery_count=3, compact_min_bytes=400)
+    assert len(t.poll(2, other)) == 2
+    t.q.close()
+    t.q.source.close()
+
+
+SCENARIOS = {"work": (False, _act_work), "create": (True, _act_create),
+             "close": (False, _act_close)}
 
 
 def run_point(tmp_path, name: str, point: int | None, mode: str) -> tuple[int, bool]:

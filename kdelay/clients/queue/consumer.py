@@ -12,6 +12,10 @@ are kdelay.fetch.queue_state's. Long polls (fetch.long_poll) sleep on the consum
 signal, bumped by appends (the group's are woken by the Log), by releases and by closes;
 they also wake when the earliest delayed release, lock expiry or pending record comes due
 on the log clock.
+
+Once its Log is closed (which closes the group's state there), every call but close is
+refused with LogClosedError and nothing is written; in a forked child, every call is
+refused with ForkedProcessError (kdelay.forks).
 """
 
 from __future__ import annotations
@@ -20,13 +24,14 @@ import functools
 import time
 from collections.abc import Iterable
 
+from ... import forks
 from ...errors import KdelayError
 from ...fetch.long_poll import ActivitySignal, long_poll
 from ...fetch.queue_state import state_store
 from ...fetch.queue_state.state_store import ACK, REJECT, RELEASE
 from ...partition import Log
 from ...records import Record
-from ...validation import as_int, check_page_limits, is_int
+from ...validation import as_int, check_page_limits, is_int, time_after
 from ..topic import Topic, fair_round
 from .group import GroupPartition, Member, QueueRecord, attach, detach
 
@@ -52,6 +57,9 @@ class QueueConsumer:
                               f"got {type(source).__name__}")
         state_store.validate_group(group)
         lock_ms = as_int(lock_ms, "lock_ms")
+        for log in logs:
+            log._check_open()  # before taking the group's locks (see kdelay.forks)
+            time_after(log.now(), lock_ms, "lock_ms")
         max_delivery_count = as_int(max_delivery_count, "max_delivery_count", lo=1)
         if dead_letter is not None and not isinstance(dead_letter, (Log, Topic)):
             raise KdelayError(f"dead_letter must be a Log or a Topic, "
@@ -76,6 +84,7 @@ class QueueConsumer:
             raise
         self._start = 0
         self._closed = False
+        self._owner = forks.Ownership(self, f"QueueConsumer of queue group {group!r}")
 
     # ------------------------------------------------------------------ poll
 
@@ -142,21 +151,23 @@ class QueueConsumer:
         for lk in locks:
             lk.acquire()
         try:
-            nows = {}
+            untils = {}  # the new lock expiry (renew) or available-at time, checked
             for i in parts:
                 part = self._parts[i]
                 part.check_open()
-                nows[i] = part.log.now()
-                part.check_held(self._member, [(o, c) for o, c, _ in by_part[i]], nows[i])
+                now = part.log.now()
+                part.check_held(self._member, [(o, c) for o, c, _ in by_part[i]], now)
+                untils[i] = (time_after(now, self.lock_ms, "lock_ms") if kind is None
+                             else time_after(now, delay_ms, "delay_ms"))
             if kind == REJECT:
                 self._member.dead_letter([r for i in parts for _, _, r in by_part[i]])
             pending = []
             for i in parts:
                 offsets = [o for o, _, _ in by_part[i]]
                 if kind is None:
-                    self._parts[i].renew(offsets, nows[i] + self.lock_ms)
+                    self._parts[i].renew(offsets, untils[i])
                 else:
-                    lsn = self._parts[i].finish(kind, offsets, nows[i] + delay_ms)
+                    lsn = self._parts[i].finish(kind, offsets, untils[i])
                     pending.append((self._parts[i].store, lsn))
         finally:
             for lk in locks:
@@ -199,8 +210,10 @@ class QueueConsumer:
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
-        """Leave the group: records this consumer holds are available again at once."""
+        """Leave the group: records this consumer holds are available again at once
+        (after its Log was closed: nothing to do, it closed the group)."""
         if self._closed:
+            self._owner.check_close_again()
             return
         self._closed = True
         for part in self._parts:
@@ -223,8 +236,13 @@ class QueueConsumer:
         self.close()
 
     def _check_open(self) -> None:
+        """LogClosedError once closed; ForkedProcessError in a forked child."""
         if self._closed:
-            raise KdelayError("QueueConsumer is closed")
+            raise self._owner.refusal()
+
+    def _orphaned(self) -> None:
+        """In a forked child (kdelay.forks): closed for good, touching nothing."""
+        self._closed = True
 
 
 def _copy_to_dead_letter(dl: Log | Topic | None, records: list) -> None:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ...errors import KdelayError
+from ...errors import KdelayError, LogClosedError
 from ...fetch.long_poll import ActivitySignal
 from ...fetch.queue_state import state_store
 from ...fetch.queue_state.state_store import (
@@ -366,7 +366,10 @@ class GroupPartition:
         """Make every record `member` holds available again at its place (close):
         O(in-flight).
         The journal notes it without an fsync: it only keeps `kdelay stats` from showing
-        them as held (after a restart they are available anyway)."""
+        them as held (after a restart they are available anyway). Once the state is
+        closed (its Log was), nothing: the files are the next owner's."""
+        if self.closed:
+            return 0
         items = []
         for off, e in self.inflight.items():
             if e.holder is member:
@@ -386,9 +389,11 @@ class GroupPartition:
                                  e.avail_at) for o, e in self.inflight.items()])
 
     def check_open(self) -> None:
-        """KdelayError once the state is closed or its journal failed."""
+        """KdelayError once the state is closed (LogClosedError: its Log was closed, or
+        this is a forked child) or its journal failed."""
         if self.closed:
-            raise KdelayError(f"queue group {self.group!r} on {self.log.path} is closed")
+            self.log._check_open()  # says why when the Log was closed
+            raise LogClosedError(f"queue group {self.group!r} on {self.log.path} is closed")
         self.store.check_failed()
 
     def close(self) -> None:
@@ -418,8 +423,7 @@ class GroupPartition:
 def attach(log: Log, group: str, compact_min_bytes: int) -> GroupPartition:
     """The state of `group` on `log` for one more member (opened for the first)."""
     def open_state() -> GroupPartition:
-        if log.closed:
-            raise KdelayError(f"log {log.path} is closed")
+        log._check_open()  # a Log that closed since the member checked it
         return GroupPartition(log, group, compact_min_bytes)
 
     return log._queue_groups.attach(group, open_state)

@@ -2,7 +2,8 @@
 
 A queue group open in this process has one live state per Log (kdelay.clients.queue's
 GroupPartition, shared by the group's QueueConsumers on that Log). The Log holds it here:
-the first member attaches it, the last one to detach closes it, and every append wakes it.
+the first member attaches it, the last one to detach closes it, every append wakes it, and
+the Log's close closes it (its members are refused from then on).
 Every group, open here or not, also has its state files (state_store). `group_counts`
 reports each group of a partition from its live state when it has one, else from its
 files: `Log.metrics()["queues"]` and `kdelay stats` both call it.
@@ -70,6 +71,22 @@ class QueueGroups:
                 return
             del self._live[group]
             state.close()
+
+    def close(self) -> None:
+        """The Log is closing (it refuses every call already): every live group closes, so
+        that none of its members writes again; a group attached later finds the Log
+        closed."""
+        with self._lock:
+            live, self._live = self._live, {}
+        for state, _ in live.values():
+            state.close()
+
+    def orphaned(self) -> None:
+        """In a forked child (the Log's `_orphaned`): every live group is closed for good,
+        without taking a lock (a thread of the parent may have held one at the fork) and
+        without writing anything."""
+        for state, _ in list(self._live.values()):
+            state.closed = True
 
     def live(self) -> dict[str, LiveGroup]:
         with self._lock:

@@ -49,7 +49,7 @@ import re
 import threading
 
 from ... import fsio
-from ...errors import CorruptQueueStateError, KdelayError, LogWriteError
+from ...errors import CorruptQueueStateError, KdelayError, LogClosedError, LogWriteError
 from ...records import DeliveryKey
 from .state_format import (
     ACK,
@@ -188,6 +188,7 @@ class StateStore:
         self._durable_lsn = 0
         self._sync_lock = threading.Lock()
         self.failed: LogWriteError | None = None
+        self.closed = False
 
     def open(self) -> LoadedState:
         """Load (raising on damage); drop a torn tail or a stale journal durably."""
@@ -231,6 +232,7 @@ class StateStore:
         the journal, so a refused call leaves no entry behind."""
         self.check_failed()
         if self._fd < 0:
+            self._check_open()
             self._create()
         data = b"".join(frame(kind, self._synced, payload) for kind, payload in entries)
         start = self._end
@@ -256,6 +258,7 @@ class StateStore:
             if self._durable_lsn >= lsn:
                 return
             self.check_failed()
+            self._check_open()
             # read before the fsync: everything written by then is covered by it
             target_lsn, target_end = self._lsn, self._end
             try:
@@ -283,6 +286,7 @@ class StateStore:
         The snapshot holds every change applied so far, so it makes all of them durable;
         the sync lock keeps a concurrent group-commit fsync off the descriptor swapped."""
         self.check_failed()
+        self._check_open()
         gen = self.generation + 1
         with self._sync_lock:
             fsio.atomic_write(self.snapshot_path, encode_snapshot(gen, cursor, acked,
@@ -296,8 +300,16 @@ class StateStore:
             self._fd = fsio.open_append(self.journal_path)
             self._end = self._synced = JOURNAL_HEADER_SIZE
 
+    def _check_open(self) -> None:
+        """LogClosedError once closed: a closed store never writes again (the group's next
+        owner opens its files afresh), and never makes them anew."""
+        if self.closed:
+            raise LogClosedError(f"queue group {self.group!r} state in {self.log_path} is "
+                                 f"closed")
+
     def close(self) -> None:
         with self._sync_lock:
+            self.closed = True
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1

@@ -93,6 +93,17 @@ class Lifetime:
         if self.horizon is not None:
             self.horizon.close()
         release(self._segments, self.lock_fd, self._cancels)
+        self.lock_fd = -1  # its number may be reused by the next descriptor opened
+
+    def orphaned(self) -> None:
+        """In a forked child (kdelay.forks): close the inherited descriptors and write
+        nothing. os.close, not flock(LOCK_UN): the lock belongs to the open file the child
+        shares with the parent and lasts until every descriptor of it is closed, so the
+        parent keeps it, and once the parent closes the log the child may open its own.
+        The append horizon's shared map is left alone (closing it tells readers that the
+        parent's writer is gone)."""
+        self.finalizer()  # release(), once
+        self.lock_fd = -1
 
 
 def release(segments: SegmentSet, lock_fd: int, cancels: CancelStore) -> None:
