@@ -106,8 +106,8 @@ class QueueConsumer:
 
     def _poll_round(self, max_records: int) -> list[QueueRecord]:
         n = len(self._parts)
-        if n == 1:
-            return self._parts[0].poll(self._member, max_records, None)
+        if n == 1:  # a Log's records carry no partition; a Topic's theirs, as Consumer's do
+            return self._parts[0].poll(self._member, max_records, 0 if self._is_topic else None)
         order = [(self._start + k) % n for k in range(n)]
         self._start = (self._start + 1) % n
         return fair_round(order, max_records,
