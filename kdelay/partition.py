@@ -366,9 +366,9 @@ class Log:
 
     def _due_after(self, keys: Sequence[DeliveryKey | None], now: int) -> list[int]:
         """Per key (a position in due order, None: the start), the records due at `now`
-        after it: what a reader at that position has left to read now."""
+        after it and not cancelled: what a reader at that position has left to read now."""
         with self._lock:
-            return metrics.due_after_keys(self._segments, keys, now)
+            return metrics.due_after_keys(self._segments, keys, now, self._cancels)
 
     def _earliest_pending(self, now: int) -> int | None:
         """The smallest deliverAfter > `now` in the log (None: nothing pending). Sealed

@@ -480,10 +480,10 @@ def test_dead_letters_in_a_one_partition_topic_are_consumed_by_a_queue(env, tmp_
     clock, _ = env
     with Topic.open(str(tmp_path), "jobs", partitions=3, clock=clock) as topic, \
             Topic.open(str(tmp_path), "jobs-dlq", partitions=1, clock=clock) as dlq:
-        for i in range(6):
-            topic.send([Record(b"v%d" % i, key=b"k%d" % i)])
+        for i in range(6):  # keyless: two to each partition
+            topic.send([Record(b"v%d" % i)])
         q = QueueConsumer(topic, "work", max_delivery_count=1, dead_letter=dlq)
-        q.reject(q.poll())
+        q.reject(q.poll())  # into the dead-letter topic's one partition
         q.close()
         triage = QueueConsumer(dlq, "triage")
         recs = triage.poll()
@@ -496,3 +496,24 @@ def test_dead_letters_in_a_one_partition_topic_are_consumed_by_a_queue(env, tmp_
         m = dlq.partition(0).metrics()["queues"]["triage"]
         assert (m["acked"], m["in_flight"]) == (6, 0)
         triage.close()
+
+
+def test_available_leaves_cancelled_records_out(env):
+    """`available` counts what polls will return: 6 records come due, 3 were cancelled."""
+    clock, open_log = env
+    log = open_log()
+    log.append([Record(b"v%d" % i) for i in range(4)], deliver_after=T0 + 100)
+    fill(log, 2, start_da=T0 + 100)
+    assert log.cancel([1, 3, 5]) == 3
+    clock.t = T0 + 100
+    q = QueueConsumer(log, "g")
+
+    def available() -> int:
+        return log.metrics()["queues"]["g"]["available"]
+
+    assert available() == 3
+    first = q.poll(max_records=1)
+    assert offs(first) == [0] and available() == 2  # the cursor inside the 4-record batch
+    rest = q.poll()
+    assert offs(rest) == [2, 4] and available() == 0
+    q.close()

@@ -94,7 +94,8 @@ def group_counts(log_path: str, now: int, due_after: Callable[[DeliveryKey | Non
     available, delayed, acked, rejected, in_flight and cursor; a group whose files cannot
     be read reports {"error": message} instead. A group in `live` counts from memory,
     others from their files (state_store.offline_counts). `available` also counts the
-    records due now that the group has not reached yet: `due_after(cursor)`."""
+    records due now that the group has not reached yet: `due_after(cursor)`, which leaves
+    cancelled records out (no poll returns them)."""
     live = live or {}
     out: dict[str, dict] = {}
     for group in sorted(set(state_store.group_names(log_path)) | set(live)):
