@@ -30,7 +30,7 @@ from .config import LogConfig
 from .errors import LogClosedError, OffsetOutOfRangeError, write_errors
 from .fetch import group_positions, metrics, offset_order
 from .fetch.due_order import DueOrderReader, resolve_cursor
-from .fetch.long_poll import ActivitySignal
+from .fetch.long_poll import ActivitySignal, due_in_ms
 from .fetch.queue_state.queue_groups import QueueGroups
 from .log.cancellation import cancel_ops
 from .log.compaction import compactor
@@ -187,9 +187,9 @@ class Log:
         return self._tell(result)
 
     def _appended_locked(self, result: AppendResult) -> AppendResult:
-        """Wake long-polling fetches (the batch may be due sooner)."""
+        """Wake long-polling fetches that the batch is due before they would wake."""
         self._due_order.appended(result.deliver_after)
-        self._appended.bump_under_lock()
+        self._appended.comes_due_under_lock(due_in_ms(result))
         return result
 
     def _tell(self, result: AppendResult) -> AppendResult:

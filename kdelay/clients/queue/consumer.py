@@ -9,9 +9,9 @@ Each delivery counts; the delivery after `max_delivery_count` is rejected instea
 
 The group's shared state on each Log is `group.GroupPartition`, held by the Log; its files
 are kdelay.fetch.queue_state's. Long polls (fetch.long_poll) sleep on the consumer's
-signal, bumped by appends (the group's are woken by the Log), by releases and by closes;
-they also wake when the earliest delayed release, lock expiry or pending record comes due
-on the log clock.
+signal, told of appends (the group's, by the Log) and releases, and bumped by closes: an
+append or a release wakes them only if due before they would wake anyway, which is when
+the earliest delayed release, lock expiry or pending record comes due on the log clock.
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ class QueueConsumer:
             store.sync_to(lsn)
         if kind == RELEASE:
             for i in parts:
-                self._parts[i].notify()
+                self._parts[i].notify(delay_ms)
 
     def _by_partition(self, records: Iterable[QueueRecord]) -> dict[int, list]:
         if isinstance(records, QueueRecord):

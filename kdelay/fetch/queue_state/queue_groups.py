@@ -2,7 +2,8 @@
 
 A queue group open in this process has one live state per Log (kdelay.clients.queue's
 GroupPartition, shared by the group's QueueConsumers on that Log). The Log holds it here:
-the first member attaches it, the last one to detach closes it, and every append wakes it.
+the first member attaches it, the last one to detach closes it, and every append notifies
+it (its members wake if the batch is due before they would).
 Every group, open here or not, also has its state files (state_store). `group_counts`
 reports each group of a partition from its live state when it has one, else from its
 files: `Log.metrics()["queues"]` and `kdelay stats` both call it.
@@ -15,7 +16,8 @@ from collections.abc import Callable, Mapping
 from typing import Protocol, TypeVar
 
 from ...errors import KdelayError
-from ...records import DeliveryKey
+from ...records import AppendResult, DeliveryKey
+from ..long_poll import due_in_ms
 from . import state_store
 
 __all__ = ["LiveGroup", "QueueGroups", "group_counts"]
@@ -28,13 +30,13 @@ class LiveGroup(Protocol):
 
     def counts(self, now: int) -> dict: ...
 
-    def notify(self) -> None: ...
+    def notify(self, due_in: int = 0) -> None: ...
 
     def close(self) -> None: ...
 
 
 G = TypeVar("G", bound=LiveGroup)
-AppendListener = Callable[[object], None]
+AppendListener = Callable[[AppendResult], None]
 
 
 class QueueGroups:
@@ -75,10 +77,11 @@ class QueueGroups:
         with self._lock:
             return {group: state for group, (state, _) in self._live.items()}
 
-    def _appended(self, _result: object) -> None:
-        """The Log's append listener: wake the members of every live group."""
+    def _appended(self, result: AppendResult) -> None:
+        """The Log's append listener: notify every live group of when the batch comes due."""
+        due_in = due_in_ms(result)
         for state in self.live().values():
-            state.notify()
+            state.notify(due_in)
 
     def counts(self, now: int, due_after: Callable[[DeliveryKey | None], int]
                ) -> dict[str, dict]:
