@@ -36,7 +36,7 @@ from .config import LogConfig
 from .errors import OffsetOutOfRangeError, write_errors
 from .fetch import group_positions, metrics, offset_order
 from .fetch.due_order import DueOrderReader, resolve_cursor
-from .fetch.long_poll import ActivitySignal
+from .fetch.long_poll import ActivitySignal, due_in_ms
 from .fetch.queue_state.queue_groups import QueueGroups
 from .log.cancellation import cancel_ops
 from .log.compaction import compactor
@@ -217,9 +217,9 @@ class Log:
         return self._tell(result)
 
     def _appended_locked(self, result: AppendResult) -> AppendResult:
-        """Wake long-polling fetches (the batch may be due sooner)."""
+        """Wake long-polling fetches that the batch is due before they would wake."""
         self._due_order.appended(result.deliver_after)
-        self._appended.bump_under_lock()
+        self._appended.comes_due_under_lock(due_in_ms(result))
         return result
 
     def _tell(self, result: AppendResult) -> AppendResult:
@@ -399,9 +399,9 @@ class Log:
 
     def _due_after(self, keys: Sequence[DeliveryKey | None], now: int) -> list[int]:
         """Per key (a position in due order, None: the start), the records due at `now`
-        after it: what a reader at that position has left to read now."""
+        after it and not cancelled: what a reader at that position has left to read now."""
         with self._lock:
-            return metrics.due_after_keys(self._segments, keys, now)
+            return metrics.due_after_keys(self._segments, keys, now, self._cancels)
 
     def _earliest_pending(self, now: int) -> int | None:
         """The smallest deliverAfter > `now` in the log (None: nothing pending). Sealed

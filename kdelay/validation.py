@@ -264,15 +264,19 @@ def batch_columns(values: Sequence | PackedBinary, keys: Sequence | PackedBinary
 
 
 def _packed(col: object, name: str, n: int | None) -> PackedBinary:
-    """A PackedBinary checked and normalised: int64 lengths >= -1, uint8 data exactly as
-    long as the non-null values."""
+    """A PackedBinary checked and normalised: int64 lengths in [-1, len(data)] (-1: null)
+    adding up exactly to the uint8 data. Every bound is checked on the values as Python
+    ints (an unsigned 2**64 - 1 is not a null, and no sum may wrap around), so the
+    compiled encoder only ever sees lengths that index within the data."""
     if not isinstance(col, PackedBinary):
         raise InvalidRecordError(f"{name} must be a PackedBinary like values")
-    lengths = np.asarray(col.lengths)
-    if lengths.ndim != 1 or lengths.dtype.kind not in "iu" or (n is not None
-                                                               and len(lengths) != n):
+    try:
+        lengths = np.asarray(col.lengths)
+    except (TypeError, ValueError, OverflowError):
+        lengths = None
+    if lengths is None or lengths.ndim != 1 or lengths.dtype.kind not in "iu" or (
+            n is not None and len(lengths) != n):
         raise InvalidRecordError(f"{name}.lengths must be a 1-D integer array, one per row")
-    lengths = lengths.astype(np.int64, copy=False)
     data = col.data
     try:
         if not isinstance(data, np.ndarray):
@@ -281,22 +285,35 @@ def _packed(col: object, name: str, n: int | None) -> PackedBinary:
             data = data.reshape(-1).view(np.uint8)
     except (TypeError, ValueError):
         raise InvalidRecordError(f"{name}.data must be bytes or a buffer of bytes") from None
-    if len(lengths):
-        low = int(lengths.min())
-        total = int(lengths.sum())
-        if low == -1:
-            total += int(np.count_nonzero(lengths == -1))  # nulls count no bytes
-        if low < -1 or total != len(data):
-            raise InvalidRecordError(f"{name}: lengths (>= -1, -1 for null) must add up to "
-                                     f"the {len(data)} bytes of data")
+    if not len(lengths):
+        raise InvalidRecordError("an empty batch cannot be appended")
+    size = len(data)
+    low, high = int(lengths.min()), int(lengths.max())
+    if low < -1 or high > size:
+        raise InvalidRecordError(f"{name}: every length must be in [-1, {size}] (-1 for null, "
+                                 f"else at most the bytes of data), got {low}..{high}")
+    lengths = lengths.astype(np.int64, copy=False)  # exact: each is in [-1, size]
+    total = _exact_sum(lengths, high)
+    if low == -1:
+        total += int(np.count_nonzero(lengths == -1))  # nulls count no bytes
+    if total != size:
+        raise InvalidRecordError(f"{name}: the lengths of the non-null values add up to "
+                                 f"{total}, not the {size} bytes of data")
     return PackedBinary(lengths, data)
+
+
+def _exact_sum(values: np.ndarray, bound: int) -> int:
+    """The sum of int64 `values`, each in [-1, bound], as an exact Python int: numpy adds
+    chunks short enough that no partial sum can pass 2**63 (usually the whole array)."""
+    step = MAX_INT64 // max(bound, 1)
+    if len(values) <= step:
+        return int(values.sum())
+    return sum(int(values[i:i + step].sum()) for i in range(0, len(values), step))
 
 
 def _packed_columns(values: PackedBinary, keys: object, timestamps: object) -> BatchColumns:
     values = _packed(values, "values", None)
     n = len(values.lengths)
-    if not n:
-        raise InvalidRecordError("an empty batch cannot be appended")
     keys = PackedBinary(np.full(n, -1, np.int64), values.data[:0]) if keys is None \
         else _packed(keys, "keys", n)
     if timestamps is not None:

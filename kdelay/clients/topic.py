@@ -6,9 +6,10 @@ refused instead of silently re-hashing keys onto different partitions. The metad
 in a subdirectory because a 249-character name leaves no room for a suffix (plus the
 atomic write's ".tmp") within the file system's 255-byte name limit.
 
-Every partition Log gets an append listener that bumps the topic's `ActivitySignal`: a
-Consumer long-polling several partitions sleeps on that one signal (fetch.long_poll, with
-a timer to the earliest pending deliverAfter) instead of polling.
+Every partition Log gets an append listener that tells the topic's `ActivitySignal` when
+the batch comes due: a Consumer long-polling several partitions sleeps on that one signal
+(fetch.long_poll, with a timer to the earliest pending deliverAfter) instead of polling,
+woken only by what comes due before its timer.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from .. import forks, fsio
 from ..clock import Clock
 from ..config import LogConfig
 from ..errors import InvalidRecordError, InvalidTopicError, KdelayError
-from ..fetch.long_poll import ActivitySignal
+from ..fetch.long_poll import ActivitySignal, due_in_ms
 from ..partition import Log
 from ..records import AppendResult, Record
 from ..validation import as_int, check_open_args, is_int, is_positive_int, os_errors
@@ -86,7 +87,7 @@ class Topic:
         self._logs = logs
         self.signal = ActivitySignal()
         for log in logs:
-            # every append wakes waiting consumers, however it is made
+            # every append, however it is made, may wake waiting consumers
             log.add_append_listener(self._wake)
         self._rr_lock = threading.Lock()
         self._next_keyless = 0
@@ -144,8 +145,8 @@ class Topic:
             raise
         return cls(root, name, logs)
 
-    def _wake(self, _result: AppendResult) -> None:
-        self.signal.bump()
+    def _wake(self, result: AppendResult) -> None:
+        self.signal.comes_due(due_in_ms(result))
 
     # ------------------------------------------------------------------ access
 

@@ -89,12 +89,15 @@ def collect(segments: SegmentSet, group_keys: dict[str, DeliveryKey | None], now
     }
 
 
-def due_after_keys(segments: SegmentSet, keys: list[DeliveryKey | None], now: int
-                   ) -> list[int]:
-    """For each key, the records due at `now` after it, over every segment."""
+def due_after_keys(segments: SegmentSet, keys: list[DeliveryKey | None], now: int,
+                   cancels: CancelStore) -> list[int]:
+    """For each key, the records due at `now` after it and not cancelled, over every
+    segment: what a queue group whose cursor is at that key has yet to acquire."""
     total = [0] * len(keys)
     for seg in segments:
         da, off, _, lod, _ = seg.dly_index.columns()
-        for i, n in enumerate(due_after(da, off, lod, now, keys)):
+        gone = cancels.get(seg.base_offset)
+        counts = due_after(da, off, lod, now, keys, None if gone is None else gone.offsets())
+        for i, n in enumerate(counts):
             total[i] += n
     return total

@@ -122,9 +122,10 @@ def _stats_once(directory: str, now: int, progress: Progress | None) -> dict:
                        "deliver_after": None if key is None else key[0],
                        "offset": None if key is None else key[1],
                        "due_not_consumed": lag})
-    queues = _queue_groups(directory, now, da[order], base[order], counts[order] - 1)
+    gone = _cancelled_offsets(directory, sums)
+    queues = _queue_groups(directory, now, da[order], base[order], counts[order] - 1, gone)
     clean = os.path.exists(os.path.join(directory, CLEAN_SHUTDOWN_FILE))
-    cancelled, cancelled_pending = _cancelled_counts(directory, sums, base, counts, da, now)
+    cancelled, cancelled_pending = _cancelled_counts(gone, base, counts, da, now)
     return {
         "path": directory,
         "now": now,
@@ -153,12 +154,13 @@ def _stats_once(directory: str, now: int, progress: Progress | None) -> dict:
 
 
 def _queue_groups(directory: str, now: int, da: np.ndarray, base: np.ndarray,
-                  lod: np.ndarray) -> list[dict]:
+                  lod: np.ndarray, cancelled: np.ndarray) -> list[dict]:
     """Each queue group's counts from its state files, as Log.metrics reports a group not
-    open in its process (queue_groups.group_counts); a group whose files are damaged
-    shows the error."""
+    open in its process (queue_groups.group_counts; cancelled records are never
+    available); a group whose files are damaged shows the error."""
     out = []
-    counts = group_counts(directory, now, lambda key: due_after(da, base, lod, now, [key])[0])
+    counts = group_counts(directory, now,
+                          lambda key: due_after(da, base, lod, now, [key], cancelled)[0])
     for name, c in counts.items():
         if "cursor" in c:  # as JSON shows it (a group in error has none)
             key = c.pop("cursor")
@@ -220,13 +222,18 @@ def cmd_stats(args: argparse.Namespace, out: Out) -> int:
     return EXIT_PROBLEMS if any(p["damaged_segments"] for p in parts) else EXIT_OK
 
 
-def _cancelled_counts(directory: str, sums: list[SegmentSummary], base: np.ndarray,
-                      counts: np.ndarray, da: np.ndarray, now: int) -> tuple[int, int]:
-    """(cancelled records, how many of them are not yet due): the cancelled offsets are laid
-    over all batches at once (cancelled_per_batch), and those of pending batches counted."""
+def _cancelled_offsets(directory: str, sums: list[SegmentSummary]) -> np.ndarray:
+    """Every segment's cancelled offsets, sorted."""
     gone = [cancels.cancelled_offsets(directory, s.segment.base_offset, s.next_offset)
             for s in sums]
-    gone = np.sort(np.concatenate(gone)) if gone else np.empty(0, np.int64)
+    return np.sort(np.concatenate(gone)) if gone else np.empty(0, np.int64)
+
+
+def _cancelled_counts(gone: np.ndarray, base: np.ndarray, counts: np.ndarray,
+                      da: np.ndarray, now: int) -> tuple[int, int]:
+    """(cancelled records, how many of them are not yet due): the cancelled offsets `gone`
+    are laid over all batches at once (cancelled_per_batch), and those of pending batches
+    counted."""
     if not len(gone) or not len(base):
         return int(len(gone)), 0
     per_batch = cancelled_per_batch(gone, base, counts).count

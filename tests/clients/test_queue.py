@@ -448,3 +448,72 @@ def test_records_compaction_removes_while_in_flight_are_dropped(env):
     q = QueueConsumer(log, "g")
     assert offs(q.poll()) == [6]  # the drops were journaled: 0 and 1 stay gone
     q.close()
+
+
+def test_one_partition_topic_settles_its_records(env, tmp_path):
+    """A 1-partition Topic's records carry partition 0 (as Consumer's do), so they can be
+    acked, released, rejected and renewed."""
+    clock, _ = env
+    with Topic.open(str(tmp_path), "one", partitions=1, clock=clock) as topic, \
+            Topic.open(str(tmp_path), "one-dead", partitions=1, clock=clock) as dead:
+        for i in range(4):
+            topic.send([Record(b"v%d" % i)])
+        q = QueueConsumer(topic, "g", lock_ms=100, dead_letter=dead)
+        recs = q.poll()
+        assert [r.partition for r in recs] == [0, 0, 0, 0]
+        clock.t += 60
+        q.renew(recs)
+        clock.t += 60  # past the first lock: held only thanks to the renewal
+        q.ack(recs[:1])
+        q.release(recs[1:2])
+        q.reject(recs[2:3])
+        again = q.poll()
+        assert [(r.offset, r.delivery_count, r.partition) for r in again] == [(1, 2, 0)]
+        q.ack([recs[3], *again])
+        assert [r.value for r in dead.partition(0).read(0)] == [b"v2"]
+        m = topic.partition(0).metrics()["queues"]["g"]
+        assert (m["acked"], m["rejected"], m["in_flight"]) == (3, 1, 0)
+        q.close()
+
+
+def test_dead_letters_in_a_one_partition_topic_are_consumed_by_a_queue(env, tmp_path):
+    clock, _ = env
+    with Topic.open(str(tmp_path), "jobs", partitions=3, clock=clock) as topic, \
+            Topic.open(str(tmp_path), "jobs-dlq", partitions=1, clock=clock) as dlq:
+        for i in range(6):  # keyless: two to each partition
+            topic.send([Record(b"v%d" % i)])
+        q = QueueConsumer(topic, "work", max_delivery_count=1, dead_letter=dlq)
+        q.reject(q.poll())  # into the dead-letter topic's one partition
+        q.close()
+        triage = QueueConsumer(dlq, "triage")
+        recs = triage.poll()
+        assert sorted(r.value for r in recs) == [b"v%d" % i for i in range(6)]
+        assert {r.partition for r in recs} == {0}
+        triage.release(recs[:2])
+        triage.ack(recs[2:])
+        triage.ack(triage.poll())
+        assert triage.poll() == []
+        m = dlq.partition(0).metrics()["queues"]["triage"]
+        assert (m["acked"], m["in_flight"]) == (6, 0)
+        triage.close()
+
+
+def test_available_leaves_cancelled_records_out(env):
+    """`available` counts what polls will return: 6 records come due, 3 were cancelled."""
+    clock, open_log = env
+    log = open_log()
+    log.append([Record(b"v%d" % i) for i in range(4)], deliver_after=T0 + 100)
+    fill(log, 2, start_da=T0 + 100)
+    assert log.cancel([1, 3, 5]) == 3
+    clock.t = T0 + 100
+    q = QueueConsumer(log, "g")
+
+    def available() -> int:
+        return log.metrics()["queues"]["g"]["available"]
+
+    assert available() == 3
+    first = q.poll(max_records=1)
+    assert offs(first) == [0] and available() == 2  # the cursor inside the 4-record batch
+    rest = q.poll()
+    assert offs(rest) == [2, 4] and available() == 0
+    q.close()

@@ -35,7 +35,7 @@ class CountingSignal(ActivitySignal):
         self.waits: list[float] = []
         self.started: list[float] = []  # the fake clock at each sleep
 
-    def wait(self, seen: int, timeout: float) -> None:
+    def wait(self, seen: int, timeout: float, sleeper=None) -> None:
         assert len(self.waits) < 100_000, "spinning: sleeps that never move the clock on"
         self.waits.append(timeout)
         self.started.append(self.clock.t)
@@ -150,3 +150,108 @@ def test_bump_under_lock_by_a_holder_of_the_signals_lock():
         signal.bump_under_lock()
         signal.wait(0, 10)  # the version moved: returns at once, with the lock held
     assert signal.version == 1
+
+
+# ---------------------------------------------------------------- appends due later
+
+
+def test_comes_due_bumps_only_what_is_due_before_a_sleeper_wakes(fake_time):
+    signal = ActivitySignal()
+    with signal.watch() as sleeper:
+        sleeper.wake_at = fake_time.t + 10  # as `wait` sets it: asleep until then
+        signal.comes_due(60_000)  # due long after: no one to wake
+        signal.comes_due(10_000)  # exactly at its wake-up: it wakes then anyway
+        assert signal.version == 0
+        signal.comes_due(9_000)  # before it would wake
+        assert signal.version == 1
+    signal.comes_due(1)  # no sleeper at all: nothing to do
+    assert signal.version == 1
+    signal.comes_due(0)  # due now: every later round must see it
+    signal.comes_due(-5)
+    assert signal.version == 3
+
+
+def test_an_append_while_a_sleeper_works_out_its_wake_up_bounds_its_sleep():
+    """Between `watch` and `wait` the poll asks next_due_ms, which may or may not see an
+    append made meanwhile: the append is noted, and the sleep ends when it comes due."""
+    signal = ActivitySignal()
+    with signal.watch() as sleeper:
+        signal.comes_due(250)  # while next_due_ms is looking
+        signal.comes_due(900)
+        assert signal.version == 0
+        start = time.monotonic()
+        signal.wait(0, 60.0, sleeper)
+    assert 0.2 <= time.monotonic() - start < 5
+
+
+def test_an_append_landing_while_the_poll_works_out_its_sleep_is_not_lost():
+    """The interleaving the sleeper's note exists for: next_due_ms has looked (nothing
+    pending) when an append due in 50 ms lands, before the poll goes to sleep."""
+    signal = ActivitySignal()
+    pending: list[float] = []
+
+    def poll_once():
+        due = [t for t in pending if t <= time.monotonic()]
+        return len(due), bool(due)
+
+    def next_due_ms():
+        wait = None if not pending else (min(pending) - time.monotonic()) * 1000
+        if not pending:  # another thread appends now
+            pending.append(time.monotonic() + 0.05)
+            signal.comes_due(50)
+        return wait
+
+    start = time.monotonic()
+    assert long_poll(poll_once, next_due_ms, signal, start + 10) == 1
+    assert time.monotonic() - start < 5  # not at the deadline
+
+
+@settings(max_examples=20, deadline=None)
+@given(plan=st.lists(st.tuples(st.integers(0, 40), st.sampled_from([0, 0, 1, 5, 60])),
+                     min_size=1, max_size=25),
+       looking_ms=st.sampled_from([0, 1, 2]))
+def test_no_wake_up_is_lost_between_threads(plan, looking_ms):
+    """An appender thread makes items available in `delay` ms (0: at once), sleeping 0-60
+    ms between them (so the poll often has nothing pending when the next one comes), while
+    a long poll with a 5 s deadline collects them; its next_due_ms
+    takes `looking_ms` (a slow look at many partitions), during which appends land. Every
+    poll returns items well before its deadline (sleeping to it would be a lost wake-up),
+    and all arrive."""
+    signal = ActivitySignal()
+    lock = threading.Lock()
+    pending: list[float] = []  # time.monotonic() at which each item is available
+
+    def poll_once():
+        with lock:
+            now = time.monotonic()
+            due = sum(1 for t in pending if t <= now)
+            pending[:] = [t for t in pending if t > now]
+            return due, due > 0
+
+    def next_due_ms():
+        with lock:
+            wait = None if not pending else max(0.0, (min(pending) - time.monotonic()) * 1000)
+        time.sleep(looking_ms / 1000)  # appends may land after the look, before the sleep
+        return wait
+
+    def appender():
+        for delay, gap in plan:
+            with lock:
+                pending.append(time.monotonic() + delay / 1000)
+            signal.comes_due(delay)
+            time.sleep(gap / 1000)
+
+    t = threading.Thread(target=appender)
+    t.start()
+    got = 0
+    try:
+        while got < len(plan):
+            start = time.monotonic()
+            n = long_poll(poll_once, next_due_ms, signal, start + 5)
+            # items come due within 40 ms of their append, 60 ms apart at most: a poll
+            # that slept (almost) to its deadline missed a wake-up
+            assert n > 0 and time.monotonic() - start < 4, "a lost wake-up"
+            got += n
+    finally:
+        t.join()
+    assert got == len(plan)

@@ -1,5 +1,5 @@
 """fetch.queue_state.queue_groups: the live queue groups a Log holds (members counted, the
-last one closes the state, every append wakes them) and group_counts, the one rule for a
+last one closes the state, every append notifies them) and group_counts, the one rule for a
 group's counts, live or from its files."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from kdelay.fetch.queue_state import state_store
 from kdelay.fetch.queue_state.queue_groups import QueueGroups, group_counts
 from kdelay.fetch.queue_state.state_store import ACK, ACQUIRE, RELEASE, StateStore
-from kdelay.records import DeliveryKey
+from kdelay.records import AppendResult, DeliveryKey
 
 NOW = 1_000
 
@@ -22,8 +22,9 @@ class FakeGroup:
     def counts(self, now: int) -> dict:
         return dict(self._counts)
 
-    def notify(self) -> None:
+    def notify(self, due_in: int = 0) -> None:
         self.notified += 1
+        self.due_in = due_in
 
     def close(self) -> None:
         self.closes += 1
@@ -43,8 +44,9 @@ def test_members_share_one_state_and_the_last_to_leave_closes_it(tmp_path):
     b = groups.attach("g", open_group)
     other = groups.attach("h", open_group)
     assert a is b and len(made) == 2 and len(listeners) == 1  # one listener per Log
-    listeners[0](None)  # an append wakes every live group
+    listeners[0](AppendResult(0, 0, NOW + 60, NOW))  # an append notifies every live group
     assert (a.notified, other.notified) == (1, 1)
+    assert a.due_in == other.due_in == 60  # of when it comes due
     groups.detach("g", a)
     assert a.closes == 0 and groups.live() == {"g": a, "h": other}
     groups.detach("g", a)

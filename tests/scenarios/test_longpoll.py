@@ -13,8 +13,9 @@ import time
 
 import pytest
 
-from kdelay import Consumer, Log, Record, Topic
+from kdelay import Consumer, Log, QueueConsumer, Record, Topic
 from kdelay.errors import LogClosedError
+from kdelay.fetch.long_poll import ActivitySignal
 
 LONG_WAIT_MS = 15_000
 MUST_WAKE_BEFORE_S = 7.0  # a missed wake-up would only return at LONG_WAIT_MS
@@ -191,3 +192,53 @@ def test_waiting_burns_no_cpu(tmp_path):
     assert wall >= 2.9
     print(f"5 waiters, {wall:.2f} s wall: {cpu * 1000:.1f} ms CPU")
     assert cpu < 0.5, f"waiting used {cpu:.2f} s of CPU in {wall:.2f} s"
+
+
+@pytest.mark.parametrize("kind", ["queue", "consumer", "fetch"])
+def test_an_idle_waiter_sleeps_through_appends_due_later(tmp_path, monkeypatch, kind):
+    """1000 single-record sends due a minute later wake no long-polling consumer (each would
+    cost it a round over every partition, and the sender the GIL): the waiter sleeps a few
+    times at most, and its thread's CPU time stays far below the sender's. A send due now
+    still wakes it at once."""
+    sleeps = []
+    real_wait = ActivitySignal.wait
+
+    def counted_wait(self, *args):
+        sleeps.append(threading.get_ident())
+        return real_wait(self, *args)
+
+    monkeypatch.setattr(ActivitySignal, "wait", counted_wait)
+    with Topic.open(tmp_path, "t", partitions=4) as topic:
+        if kind == "queue":
+            q = QueueConsumer(topic, "g")
+            poll = lambda: q.poll(timeout_ms=LONG_WAIT_MS)  # noqa: E731
+        elif kind == "consumer":
+            c = Consumer(topic, "g")
+            poll = lambda: c.poll(timeout_ms=LONG_WAIT_MS)  # noqa: E731
+        else:
+            log = topic.partition(0)
+            poll = lambda: log.fetch(max_wait_ms=LONG_WAIT_MS).records  # noqa: E731
+
+        def waiter():
+            cpu = time.thread_time()
+            return poll(), time.thread_time() - cpu, threading.get_ident()
+
+        w = Waiter(waiter)
+        w.start()
+        time.sleep(0.2)  # asleep in its long poll
+        cpu = time.thread_time()
+        clock = topic.partition(0).now
+        for _ in range(1000):  # keyless: over every partition
+            topic.send([Record(b"later")], deliver_after=clock() + 60_000)
+        sender_cpu = time.thread_time() - cpu
+        time.sleep(0.1)
+        t0 = time.monotonic()
+        topic.partition(0).append([Record(b"now")])
+        recs, waiter_cpu, ident = w.finish()
+        assert [r.value for r in recs] == [b"now"]
+        assert time.monotonic() - t0 < MUST_WAKE_BEFORE_S
+        print(f"{kind}: waiter slept {sleeps.count(ident)} times, {waiter_cpu * 1000:.1f} ms "
+              f"CPU, against the sender's {sender_cpu * 1000:.1f} ms")
+        assert sleeps.count(ident) <= 3  # one sleep, woken once by the send due now
+        if kind == "queue":
+            q.close()

@@ -52,6 +52,27 @@ def test_stats_shows_queue_groups(tmp_path):
     assert "queue work" in human and "acked 2" in human
 
 
+def test_stats_available_leaves_cancelled_records_out(tmp_path):
+    path = os.fspath(tmp_path / "p-0")
+    clock = [T0]
+    with Log.open(path, clock=lambda: clock[0]) as log:
+        log.append([Record(b"v%d" % i) for i in range(4)], deliver_after=T0 + 100)
+        log.append([Record(b"v4")], deliver_after=T0 + 100)
+        log.append([Record(b"v5")], deliver_after=T0 + 100)
+        assert log.cancel([1, 3, 5]) == 3
+        clock[0] = T0 + 100
+        q = QueueConsumer(log, "work")
+        recs = q.poll(max_records=2)
+        assert [r.offset for r in recs] == [0, 2]
+        q.ack(recs)
+        q.close()
+    r = kdelay("stats", path, "--json", "--now", str(T0 + 100))
+    assert r.returncode == 0, r.stderr
+    (g,) = json.loads(r.stdout)["queues"]
+    # offsets 0 and 2 acked; 4 still to come; 1, 3 and 5 cancelled
+    assert (g["acked"], g["available"]) == (2, 1)
+
+
 def test_verify_reports_damaged_queue_state(tmp_path):
     path = os.fspath(tmp_path / "p-0")
     build(path)

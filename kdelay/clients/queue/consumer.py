@@ -9,9 +9,9 @@ Each delivery counts; the delivery after `max_delivery_count` is rejected instea
 
 The group's shared state on each Log is `group.GroupPartition`, held by the Log; its files
 are kdelay.fetch.queue_state's. Long polls (fetch.long_poll) sleep on the consumer's
-signal, bumped by appends (the group's are woken by the Log), by releases and by closes;
-they also wake when the earliest delayed release, lock expiry or pending record comes due
-on the log clock.
+signal, told of appends (the group's, by the Log) and releases, and bumped by closes: an
+append or a release wakes them only if due before they would wake anyway, which is when
+the earliest delayed release, lock expiry or pending record comes due on the log clock.
 
 Once its Log is closed (which closes the group's state there), every call but close is
 refused with LogClosedError and nothing is written; in a forked child, every call is
@@ -115,8 +115,8 @@ class QueueConsumer:
 
     def _poll_round(self, max_records: int) -> list[QueueRecord]:
         n = len(self._parts)
-        if n == 1:
-            return self._parts[0].poll(self._member, max_records, None)
+        if n == 1:  # a Log's records carry no partition; a Topic's theirs, as Consumer's do
+            return self._parts[0].poll(self._member, max_records, 0 if self._is_topic else None)
         order = [(self._start + k) % n for k in range(n)]
         self._start = (self._start + 1) % n
         return fair_round(order, max_records,
@@ -176,7 +176,7 @@ class QueueConsumer:
             store.sync_to(lsn)
         if kind == RELEASE:
             for i in parts:
-                self._parts[i].notify()
+                self._parts[i].notify(delay_ms)
 
     def _by_partition(self, records: Iterable[QueueRecord]) -> dict[int, list]:
         if isinstance(records, QueueRecord):

@@ -158,11 +158,13 @@ class GroupPartition:
         with self._sub_lock:
             self._subscribers.discard(signal)
 
-    def notify(self) -> None:
+    def notify(self, due_in: int = 0) -> None:
+        """Tell the members' signals that records become available in `due_in` ms (0:
+        now; ActivitySignal.comes_due)."""
         with self._sub_lock:
             subs = list(self._subscribers)
         for s in subs:
-            s.bump()
+            s.comes_due(due_in)
 
     # ------------------------------------------------------------------ heaps
 

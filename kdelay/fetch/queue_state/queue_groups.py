@@ -2,8 +2,9 @@
 
 A queue group open in this process has one live state per Log (kdelay.clients.queue's
 GroupPartition, shared by the group's QueueConsumers on that Log). The Log holds it here:
-the first member attaches it, the last one to detach closes it, every append wakes it, and
-the Log's close closes it (its members are refused from then on).
+the first member attaches it, the last one to detach closes it, every append notifies it
+(its members wake if the batch is due before they would), and the Log's close closes it
+(its members are refused from then on).
 Every group, open here or not, also has its state files (state_store). `group_counts`
 reports each group of a partition from its live state when it has one, else from its
 files: `Log.metrics()["queues"]` and `kdelay stats` both call it.
@@ -16,7 +17,8 @@ from collections.abc import Callable, Mapping
 from typing import Protocol, TypeVar
 
 from ...errors import KdelayError
-from ...records import DeliveryKey
+from ...records import AppendResult, DeliveryKey
+from ..long_poll import due_in_ms
 from . import state_store
 
 __all__ = ["LiveGroup", "QueueGroups", "group_counts"]
@@ -29,13 +31,13 @@ class LiveGroup(Protocol):
 
     def counts(self, now: int) -> dict: ...
 
-    def notify(self) -> None: ...
+    def notify(self, due_in: int = 0) -> None: ...
 
     def close(self) -> None: ...
 
 
 G = TypeVar("G", bound=LiveGroup)
-AppendListener = Callable[[object], None]
+AppendListener = Callable[[AppendResult], None]
 
 
 class QueueGroups:
@@ -92,10 +94,11 @@ class QueueGroups:
         with self._lock:
             return {group: state for group, (state, _) in self._live.items()}
 
-    def _appended(self, _result: object) -> None:
-        """The Log's append listener: wake the members of every live group."""
+    def _appended(self, result: AppendResult) -> None:
+        """The Log's append listener: notify every live group of when the batch comes due."""
+        due_in = due_in_ms(result)
         for state in self.live().values():
-            state.notify()
+            state.notify(due_in)
 
     def counts(self, now: int, due_after: Callable[[DeliveryKey | None], int]
                ) -> dict[str, dict]:
@@ -111,7 +114,8 @@ def group_counts(log_path: str, now: int, due_after: Callable[[DeliveryKey | Non
     available, delayed, acked, rejected, in_flight and cursor; a group whose files cannot
     be read reports {"error": message} instead. A group in `live` counts from memory,
     others from their files (state_store.offline_counts). `available` also counts the
-    records due now that the group has not reached yet: `due_after(cursor)`."""
+    records due now that the group has not reached yet: `due_after(cursor)`, which leaves
+    cancelled records out (no poll returns them)."""
     live = live or {}
     out: dict[str, dict] = {}
     for group in sorted(set(state_store.group_names(log_path)) | set(live)):
