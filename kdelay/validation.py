@@ -219,15 +219,21 @@ class BatchColumns(NamedTuple):
     deliver_afters: Sequence[int | None]
 
 
-def record_columns(records: Sequence[Record]) -> BatchColumns:
-    """Validate a batch and transpose it into columns with C-level loops: one type check
-    per column, not per field. O(records)."""
+def record_columns(records: Record | Sequence[Record]) -> BatchColumns:
+    """Validate a batch (one Record is a batch of one) and transpose it into columns with
+    C-level loops: one type check per column, not per field. O(records)."""
     if not isinstance(records, (list, tuple)):
-        raise InvalidRecordError(f"records must be a list or tuple of Record, "
-                                 f"got {type(records).__name__}")
+        raise InvalidRecordError(f"records must be a Record or a list or tuple of them, "
+                                 f"got {type(records).__name__}"
+                                 + ("; wrap a value as Record(value)"
+                                    if isinstance(records, (bytes, bytearray, memoryview))
+                                    else ""))
     if not records:
         raise InvalidRecordError("an empty batch cannot be appended")
     if not _all_of_types(records, {Record}, Record):
+        # one Record (a tuple of its fields) is told apart only here, off the hot path
+        if isinstance(records, Record):
+            return record_columns((records,))
         raise InvalidRecordError("every item of records must be a kdelay.Record")
     values, keys, headers, timestamps, das = zip(*records, strict=False)  # five fields each
     return _checked(values, keys, headers, timestamps, das)

@@ -124,25 +124,26 @@ class QueueConsumer:
 
     # ------------------------------------------------------------------ ack / release
 
-    def ack(self, records: Iterable[QueueRecord]) -> None:
+    def ack(self, records: QueueRecord | Iterable[QueueRecord]) -> None:
         """Done: never delivered to this group again. Durable when it returns."""
         self._finish(records, ACK)
 
-    def reject(self, records: Iterable[QueueRecord]) -> None:
+    def reject(self, records: QueueRecord | Iterable[QueueRecord]) -> None:
         """Never delivered again; appended to `dead_letter` (if set) first. Durable."""
         self._finish(records, REJECT)
 
-    def release(self, records: Iterable[QueueRecord], delay_ms: int = 0) -> None:
+    def release(self, records: QueueRecord | Iterable[QueueRecord], delay_ms: int = 0
+                ) -> None:
         """Offer again to the group, no earlier than now + `delay_ms` on the log clock (the
         record keeps its offset; nothing is appended). Durable when it returns."""
         self._finish(records, RELEASE, as_int(delay_ms, "delay_ms"))
 
-    def renew(self, records: Iterable[QueueRecord]) -> None:
+    def renew(self, records: QueueRecord | Iterable[QueueRecord]) -> None:
         """Extend the locks of held records to `lock_ms` from now (not persisted: a lock
         does not outlive the process)."""
         self._finish(records, None)
 
-    def _finish(self, records: Iterable[QueueRecord], kind: int | None,
+    def _finish(self, records: QueueRecord | Iterable[QueueRecord], kind: int | None,
                 delay_ms: int = 0) -> None:
         self._check_open()
         by_part = self._by_partition(records)
@@ -178,14 +179,20 @@ class QueueConsumer:
             for i in parts:
                 self._parts[i].notify(delay_ms)
 
-    def _by_partition(self, records: Iterable[QueueRecord]) -> dict[int, list]:
+    def _by_partition(self, records: QueueRecord | Iterable[QueueRecord]
+                      ) -> dict[int, list]:
+        """The records (one, or an iterable of them) by partition index, checked."""
         if isinstance(records, QueueRecord):
-            raise KdelayError("pass a list of records, not one record")
-        try:
-            recs = list(records)
-        except TypeError:
-            raise KdelayError(f"records must be an iterable of QueueRecord, "
-                              f"got {type(records).__name__}") from None
+            recs = [records]
+        elif isinstance(records, (bytes, bytearray, memoryview, str)):
+            raise KdelayError(f"expected a record polled by a QueueConsumer or a list of "
+                              f"them, got {type(records).__name__}")
+        else:
+            try:
+                recs = list(records)
+            except TypeError:
+                raise KdelayError(f"records must be a QueueRecord or an iterable of them, "
+                                  f"got {type(records).__name__}") from None
         by_part: dict[int, list] = {}
         seen = set()
         for r in recs:
