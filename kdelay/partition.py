@@ -33,7 +33,7 @@ import numpy as np
 from . import forks
 from .clock import Clock, wall_clock
 from .config import LogConfig
-from .errors import OffsetOutOfRangeError, write_errors
+from .errors import KdelayError, OffsetOutOfRangeError, write_errors
 from .fetch import group_positions, metrics, offset_order
 from .fetch.due_order import DueOrderReader, resolve_cursor
 from .fetch.long_poll import ActivitySignal, due_in_ms
@@ -62,6 +62,7 @@ from .validation import (
     check_page_limits,
     clock_value,
     commit_key,
+    deliver_after_for_delay,
     offsets_arg,
     os_errors,
     record_columns,
@@ -190,10 +191,13 @@ class Log:
     # ------------------------------------------------------------------ writing
 
     @write_errors
-    def append(self, records: Sequence[Record], *, deliver_after: int | None = None
-               ) -> AppendResult:
-        """Write one batch. Its deliverAfter is `deliver_after`, else the max of the records',
-        and never below the append time. All of it is written, or nothing."""
+    def append(self, records: Record | Sequence[Record], *, deliver_after: int | None = None,
+               delay_ms: int | None = None) -> AppendResult:
+        """Write one batch (one Record, or a sequence of them). Its deliverAfter is
+        `deliver_after` (or the log clock now plus `delay_ms`), else the max of the
+        records', and never below the append time. All of it is written, or nothing."""
+        if delay_ms is not None:
+            deliver_after = deliver_after_for_delay(deliver_after, delay_ms, self.now())
         return self._append(record_columns(records), deliver_after)
 
     @write_errors
@@ -261,10 +265,15 @@ class Log:
             return self._writer.cancel(wanted, self.now, self._now_floor)
 
     @write_errors
-    def reschedule(self, offset: int, deliver_after: int) -> AppendResult:
+    def reschedule(self, offset: int, deliver_after: int | None = None, *,
+                   delay_ms: int | None = None) -> AppendResult:
         """Move one pending record: cancel it and append a copy (same key, value, headers,
-        timestamp) due at `deliver_after`, atomically across crashes (log/cancellation/journal.py).
-        A record that is cancelled, due or not in the log raises KdelayError."""
+        timestamp) due at `deliver_after` (or the log clock now plus `delay_ms`),
+        atomically across crashes (log/cancellation/journal.py). A record that is
+        cancelled, due or not in the log raises KdelayError."""
+        if delay_ms is not None:
+            deliver_after = deliver_after_for_delay(deliver_after, delay_ms, self.now(),
+                                                    error=KdelayError)
         off, due = reschedule_args(offset, deliver_after, path=self.path,
                                    delayed_delivery_enable=self.config.delayed_delivery_enable)
         with self._lock:

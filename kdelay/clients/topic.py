@@ -177,17 +177,22 @@ class Topic:
 
     # ------------------------------------------------------------------ writing
 
-    def send(self, records: Sequence[Record], *, key: bytes | None = None,
-             deliver_after: int | None = None) -> tuple[int, AppendResult]:
-        """Append one batch to the partition chosen from `key`, else the first record's key
-        (Kafka's default partitioner); keyless batches rotate over the partitions."""
+    def send(self, records: Record | Sequence[Record], *, key: bytes | None = None,
+             deliver_after: int | None = None, delay_ms: int | None = None
+             ) -> tuple[int, AppendResult]:
+        """Append one batch (one Record, or a sequence of them) to the partition chosen
+        from `key`, else the first record's key (Kafka's default partitioner); keyless
+        batches rotate over the partitions. `delay_ms`: due at that partition's log clock
+        now plus `delay_ms` (Log.append)."""
         if self._closed:
             raise self._owner.refusal()
-        if key is None and isinstance(records, (list, tuple)) and records \
-                and isinstance(records[0], Record):
-            key = records[0].key
+        if key is None and isinstance(records, (list, tuple)) and records:
+            first = records if isinstance(records, Record) else records[0]
+            if isinstance(first, Record):
+                key = first.key
         p = self.partition_for(key)
-        return p, self._logs[p].append(records, deliver_after=deliver_after)
+        return p, self._logs[p].append(records, deliver_after=deliver_after,
+                                       delay_ms=delay_ms)
 
     def cancel(self, partition: int, offsets: int | Iterable[int]) -> int:
         """Cancel pending records of one partition by offset (see Log.cancel)."""
@@ -195,12 +200,13 @@ class Topic:
             raise self._owner.refusal()
         return self.partition(partition).cancel(offsets)
 
-    def reschedule(self, partition: int, offset: int, deliver_after: int) -> AppendResult:
-        """Move one pending record of a partition to `deliver_after` (see Log.reschedule);
-        the copy stays in that partition."""
+    def reschedule(self, partition: int, offset: int, deliver_after: int | None = None, *,
+                   delay_ms: int | None = None) -> AppendResult:
+        """Move one pending record of a partition to `deliver_after` (or `delay_ms` from
+        now; see Log.reschedule); the copy stays in that partition."""
         if self._closed:
             raise self._owner.refusal()
-        return self.partition(partition).reschedule(offset, deliver_after)
+        return self.partition(partition).reschedule(offset, deliver_after, delay_ms=delay_ms)
 
     # ------------------------------------------------------------------ lifecycle
 
