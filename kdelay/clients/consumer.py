@@ -13,19 +13,28 @@ Retries follow Pulsar's reconsumeLater: `retry` re-appends the record to the par
 came from, due later, with a `kdelay.attempt` header counting the retries; past
 `max_attempts` it goes to a dead-letter Log or Topic instead.
 
-A Consumer is not thread-safe (as in Kafka): use one per thread.
+Iterating a Consumer (`for rec in consumer:`) yields records one at a time, polling and
+waiting as needed, until `consumer_timeout_ms` pass without one (None: forever), as
+kafka-python's does. A page polled for the iteration is handed out record by record, and
+the position moves with each record handed out: a `commit()` between two records stores
+only what the loop has seen.
+
+A Consumer is not thread-safe (as in Kafka): use one per thread. `close()` (or leaving a
+`with` block) ends it: every later call raises LogClosedError. It does not commit.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 import time
+from collections import deque
 from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import InvalidConfigError, InvalidRecordError, KdelayError
+from ..errors import InvalidConfigError, InvalidRecordError, KdelayError, LogClosedError
 from ..fetch.long_poll import long_poll
 from ..partition import Log
 from ..records import AppendResult, DeliveryKey, FetchedRecord, Record
@@ -39,6 +48,9 @@ MAX_ATTEMPT = 999_999_999
 _new_tuple = tuple.__new__
 RETRIED = "retried"
 DEAD_LETTERED = "dead_lettered"
+# an iteration without consumer_timeout_ms long-polls in rounds of this (ms): each round
+# sleeps until something comes due, so the length only bounds one poll's wait
+_ITERATION_POLL_MS = 60_000
 
 
 class RetryOutcome(NamedTuple):
@@ -116,12 +128,13 @@ def attempt_of(record: FetchedRecord | Record) -> int:
 
 
 class Consumer:
-    """`Consumer(log_or_topic, group, max_attempts=None, dead_letter=None)`."""
+    """`Consumer(log_or_topic, group, max_attempts=None, dead_letter=None,
+    consumer_timeout_ms=None)`; a context manager and an iterator of records."""
 
     def __init__(self, source: Log | Topic, group: str, *, max_attempts: int | None = None,
                  dead_letter: Log | Topic | None = None, backoff_base_ms: int = 1000,
                  backoff_factor: float = 2.0, backoff_max_ms: int = 3_600_000,
-                 backoff_jitter: float = 0.0):
+                 backoff_jitter: float = 0.0, consumer_timeout_ms: int | None = None):
         if isinstance(source, Topic):
             self._topic: Topic | None = source
             self._logs = source.logs
@@ -143,6 +156,9 @@ class Consumer:
         self.group = group
         self.max_attempts = max_attempts
         self.dead_letter = dead_letter
+        if consumer_timeout_ms is not None:
+            consumer_timeout_ms = as_int(consumer_timeout_ms, "consumer_timeout_ms")
+        self.consumer_timeout_ms = consumer_timeout_ms
         base, factor, top, jitter = check_backoff(backoff_base_ms, backoff_factor,
                                                   backoff_max_ms, backoff_jitter)
         self._backoff = {"base_ms": base, "factor": factor, "max_ms": top, "jitter": jitter}
@@ -152,6 +168,8 @@ class Consumer:
         self._committed: list[DeliveryKey | None] = [log.committed(group) for log in self._logs]
         self._positions: list[DeliveryKey | None] = list(self._committed)
         self._start = 0  # first partition of the next poll (rotates for fairness)
+        self._ahead: deque[FetchedRecord] = deque()  # polled for the iteration, not yet yielded
+        self._closed = False
 
     # ------------------------------------------------------------------ positions
 
@@ -168,6 +186,7 @@ class Consumer:
     def commit(self) -> None:
         """Durably store the position after the last poll (only partitions that moved).
         Refused (LogClosedError) once a Log is closed, even with nothing to store."""
+        self._check_open()
         for log in self._logs:
             log._check_open()
         self._check_member()
@@ -184,6 +203,8 @@ class Consumer:
     def rewind(self) -> None:
         """Go back to the committed positions: the next poll re-delivers what was polled
         since the last commit (what a restart would do)."""
+        self._check_open()
+        self._ahead.clear()
         self._positions = list(self._committed)
 
     # ------------------------------------------------------------------ poll
@@ -192,7 +213,9 @@ class Consumer:
         """Due records after the current position, at most `max_records`. With `timeout_ms`
         > 0 and nothing due, waits until something is due or the time is up."""
         max_records, _, timeout_ms = check_page_limits(max_records, 1, timeout_ms)
+        self._check_open()
         self._check_member()
+        self._ahead.clear()  # the position is after the last record iterated: poll on from it
         if self._topic is None:
             res = self._logs[0].fetch(self._positions[0], max_records=max_records,
                                       max_wait_ms=timeout_ms)
@@ -236,6 +259,59 @@ class Consumer:
         return [_new_tuple(FetchedRecord, (o, d, t, k, v, h, i))
                 for o, d, t, k, v, h, _ in res.records]
 
+    # ------------------------------------------------------------------ iteration
+
+    def __iter__(self) -> Consumer:
+        return self
+
+    def __next__(self) -> FetchedRecord:
+        """The next due record, polling and waiting as needed; StopIteration once
+        `consumer_timeout_ms` have passed without one."""
+        self._check_open()
+        if not self._ahead:
+            self._poll_ahead()
+        rec = self._ahead.popleft()
+        self._positions[rec.partition or 0] = rec.delivery_key
+        return rec
+
+    def _poll_ahead(self) -> None:
+        """Poll a page for the iteration, leaving the positions where the iteration is."""
+        limit = self.consumer_timeout_ms
+        deadline = None if limit is None else time.monotonic() + limit / 1000
+        while True:
+            wait = _ITERATION_POLL_MS if deadline is None else \
+                max(0, math.ceil((deadline - time.monotonic()) * 1000))
+            before = list(self._positions)
+            page = self.poll(timeout_ms=wait)
+            if page:
+                self._positions = before  # each record moves them as it is yielded
+                self._ahead.extend(page)
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise StopIteration
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """End this consumer: every later call raises LogClosedError. It does not commit
+        (call `commit()` first to store the position). A second close does nothing."""
+        self._closed = True
+        self._ahead.clear()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"this Consumer of group {self.group!r} is closed")
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     # ------------------------------------------------------------------ retry
 
     def retry(self, record: FetchedRecord, delay_ms: int | None = None) -> RetryOutcome:
@@ -243,6 +319,7 @@ class Consumer:
         attempt) with its `kdelay.attempt` header incremented, to the partition it came
         from; once it has been retried `max_attempts` times, send it to the dead letter
         instead. The caller still commits past the original as usual."""
+        self._check_open()
         if not isinstance(record, FetchedRecord):
             raise InvalidRecordError(f"retry needs a FetchedRecord, got {type(record).__name__}")
         done = attempt_of(record)
