@@ -39,6 +39,7 @@ from ..fetch.long_poll import long_poll
 from ..partition import Log
 from ..records import AppendResult, DeliveryKey, FetchedRecord, Record
 from ..validation import as_int, check_page_limits, is_int, time_after
+from .dead_letter import MAX_DELIVERY_COUNT, dead_letter_copy
 from .topic import Topic, fair_round
 
 __all__ = ["ATTEMPT_HEADER", "Consumer", "RetryOutcome", "attempt_of", "backoff_ms"]
@@ -354,7 +355,10 @@ class Consumer:
         return self._logs[int(p)], int(p)
 
     def _dead_letter(self, record: FetchedRecord, done: int) -> RetryOutcome:
-        copy = Record(record.value, record.key, list(record.headers))
+        """The record's copy (dead_letter.dead_letter_copy) to the dead letter: it has been
+        delivered `done` + 1 times, and its retries ran out."""
+        copy = dead_letter_copy(record, delivery_count=done + 1, reason=MAX_DELIVERY_COUNT,
+                                topic=None if self._topic is None else self._topic.name)
         if isinstance(self.dead_letter, Topic):
             p, result = self.dead_letter.send([copy])
             return RetryOutcome(DEAD_LETTERED, done, p, result)

@@ -419,7 +419,12 @@ def test_dead_letter_after_max_attempts(open_log, tmp_path, clock):
     assert out.attempt == 2
     (dead,) = dlq.fetch().records
     assert (dead.key, dead.value) == (b"k", b"poison")
-    assert dead.headers == [("h", b"1"), (ATTEMPT_HEADER, b"2")]
+    # the record's own headers, then its origin (API.md: dead-lettered records)
+    assert dead.headers == [("h", b"1"), (ATTEMPT_HEADER, b"2"),
+                            ("kdelay.dlq.partition", b"0"), ("kdelay.dlq.offset", b"2"),
+                            ("kdelay.dlq.delivery_count", b"3"),
+                            ("kdelay.dlq.reason", b"max_delivery_count")]
+    assert dead.timestamp == rec.timestamp  # the last retry's copy, dead-lettered
     clock.advance(1000)
     assert c.poll() == []  # the dead-lettered copy is not redelivered to the source
 

@@ -30,8 +30,8 @@ from ...fetch.long_poll import ActivitySignal, long_poll
 from ...fetch.queue_state import state_store
 from ...fetch.queue_state.state_store import ACK, REJECT, RELEASE
 from ...partition import Log
-from ...records import Record
 from ...validation import as_int, check_page_limits, is_int, time_after
+from ..dead_letter import REJECTED, dead_letter_copy, send_to_dead_letter
 from ..topic import Topic, fair_round
 from .group import GroupPartition, Member, QueueRecord, attach, detach
 
@@ -69,7 +69,8 @@ class QueueConsumer:
         self.lock_ms, self.max_delivery_count = lock_ms, max_delivery_count
         self.dead_letter = dead_letter
         self._member = Member(lock_ms, max_delivery_count,
-                              functools.partial(_copy_to_dead_letter, dead_letter))
+                              functools.partial(_copy_to_dead_letter, dead_letter,
+                                                source.name if self._is_topic else None))
         self._signal = ActivitySignal()
         self._parts: list[GroupPartition] = []
         try:
@@ -161,7 +162,8 @@ class QueueConsumer:
                 untils[i] = (time_after(now, self.lock_ms, "lock_ms") if kind is None
                              else time_after(now, delay_ms, "delay_ms"))
             if kind == REJECT:
-                self._member.dead_letter([r for i in parts for _, _, r in by_part[i]])
+                self._member.dead_letter([r for i in parts for _, _, r in by_part[i]],
+                                         REJECTED)
             pending = []
             for i in parts:
                 offsets = [o for o, _, _ in by_part[i]]
@@ -252,16 +254,13 @@ class QueueConsumer:
         self._closed = True
 
 
-def _copy_to_dead_letter(dl: Log | Topic | None, records: list) -> None:
-    """Copy records (key, value, headers) to the dead-letter log and flush it, before the
-    reject is journaled: a crash in between dead-letters a record twice at worst."""
+def _copy_to_dead_letter(dl: Log | Topic | None, topic: str | None,
+                         records: list[QueueRecord], reason: str) -> None:
+    """Copy records to the dead-letter log (dead_letter.dead_letter_copy) and flush it,
+    before the reject is journaled: a crash in between dead-letters a record twice at
+    worst."""
     if dl is None or not records:
         return
-    copies = [Record(r.value, r.key, list(r.headers)) for r in records]
-    if isinstance(dl, Topic):
-        touched = {dl.send([c])[0] for c in copies}
-        for p in touched:
-            dl.partition(p).flush()
-    else:
-        dl.append(copies)
-        dl.flush()
+    send_to_dead_letter(dl, [dead_letter_copy(r, delivery_count=r.delivery_count,
+                                              reason=reason, topic=topic)
+                             for r in records])

@@ -43,6 +43,7 @@ from ...fetch.queue_state.state_store import (
 from ...partition import Log
 from ...read_ranges import coalesce
 from ...records import DeliveryKey, FetchedRecord, Header
+from ..dead_letter import MAX_DELIVERY_COUNT
 
 __all__ = ["GroupPartition", "Member", "QueueRecord", "attach", "detach"]
 
@@ -68,12 +69,13 @@ class QueueRecord(NamedTuple):
 @dataclass(frozen=True, eq=False)
 class Member:
     """What a queue group needs of one consumer: how long its locks last, the delivery
-    count past which a record is rejected instead, and `dead_letter(records)`, called
-    before such a reject is journaled. Its identity marks the records it holds."""
+    count past which a record is rejected instead, and `dead_letter(records, reason)`
+    (QueueRecords with the deliveries they had), called before such a reject is
+    journaled. Its identity marks the records it holds."""
 
     lock_ms: int
     max_delivery_count: int
-    dead_letter: Callable[[list], None]
+    dead_letter: Callable[[list, str], None]
 
 
 class _Entry:
@@ -264,13 +266,15 @@ class GroupPartition:
                     dropped.append(off)
                     continue
             count = 1 if e is None else e.count + 1
-            if count > member.max_delivery_count:
-                rejects.append((off, rec))
+            if count > member.max_delivery_count:  # delivered count - 1 times already
+                rejects.append((off, QueueRecord(rec.offset, rec.deliver_after, rec.timestamp,
+                                                 rec.key, rec.value, rec.headers, partition,
+                                                 count - 1)))
                 continue
             items.append((off, count, at))
             taken.append((off, count, rec))
         if rejects:
-            member.dead_letter([rec for _, rec in rejects])
+            member.dead_letter([rec for _, rec in rejects], MAX_DELIVERY_COUNT)
         entries = []
         if items or new_cursor is not None:
             entries.append((ACQUIRE, state_store.acquire_payload(new_cursor or self.cursor,
