@@ -29,6 +29,7 @@ from ..partition import Log
 from ..records import AppendResult, Record
 from ..validation import as_int, check_open_args, is_int, is_positive_int, os_errors
 from .partitioner import partition_for_key
+from .topic_metrics import topic_metrics
 
 __all__ = ["META_DIR", "MAX_TOPIC_NAME_LENGTH", "Topic", "fair_round", "validate_topic_name"]
 
@@ -163,6 +164,18 @@ class Topic:
     @property
     def logs(self) -> list[Log]:
         return list(self._logs)
+
+    def now(self) -> int:
+        """The log clock (Log.now): the latest of the partitions' clocks, so never below
+        a time any of them has handed out."""
+        return max(log.now() for log in self._logs)
+
+    def metrics(self) -> dict:
+        """The partitions' Log.metrics() added up (topic_metrics: counts summed, per
+        consumer and queue group too), each partition's under "partitions"."""
+        if self._closed:
+            raise self._owner.refusal()
+        return topic_metrics(self.name, [log.metrics() for log in self._logs])
 
     def partition_for(self, key: bytes | None) -> int:
         """Where a batch with this key goes: murmur2 for a key, round-robin without one."""
