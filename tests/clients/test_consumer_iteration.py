@@ -7,21 +7,15 @@ import threading
 import time
 
 import pytest
-from conftest import T0, FakeClock
+from conftest import T0
 
 from kdelay import Consumer, KdelayError, Log, Record, Topic
 from kdelay.errors import LogClosedError
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(T0)
-
-
-@pytest.fixture
-def log(tmp_path, clock):
-    with Log.open(str(tmp_path / "p-0"), clock=clock) as log:
-        yield log
+def log(open_log) -> Log:
+    return open_log()  # conftest's: a fresh log on the fake clock, closed at teardown
 
 
 def test_iterates_due_records_in_order_then_stops(log, clock) -> None:

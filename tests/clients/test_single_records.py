@@ -4,20 +4,14 @@ QueueConsumer's ack, release, reject and renew. Bytes are not a record: refused 
 from __future__ import annotations
 
 import pytest
-from conftest import T0, FakeClock
+from conftest import T0
 
 from kdelay import InvalidRecordError, KdelayError, Log, QueueConsumer, Record, Topic
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(T0)
-
-
-@pytest.fixture
-def log(tmp_path, clock):
-    with Log.open(str(tmp_path / "p-0"), clock=clock) as log:
-        yield log
+def log(open_log) -> Log:
+    return open_log()  # conftest's: a fresh log on the fake clock, closed at teardown
 
 
 def test_append_one_record(log) -> None:

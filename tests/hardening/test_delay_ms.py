@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import T0, FakeClock
+from conftest import T0
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -58,14 +58,8 @@ BAD_DELAYS = [-1, 1.5, "5", True, b"1", MAX_INT64]  # MAX_INT64: the sum passes 
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(T0)
-
-
-@pytest.fixture
-def log(tmp_path, clock):
-    with Log.open(str(tmp_path / "p-0"), clock=clock) as log:
-        yield log
+def log(open_log) -> Log:
+    return open_log()  # conftest's: a fresh log on the fake clock, closed at teardown
 
 
 @pytest.fixture
