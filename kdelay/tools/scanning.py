@@ -25,6 +25,7 @@ from ..log.batch.walker import Batch, FramingBreak, Progress, walk
 from ..log.compaction.swap import read_marker
 from ..log.segments import layout
 from ..log.segments.layout import MARKER_SUFFIX, SegmentFiles
+from ..log.segments.live_tail import append_in_flight
 
 # ---------------------------------------------------------------------------- index kinds
 
@@ -222,6 +223,13 @@ def compaction_marker(seg: SegmentFiles) -> tuple[int | None, bool]:
         return None, False
     marker = read_marker(seg.directory, seg.base_offset)
     return (None, True) if marker is None else (marker.end_offset, False)
+
+
+def in_flight(seg: SegmentFiles, brk: FramingBreak) -> bool:
+    """Is this framing break, the last of a walk of `seg`, the batch a live writer is
+    appending right now rather than damage (live_tail.append_in_flight)?"""
+    return brk.resume_at is None and append_in_flight(seg.directory, seg.base_offset,
+                                                      brk.position, brk.file_size)
 
 
 def expected_dly_columns(batches: list[Batch]) -> list[np.ndarray]:

@@ -27,6 +27,7 @@ from .scanning import (
     SegmentScan,
     VerifyReport,
     existing,
+    in_flight,
     list_segments,
     partition_dirs,
     scan_segment,
@@ -150,6 +151,11 @@ def _check_batches(rep: VerifyReport, seg: SegmentFiles, scan: SegmentScan, acti
     for item in items:
         if isinstance(item, FramingBreak):
             torn_tail = item.resume_at is None and active and not clean
+            if torn_tail and in_flight(seg, item):
+                rep.add(False, path, item.position,
+                        f"an append is in progress: the last {item.file_size - item.position}"
+                        f" bytes are the start of the batch its live writer is writing")
+                continue
             note = " (a torn tail from a crash: the next open truncates it)" if torn_tail else ""
             rep.add(True, path, item.position, item.describe() + note)
             after_break = True
