@@ -15,6 +15,7 @@ from ..log.batch.offset_continuity import continues
 from ..log.batch.walker import Batch, FramingBreak, walk
 from ..log.cancellation.per_batch import cancelled_per_batch
 from ..log.segments.layout import LOG_SUFFIX, SegmentFiles, parse_segment_name
+from ..log.segments.live_tail import in_flight_message
 from . import cancels
 from .formatting import Out, bytes_json, err, fmt_time, iso_or_none, show_bytes
 from .progress import ProgressBar, fmt_size
@@ -131,19 +132,21 @@ def _grew(path: str, size: int) -> bool:
 def cmd_dump_log(args: argparse.Namespace, out: Out) -> int:
     path = _log_file(args.file)
     lo, hi = args.offsets if args.offsets else (None, None)
-    # one descriptor throughout: a compaction that swaps a new .log in meanwhile leaves
-    # this walk reading the file it opened, whole
+    # the cancellations first: compaction prunes them only after it has swapped its new
+    # .log in, so they cover the file opened next (and perhaps more)
+    gone = _segment_cancelled(path)
+    # then one descriptor throughout: a compaction that swaps a new .log in meanwhile
+    # leaves this walk reading the file it opened, whole
     fd, size = open_log_file(path)
     try:
-        return _dump(args, out, path, fd, size, lo, hi)
+        return _dump(args, out, path, fd, size, lo, hi, gone)
     finally:
         os.close(fd)
 
 
 def _dump(args: argparse.Namespace, out: Out, path: str, fd: int, size: int,
-          lo: int | None, hi: int | None) -> int:
+          lo: int | None, hi: int | None, gone: np.ndarray) -> int:
     start = _start_position(path, lo, size)
-    gone = _segment_cancelled(path)
     seg = _segment(path, size)
     gaps = _compacted(seg)
     bar = ProgressBar("dump-log", size - start)
@@ -162,9 +165,8 @@ def _dump(args: argparse.Namespace, out: Out, path: str, fd: int, size: int,
                 if seg is not None and in_flight(seg, item):
                     # a live writer is in the middle of writing it (a stalled pwrite)
                     if not args.json:
-                        out.line(f"{item.position:>12}  .. an append is in progress: the "
-                                 f"last {size - item.position} bytes are the start of the "
-                                 f"batch its live writer is writing")
+                        out.line(f"{item.position:>12}  .. "
+                                 f"{in_flight_message(item.position, size)}")
                     break
                 problems += 1
                 bar.close()

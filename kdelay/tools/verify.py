@@ -15,6 +15,7 @@ from ..log.batch.offset_continuity import continues
 from ..log.batch.walker import Batch, FramingBreak, Progress, base_offsets_crc
 from ..log.segments import append_horizon, layout
 from ..log.segments.layout import LOG_SUFFIX, SegmentFiles, parse_segment_name, segment_file
+from ..log.segments.live_tail import in_flight_message
 from . import cancels
 from .formatting import Out
 from .progress import ProgressBar, fmt_size
@@ -28,6 +29,7 @@ from .scanning import (
     VerifyReport,
     existing,
     in_flight,
+    in_motion,
     list_segments,
     partition_dirs,
     scan_segment,
@@ -54,7 +56,7 @@ def verify_partition(directory: str, *, only_base: int | None = None,
     for f in rep.problems:
         if (f.path, f.position, f.message) not in persistent:
             f.problem = False
-            f.message = f"in motion (changed while checked; not seen again): {f.message}"
+            f.message = in_motion(f.message)
     return rep
 
 
@@ -153,8 +155,7 @@ def _check_batches(rep: VerifyReport, seg: SegmentFiles, scan: SegmentScan, acti
             torn_tail = item.resume_at is None and active and not clean
             if torn_tail and in_flight(seg, item):
                 rep.add(False, path, item.position,
-                        f"an append is in progress: the last {item.file_size - item.position}"
-                        f" bytes are the start of the batch its live writer is writing")
+                        in_flight_message(item.position, item.file_size))
                 continue
             note = " (a torn tail from a crash: the next open truncates it)" if torn_tail else ""
             rep.add(True, path, item.position, item.describe() + note)

@@ -20,7 +20,7 @@ from ..batch import codec
 from . import append_horizon
 from .layout import LOCK_FILE, LOG_SUFFIX, segment_bases, segment_file
 
-__all__ = ["append_in_flight", "is_short_batch", "lock_held"]
+__all__ = ["append_in_flight", "in_flight_message", "is_short_batch", "lock_held"]
 _PROC_LOCKS = "/proc/locks"
 
 
@@ -84,3 +84,9 @@ def append_in_flight(directory: str, base_offset: int, position: int, end: int) 
     if state is None or not state[0] or not lock_held(directory):
         return False
     return is_short_batch(segment_file(directory, base_offset, LOG_SUFFIX), position, end)
+
+
+def in_flight_message(position: int, end: int) -> str:
+    """How readers report an append in flight found at `position` of bytes walked to `end`."""
+    return (f"an append is in progress: the last {end - position} bytes are the start of "
+            f"the batch its live writer is writing")
