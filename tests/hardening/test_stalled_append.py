@@ -18,43 +18,25 @@ import sys
 
 import pytest
 
-import kdelay
 from kdelay.log.segments.layout import segment_file
+from kdelay.testing.processes import child_env, started
 from kdelay.testing.stalled_writer import STALL_AFTER
 
 IN_PROGRESS = "an append is in progress"
 TORN = "a torn tail from a crash"
 
 
-def _env() -> dict[str, str]:
-    """This checkout's kdelay first on the path of every child process."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KDELAY_")}
-    here = os.path.dirname(os.path.dirname(os.path.abspath(kdelay.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join([here] + ([env["PYTHONPATH"]]
-                                                  if env.get("PYTHONPATH") else []))
-    return env
-
-
 def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kdelay", *args], capture_output=True,
-                          text=True, env=_env(), timeout=120)
+                          text=True, env=child_env(), timeout=120)
 
 
 @pytest.fixture
 def stalled(tmp_path):
     """(log directory, writer process, active .log) with the writer stalled mid-append."""
     path = str(tmp_path / "s-0")
-    proc = subprocess.Popen([sys.executable, "-m", "kdelay.testing.stalled_writer", path],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=_env())
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("stalled"), (line, proc.stderr.read() if proc.poll() else "")
+    with started("kdelay.testing.stalled_writer", path, ready="stalled") as proc:
         yield path, proc, segment_file(path, 3, ".log")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
 
 
 def _stats(path: str) -> tuple[int, dict, str]:

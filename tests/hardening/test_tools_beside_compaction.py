@@ -12,29 +12,19 @@ opened, whole; `dump-index` reads one index file whole, or says the file is gone
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
-import subprocess
-import sys
 import time
 
 import pytest
+from conftest import run_cli
 
-import kdelay
 from kdelay import Log, LogConfig, Record
+from kdelay.testing.processes import started
 from kdelay.tools import dump_index, dump_log, stats, verify
-from kdelay.tools.cli import main as cli_main
 
 T0 = 1_700_000_000_000
 HOUR = 3_600_000
-
-
-def run_cli(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = cli_main(list(argv))
-    return rc, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture
@@ -139,25 +129,14 @@ def test_dump_index_reads_one_file_whole(log) -> None:
 # ---------------------------------------------------------------------- a writer process
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(kdelay.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join([here] + ([env["PYTHONPATH"]]
-                                                  if env.get("PYTHONPATH") else []))
-    return env
-
-
 def test_commands_beside_a_compacting_writer(tmp_path) -> None:
     """A writer process appends, rolls, cancels and compacts every 50 ms while the
     commands run over and over: no false DAMAGED, no crash."""
     path = str(tmp_path / "w-0")
-    writer = subprocess.Popen([sys.executable, "-m", "kdelay.testing.live_writer", path,
-                               "4", "5", "compact"], stdout=subprocess.PIPE, text=True,
-                              env=_env())
     problems: list[str] = []
     runs = 0
-    try:
-        assert writer.stdout.readline().startswith("open")
+    with started("kdelay.testing.live_writer", path, "4", "5", "compact",
+                 ready="open") as writer:
         time.sleep(0.5)
         while writer.poll() is None:
             runs += 1
@@ -172,10 +151,6 @@ def test_commands_beside_a_compacting_writer(tmp_path) -> None:
                     if (rc != 0 and not gone) or "internal error" in err:
                         problems.append(f"{cmd} {os.path.basename(f)} rc={rc}: {err[-300:]}")
         out, _ = writer.communicate(timeout=60)
-    finally:
-        if writer.poll() is None:
-            writer.kill()
-        writer.wait()
     assert writer.returncode == 0
     assert int(out.split("compacted ")[1].split()[0]) >= 10 and runs >= 3
     assert not problems, f"{len(problems)} false alarms:\n" + "\n".join(problems[:5])

@@ -15,6 +15,7 @@ from conftest import have_spark, skip_module_without_spark_libraries
 from kdelay import CorruptLogError, Log, LogConfig, Record
 from kdelay.log.segments import append_horizon
 from kdelay.log.segments.layout import segment_file
+from kdelay.testing.processes import started
 
 skip_module_without_spark_libraries()
 
@@ -304,12 +305,10 @@ def _streaming(spark, tmp_path):
 
 
 def _write(path: str, *args: str) -> str:
-    """Run kdelay.testing.live_writer on `path` to its end; its output."""
-    writer = subprocess.Popen([sys.executable, "-m", "kdelay.testing.live_writer", path, *args],
-                              stdout=subprocess.PIPE, text=True,
-                              env=dict(os.environ, PYTHONPATH=os.getcwd()))
-    out, _ = writer.communicate(timeout=120)
-    assert writer.returncode == 0, out
+    """Run kdelay.testing.live_writer on `path` to its end; its output after `open`."""
+    with started("kdelay.testing.live_writer", path, *args, ready="open") as writer:
+        out, err = writer.communicate(timeout=120)
+    assert writer.returncode == 0, out + err
     return out
 
 
