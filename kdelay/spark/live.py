@@ -268,21 +268,36 @@ class LivePartition:
         return False
 
 
-def settled(part: PartitionDir, floor: tuple[int, int], timeout_s: float
-            ) -> tuple[LivePartition, int]:
-    """A catalogue of the partition's files as they are now, from a refresh the directory
-    held still around, and its bound. Waits out a swap being installed (a few renames),
-    trying again every 10 ms; raises KdelayError if the directory has not held still for
-    `timeout_s` (a swap left half done by a process that died stays so until the next
-    Log.open completes it)."""
+def _until_still(directory: str, timeout_s: float, attempt):
+    """`attempt()` until it returns something other than None, trying again every 10 ms
+    (a compaction's swap takes a few renames); raises KdelayError after `timeout_s` (a
+    swap left half done by a process that died stays so until the next Log.open)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        live = LivePartition(part, floor)
-        bound = live.refresh(wall_ms())
-        if bound != NO_BOUND:
-            return live, bound
+        got = attempt()
+        if got is not None:
+            return got
         if time.monotonic() > deadline:
-            raise KdelayError(f"{part.path}: the log's files did not hold still for "
+            raise KdelayError(f"{directory}: the log's files did not hold still for "
                               f"{timeout_s:g} s (a compaction's swap left unfinished by a "
                               f"process that died? the next Log.open completes it)")
         time.sleep(0.01)
+
+
+def settled(part: PartitionDir, floor: tuple[int, int], timeout_s: float
+            ) -> tuple[LivePartition, int]:
+    """A catalogue of the partition's files as they are now, from a refresh the directory
+    held still around, and its bound (see _until_still for the waiting)."""
+    def attempt() -> tuple[LivePartition, int] | None:
+        live = LivePartition(part, floor)
+        bound = live.refresh(wall_ms())
+        return None if bound == NO_BOUND else (live, bound)
+
+    return _until_still(part.path, timeout_s, attempt)
+
+
+def bases_between_swaps(directory: str, timeout_s: float) -> list[int]:
+    """The directory's segment base offsets from a listing taken while no compaction's swap
+    was being installed (see _until_still for the waiting)."""
+    inodes = _until_still(directory, timeout_s, lambda: log_inodes(directory))
+    return list(inodes)
