@@ -221,3 +221,18 @@ def test_a_swap_that_never_finishes_is_an_error(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(range_read, "SETTLE_S", 0.05)
     with pytest.raises(KdelayError, match="did not hold still"):
         _keys(read_range(scan.PartitionDir(path), BEFORE_ALL, end, planned))
+
+
+def test_held_still_tolerates_rolls_only() -> None:
+    """The rule a refresh vouches by: the same .log inodes before and after, a segment
+    rolled after the last one listed aside; nothing while a swap is being installed."""
+    from kdelay.spark.live import _held_still
+
+    before = {0: 11, 10: 12, 20: 13}
+    assert _held_still(before, dict(before))
+    assert _held_still(before, {**before, 30: 14})  # rolled meanwhile
+    assert not _held_still(before, {0: 11, 10: 99, 20: 13})  # 10 rewritten
+    assert not _held_still(before, {0: 11, 20: 13})  # 10 deleted (merged, retention)
+    assert not _held_still(before, {0: 11, 5: 98, 10: 12, 20: 13})  # one before the last
+    assert not _held_still(None, before) and not _held_still(before, None)  # a swap
+    assert _held_still({}, {0: 1})  # the first segment appeared
