@@ -77,11 +77,11 @@ class _Segment:
     bad_at: int = -1  # position of a bad batch seen by the previous walk
 
 
-def log_inodes(directory: str) -> dict[int, int] | None:
-    """{base offset: inode} of the directory's .log files, from one listing; None while a
-    compaction's swap is being installed (a `.log.swap` is there: the listing may show
-    neither the old segments nor the new one)."""
-    out = {}
+def _listed_bases(directory: str) -> list[int] | None:
+    """The directory's segment base offsets, from one listing; None while a compaction's
+    swap is being installed (a `.log.swap` is there: the listing may show neither the
+    old segments nor the new one)."""
+    bases = []
     for name in os.listdir(directory):
         parsed = parse_segment_name(name)
         if parsed is None:
@@ -89,11 +89,23 @@ def log_inodes(directory: str) -> dict[int, int] | None:
         if parsed[1] == LOG_SUFFIX + SWAP_SUFFIX:
             return None
         if parsed[1] == LOG_SUFFIX:
-            try:
-                out[parsed[0]] = os.stat(os.path.join(directory, name)).st_ino
-            except FileNotFoundError:
-                continue  # deleted since the listing: as if listed a moment later
-    return dict(sorted(out.items()))
+            bases.append(parsed[0])
+    return sorted(bases)
+
+
+def log_inodes(directory: str) -> dict[int, int] | None:
+    """{base offset: inode} of the directory's .log files (None: mid-swap, see
+    _listed_bases)."""
+    bases = _listed_bases(directory)
+    if bases is None:
+        return None
+    out = {}
+    for base in bases:
+        try:
+            out[base] = os.stat(segment_file(directory, base, LOG_SUFFIX)).st_ino
+        except FileNotFoundError:
+            continue  # deleted since the listing: as if listed a moment later
+    return out
 
 
 def _held_still(before: dict[int, int] | None, after: dict[int, int] | None) -> bool:
@@ -299,5 +311,4 @@ def settled(part: PartitionDir, floor: tuple[int, int], timeout_s: float
 def bases_between_swaps(directory: str, timeout_s: float) -> list[int]:
     """The directory's segment base offsets from a listing taken while no compaction's swap
     was being installed (see _until_still for the waiting)."""
-    inodes = _until_still(directory, timeout_s, lambda: log_inodes(directory))
-    return list(inodes)
+    return _until_still(directory, timeout_s, lambda: _listed_bases(directory))
