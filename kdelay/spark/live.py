@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from sortedcontainers import SortedList
 
@@ -55,6 +57,7 @@ from ..log.segments.layout import (
 )
 
 NO_BOUND = -1  # a refresh that cannot vouch for its catalogue (see the module docstring)
+T = TypeVar("T")
 
 
 class BatchRef(tuple):
@@ -173,12 +176,10 @@ class LivePartition:
         for i, base in enumerate(bases):
             sealed = i + 1 < len(bases)
             seg = self._segments.get(base)
-            if seg is not None and inodes is not None and seg.ident != inodes.get(base):
+            if seg is not None and inodes is not None and seg.ident != inodes[base]:
                 self._drop(base)  # rewritten in place (compaction): catalogue it afresh
                 seg = None
-            if seg is None:
-                if inodes is None:
-                    continue  # a segment first seen mid-swap waits for a settled refresh
+            if seg is None:  # so base was listed: mid-swap only known segments are walked
                 seg = self._segments[base] = _Segment(inodes[base])
                 if sealed and self._from_index(base):
                     seg.complete = True
@@ -280,7 +281,7 @@ class LivePartition:
         return False
 
 
-def _until_still(directory: str, timeout_s: float, attempt):
+def _until_still(directory: str, timeout_s: float, attempt: Callable[[], T | None]) -> T:
     """`attempt()` until it returns something other than None, trying again every 10 ms
     (a compaction's swap takes a few renames); raises KdelayError after `timeout_s` (a
     swap left half done by a process that died stays so until the next Log.open)."""
