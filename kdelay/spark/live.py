@@ -46,13 +46,13 @@ from ..index.index_file import IndexFileError
 from ..log.batch import codec, walker
 from ..log.batch.offset_continuity import continues
 from ..log.compaction import swap
+from ..log.compaction.swap_watch import swapping, wait_out_swaps
 from ..log.segments import append_horizon
 from ..log.segments.layout import (
     DLYINDEX_SUFFIX,
     LOG_SUFFIX,
-    SWAP_SUFFIX,
     PartitionDir,
-    parse_segment_name,
+    classify,
     segment_file,
 )
 
@@ -82,18 +82,10 @@ class _Segment:
 
 def _listed_bases(directory: str) -> list[int] | None:
     """The directory's segment base offsets, from one listing; None while a compaction's
-    swap is being installed (a `.log.swap` is there: the listing may show neither the
-    old segments nor the new one)."""
-    bases = []
-    for name in os.listdir(directory):
-        parsed = parse_segment_name(name)
-        if parsed is None:
-            continue
-        if parsed[1] == LOG_SUFFIX + SWAP_SUFFIX:
-            return None
-        if parsed[1] == LOG_SUFFIX:
-            bases.append(parsed[0])
-    return sorted(bases)
+    swap is being installed (swap_watch: the listing may show neither the old segments
+    nor the new one)."""
+    names = os.listdir(directory)
+    return None if swapping(names) else classify(names)[0]
 
 
 def log_inodes(directory: str) -> dict[int, int] | None:
@@ -282,19 +274,13 @@ class LivePartition:
 
 
 def _until_still(directory: str, timeout_s: float, attempt: Callable[[], T | None]) -> T:
-    """`attempt()` until it returns something other than None, trying again every 10 ms
-    (a compaction's swap takes a few renames); raises KdelayError after `timeout_s` (a
-    swap left half done by a process that died stays so until the next Log.open)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = attempt()
-        if got is not None:
-            return got
-        if time.monotonic() > deadline:
-            raise KdelayError(f"{directory}: the log's files did not hold still for "
-                              f"{timeout_s:g} s (a compaction's swap left unfinished by a "
-                              f"process that died? the next Log.open completes it)")
-        time.sleep(0.01)
+    """swap_watch.wait_out_swaps, or KdelayError when the directory did not hold still."""
+    got = wait_out_swaps(directory, attempt, timeout_s)
+    if got is None:
+        raise KdelayError(f"{directory}: the log's files did not hold still: a compaction's "
+                          f"swap unfinished after {timeout_s:g} s, or left half done by a "
+                          f"process that died (the next Log.open completes it)")
+    return got
 
 
 def settled(part: PartitionDir, floor: tuple[int, int], timeout_s: float

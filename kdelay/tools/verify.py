@@ -13,6 +13,7 @@ from ..errors import KdelayError
 from ..fetch.group_positions import GroupStore
 from ..log.batch.offset_continuity import continues
 from ..log.batch.walker import Batch, FramingBreak, Progress, base_offsets_crc
+from ..log.compaction.swap_watch import between_swaps
 from ..log.segments import append_horizon, layout
 from ..log.segments.layout import LOG_SUFFIX, SegmentFiles, parse_segment_name, segment_file
 from ..log.segments.live_tail import in_flight_message
@@ -38,6 +39,7 @@ from .scanning import (
 from .verify_index import check_index
 
 EXIT_OK, EXIT_PROBLEMS = 0, 1
+SWAP_WAIT_S = 10.0  # how long a check waits for a live compaction's swap to finish
 
 
 def verify_partition(directory: str, *, only_base: int | None = None,
@@ -63,6 +65,9 @@ def verify_partition(directory: str, *, only_base: int | None = None,
 def _verify_once(directory: str, only_base: int | None, progress: Progress | None
                  ) -> VerifyReport:
     rep = VerifyReport(directory)
+    # mid-swap a compaction's new indexes sit beside the old .log: check once it is done
+    # (one left half done by a crash is reported below; the next open completes it)
+    between_swaps(directory, SWAP_WAIT_S)
     segments = list_segments(directory)
     clean = os.path.exists(os.path.join(directory, layout.CLEAN_SHUTDOWN_FILE))
     if not segments:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 import time
 
 import pytest
@@ -124,6 +125,32 @@ def test_dump_index_reads_one_file_whole(log) -> None:
     _, batches, _ = run_cli("dump-log", merged_into[:-len(".dlyindex")] + ".log", "--json")
     assert sorted(json.loads(x)["offset"] for x in out.splitlines()) == \
         sorted(json.loads(x)["base_offset"] for x in batches.splitlines())  # the new index
+
+
+def test_verify_waits_out_a_swap_in_progress(log, monkeypatch) -> None:
+    """A compaction descheduled in the middle of its swap (new indexes and marker in place,
+    the old .log not yet replaced): verify, run then, waits for the swap to finish rather
+    than report the mix as damage (nothing moves while it would check)."""
+    from kdelay import fsio
+
+    rename = fsio.rename
+    got: list = []
+
+    def stalled(src: str, dst: str) -> None:
+        if src.endswith(".log.swap") and not got:
+            t = threading.Thread(target=lambda: got.append(run_cli("verify", log.path)))
+            t.start()
+            time.sleep(0.5)  # the swap stalls; verify starts meanwhile
+            got.append(t)
+        rename(src, dst)
+
+    monkeypatch.setattr(fsio, "rename", stalled)
+    assert log.compact().segments_rewritten >= 2
+    monkeypatch.undo()
+    [t.join(30) for t in got if isinstance(t, threading.Thread)]
+    (rc, out, err), = [x for x in got if isinstance(x, tuple)]
+    assert got[0] is not got[-1] and isinstance(got[-1], tuple)  # it waited for the swap
+    assert rc == 0 and "DAMAGED" not in out and err == "", out
 
 
 # ---------------------------------------------------------------------- a writer process
