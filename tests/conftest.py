@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import importlib
+import io
 import os
 import shutil
 
@@ -59,6 +61,16 @@ def open_log(log_dir, clock):
     yield _open
     for log in opened:
         log.close()
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    """`kdelay ARGV...` run in this process: (exit code, stdout, stderr)."""
+    from kdelay.tools.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(list(argv))
+    return rc, out.getvalue(), err.getvalue()
 
 
 def entries_after(idx, after):

@@ -21,7 +21,15 @@ that too is a check on batch rows (it used to read every record: ~100x the rows)
 
 A missing or stale .dlyindex on the last segment of a partition that was not closed cleanly
 is expected (the engine persists the active segment's indexes on roll and clean close, and
-rebuilds them on open), so it is a warning; anywhere else it is a problem.
+rebuilds them on open), so it is a warning; anywhere else it is a problem. So is a batch
+cut short at the end of the last segment while its live writer is appending it
+(log/segments/live_tail.py).
+
+On a live log (a writer appending and rolling, retention, a compaction swapping segments
+in between the planning and the reading of the checks) the checks run again when they
+found problems and the directories changed meanwhile, as `kdelay verify` does
+(tools/scanning.settle): only problems found every time count; the others become
+warnings marked "in motion". The counts are those of the last run.
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ from ..log.batch.walker import iter_headers
 from ..log.cancellation.journal import check_cancels
 from ..log.compaction.swap import read_marker
 from ..log.segments.layout import MARKER_SUFFIX, segment_bases, segment_file
+from ..log.segments.live_tail import append_in_flight, in_flight_message
+from ..tools.scanning import in_motion, settle
 from . import kdelay_reader, scan
 
 MAX_PROBLEMS_PER_CHECK = 1000  # a badly damaged log would otherwise flood the report
@@ -80,6 +90,25 @@ class VerifyReport:
 def verify(spark: SparkSession, path: str) -> VerifyReport:
     path = os.path.abspath(str(path))
     with_topic, parts = scan.discover(path)
+
+    def key(p: Problem) -> tuple:
+        return p.kind, p.file, p.position, p.message
+
+    report, persistent = settle([p.path for p in parts],
+                                lambda first: _verify_once(spark, path, with_topic, parts),
+                                lambda rep: {key(p) for p in rep.problems})
+    moved = [p for p in report.problems if key(p) not in persistent]
+    if moved:
+        report.problems = [p for p in report.problems if key(p) in persistent]
+        report.warnings += [Problem(p.kind, p.file, p.position, in_motion(p.message))
+                            for p in moved]
+        report.ok = not report.problems
+        report.counts.update(problems=len(report.problems), warnings=len(report.warnings))
+    return report
+
+
+def _verify_once(spark: SparkSession, path: str, with_topic: bool,
+                 parts: list[scan.PartitionDir]) -> VerifyReport:
     keys = ["topic", "partition"] if with_topic else []
 
     def load(mode: str, columns: str | None = None) -> DataFrame:
@@ -265,6 +294,11 @@ def _report(rows: list, with_topic: bool, parts: list[scan.PartitionDir],
         pk = (r["topic"], r["partition"]) if with_topic else (None, None)
         suffix = ".dlyindex" if kind.startswith("index") else ".log"
         file = segment_file(dirs[pk], r["segment"], suffix)
+        if kind == "framing" and r["segment"] == last_segment[pk] and \
+                r["position"] is not None and _in_flight(file, r["segment"], r["position"]):
+            warnings.append(Problem(kind, file, r["position"], in_flight_message(
+                r["position"], os.path.getsize(file))))
+            continue
         if kind == "index-file":
             prob = Problem("index", file, None, r["text"])
             # the active segment of a log that was not closed cleanly has no current index yet
@@ -309,6 +343,16 @@ def _report(rows: list, with_topic: bool, parts: list[scan.PartitionDir],
         "problems": len(problems), "warnings": len(warnings),
     }
     return VerifyReport(not problems, problems, warnings, counts)
+
+
+def _in_flight(log_path: str, base: int, position: int) -> bool:
+    """A framing error at `position` of the last segment: the batch its live writer is
+    appending now (live_tail.append_in_flight, against the .log as it is now)?"""
+    try:
+        end = os.path.getsize(log_path)
+    except FileNotFoundError:
+        return False
+    return append_in_flight(os.path.dirname(log_path), base, position, end)
 
 
 def _segment_end(directory: str, base: int, next_base: int | None) -> int:

@@ -15,31 +15,49 @@ or before E is already visible in the files) and then brings the catalog up to d
 
 The horizon is read before the files, so a batch that lands after the files were read is
 due after E and belongs to a later refresh. Batches whose key is at or below `floor` (what
-the stream has already consumed) are not kept. Cost per refresh: one small read for the
-horizon, a directory listing, and reading the bytes appended since the last refresh.
+the stream has already consumed) are not kept.
+
+Beside a compaction. Compaction swaps a rewritten segment in (log/compaction/swap.py): the
+merged-away segments' .log files are deleted before the new .log is renamed over the
+first one, so a listing taken in between shows records nowhere. A refresh therefore only
+vouches for its catalogue when the directory held still around it: no swap being
+installed, and every .log it listed still the same file (same inode) at its end (a segment
+rolled meanwhile only adds appends due after E). Otherwise it returns NO_BOUND (plan
+nothing new; the stream keeps its previous bound) and keeps the segments a swap in
+progress is replacing as they were; the next settled refresh catalogues a replaced
+segment afresh (its inode changed) and drops a deleted one. Cost per refresh: one small
+read for the horizon, two directory listings and two stats per segment, and reading the
+bytes appended since the last refresh.
 """
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from sortedcontainers import SortedList
 
-from ..errors import CorruptLogError
+from ..errors import CorruptLogError, KdelayError
 from ..index.deliver_after_index import DeliverAfterIndex
 from ..index.index_file import IndexFileError
 from ..log.batch import codec, walker
 from ..log.batch.offset_continuity import continues
 from ..log.compaction import swap
+from ..log.compaction.swap_watch import swapping, wait_out_swaps
 from ..log.segments import append_horizon
 from ..log.segments.layout import (
     DLYINDEX_SUFFIX,
     LOG_SUFFIX,
     PartitionDir,
-    segment_bases,
+    classify,
     segment_file,
 )
+
+NO_BOUND = -1  # a refresh that cannot vouch for its catalogue (see the module docstring)
+T = TypeVar("T")
 
 
 class BatchRef(tuple):
@@ -55,11 +73,48 @@ class BatchRef(tuple):
 
 @dataclass
 class _Segment:
+    ident: int  # the inode of the .log catalogued (another one: it was replaced)
     walked: int = 0  # bytes of the .log already catalogued
     next_offset: int = -1  # the base offset the next batch must have (-1: unknown yet)
     complete: bool = False  # sealed and fully catalogued
-    ident: tuple[int, int] | None = None  # (inode, size) of the .log when it was completed
     bad_at: int = -1  # position of a bad batch seen by the previous walk
+
+
+def _listed_bases(directory: str) -> list[int] | None:
+    """The directory's segment base offsets, from one listing; None while a compaction's
+    swap is being installed (swap_watch: the listing may show neither the old segments
+    nor the new one)."""
+    names = os.listdir(directory)
+    return None if swapping(names) else classify(names)[0]
+
+
+def log_inodes(directory: str) -> dict[int, int] | None:
+    """{base offset: inode} of the directory's .log files (None: mid-swap, see
+    _listed_bases)."""
+    bases = _listed_bases(directory)
+    if bases is None:
+        return None
+    out = {}
+    for base in bases:
+        try:
+            out[base] = os.stat(segment_file(directory, base, LOG_SUFFIX)).st_ino
+        except FileNotFoundError:
+            continue  # deleted since the listing: as if listed a moment later
+    return out
+
+
+def _held_still(before: dict[int, int] | None, after: dict[int, int] | None) -> bool:
+    """Did the directory hold still between two `log_inodes`? Segments rolled meanwhile
+    (after every one listed before) do not count: they only hold later appends."""
+    if before is None or after is None:
+        return False
+    last = max(before, default=-1)
+    return {b: i for b, i in after.items() if b <= last} == before
+
+
+def wall_ms() -> int:
+    """The reader's wall clock, in ms: what the append horizon's bound is computed from."""
+    return time.time_ns() // 1_000_000
 
 
 class LivePartition:
@@ -100,22 +155,26 @@ class LivePartition:
     # ------------------------------------------------------------------ refresh
 
     def refresh(self, now: int) -> int:
+        """Bring the catalogue up to date; returns the bound E (every record due at or
+        before E is catalogued), or NO_BOUND when the directory moved under the refresh."""
         bound = append_horizon.read_bound(self.part.path, now)
         state = append_horizon.read_state(self.part.path)
         idle_writer = state is not None and not state[0]
-        bases = segment_bases(self.part.path)
-        for gone in set(self._segments) - set(bases):  # deleted by retention
-            self._drop(gone)
+        inodes = log_inodes(self.part.path)
+        if inodes is not None:  # mid-swap, what is missing may only be moving: keep it
+            for gone in set(self._segments) - set(inodes):  # deleted (retention, a merge)
+                self._drop(gone)
+        bases = list(inodes) if inodes is not None else sorted(self._segments)
         for i, base in enumerate(bases):
             sealed = i + 1 < len(bases)
             seg = self._segments.get(base)
-            if seg is not None and seg.complete and seg.ident != self._ident(base):
+            if seg is not None and inodes is not None and seg.ident != inodes[base]:
                 self._drop(base)  # rewritten in place (compaction): catalogue it afresh
                 seg = None
-            if seg is None:
-                seg = self._segments[base] = _Segment()
+            if seg is None:  # so base was listed: mid-swap only known segments are walked
+                seg = self._segments[base] = _Segment(inodes[base])
                 if sealed and self._from_index(base):
-                    seg.complete, seg.ident = True, self._ident(base)
+                    seg.complete = True
                     continue
             if seg.complete:
                 continue
@@ -125,16 +184,22 @@ class LivePartition:
                 self._drop(base)
                 continue
             seg.complete = sealed and whole
-            if seg.complete:
-                seg.ident = self._ident(base)
-        return bound
+        return bound if _held_still(inodes, log_inodes(self.part.path)) else NO_BOUND
 
-    def _ident(self, base: int) -> tuple[int, int] | None:
-        try:
-            st = os.stat(segment_file(self.part.path, base, LOG_SUFFIX))
-        except FileNotFoundError:
-            return None
-        return st.st_ino, st.st_size
+    def inodes(self) -> dict[int, int]:
+        """{base offset: inode} of the .log files catalogued."""
+        return {base: seg.ident for base, seg in self._segments.items()}
+
+    def damaged(self) -> tuple[str, int] | None:
+        """(path, position) where a sealed segment's walk stopped short of its end, if one
+        did: a sealed .log never changes, so after a settled refresh that is damage."""
+        bases = sorted(self._segments)
+        for base in bases[:-1]:
+            seg = self._segments[base]
+            if not seg.complete:
+                return (segment_file(self.part.path, base, LOG_SUFFIX),
+                        seg.bad_at if seg.bad_at >= 0 else seg.walked)
+        return None
 
     def _drop(self, base: int) -> None:
         """Forget a segment and its batches (deleted, or replaced by a rewrite). O(n)."""
@@ -172,7 +237,10 @@ class LivePartition:
         compacted = swap.marker_exists(self.part.path, base)
         fd = os.open(path, os.O_RDONLY)
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            if st.st_ino != seg.ident:
+                return False  # replaced since it was listed: the next refresh starts afresh
+            size = st.st_size
             frames = walker.frames(lambda pos, n: os.pread(fd, n, pos), seg.walked, size,
                                    path=path)
             try:
@@ -203,3 +271,31 @@ class LivePartition:
                                   "cannot go past it", path, at)
         seg.bad_at = at
         return False
+
+
+def _until_still(directory: str, timeout_s: float, attempt: Callable[[], T | None]) -> T:
+    """swap_watch.wait_out_swaps, or KdelayError when the directory did not hold still."""
+    got = wait_out_swaps(directory, attempt, timeout_s)
+    if got is None:
+        raise KdelayError(f"{directory}: the log's files did not hold still: a compaction's "
+                          f"swap unfinished after {timeout_s:g} s, or left half done by a "
+                          f"process that died (the next Log.open completes it)")
+    return got
+
+
+def settled(part: PartitionDir, floor: tuple[int, int], timeout_s: float
+            ) -> tuple[LivePartition, int]:
+    """A catalogue of the partition's files as they are now, from a refresh the directory
+    held still around, and its bound (see _until_still for the waiting)."""
+    def attempt() -> tuple[LivePartition, int] | None:
+        live = LivePartition(part, floor)
+        bound = live.refresh(wall_ms())
+        return None if bound == NO_BOUND else (live, bound)
+
+    return _until_still(part.path, timeout_s, attempt)
+
+
+def bases_between_swaps(directory: str, timeout_s: float) -> list[int]:
+    """The directory's segment base offsets from a listing taken while no compaction's swap
+    was being installed (see _until_still for the waiting)."""
+    return _until_still(directory, timeout_s, lambda: _listed_bases(directory))

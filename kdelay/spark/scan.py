@@ -20,28 +20,36 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import CorruptLogError
+from ..errors import CorruptLogError, KdelayError
 from ..index.deliver_after_index import DeliverAfterIndex
 from ..index.index_file import IndexFileError
 from ..index.offset_index import OffsetIndex
 from ..log.batch import codec, walker
 from ..log.batch.entry_check import check_batch
+from ..log.compaction.swap import read_marker
 from ..log.segments import layout
 from ..log.segments.layout import (
     DLYINDEX_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
     PartitionDir,
-    segment_bases,
     segment_file,
 )
 from ..read_ranges import coalesce
 from .columnar import Chunk
+from .live import bases_between_swaps
 
 CHUNK_BYTES = 8 << 20  # bytes of .log per read (and per Arrow batch, roughly)
 _MAX_GAP = 64 << 10  # selected batches closer than this are read together
 _LONG_MIN = -(1 << 63)
 _LONG_MAX = (1 << 63) - 1
+SWAP_WAIT_S = 30.0  # how long planning waits for a compaction's swap to finish
+
+
+class LogChangedError(KdelayError):
+    """A segment a read planned is not there as planned any more: retention deleted it, or
+    compaction merged it into the segment before, or merged the segment after into it (its
+    records would then be read twice). Run the read again."""
 
 
 # ---------------------------------------------------------------------------- layout
@@ -136,7 +144,9 @@ def plan_segments(parts: list[PartitionDir], bounds: Bounds) -> list[SegmentPlan
     for part in parts:
         if not bounds.keep_partition(part):
             continue
-        bases = segment_bases(part.path)
+        # mid-swap, a listing may show a merged-away segment gone and its successor not
+        # yet in place: records in neither
+        bases = bases_between_swaps(part.path, SWAP_WAIT_S)
         for i, base in enumerate(bases):
             nxt = bases[i + 1] if i + 1 < len(bases) else None
             if bounds.restricts_batches and not _segment_may_match(part.path, base, nxt, bounds):
@@ -207,13 +217,20 @@ class ReadBuffers:
 class SegmentReader:
     """Yields the wanted batches of one segment as Chunks, in file order. A framing error
     (bad magic, impossible length, truncation) ends the segment: it is recorded in
-    `stats.error`/`stats.error_position` and nothing after it is yielded."""
+    `stats.error`/`stats.error_position` and nothing after it is yielded.
+
+    Planned beside a compaction: the segment is read as it is when opened (one descriptor),
+    so one rewritten in place since planning reads whole, without the records compaction
+    removed. One deleted since, or grown by a merge past `next_base` (the next segment
+    planned, whose records another task may read), raises LogChangedError."""
 
     def __init__(self, directory: str, base: int, bounds: Bounds | None = None, *,
                  use_index: bool = True, chunk_bytes: int = CHUNK_BYTES,
-                 check_crc: bool = True, buffers: ReadBuffers | None = None):
+                 check_crc: bool = True, buffers: ReadBuffers | None = None,
+                 next_base: int | None = None):
         self.directory = directory
         self.base = base
+        self.next_base = next_base
         self.path = segment_file(directory, base, LOG_SUFFIX)
         self.bounds = bounds if bounds is not None else Bounds()
         self.use_index = use_index
@@ -223,9 +240,13 @@ class SegmentReader:
         self.buffers = buffers if buffers is not None else ReadBuffers()
 
     def chunks(self) -> Iterator[Chunk]:
-        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise self._changed("was deleted") from None
         try:
             size = os.fstat(fd).st_size
+            self._check_not_merged()
             idx = None
             if self.use_index and self.bounds.restricts_batches:
                 idx = load_dly_index(self.directory, self.base, size)
@@ -243,6 +264,20 @@ class SegmentReader:
                 yield from self._scan(fd, size, self._scan_start(size))
         finally:
             os.close(fd)
+
+    def _changed(self, what: str) -> LogChangedError:
+        return LogChangedError(f"{self.path} {what} since the read was planned (retention or "
+                               f"compaction): the log changed underneath; read it again")
+
+    def _check_not_merged(self) -> None:
+        """Raise LogChangedError if the segment, as opened, holds offsets of the next
+        segment planned (compaction merged that one in since; a swap puts the marker
+        saying so in place before the .log)."""
+        if self.next_base is None:
+            return
+        marker = read_marker(self.directory, self.base)
+        if marker is not None and marker.end_offset > self.next_base:
+            raise self._changed(f"took in the segment {self.next_base} after it")
 
     def _scan_start(self, size: int) -> int:
         """Where a header walk may start: the offset index's entry at or below the lower
@@ -321,6 +356,7 @@ class SegmentReader:
         idx = load_dly_index(self.directory, self.base, size)
         if idx is None:
             return None
+        self._check_not_merged()
         da, base, pos, lod, size = (np.asarray(c).astype(np.int64) for c in idx.disk_columns)
         order = self._wanted(da, base, pos, lod)
         counts = lod[order] + 1

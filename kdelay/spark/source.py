@@ -35,6 +35,12 @@ Pushed filters on `deliver_after` and `offset` (=, <, <=, >, >=, IN) and on `top
 `partition` narrow what is read; every filter is also handed back to Spark, which applies
 it exactly, so pushdown can only change speed, never results. A reader that defines
 `pushFilters` needs `spark.sql.python.filterPushdown.enabled=true`; `register()` sets it.
+
+A log that compaction or retention changes between planning and reading: a segment
+rewritten in place is read as it is then (without the records compaction removed); one
+deleted, or merged with the one planned after it, fails the read with
+scan.LogChangedError (a KdelayError: read again), or in mode batches with `error` asked
+for, becomes that segment's error row.
 """
 
 from __future__ import annotations
@@ -280,7 +286,8 @@ class KdelayReader(DataSourceReader):
             return
         reader = scan.SegmentReader(plan.part.path, plan.base, self.bounds,
                                     use_index=self.use_index,
-                                    check_crc="crc_valid" in self.names, buffers=buffers)
+                                    check_crc="crc_valid" in self.names, buffers=buffers,
+                                    next_base=plan.next_base)
         topic, part = plan.part.topic, plan.part.partition
         # the segment's cancelled offsets, for the column that shows them (either mode's)
         cancelled = read_cancelled(plan.part.path, plan.base) \
@@ -303,14 +310,20 @@ class KdelayReader(DataSourceReader):
                         cancelled=cancelled)
         else:
             full = _arrow_schema(_fields(self.mode, self.with_topic))
-            found = reader.index_batches() if self._from_indexes() else None
-            if found is not None:  # nothing asked for needs the .log: rows from the index
-                yield _index_batch_rows(plan, full, self.with_topic, *found,
-                                        cancelled=cancelled).select(self.names)
-            else:
-                for chunk in reader.chunks():
-                    yield _batch_rows(plan, full, self.with_topic, chunk,
-                                      cancelled).select(self.names)
+            try:
+                found = reader.index_batches() if self._from_indexes() else None
+                if found is not None:  # nothing asked for needs the .log: rows from the index
+                    yield _index_batch_rows(plan, full, self.with_topic, *found,
+                                            cancelled=cancelled).select(self.names)
+                else:
+                    for chunk in reader.chunks():
+                        yield _batch_rows(plan, full, self.with_topic, chunk,
+                                          cancelled).select(self.names)
+            except scan.LogChangedError as e:
+                if "error" not in self.names:
+                    raise
+                # reported as framing errors are (verify reads again when the log moved)
+                reader.stats.error, reader.stats.error_position = str(e), None
             if reader.stats.error is not None and "error" in self.names:
                 yield _error_row(plan, full, self.with_topic, reader.stats).select(self.names)
         if self.stats_dir:

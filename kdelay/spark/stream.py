@@ -29,6 +29,13 @@ Cancelled records are left out: each micro-batch reads the segments' cancellatio
 it was planned, and a cancel publishes the append horizon as an append does (it can only
 take a record due after the clock it reads), so a record it withdraws is never planned.
 
+Beside a compaction. Planning vouches only for a catalogue the directory held still
+around (live.py: a compaction's swap in progress plans nothing new), and a worker that
+finds its planned batches moved, rewritten or merged away reads the rest of its range
+again from the files as they are (range_read.py): the query neither fails nor skips nor
+repeats a record; records compaction removed meanwhile (cancelled, or due longer than
+retention_ms ago) are left out.
+
 Options: `maxRecordsPerPartition` (default 250000): the most records one Spark input
 partition reads; `startingOffsets` "earliest" (default: every record, as it is due) or
 "latest" (only records that come due after the query starts).
@@ -36,32 +43,20 @@ partition reads; `startingOffsets` "earliest" (default: every record, as it is d
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Iterator, Sequence
 
-import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from ..errors import CorruptLogError
-from ..log.batch.entry_check import check_batch
-from ..log.batch.walker import HeaderColumns
-from ..log.cancellation.journal import read_cancelled
-from ..log.segments.layout import LOG_SUFFIX, segment_file
-from ..read_ranges import coalesce
-from . import columnar, scan
-from .live import BatchRef, LivePartition
+from . import scan
+from .live import NO_BOUND, BatchRef, LivePartition, settled, wall_ms
+from .range_read import SETTLE_S, read_range
 
 _BEFORE_ALL = (-1, -1)
 
 
 def part_key(p: scan.PartitionDir) -> str:
     return "" if p.topic is None else f"{p.topic}-{p.partition}"
-
-
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class StreamPartition(InputPartition):
@@ -93,24 +88,24 @@ class KdelayStreamReader(DataSourceStreamReader):
 
     def _refresh(self, start: dict) -> None:
         _, parts = scan.discover(self.path)
-        now = _wall_ms()
+        now = wall_ms()
         for p in parts:
             k = part_key(p)
             live = self._live.get(k)
             if live is None:
                 live = self._live[k] = LivePartition(p, _key(start, k))
-            # a bound never moves back (the wall clock may step backwards)
-            self._bound[k] = max(self._bound.get(k, -1), live.refresh(now))
+            # a bound never moves back (the wall clock may step backwards; a refresh the
+            # directory moved under, a compaction's swap, vouches for none: NO_BOUND)
+            self._bound[k] = max(self._bound.get(k, NO_BOUND), live.refresh(now))
 
     def initialOffset(self) -> dict:
         if self.starting == "earliest":
             return {"partitions": {}}
-        now = _wall_ms()
         _, parts = scan.discover(self.path)
         out = {}
         for p in parts:
-            live = LivePartition(p)
-            out[part_key(p)] = _encode(live.latest(live.refresh(now), _BEFORE_ALL))
+            live, bound = settled(p, _BEFORE_ALL, SETTLE_S)
+            out[part_key(p)] = _encode(live.latest(bound, _BEFORE_ALL))
         return {"partitions": dict(sorted(out.items()))}
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
@@ -165,72 +160,3 @@ def _key(offsets: dict | None, k: str) -> tuple[int, int]:
 
 def _encode(key: tuple[int, int]) -> dict:
     return {"deliver_after": key[0], "offset": key[1]}
-
-
-def read_range(part: scan.PartitionDir, start: tuple[int, int], end: tuple[int, int],
-               batches: list[tuple]) -> Iterator[pa.RecordBatch]:
-    """The records of `batches` (in key order) whose key is in (start, end], as Arrow
-    batches. Each batch is re-read and checked against what planning saw (its index entry:
-    entry_check.check_batch): a log changed underneath raises instead of lying."""
-    topic, pnum = part.topic, part.partition
-    # runs of batches of one segment, each read into one buffer, one after another
-    segments = np.array([b[3] for b in batches], dtype=np.int64)
-    sizes = np.array([b[5] for b in batches], dtype=np.int64)
-    ends = np.cumsum(sizes)  # where each batch ends, packed in buffers
-    other_segment = np.ones(len(batches), dtype=bool)
-    other_segment[1:] = segments[1:] != segments[:-1]
-    fds: dict[int, int] = {}
-    try:
-        for i, j in coalesce(ends - sizes, ends, max_span=scan.CHUNK_BYTES,
-                             apart=other_segment):
-            run = batches[i:j]
-            seg = run[0][3]
-            total = int(ends[j - 1] - ends[i] + sizes[i])
-            path = segment_file(part.path, seg, LOG_SUFFIX)
-            fd = fds.get(seg)
-            if fd is None:
-                try:
-                    fd = fds[seg] = os.open(path, os.O_RDONLY)
-                except FileNotFoundError:
-                    raise CorruptLogError("segment deleted (retention?) before its due "
-                                          "records were read", path, 0) from None
-            buf = bytearray(total)
-            rels, headers, positions = [], [], []
-            rel = 0
-            for da, base, last, _, pos, size in run:
-                got = os.preadv(fd, [memoryview(buf)[rel:rel + size]], pos)
-                # only what was read: a batch cut short is truncated, not zeros
-                h = check_batch(memoryview(buf)[:rel + got], rel,
-                                (da, base, pos, last - base, size), path=path)
-                rels.append(rel)
-                headers.append(h)
-                positions.append(pos)
-                rel += size
-            chunk = columnar.Chunk(buf, HeaderColumns.of(rels, headers),
-                                   np.array(positions, dtype=np.int64), np.ones(len(run), bool))
-            straddles = (run[0][0], run[0][1]) <= start or (run[-1][0], run[-1][2]) > end
-            # read after planning: a cancel that could still take one of these records
-            # would have held the planning bound below it (see append_horizon.py)
-            cancelled = read_cancelled(part.path, seg)
-            for rb in columnar.records_to_arrow(chunk, segment=seg, topic=topic,
-                                                partition=pnum, log_path=path,
-                                                cancelled=cancelled):
-                keep = _in_range(rb, start, end) if straddles else None
-                if len(cancelled):
-                    live = ~rb.column("cancelled").to_numpy(zero_copy_only=False)
-                    keep = live if keep is None else keep & live
-                if keep is not None:
-                    rb = rb.filter(pa.array(keep))
-                if rb.num_rows:
-                    yield rb
-    finally:
-        for fd in fds.values():
-            os.close(fd)
-
-
-def _in_range(rb: pa.RecordBatch, start: tuple[int, int], end: tuple[int, int]):
-    da = rb.column("deliver_after").to_numpy()
-    off = rb.column("offset").to_numpy()
-    after = (da > start[0]) | ((da == start[0]) & (off > start[1]))
-    upto = (da < end[0]) | ((da == end[0]) & (off <= end[1]))
-    return after & upto

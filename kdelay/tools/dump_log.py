@@ -12,9 +12,10 @@ import numpy as np
 from ..errors import KdelayError
 from ..log.batch import codec
 from ..log.batch.offset_continuity import continues
-from ..log.batch.walker import Batch, FramingBreak
+from ..log.batch.walker import Batch, FramingBreak, walk
 from ..log.cancellation.per_batch import cancelled_per_batch
 from ..log.segments.layout import LOG_SUFFIX, SegmentFiles, parse_segment_name
+from ..log.segments.live_tail import in_flight_message
 from . import cancels
 from .formatting import Out, bytes_json, err, fmt_time, iso_or_none, show_bytes
 from .progress import ProgressBar, fmt_size
@@ -23,10 +24,10 @@ from .scanning import (
     InspectError,
     compaction_marker,
     existing,
+    in_flight,
     kind_for_path,
     open_log_file,
     read_index_file,
-    scan_batches,
 )
 
 EXIT_OK, EXIT_PROBLEMS = 0, 1
@@ -101,12 +102,19 @@ def _start_position(path: str, lo: int | None, size: int) -> int:
     return 0 if i < 0 else int(positions[i])
 
 
-def _compacted(path: str, size: int) -> bool:
-    """Was this .log written by compaction (offset gaps between batches expected)?"""
+def _segment(path: str, size: int) -> SegmentFiles | None:
+    """The segment whose .log `path` is (None: a file not named as one)."""
     parsed = parse_segment_name(os.path.basename(path))
     if parsed is None or parsed[1] != LOG_SUFFIX:
+        return None
+    return SegmentFiles(os.path.dirname(os.path.abspath(path)), parsed[0], size)
+
+
+def _compacted(seg: SegmentFiles | None) -> bool:
+    """Was this .log written by compaction (offset gaps between batches expected)? Asked
+    after the .log is open: a compaction's swap puts the marker in place before the .log."""
+    if seg is None:
         return False
-    seg = SegmentFiles(os.path.dirname(os.path.abspath(path)), parsed[0], size)
     end, damaged = compaction_marker(seg)
     return end is not None or damaged
 
@@ -124,11 +132,23 @@ def _grew(path: str, size: int) -> bool:
 def cmd_dump_log(args: argparse.Namespace, out: Out) -> int:
     path = _log_file(args.file)
     lo, hi = args.offsets if args.offsets else (None, None)
-    fd, size = open_log_file(path)
-    os.close(fd)
-    start = _start_position(path, lo, size)
+    # the cancellations first: compaction prunes them only after it has swapped its new
+    # .log in, so they cover the file opened next (and perhaps more)
     gone = _segment_cancelled(path)
-    gaps = _compacted(path, size)
+    # then one descriptor throughout: a compaction that swaps a new .log in meanwhile
+    # leaves this walk reading the file it opened, whole
+    fd, size = open_log_file(path)
+    try:
+        return _dump(args, out, path, fd, size, lo, hi, gone)
+    finally:
+        os.close(fd)
+
+
+def _dump(args: argparse.Namespace, out: Out, path: str, fd: int, size: int,
+          lo: int | None, hi: int | None, gone: np.ndarray) -> int:
+    start = _start_position(path, lo, size)
+    seg = _segment(path, size)
+    gaps = _compacted(seg)
     bar = ProgressBar("dump-log", size - start)
     problems = 0
     batches = records = 0
@@ -140,11 +160,16 @@ def cmd_dump_log(args: argparse.Namespace, out: Out) -> int:
                  + (f", from byte {start} via the offset index" if start else ""))
         out.line(_LOG_COLS)
     try:
-        for item in scan_batches(path, start=start, end=size, keep_data=args.print_data,
-                                     progress=bar):
+        for item in walk(fd, start, size, keep_data=args.print_data, progress=bar):
             if isinstance(item, FramingBreak):
                 if item.resume_at is None and _grew(path, size):
                     break  # the last batch was being appended as we read (a live log)
+                if seg is not None and in_flight(seg, item):
+                    # a live writer is in the middle of writing it (a stalled pwrite)
+                    if not args.json:
+                        out.line(f"{item.position:>12}  .. "
+                                 f"{in_flight_message(item.position, size)}")
+                    break
                 problems += 1
                 bar.close()
                 what = item.describe()

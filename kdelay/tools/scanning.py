@@ -10,7 +10,7 @@ for the next intact batch (log/batch/walker.py's tolerant mode).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,6 +25,7 @@ from ..log.batch.walker import Batch, FramingBreak, Progress, walk
 from ..log.compaction.swap import read_marker
 from ..log.segments import layout
 from ..log.segments.layout import MARKER_SUFFIX, SegmentFiles
+from ..log.segments.live_tail import append_in_flight
 
 # ---------------------------------------------------------------------------- index kinds
 
@@ -224,6 +225,13 @@ def compaction_marker(seg: SegmentFiles) -> tuple[int | None, bool]:
     return (None, True) if marker is None else (marker.end_offset, False)
 
 
+def in_flight(seg: SegmentFiles, brk: FramingBreak) -> bool:
+    """Is this framing break, the last of a walk of `seg`, the batch a live writer is
+    appending right now rather than damage (live_tail.append_in_flight)?"""
+    return brk.resume_at is None and append_in_flight(seg.directory, seg.base_offset,
+                                                      brk.position, brk.file_size)
+
+
 def expected_dly_columns(batches: list[Batch]) -> list[np.ndarray]:
     """The DeliverAfterIndex the engine would build from these batches."""
     return DeliverAfterIndex.from_entries(0, [b.entry() for b in batches]).columns()
@@ -276,43 +284,52 @@ class VerifyReport:
 _SUBDIRS = ("", "groups")
 
 
-def fingerprint(directory: str) -> frozenset:
-    """What a writer changes in a partition directory: every file's name, inode, size and
-    mtime (the directory itself and its groups/ subdirectory). Equal before and after a
+def fingerprint(directories: Sequence[str]) -> frozenset:
+    """What a writer changes in partition directories: every file's name, inode, size and
+    mtime (each directory itself and its groups/ subdirectory). Equal before and after a
     check: nothing moved while it read."""
     out = set()
-    for sub in _SUBDIRS:
-        try:
-            with os.scandir(os.path.join(directory, sub)) as it:
-                for e in it:
-                    try:
-                        st = e.stat()
-                    except FileNotFoundError:
-                        continue
-                    out.add((sub, e.name, st.st_ino, st.st_size, st.st_mtime_ns))
-        except (FileNotFoundError, NotADirectoryError):
-            continue
+    for directory in directories:
+        for sub in _SUBDIRS:
+            try:
+                with os.scandir(os.path.join(directory, sub)) as it:
+                    for e in it:
+                        try:
+                            st = e.stat()
+                        except FileNotFoundError:
+                            continue
+                        out.add((directory, sub, e.name, st.st_ino, st.st_size,
+                                 st.st_mtime_ns))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
     return frozenset(out)
 
 
-def settle(directory: str, run: Callable[[bool], object],
+def in_motion(message: str) -> str:
+    """How a check reports, as information, a problem `settle` did not find every time."""
+    return f"in motion (changed while checked; not seen again): {message}"
+
+
+def settle(directories: str | Sequence[str], run: Callable[[bool], object],
            problems: Callable[[object], set], attempts: int = 3) -> tuple[object, set]:
-    """Run a read-only check of `directory` (`run(first)`) so that a live log (another
-    process appending, rolling, applying retention, committing) is not reported damaged
-    for what is merely in motion. A check that finds nothing, or during which nothing in
-    the directory changed, is the answer. Otherwise it runs again (up to `attempts`), and
-    only problems found by every run count: real damage stays where it is, while what a
-    check saw half-done (a file deleted between listing and reading, an index persisted
-    mid-check) is gone or elsewhere the next time. Returns the last run's result and the
-    problems that count. Costs one run on a still log."""
+    """Run a read-only check of `directories` (one, or several: `run(first)`) so that a
+    live log (another process appending, rolling, applying retention, compacting,
+    committing) is not reported damaged for what is merely in motion. A check that finds
+    nothing, or during which nothing in the directories changed, is the answer. Otherwise
+    it runs again (up to `attempts`), and only problems found by every run count: real
+    damage stays where it is, while what a check saw half-done (a file deleted between
+    listing and reading, an index persisted mid-check, a segment compaction swapped in)
+    is gone or elsewhere the next time. Returns the last run's result and the problems
+    that count. Costs one run on a still log."""
+    dirs = [directories] if isinstance(directories, str) else list(directories)
     found: set = set()
     persistent: set | None = None
     result: object = None
     for i in range(attempts):
-        before = fingerprint(directory)
+        before = fingerprint(dirs)
         result = run(i == 0)
         found = problems(result)
-        if not found or fingerprint(directory) == before:
+        if not found or fingerprint(dirs) == before:
             return result, found
         persistent = found if persistent is None else persistent & found
     return result, persistent or set()

@@ -30,6 +30,7 @@ from .scanning import (
     KINDS,
     InspectError,
     existing,
+    in_flight,
     list_segments,
     partition_dirs,
     read_index_file,
@@ -72,7 +73,8 @@ def summarize_segment(seg: SegmentFiles, progress: Progress | None = None) -> Se
     da = np.array([b.header.deliver_after for b in scan.batches], dtype=np.int64)
     base = np.array([b.base_offset for b in scan.batches], dtype=np.int64)
     lod = np.array([b.header.last_offset_delta for b in scan.batches], dtype=np.int64)
-    return SegmentSummary(seg, da, base, lod, False, scan.next_offset(), bool(scan.breaks))
+    damaged = any(not in_flight(seg, b) for b in scan.breaks)
+    return SegmentSummary(seg, da, base, lod, False, scan.next_offset(), damaged)
 
 
 def partition_stats(directory: str, now: int, progress: Progress | None = None) -> dict:

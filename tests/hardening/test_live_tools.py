@@ -11,7 +11,6 @@ every command's exit code agrees with what it printed.
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import random
@@ -20,14 +19,10 @@ import sys
 import time
 
 import pytest
+from conftest import run_cli
 
-import kdelay
 from kdelay import Log, LogConfig, Record
-
-try:  # the command line's entry point, wherever the package keeps it
-    from kdelay.tools.cli import main as cli_main
-except ImportError:  # pragma: no cover - before the restructure
-    from kdelay.cli import main as cli_main
+from kdelay.testing.processes import child_env
 
 T0 = 1_700_000_000_000
 RUN_SECONDS = 3.0
@@ -63,27 +58,11 @@ with Log.open(path, config=cfg) as log:
 """
 
 
-def run_cli(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = cli_main(list(argv))
-    return rc, out.getvalue(), err.getvalue()
-
-
-def _env() -> dict[str, str]:
-    """The environment of a writer process: this checkout's kdelay first on the path."""
-    env = dict(os.environ)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(kdelay.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join([here] + ([env["PYTHONPATH"]]
-                                                  if env.get("PYTHONPATH") else []))
-    return env
-
-
 @pytest.fixture
 def live_log(tmp_path):
     path = str(tmp_path / "live-0")
     stop = str(tmp_path / "stop")
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, path, stop], env=_env(),
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, path, stop], env=child_env(),
                             stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60
@@ -186,7 +165,7 @@ class Stepper:
     request, so the moves can be interleaved with every file access of a command."""
 
     def __init__(self, path: str):
-        self.proc = subprocess.Popen([sys.executable, "-c", STEPPER, path], env=_env(),
+        self.proc = subprocess.Popen([sys.executable, "-c", STEPPER, path], env=child_env(),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.steps = 0
 

@@ -14,6 +14,7 @@ skip_module_without_spark_libraries()
 
 from kdelay import Log, LogConfig, Record, Topic  # noqa: E402
 from kdelay.log.batch import codec  # noqa: E402
+from kdelay.log.segments.layout import segment_bases  # noqa: E402
 from kdelay.spark import BATCH_COLUMNS, columnar, scan  # noqa: E402
 from kdelay.spark.cli import human_ms, pick_window  # noqa: E402
 
@@ -41,7 +42,7 @@ def log_path(tmp_path_factory) -> str:
 def test_columnar_subset_equals_the_full_decode(log_path):
     """Any column subset gives exactly the full decode's columns; payload columns not asked
     for are never built (a batch whose records cannot decode still yields header columns)."""
-    for base in scan.segment_bases(log_path):
+    for base in segment_bases(log_path):
         for ch in scan.SegmentReader(log_path, base).chunks():
             full = columnar.records_to_arrow(ch, segment=base)
             for cols in (["offset", "deliver_after"], ["value"], ["key", "crc_valid"],
@@ -186,7 +187,7 @@ class TestReadingLess:
         assert df.columns == list(BATCH_COLUMNS)
         rows = df.collect()
         want = []
-        for base in scan.segment_bases(log_path):
+        for base in segment_bases(log_path):
             for ch in scan.SegmentReader(log_path, base).chunks():
                 h = ch.batches
                 want += zip([base] * len(h), h.base_offset.tolist(),

@@ -3,6 +3,7 @@ Structured Streaming queries against a log another process is appending to."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from conftest import have_spark, skip_module_without_spark_libraries
 from kdelay import CorruptLogError, Log, LogConfig, Record
 from kdelay.log.segments import append_horizon
 from kdelay.log.segments.layout import segment_file
+from kdelay.testing.processes import started
 
 skip_module_without_spark_libraries()
 
@@ -282,6 +284,45 @@ def _engine_keys(path: str) -> list[tuple[int, int]]:
             off = got[-1].offset + 1
 
 
+@contextlib.contextmanager
+def _streaming(spark, tmp_path):
+    """(log directory, micro-batches so far) of a query running on a log with one record
+    (already out), triggered every 100 ms; stopped on leaving."""
+    path = str(tmp_path / "live")
+    with Log.open(path) as log:
+        log.append([Record(b"first")])
+    sink: list = []
+    q = (spark.readStream.format("kdelay").load(path).writeStream
+         .foreachBatch(_collector(sink)).trigger(processingTime="100 milliseconds")
+         .option("checkpointLocation", str(tmp_path / "ck")).start())
+    try:
+        assert _wait(lambda: sink, 120)  # the query runs: now race it
+        yield path, sink
+        time.sleep(0.5)  # a straggling duplicate would show up in the next batches
+    finally:
+        q.stop()
+    assert q.exception() is None
+
+
+def _write(path: str, *args: str) -> str:
+    """Run kdelay.testing.live_writer on `path` to its end; its output after `open`."""
+    with started("kdelay.testing.live_writer", path, *args, ready="open") as writer:
+        out, err = writer.communicate(timeout=120)
+    assert writer.returncode == 0, out + err
+    return out
+
+
+def _in_key_order(sink: list) -> None:
+    """Each micro-batch in (deliver_after, offset) order, and after the one before."""
+    prev = (-1, -1)
+    for _, _, rows in sink:
+        ordered = [(da, off) for off, da in rows]
+        assert ordered == sorted(ordered)
+        if ordered:
+            assert ordered[0] > prev
+            prev = ordered[-1]
+
+
 @pytest.mark.spark
 @pytest.mark.skipif(not have_spark(), reason="pyspark or Java not available")
 class TestStream:
@@ -289,43 +330,37 @@ class TestStream:
         """A writer process appends for a few seconds (most batches due at their append
         time) while a query streams due records: every record arrives exactly once, in
         (deliver_after, offset) order, never before it is due."""
-        path = str(tmp_path / "live")
-        with Log.open(path) as log:
-            log.append([Record(b"first")])
-        sink: list = []
-        q = (spark.readStream.format("kdelay").load(path).writeStream
-             .foreachBatch(_collector(sink)).trigger(processingTime="100 milliseconds")
-             .option("checkpointLocation", str(tmp_path / "ck")).start())
-        try:
-            assert _wait(lambda: sink, 120)  # the query runs: now race it
-            writer = subprocess.Popen(
-                [sys.executable, "-m", "kdelay.testing.live_writer", path, "6", "7"],
-                stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=os.getcwd()))
-            out, _ = writer.communicate(timeout=120)
-            assert writer.returncode == 0, out
-            total = int(out.split("done ")[1])
+        with _streaming(spark, tmp_path) as (path, sink):
+            total = int(_write(path, "6", "7").split("done ")[1])
             assert total > 500
             assert _wait(lambda: sum(len(r) for _, _, r in sink) >= total, 90)
-            time.sleep(0.5)  # a straggling duplicate would show up in the next batches
-        finally:
-            q.stop()
         keys = _engine_keys(path)
         got = [row for _, _, rows in sink for row in rows]
         assert sorted(got) == sorted(keys)  # exactly once
-        prev = (-1, -1)
-        for _, seen_at, rows in sink:
-            ordered = [(da, off) for off, da in rows]
-            assert ordered == sorted(ordered)
-            if ordered:
-                assert ordered[0] > prev  # micro-batches follow each other in key order
-                prev = ordered[-1]
-                assert all(da <= seen_at for da, _ in ordered)  # never early
+        _in_key_order(sink)
+        assert all(da <= seen_at for _, seen_at, rows in sink for _, da in rows)  # never early
         assert len(sink) > 5  # the writer really raced many micro-batches
         lat = sorted(seen_at - da for _, seen_at, rows in sink[1:] for _, da in rows)
         with capsys.disabled():
             print(f"\n  stream: {len(got)} records in {len(sink)} micro-batches; latency "
                   f"due->out p50 {lat[len(lat) // 2]} ms, p99 {lat[len(lat) * 99 // 100]} ms, "
                   f"max {lat[-1]} ms")
+
+    def test_stream_races_a_compacting_writer(self, spark, tmp_path):
+        """The writer process also cancels records and compacts every 50 ms, rewriting
+        sealed segments between the planning and the reading of micro-batches: the query
+        neither dies nor skips nor repeats a record (issue 26, point 6)."""
+        with _streaming(spark, tmp_path) as (path, sink):
+            out = _write(path, "5", "11", "compact")
+            assert int(out.split("compacted ")[1].split()[0]) >= 10
+            time.sleep(1.6)  # the last records come due
+            with Log.open(path) as log:  # every due record the engine holds, uncancelled
+                want = [(r.offset, r.deliver_after) for r in
+                        log.fetch(None, max_records=1 << 20, max_bytes=1 << 30).records]
+            assert _wait(lambda: sum(len(r) for _, _, r in sink) >= len(want), 90)
+        got = [row for _, _, rows in sink for row in rows]
+        assert sorted(got) == sorted(want) and len(got) == len(set(got))  # exactly once
+        _in_key_order(sink)
 
     def test_restart_from_checkpoint(self, spark, tmp_path):
         """Stop a query, append more (some due later), restart it from its checkpoint:

@@ -13,6 +13,7 @@ skip_module_without_spark_libraries()
 
 from kdelay import Log  # noqa: E402
 from kdelay.clients.partitioner import partition_for_key  # noqa: E402
+from kdelay.log.segments.layout import segment_bases  # noqa: E402
 from kdelay.spark import scan  # noqa: E402
 
 T0 = 1_700_000_000_000
@@ -40,7 +41,7 @@ def _fetch_all(path: str) -> list:
 def _batch_sizes(path: str) -> list[tuple[int, int]]:
     """(deliver_after, record count) of every batch, in file order."""
     out = []
-    for base in scan.segment_bases(path):
+    for base in segment_bases(path):
         for c in scan.SegmentReader(path, base).chunks():
             out += zip(c.batches.deliver_after.tolist(), c.batches.record_count.tolist(),
                        strict=True)
@@ -191,11 +192,11 @@ def test_failed_job_leaves_no_partial_batch(spark, tmp_path):
     df = spark.range(0, 2000, numPartitions=2).select(boom("id").alias("value"))
     with pytest.raises(Exception, match="boom"):
         df.write.format("kdelay").mode("append").option("batch_records", "64").save(path)
-    if os.path.isdir(path) and scan.segment_bases(path):
+    if os.path.isdir(path) and segment_bases(path):
         values = [r.value for r in _fetch_all(path)]
         # only the first task's rows can be there, and then all of them
         assert sorted(values) in ([], sorted(b"%d" % i for i in range(1000)))
-        for base in scan.segment_bases(path):
+        for base in segment_bases(path):
             reader = scan.SegmentReader(path, base)
             assert all(c.crc_ok.all() for c in reader.chunks())
             assert reader.stats.error is None
@@ -212,4 +213,4 @@ def test_bad_input_is_refused(spark, tmp_path):
     with pytest.raises(Exception, match="deliver_after"):
         spark.createDataFrame([(b"v", -5)], "value binary, deliver_after bigint").write \
             .format("kdelay").mode("append").save(path)
-    assert not scan.segment_bases(path) if os.path.isdir(path) else True
+    assert not segment_bases(path) if os.path.isdir(path) else True

@@ -1,0 +1,42 @@
+"""Child processes of the test-suite: writers to race, stall or kill (live_writer,
+stalled_writer, soak_writer), running this checkout's kdelay."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import kdelay
+
+
+def child_env() -> dict[str, str]:
+    """The environment for a child process: this checkout's kdelay first on the path
+    (whatever the venv has installed), no KDELAY_ settings of the parent's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KDELAY_")}
+    here = os.path.dirname(os.path.dirname(os.path.abspath(kdelay.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([here] + ([env["PYTHONPATH"]]
+                                                  if env.get("PYTHONPATH") else []))
+    return env
+
+
+@contextlib.contextmanager
+def started(module: str, *args: str, ready: str) -> Iterator[subprocess.Popen]:
+    """`python -m module args...` once it has printed a line starting with `ready` (its
+    stdout is a text pipe to read on from there); killed if still running, and reaped,
+    on leaving."""
+    proc = subprocess.Popen([sys.executable, "-m", module, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=child_env())
+    try:
+        line = proc.stdout.readline()
+        if not line.startswith(ready):
+            proc.kill()
+            raise AssertionError(f"{module} did not get going: {line!r} "
+                                 f"{proc.communicate()[1][-2000:]}")
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
