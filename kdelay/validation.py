@@ -233,6 +233,19 @@ def record_columns(records: Sequence[Record]) -> BatchColumns:
     return _checked(values, keys, headers, timestamps, das)
 
 
+def record_fields(value: object, key: object, headers: object, timestamp: object,
+                  deliver_after: object) -> tuple[tuple[Header, ...], int | None, int | None]:
+    """One record checked by the rules `record_columns` applies to each record of a batch,
+    without building the batch (a Producer's `send`): returns its headers as a tuple (a
+    list changed later changes nothing), its timestamp and deliverAfter (plain ints or
+    None). Raises InvalidRecordError."""
+    if type(value) in _BYTES_OR_NONE and type(key) in _BYTES_OR_NONE and not headers \
+            and timestamp is None and deliver_after is None:
+        return (), None, None  # the common shape, which the rules accept as it is
+    cols = _checked((value,), (key,), (headers,), (timestamp,), (deliver_after,))
+    return tuple(headers or ()), cols.timestamps[0], cols.deliver_afters[0]
+
+
 def batch_columns(values: Sequence | PackedBinary, keys: Sequence | PackedBinary | None = None,
                   timestamps: Sequence | np.ndarray | None = None) -> BatchColumns:
     """Validate a batch given as columns (as `record_columns` does records): `values`
