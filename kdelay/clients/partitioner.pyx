@@ -10,6 +10,7 @@ Compiled (Cython): a Producer hashes the key of every record it is sent, and in 
 the hash of a 16-byte key cost more than the rest of a send's bookkeeping.
 """
 
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.stdint cimport uint8_t, uint32_t
 
 __all__ = ["murmur2", "partition_for_key", "to_positive"]
@@ -19,8 +20,8 @@ cdef uint32_t _M = 0x5BD1E995
 cdef int _R = 24
 
 
-cdef uint32_t _murmur2(const uint8_t[::1] data) noexcept:
-    cdef Py_ssize_t length = data.shape[0], n4 = length >> 2, i
+cdef uint32_t _murmur2(const uint8_t *data, Py_ssize_t length) noexcept:
+    cdef Py_ssize_t n4 = length >> 2, i
     cdef uint32_t h = _SEED ^ <uint32_t>length, k
     for i in range(n4):  # uint32_t arithmetic wraps as Java's int does
         k = (data[4 * i] | (<uint32_t>data[4 * i + 1] << 8) | (<uint32_t>data[4 * i + 2] << 16)
@@ -44,10 +45,18 @@ cdef uint32_t _murmur2(const uint8_t[::1] data) noexcept:
     return h
 
 
+cdef uint32_t _murmur2_of(data) except? 0:
+    """Of bytes directly (a Producer's keys); of any other buffer of bytes through a view."""
+    if type(data) is bytes:
+        return _murmur2(<const uint8_t *>PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
+    cdef const uint8_t[::1] view = data
+    return _murmur2(&view[0] if view.shape[0] else NULL, view.shape[0])
+
+
 def murmur2(data) -> int:
     """MurmurHash2 of `data` (bytes or any buffer of bytes) exactly as Kafka computes it, as
     an unsigned 32-bit int."""
-    return _murmur2(data)
+    return _murmur2_of(data)
 
 
 def to_positive(n: int) -> int:
@@ -60,4 +69,4 @@ def partition_for_key(key, num_partitions: int) -> int:
     any buffer of bytes)."""
     if num_partitions <= 0:
         raise ValueError(f"num_partitions must be > 0, got {num_partitions}")
-    return (_murmur2(key) & 0x7FFFFFFF) % num_partitions
+    return (_murmur2_of(key) & 0x7FFFFFFF) % num_partitions
