@@ -418,6 +418,8 @@ def deliver_after_for_delay(deliver_after: object, delay_ms: object, now: int, *
     a non-negative int, or one that takes the time past 2**63 - 1, raises `error`."""
     if deliver_after is not None:
         raise error("give deliver_after or delay_ms, not both")
+    if type(delay_ms) is int and 0 <= delay_ms <= MAX_INT64 - now:  # per record: one test
+        return now + delay_ms
     delay = as_int(delay_ms, "delay_ms", error=error)
     if delay > MAX_INT64 - now:
         raise error(f"delay_ms={delay} takes the deliverAfter past {MAX_INT64}")
