@@ -1,0 +1,249 @@
+# cython: language_level=3
+"""A Producer's records between `send` and the append: every partition's open batches
+(accumulator.pyx), the sealed batches waiting for the sender thread, and the counts that
+flush, close and back-pressure wait on. One lock guards it all; the sender never holds it
+while it appends, and `send` holds it only to put the record in its batch.
+
+`send` runs on the caller's thread and does no I/O: it checks the record by log.append's
+rules (validation.record_fields; the log's deliverAfter and size limits), picks its
+partition, stamps it with that partition's log clock (Log.now() takes no lock of the log's
+that an append holds), and puts it in its batch with a Future (record_future.pyx). A batch
+is sealed when full, on flush()/close(), or when `buffer_records` records are waiting
+(then every open batch is, oldest first, and `send` blocks until there is room); the
+sender seals the batches whose first record has waited `linger_ms` (monotonic time) and
+takes the sealed ones in sealing order. docs/producer.md argues the choices.
+
+Compiled (Cython): `send` runs once per record on the caller's thread, and with 4 threads
+sending, its Python-level glue (the calls and branches between the checks, which stay
+validation's) cost as much as the checks themselves.
+"""
+
+import threading
+from collections import deque
+from time import monotonic
+
+from ..errors import InvalidRecordError, KdelayError
+from ..log.batch.builder import build_batch
+from ..log.batch.codec import HEADER_SIZE
+from ..validation import (
+    BatchColumns,
+    as_int,
+    check_delay_limit,
+    deliver_after_for_delay,
+    record_fields,
+    requested_deliver_after,
+)
+from .accumulator cimport PartitionAccumulator
+
+from .accumulator import record_bytes
+from .partitioner import partition_for_key
+from .record_future import RecordFuture
+
+__all__ = ["RecordBuffer"]
+
+
+cdef class _Partition:
+    """One partition's log and open batches, and what `send` checks against its config."""
+
+    cdef readonly object log, config
+    cdef readonly PartitionAccumulator accumulator
+    cdef object alone_above  # a record's record_bytes above this: sized by the log itself
+    cdef bint checks_due     # whether _check_due can refuse anything here
+
+    def __init__(self, int partition, log, limits):
+        self.log = log
+        self.config = log.config
+        self.accumulator = PartitionAccumulator(partition, limits)
+        self.alone_above = self.config.max_batch_bytes - HEADER_SIZE
+        # with delayed delivery on and no delay limit, the log takes any deliverAfter that
+        # record_fields or deliver_after_for_delay passed: no call per record to say so
+        self.checks_due = (not self.config.delayed_delivery_enable
+                           or self.config.max_delivery_delay_ms != 0)
+
+
+def _opening_time(batch) -> float:
+    return batch.opened_at
+
+
+cdef class RecordBuffer:
+    """`send` for the callers; `next_batches`/`finished` for the sender thread;
+    `flush`/`close` for the Producer. `sender` is the sender thread (set before it
+    starts): a send from a future's callback, which runs there, never waits for room."""
+
+    cdef list _parts
+    cdef object _topic
+    cdef Py_ssize_t _buffer_records
+    cdef object _lock, _work, _done
+    cdef object _ready           # sealed batches, in sealing order
+    cdef Py_ssize_t _sticky      # where keyless records go (read without the lock)
+    cdef Py_ssize_t _sealed      # batches ever sealed
+    cdef Py_ssize_t _finished    # of those, appended or failed (in sealing order)
+    cdef Py_ssize_t _waiting     # records sent and not yet resolved
+    cdef bint _sender_idle       # the sender sleeps with no linger deadline
+    cdef bint _closed, _stopping
+    cdef public object sender
+
+    def __init__(self, list logs, list limits, topic, Py_ssize_t buffer_records):
+        self._parts = [_Partition(i, log, lim) for i, (log, lim) in enumerate(zip(logs, limits))]
+        self._topic = topic
+        self._buffer_records = buffer_records
+        self._sticky = 0 if topic is None else topic.partition_for(None)
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)  # the sender waits for batches
+        self._done = threading.Condition(self._lock)  # flush and full buffers wait
+        self._ready = deque()
+        self._sealed = self._finished = self._waiting = 0
+        self._sender_idle = True
+        self._closed = self._stopping = False
+        self.sender = None
+
+    # ------------------------------------------------------------------ sending
+
+    def send(self, value, key, headers, timestamp, deliver_after, delay_ms, partition):
+        """Producer.send: check one record, put it in its batch; returns its future."""
+        if self._closed:
+            raise KdelayError("the producer is closed")
+        headers, timestamp, deliver_after = record_fields(value, key, headers, timestamp,
+                                                          deliver_after)
+        cdef _Partition part = self._parts[self._partition_of(partition, key)]
+        now = part.log.now()
+        if delay_ms is not None:
+            deliver_after = deliver_after_for_delay(deliver_after, delay_ms, now)
+        stamp = now if timestamp is None else timestamp
+        cdef bint asked = deliver_after is not None
+        if asked:
+            if part.checks_due:
+                _check_due(part, deliver_after, stamp)
+            requested = deliver_after
+        else:
+            requested = now  # due at once: grouped with what is due now
+        size = record_bytes(value, key, headers)
+        if size > part.alone_above:
+            size = _alone(value, key, headers, stamp, deliver_after, part.config)
+        with self._lock:
+            if self._closed:
+                raise KdelayError("the producer is closed")
+            if self._waiting >= self._buffer_records:
+                self._wait_for_room()
+            future, sealed = part.accumulator.add(value, key, headers, stamp, requested,
+                                                  asked, size, monotonic(), RecordFuture)
+            self._waiting += 1
+            if sealed:
+                self._seal(sealed)
+            elif self._sender_idle:  # a first open batch: the sender must time its linger
+                self._sender_idle = False
+                self._work.notify()
+        return future
+
+    cdef Py_ssize_t _partition_of(self, partition, key) except -1:
+        if partition is not None:
+            return as_int(partition, "partition", hi=len(self._parts) - 1,
+                          error=InvalidRecordError)
+        if self._topic is None:
+            return 0
+        if key is None:
+            return self._sticky  # read without the lock: a stale value is as good
+        return partition_for_key(key, len(self._parts))  # the topic's rule for a key
+
+    cdef _wait_for_room(self):
+        """With `buffer_records` waiting: seal every open batch (the sender appends them
+        oldest first) and wait until there is room. A future's callback runs on the sender
+        thread and must not wait for it: it goes over the buffer instead."""
+        if threading.current_thread() is self.sender:
+            return
+        while self._waiting >= self._buffer_records:
+            self._seal_open()
+            self._done.wait()
+            if self._closed:
+                raise KdelayError("the producer is closed")
+
+    cdef _seal(self, list batches):
+        """Hand sealed batches to the sender; keyless records move on from a partition
+        whose batch is sealed (Kafka's sticky partitioner)."""
+        self._ready.extend(batches)
+        self._sealed += len(batches)
+        if self._topic is not None and any(b.partition == self._sticky for b in batches):
+            self._sticky = self._topic.partition_for(None)
+        self._work.notify()
+
+    cdef _seal_open(self):
+        cdef list batches = [b for part in self._parts
+                             for b in (<_Partition>part).accumulator.seal_all()]
+        if batches:
+            batches.sort(key=_opening_time)
+            self._seal(batches)
+
+    # ------------------------------------------------------------------ flush / close
+
+    def flush(self) -> None:
+        """Return once every record sent before the call is appended or failed."""
+        with self._lock:
+            self._seal_open()
+            self._wait_finished()
+
+    def close(self) -> None:
+        """Refuse further sends, flush, and tell the sender to stop."""
+        with self._lock:
+            self._closed = True
+            self._done.notify_all()  # sends blocked on a full buffer give up
+            self._seal_open()
+            self._wait_finished()
+            self._stopping = True
+            self._work.notify()
+
+    cdef _wait_finished(self):
+        cdef Py_ssize_t target = self._sealed
+        while self._finished < target:
+            self._done.wait()
+
+    # ------------------------------------------------------------------ the sender
+
+    def next_batches(self, double linger_s) -> list:
+        """Wait for sealed batches, sealing those whose linger is up meanwhile, and take
+        them all; [] once stopping with nothing left."""
+        cdef list lingered, opened
+        with self._lock:
+            while True:
+                cutoff = monotonic() - linger_s
+                lingered = [b for part in self._parts for b in
+                            (<_Partition>part).accumulator.seal_opened_before(cutoff)]
+                if lingered:
+                    lingered.sort(key=_opening_time)
+                    self._seal(lingered)
+                if self._ready:
+                    batches = list(self._ready)
+                    self._ready.clear()
+                    return batches
+                if self._stopping:
+                    return []
+                opened = [t for part in self._parts
+                          if (t := (<_Partition>part).accumulator.oldest_opened()) is not None]
+                self._sender_idle = not opened
+                self._work.wait(None if not opened else
+                                max(0.0, min(opened) + linger_s - monotonic()))
+
+    def finished(self, list batches) -> None:
+        """The sender appended (or failed) `batches`: their records stop counting."""
+        with self._lock:
+            self._waiting -= sum(map(len, batches))
+            self._finished += len(batches)
+            self._done.notify_all()
+
+    def log_of(self, Py_ssize_t partition):
+        return (<_Partition>self._parts[partition]).log
+
+
+def _check_due(_Partition part, requested, stamp) -> None:
+    """The log's rules for a record's deliverAfter, as for this record alone."""
+    config = part.config
+    requested_deliver_after((requested,), None, path=part.log.path,
+                            delayed_delivery_enable=config.delayed_delivery_enable)
+    check_delay_limit(config.max_delivery_delay_ms, requested, None, stamp)
+
+
+def _alone(value, key, headers, stamp, deliver_after, config):
+    """Near max_batch_bytes the codec's bound is loose: build the record's batch as the log
+    would (raising what log.append would refuse it with); it then fills a batch alone."""
+    build_batch(BatchColumns((value,), (key,), (headers,), (stamp,), (None,)),
+                base_offset=0, now=stamp, requested=deliver_after, config=config)
+    return config.max_batch_bytes

@@ -1,0 +1,115 @@
+# cython: language_level=3
+"""The futures a Producer's `send` returns: real `concurrent.futures.Future`s, made and
+resolved for a fraction of what Future's own methods cost per record.
+
+A caller typically keeps every future it was given, so the garbage collector's full passes
+walk them all, again and again while they accumulate: those passes cost as much as the
+rest of a send. So a record's future is as few objects for the collector as a Future can
+be:
+- the futures of a batch share their batch's Condition (a Future makes its own: a lock, a
+  deque, bound methods). The sender resolves them all while holding it, so a waiter
+  (Future.result waits once, without a loop) only wakes once its own future is done;
+- a future's two lists (waiters, callbacks) start empty and untracked by the collector:
+  referring to nothing, they can be in no cycle. Only Future's own methods add to them,
+  and resolution hands each list that holds anything back to the collector (a pending
+  future is held by its batch, so nothing it refers to can become garbage before then; a
+  waiter that concurrent.futures.wait adds to a resolved future is removed again);
+- a RecordMetadata holds four ints: untracked at once, as the collector would find it.
+
+Making and resolving them sets Future's own attributes directly, as Future.__init__ and
+Future.set_result do, but once per batch for the Condition and the wake-up:
+tests/clients/test_producer.py holds both to what a plain Future looks like, so a Python
+whose Future changes fails there, not in use.
+"""
+
+from concurrent.futures import Future
+
+from ..records import RecordMetadata
+
+__all__ = ["RecordFuture", "fail", "resolve"]
+
+
+cdef extern from "Python.h":
+    void PyObject_GC_Track(void *op)
+    void PyObject_GC_UnTrack(void *op)
+    int PyObject_GC_IsTracked(object op)
+
+
+def _states() -> tuple:
+    """Future's own values of `_state` for a new and a finished future."""
+    future = Future()
+    pending = future._state
+    future.set_result(None)
+    return pending, future._state
+
+
+_PENDING, _FINISHED = _states()
+_new_tuple = tuple.__new__  # a NamedTuple without its Python-level __new__
+
+
+cdef list _untracked_list():
+    cdef list empty = []
+    PyObject_GC_UnTrack(<void *>empty)
+    return empty
+
+
+cdef void _track_if_used(list items) noexcept:
+    if items and not PyObject_GC_IsTracked(items):
+        PyObject_GC_Track(<void *>items)
+
+
+class RecordFuture(Future):
+    """The Future of one sent record of `batch` (accumulator.Batch), sharing its
+    Condition."""
+
+    def __init__(self, batch):
+        # Future.__init__'s attributes, without the Condition it would make first
+        self._condition = batch.condition
+        self._state = _PENDING
+        self._result = None
+        self._exception = None
+        self._waiters = _untracked_list()
+        self._done_callbacks = _untracked_list()
+
+    def cancel(self) -> bool:
+        """A sent record cannot be taken back (its batch may be on its way to disk)."""
+        return False
+
+
+def resolve(list futures, condition, partition, base, due, list stamps) -> None:
+    """Resolve a batch's futures (`condition` theirs) with RecordMetadata(partition,
+    base + i, due, stamps[i]), as Future.set_result would, then run their callbacks. Only
+    the sender resolves, and a RecordFuture cannot be cancelled: none is done already."""
+    cdef Py_ssize_t i
+    with condition:
+        for i in range(len(futures)):
+            future = futures[i]
+            meta = _new_tuple(RecordMetadata, (partition, base + i, due, stamps[i]))
+            PyObject_GC_UnTrack(<void *>meta)
+            future._result = meta
+            future._state = _FINISHED
+            for waiter in future._waiters:  # concurrent.futures.wait / as_completed
+                waiter.add_result(future)
+        condition.notify_all()
+    _after_resolving(futures)
+
+
+def fail(list futures, condition, exception: BaseException) -> None:
+    """Resolve a batch's futures with `exception`, as Future.set_exception would."""
+    with condition:
+        for future in futures:
+            future._exception = exception
+            future._state = _FINISHED
+            for waiter in future._waiters:
+                waiter.add_exception(future)
+        condition.notify_all()
+    _after_resolving(futures)
+
+
+cdef _after_resolving(list futures):
+    for future in futures:
+        _track_if_used(future._waiters)
+        callbacks = future._done_callbacks
+        if callbacks:
+            _track_if_used(callbacks)
+            future._invoke_callbacks()
