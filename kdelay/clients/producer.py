@@ -121,9 +121,12 @@ class Producer:
         except BaseException as e:  # every future must resolve; a simulated crash
             # (kdelay.testing.faults) is a BaseException and fails the batch too
             fail(batch.tickets, batch.condition, e)
-            return
-        resolve(batch.tickets, batch.condition, batch.partition, result.base_offset,
-                result.deliver_after, batch.stamps)
+        else:
+            resolve(batch.tickets, batch.condition, batch.partition, result.base_offset,
+                    result.deliver_after, batch.stamps)
+        # the futures are the callers' now: a future nobody holds goes at once, rather
+        # than with the sender's batches, which outlive the collector's young passes
+        batch.tickets.clear()
 
 
 def _setting(value: object, name: str, lo: int) -> int:

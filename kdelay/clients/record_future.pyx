@@ -2,18 +2,19 @@
 """The futures a Producer's `send` returns: real `concurrent.futures.Future`s, made and
 resolved for a fraction of what Future's own methods cost per record.
 
-A caller typically keeps every future it was given, so the garbage collector's full passes
-walk them all, again and again while they accumulate: those passes cost as much as the
-rest of a send. So a record's future is as few objects for the collector as a Future can
-be:
+The garbage collector's work grows with the objects it tracks, and the objects a send
+makes survive its young passes (they wait for their batch's linger): tracked, they made
+the collector's full passes, which walk the whole heap, cost as much as the rest of a send.
+So a record's future is as little work for the collector as a Future can be:
 - the futures of a batch share their batch's Condition (a Future makes its own: a lock, a
   deque, bound methods). The sender resolves them all while holding it, so a waiter
   (Future.result waits once, without a loop) only wakes once its own future is done;
-- a future's two lists (waiters, callbacks) start empty and untracked by the collector:
-  referring to nothing, they can be in no cycle. Only Future's own methods add to them,
-  and resolution hands each list that holds anything back to the collector (a pending
-  future is held by its batch, so nothing it refers to can become garbage before then; a
-  waiter that concurrent.futures.wait adds to a resolved future is removed again);
+- while pending, a future and its two lists (waiters, callbacks) are untracked by the
+  collector. Nothing they refer to can become garbage before the future resolves: its
+  batch holds it, it holds the shared Condition, its state and its lists, and only
+  Future's own methods add to those. Resolution hands the future back to the collector,
+  with each list that holds anything (a waiter that concurrent.futures.wait adds to a
+  resolved future's list is removed again before wait returns);
 - a RecordMetadata holds four ints: untracked at once, as the collector would find it.
 
 Making and resolving them sets Future's own attributes directly, as Future.__init__ and
@@ -53,9 +54,9 @@ cdef list _untracked_list():
     return empty
 
 
-cdef void _track_if_used(list items) noexcept:
-    if items and not PyObject_GC_IsTracked(items):
-        PyObject_GC_Track(<void *>items)
+cdef void _track(obj) noexcept:
+    if not PyObject_GC_IsTracked(obj):
+        PyObject_GC_Track(<void *>obj)
 
 
 class RecordFuture(Future):
@@ -70,6 +71,7 @@ class RecordFuture(Future):
         self._exception = None
         self._waiters = _untracked_list()
         self._done_callbacks = _untracked_list()
+        PyObject_GC_UnTrack(<void *>self)  # until resolved
 
     def cancel(self) -> bool:
         """A sent record cannot be taken back (its batch may be on its way to disk)."""
@@ -108,8 +110,9 @@ def fail(list futures, condition, exception: BaseException) -> None:
 
 cdef _after_resolving(list futures):
     for future in futures:
-        _track_if_used(future._waiters)
-        callbacks = future._done_callbacks
-        if callbacks:
-            _track_if_used(callbacks)
+        _track(future)
+        if future._waiters:
+            _track(future._waiters)
+        if future._done_callbacks:
+            _track(future._done_callbacks)
             future._invoke_callbacks()
