@@ -189,13 +189,18 @@ def test_a_resolved_future_is_as_set_result_leaves_one(open_log) -> None:
         {k: v for k, v in vars(plain).items() if k != "_condition"}
 
 
-def test_a_future_in_a_cycle_through_its_callback_is_collected(open_log) -> None:
-    """A future's lists start untracked by the garbage collector; one its callbacks use
-    must be handed back to it, or a future referred to by its own callback would leak."""
+@pytest.mark.parametrize("through", ["callback", "attribute"])
+def test_a_future_in_a_cycle_is_collected(open_log, through) -> None:
+    """A pending future and its lists are untracked by the garbage collector; resolution
+    must hand them back to it, or a future in a cycle (through its callback, or an
+    attribute set while it was pending) would leak."""
     with Producer(open_log(), linger_ms=60_000) as producer:
         holder = type("Holder", (), {})()
-        holder.future = producer.send(b"x")
-        holder.future.add_done_callback(lambda _f, h=holder: h)  # holder -> future -> holder
+        holder.future = producer.send(b"x")  # holder -> future -> holder:
+        if through == "callback":
+            holder.future.add_done_callback(lambda _f, h=holder: h)
+        else:
+            holder.future.holder = holder
         producer.flush()
     gone = weakref.ref(holder.future)
     del holder
