@@ -37,12 +37,15 @@ from ..validation import MAX_INT64, check_delay_limit
 __all__ = ["Batch", "Limits", "PartitionAccumulator", "record_bytes"]
 
 
+_NO_HEADERS = len(header_block(()))  # the block of a record without headers
+
+
 def record_bytes(value, key, headers) -> int:
     """The most bytes a record can add to a batch, as the codec bounds a batch's size
     (encode_bound: its payloads and header block plus the widest varints), whatever its
     offset and timestamp deltas turn out to be."""
     payload = (0 if key is None else len(key)) + (0 if value is None else len(value))
-    return encode_bound(0, 1, payload, len(header_block(headers)))
+    return encode_bound(0, 1, payload, len(header_block(headers)) if headers else _NO_HEADERS)
 
 
 Limits = namedtuple("Limits", [

@@ -37,7 +37,7 @@ from .accumulator cimport PartitionAccumulator
 
 from .accumulator import record_bytes
 from .partitioner import partition_for_key
-from .record_future import RecordFuture
+from .record_future import new_future
 
 __all__ = ["RecordBuffer"]
 
@@ -74,6 +74,7 @@ cdef class RecordBuffer:
     cdef object _topic
     cdef Py_ssize_t _buffer_records
     cdef object _lock, _work, _done
+    cdef object _acquire, _release  # the lock's, bound once (send takes it per record)
     cdef object _ready           # sealed batches, in sealing order
     cdef Py_ssize_t _sticky      # where keyless records go (read without the lock)
     cdef Py_ssize_t _sealed      # batches ever sealed
@@ -89,6 +90,7 @@ cdef class RecordBuffer:
         self._buffer_records = buffer_records
         self._sticky = 0 if topic is None else topic.partition_for(None)
         self._lock = threading.Lock()
+        self._acquire, self._release = self._lock.acquire, self._lock.release
         self._work = threading.Condition(self._lock)  # the sender waits for batches
         self._done = threading.Condition(self._lock)  # flush and full buffers wait
         self._ready = deque()
@@ -120,19 +122,22 @@ cdef class RecordBuffer:
         size = record_bytes(value, key, headers)
         if size > part.alone_above:
             size = _alone(value, key, headers, stamp, deliver_after, part.config)
-        with self._lock:
+        self._acquire()
+        try:
             if self._closed:
                 raise KdelayError("the producer is closed")
             if self._waiting >= self._buffer_records:
                 self._wait_for_room()
             future, sealed = part.accumulator.add(value, key, headers, stamp, requested,
-                                                  asked, size, monotonic(), RecordFuture)
+                                                  asked, size, monotonic(), new_future)
             self._waiting += 1
             if sealed:
                 self._seal(sealed)
             elif self._sender_idle:  # a first open batch: the sender must time its linger
                 self._sender_idle = False
                 self._work.notify()
+        finally:
+            self._release()
         return future
 
     cdef Py_ssize_t _partition_of(self, partition, key) except -1:

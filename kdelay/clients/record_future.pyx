@@ -27,7 +27,7 @@ from concurrent.futures import Future
 
 from ..records import RecordMetadata
 
-__all__ = ["RecordFuture", "fail", "resolve"]
+__all__ = ["RecordFuture", "fail", "new_future", "resolve"]
 
 
 cdef extern from "Python.h":
@@ -60,22 +60,28 @@ cdef void _track(obj) noexcept:
 
 
 class RecordFuture(Future):
-    """The Future of one sent record of `batch` (accumulator.Batch), sharing its
-    Condition."""
-
-    def __init__(self, batch):
-        # Future.__init__'s attributes, without the Condition it would make first
-        self._condition = batch.condition
-        self._state = _PENDING
-        self._result = None
-        self._exception = None
-        self._waiters = _untracked_list()
-        self._done_callbacks = _untracked_list()
-        PyObject_GC_UnTrack(<void *>self)  # until resolved
+    """The Future of one sent record (made by `new_future`)."""
 
     def cancel(self) -> bool:
         """A sent record cannot be taken back (its batch may be on its way to disk)."""
         return False
+
+
+_new_object = object.__new__
+
+
+def new_future(batch) -> RecordFuture:
+    """The future of a record joining `batch` (accumulator.Batch), sharing its Condition."""
+    future = _new_object(RecordFuture)
+    # Future.__init__'s attributes, without the Condition it would make first
+    future._condition = batch.condition
+    future._state = _PENDING
+    future._result = None
+    future._exception = None
+    future._waiters = _untracked_list()
+    future._done_callbacks = _untracked_list()
+    PyObject_GC_UnTrack(<void *>future)  # until resolved
+    return future
 
 
 def resolve(list futures, condition, partition, base, due, list stamps) -> None:
