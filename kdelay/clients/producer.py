@@ -1,25 +1,25 @@
 """Producer: single records accumulated into batches and appended by one background thread,
 as Kafka's producer does, with the batch deliverAfter set from the records' (the KIP).
 
-`send` runs on the caller's thread and does no I/O (record_buffer.pyx: the record checked,
-stamped with its partition's log clock and put in its batch, accumulator.pyx: which batch
-it may join); it returns a Future (record_future.pyx). One sender thread per Producer
-appends each sealed batch with `deliver_after=<the fold>`, its records handed to the log
-as columns, and resolves its futures. docs/producer.md argues the choices.
+`send` runs on the caller's thread and does no I/O; it is compiled, with the records the
+producer holds, in producer_core.pyx (the record checked, stamped with its partition's log
+clock and put in its batch; accumulator.pyx: which batch it may join); it returns a Future
+(record_future.pyx). One sender thread per Producer appends each sealed batch with
+`deliver_after=<the fold>`, its records handed to the log as columns, and resolves its
+futures. docs/producer.md argues the choices.
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
-from concurrent.futures import Future
 
 from ..errors import InvalidConfigError, KdelayError
 from ..partition import Log
-from ..records import Header, Record, RecordMetadata
+from ..records import Record, RecordMetadata
 from ..validation import MAX_INT64, as_int
 from .accumulator import Batch, Limits
-from .record_buffer import RecordBuffer
+from .producer_core import ProducerCore
 from .record_future import fail, resolve
 from .topic import Topic
 
@@ -28,11 +28,11 @@ __all__ = ["Producer", "RecordMetadata"]
 _names = itertools.count()
 
 
-class Producer:
+class Producer(ProducerCore):
     """`Producer(log_or_topic, *, linger_ms=5, batch_records=500, batch_bytes=1 << 20,
-    max_spread_ms=1_000, buffer_records=100_000, max_open_batches=32)`; `send`, `flush`,
-    `close`, and a context manager. `max_open_batches` bounds the open batches of each
-    partition (the oldest is sealed when a record needs one more)."""
+    max_spread_ms=1_000, buffer_records=100_000, max_open_batches=32)`; `send` (from
+    ProducerCore), `flush`, `close`, and a context manager. `max_open_batches` bounds the
+    open batches of each partition (the oldest is sealed when a record needs one more)."""
 
     def __init__(self, target: Log | Topic, *, linger_ms: int = 5, batch_records: int = 500,
                  batch_bytes: int = 1 << 20, max_spread_ms: int = 1_000,
@@ -55,35 +55,23 @@ class Producer:
         limits = [Limits(batch_records, min(batch_bytes, log.config.max_batch_bytes),
                          max_spread_ms, log.config.max_delivery_delay_ms, max_open)
                   for log in logs]
-        self._buffer = RecordBuffer(logs, limits, topic, buffer_records)
+        super().__init__(logs, limits, topic, buffer_records)
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"kdelay-producer-{next(_names)}")
-        self._buffer.sender = self._thread
+        self._sender = self._thread
         self._thread.start()
-
-    # ------------------------------------------------------------------ sending
-
-    def send(self, value: bytes | None, key: bytes | None = None, *,
-             headers: tuple[Header, ...] | list[Header] = (), timestamp: int | None = None,
-             deliver_after: int | None = None, delay_ms: int | None = None,
-             partition: int | None = None) -> Future:
-        """Queue one record; returns a Future of its RecordMetadata. Bad input raises here
-        (as log.append would refuse the record alone) and queues nothing. Blocks only
-        while `buffer_records` records are waiting."""
-        return self._buffer.send(value, key, headers, timestamp, deliver_after, delay_ms,
-                                 partition)
 
     # ------------------------------------------------------------------ flush / close
 
     def flush(self) -> None:
         """Return once every record sent before the call is appended or failed."""
         self._not_from_a_callback("flush")
-        self._buffer.flush()
+        self._flush()
 
     def close(self) -> None:
         """Refuse further sends, flush, stop the sender thread. The logs stay open."""
         self._not_from_a_callback("close")
-        self._buffer.close()
+        self._close()
         self._thread.join()
 
     def _not_from_a_callback(self, what: str) -> None:
@@ -100,16 +88,15 @@ class Producer:
     # ------------------------------------------------------------------ the sender
 
     def _run(self) -> None:
-        buffer = self._buffer
-        while batches := buffer.next_batches(self._linger_s):
+        while batches := self._next_batches(self._linger_s):
             for batch in batches:
                 self._append(batch)
-            buffer.finished(batches)
+            self._finished_batches(batches)
 
     def _append(self, batch: Batch) -> None:
         """Append one batch and resolve its futures: with the records' metadata, or all
         with what the append raised (a batch is appended whole or not at all)."""
-        log = self._buffer.log_of(batch.partition)
+        log = self._log_of(batch.partition)
         try:
             if batch.has_headers:  # append_columns takes none
                 result = log.append(list(map(Record, batch.values, batch.keys, batch.headers,

@@ -1,5 +1,6 @@
-# cython: language_level=3
-"""A Producer's records between `send` and the append: every partition's open batches
+# cython: language_level=3, annotation_typing=False
+"""The Producer's compiled core (producer.py's Producer derives from it): `send`, and the
+records it holds between `send` and the append: every partition's open batches
 (accumulator.pyx), the sealed batches waiting for the sender thread, and the counts that
 flush, close and back-pressure wait on. One lock guards it all; the sender never holds it
 while it appends, and `send` holds it only to put the record in its batch.
@@ -13,18 +14,22 @@ is sealed when full, on flush()/close(), or when `buffer_records` records are wa
 sender seals the batches whose first record has waited `linger_ms` (monotonic time) and
 takes the sealed ones in sealing order. docs/producer.md argues the choices.
 
-Compiled (Cython): `send` runs once per record on the caller's thread, and with 4 threads
-sending, its Python-level glue (the calls and branches between the checks, which stay
-validation's) cost as much as the checks themselves.
+Compiled (Cython): `send` runs once per record on the caller's thread, and its
+Python-level glue (the calls and branches between the checks, which stay validation's)
+cost as much as the checks themselves; the Producer derives from this class so that a
+send is one call. Annotations are documentation here (annotation_typing=False): a bytes
+subclass is a valid value, as log.append takes it.
 """
 
 import threading
 from collections import deque
+from concurrent.futures import Future
 from time import monotonic
 
 from ..errors import InvalidRecordError, KdelayError
 from ..log.batch.builder import build_batch
 from ..log.batch.codec import HEADER_SIZE
+from ..records import Header
 from ..validation import (
     BatchColumns,
     as_int,
@@ -39,7 +44,7 @@ from .accumulator import record_bytes
 from .partitioner import partition_for_key
 from .record_future import new_future
 
-__all__ = ["RecordBuffer"]
+__all__ = ["ProducerCore"]
 
 
 cdef class _Partition:
@@ -65,9 +70,9 @@ def _opening_time(batch) -> float:
     return batch.opened_at
 
 
-cdef class RecordBuffer:
-    """`send` for the callers; `next_batches`/`finished` for the sender thread;
-    `flush`/`close` for the Producer. `sender` is the sender thread (set before it
+cdef class ProducerCore:
+    """`send` for the callers; `_next_batches`/`_finished` for the sender thread;
+    `_flush`/`_close` for the Producer. `_sender` is the sender thread (set before it
     starts): a send from a future's callback, which runs there, never waits for room."""
 
     cdef list _parts
@@ -82,7 +87,7 @@ cdef class RecordBuffer:
     cdef Py_ssize_t _waiting     # records sent and not yet resolved
     cdef bint _sender_idle       # the sender sleeps with no linger deadline
     cdef bint _closed, _stopping
-    cdef public object sender
+    cdef public object _sender
 
     def __init__(self, list logs, list limits, topic, Py_ssize_t buffer_records):
         self._parts = [_Partition(i, log, lim) for i, (log, lim) in enumerate(zip(logs, limits))]
@@ -97,12 +102,17 @@ cdef class RecordBuffer:
         self._sealed = self._finished = self._waiting = 0
         self._sender_idle = True
         self._closed = self._stopping = False
-        self.sender = None
+        self._sender = None
 
     # ------------------------------------------------------------------ sending
 
-    def send(self, value, key, headers, timestamp, deliver_after, delay_ms, partition):
-        """Producer.send: check one record, put it in its batch; returns its future."""
+    def send(self, value: bytes | None, key: bytes | None = None, *,
+             headers: tuple[Header, ...] | list[Header] = (), timestamp: int | None = None,
+             deliver_after: int | None = None, delay_ms: int | None = None,
+             partition: int | None = None) -> Future:
+        """Queue one record; returns a Future of its RecordMetadata. Bad input raises here
+        (as log.append would refuse the record alone) and queues nothing. Blocks only
+        while `buffer_records` records are waiting."""
         if self._closed:
             raise KdelayError("the producer is closed")
         headers, timestamp, deliver_after = record_fields(value, key, headers, timestamp,
@@ -154,7 +164,7 @@ cdef class RecordBuffer:
         """With `buffer_records` waiting: seal every open batch (the sender appends them
         oldest first) and wait until there is room. A future's callback runs on the sender
         thread and must not wait for it: it goes over the buffer instead."""
-        if threading.current_thread() is self.sender:
+        if threading.current_thread() is self._sender:
             return
         while self._waiting >= self._buffer_records:
             self._seal_open()
@@ -180,13 +190,13 @@ cdef class RecordBuffer:
 
     # ------------------------------------------------------------------ flush / close
 
-    def flush(self) -> None:
+    def _flush(self) -> None:
         """Return once every record sent before the call is appended or failed."""
         with self._lock:
             self._seal_open()
             self._wait_finished()
 
-    def close(self) -> None:
+    def _close(self) -> None:
         """Refuse further sends, flush, and tell the sender to stop."""
         with self._lock:
             self._closed = True
@@ -203,7 +213,7 @@ cdef class RecordBuffer:
 
     # ------------------------------------------------------------------ the sender
 
-    def next_batches(self, double linger_s) -> list:
+    def _next_batches(self, double linger_s) -> list:
         """Wait for sealed batches, sealing those whose linger is up meanwhile, and take
         them all; [] once stopping with nothing left."""
         cdef list lingered, opened
@@ -227,14 +237,14 @@ cdef class RecordBuffer:
                 self._work.wait(None if not opened else
                                 max(0.0, min(opened) + linger_s - monotonic()))
 
-    def finished(self, list batches) -> None:
+    def _finished_batches(self, list batches) -> None:
         """The sender appended (or failed) `batches`: their records stop counting."""
         with self._lock:
             self._waiting -= sum(map(len, batches))
             self._finished += len(batches)
             self._done.notify_all()
 
-    def log_of(self, Py_ssize_t partition):
+    def _log_of(self, Py_ssize_t partition):
         return (<_Partition>self._parts[partition]).log
 
 
