@@ -15,7 +15,7 @@ So a record's future is as little work for the collector as a Future can be:
   Future's own methods add to those. Resolution hands the future back to the collector,
   with each list that holds anything (a waiter that concurrent.futures.wait adds to a
   resolved future's list is removed again before wait returns);
-- a RecordMetadata holds four ints: untracked at once, as the collector would find it.
+- a RecordMetadata holds four ints: made untracked, as the collector would find it.
 
 Making and resolving them sets Future's own attributes directly, as Future.__init__ and
 Future.set_result do, but once per batch for the Condition and the wake-up:
@@ -25,12 +25,17 @@ whose Future changes fails there, not in use.
 
 from concurrent.futures import Future
 
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_SET_ITEM
+
 from ..records import RecordMetadata
 
 __all__ = ["RecordFuture", "fail", "new_future", "resolve"]
 
 
 cdef extern from "Python.h":
+    ctypedef struct PyTypeObject
+    object PyType_GenericAlloc(PyTypeObject *type, Py_ssize_t nitems)
     void PyObject_GC_Track(void *op)
     void PyObject_GC_UnTrack(void *op)
     int PyObject_GC_IsTracked(object op)
@@ -45,7 +50,6 @@ def _states() -> tuple:
 
 
 _PENDING, _FINISHED = _states()
-_new_tuple = tuple.__new__  # a NamedTuple without its Python-level __new__
 
 
 cdef list _untracked_list():
@@ -89,36 +93,62 @@ def resolve(list futures, condition, partition, base, due, list stamps) -> None:
     base + i, due, stamps[i]), as Future.set_result would, then run their callbacks. Only
     the sender resolves, and a RecordFuture cannot be cancelled: none is done already."""
     cdef Py_ssize_t i
+    cdef list called_back = []
     with condition:
         for i in range(len(futures)):
             future = futures[i]
-            meta = _new_tuple(RecordMetadata, (partition, base + i, due, stamps[i]))
-            PyObject_GC_UnTrack(<void *>meta)
-            future._result = meta
-            future._state = _FINISHED
-            for waiter in future._waiters:  # concurrent.futures.wait / as_completed
-                waiter.add_result(future)
+            future._result = _metadata(partition, base + i, due, stamps[i])
+            _finish(future, False, called_back)
         condition.notify_all()
-    _after_resolving(futures)
+    for future in called_back:
+        future._invoke_callbacks()
 
 
 def fail(list futures, condition, exception: BaseException) -> None:
     """Resolve a batch's futures with `exception`, as Future.set_exception would."""
+    cdef list called_back = []
     with condition:
         for future in futures:
             future._exception = exception
-            future._state = _FINISHED
-            for waiter in future._waiters:
-                waiter.add_exception(future)
+            _finish(future, True, called_back)
         condition.notify_all()
-    _after_resolving(futures)
+    for future in called_back:
+        future._invoke_callbacks()
 
 
-cdef _after_resolving(list futures):
-    for future in futures:
-        _track(future)
-        if future._waiters:
-            _track(future._waiters)
-        if future._done_callbacks:
-            _track(future._done_callbacks)
-            future._invoke_callbacks()
+cdef _finish(future, bint failed, list called_back):
+    """The rest of what Future.set_result (or set_exception) does once the result is set,
+    but the wake-up and the callbacks, which the caller does for a whole batch; and the
+    future back to the collector, with each of its lists that holds anything."""
+    future._state = _FINISHED
+    _track(future)
+    waiters = future._waiters  # concurrent.futures.wait / as_completed
+    if waiters:
+        _track(waiters)
+        for waiter in waiters:
+            if failed:
+                waiter.add_exception(future)
+            else:
+                waiter.add_result(future)
+    callbacks = future._done_callbacks
+    if callbacks:
+        _track(callbacks)
+        called_back.append(future)
+
+
+cdef object _metadata(partition, offset, due, stamp):
+    """RecordMetadata(partition, offset, due, stamp), made as tuple.__new__ makes a tuple
+    subtype's (its type's tp_alloc, then the items) but without a call and an argument
+    tuple; untracked: four ints, as the collector would find it."""
+    meta = PyType_GenericAlloc(<PyTypeObject *>RecordMetadata, 4)
+    _set_item(meta, 0, partition)
+    _set_item(meta, 1, offset)
+    _set_item(meta, 2, due)
+    _set_item(meta, 3, stamp)
+    PyObject_GC_UnTrack(<void *>meta)
+    return meta
+
+
+cdef inline void _set_item(meta, Py_ssize_t i, item):
+    Py_INCREF(item)
+    PyTuple_SET_ITEM(meta, i, item)  # steals the reference
