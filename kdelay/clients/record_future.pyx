@@ -25,6 +25,7 @@ whose Future changes fails there, not in use.
 
 from concurrent.futures import Future
 
+from cpython.object cimport PyObject, PyTypeObject, newfunc
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_SET_ITEM
 
@@ -34,7 +35,6 @@ __all__ = ["RecordFuture", "fail", "new_future", "resolve"]
 
 
 cdef extern from "Python.h":
-    ctypedef struct PyTypeObject
     object PyType_GenericAlloc(PyTypeObject *type, Py_ssize_t nitems)
     void PyObject_GC_Track(void *op)
     void PyObject_GC_UnTrack(void *op)
@@ -71,12 +71,13 @@ class RecordFuture(Future):
         return False
 
 
-_new_object = object.__new__
+cdef newfunc _new_object = (<PyTypeObject *>object).tp_new  # what object.__new__ calls
+cdef tuple _NO_ARGS = ()
 
 
 def new_future(batch) -> RecordFuture:
     """The future of a record joining `batch` (accumulator.Batch), sharing its Condition."""
-    future = _new_object(RecordFuture)
+    future = _new_object(RecordFuture, <PyObject *>_NO_ARGS, NULL)
     # Future.__init__'s attributes, without the Condition it would make first
     future._condition = batch.condition
     future._state = _PENDING
