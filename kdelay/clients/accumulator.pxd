@@ -1,4 +1,4 @@
-# The accumulator's classes, for record_buffer.pyx to call `add` at C speed.
+# The accumulator's classes, declared for producer_core.pyx to call `add` at C speed.
 from libc.stdint cimport int64_t, uint64_t
 
 
