@@ -19,6 +19,9 @@ cdef class PartitionAccumulator:
     cdef Py_ssize_t _batch_records, _max_open
     cdef int64_t _max_delay_ms
     cdef dict _open
+    cdef public object spare_condition  # the next batch's, if made already
+
+    cdef object _take_condition(self)
 
     cdef bint _joins(self, Batch batch, int64_t requested, bint asked, int64_t stamp,
                      uint64_t size) except -1

@@ -17,7 +17,7 @@ A record that would break either starts a new batch in its bucket.
 At most `max_open` batches are open per partition: a record that needs one more seals the
 oldest first. Everything here is bookkeeping: the Producer holds its lock around every
 call and passes the monotonic time in (a batch only carries the Condition its futures
-share). A batch holds its records as columns (values, keys, headers, timestamps), which
+share, which the Producer makes ahead: `spare_condition`). A batch holds its records as columns (values, keys, headers, timestamps), which
 the sender hands to the log as they are.
 
 Compiled (Cython; the classes' fields are declared in accumulator.pxd): `add` runs once
@@ -64,7 +64,7 @@ cdef class Batch:
     requested deliverAfter; `asked` says whether any record asked for one (else the log
     stamps the batch at append time); `has_headers` whether any record has headers."""
 
-    def __init__(self, int partition, double opened_at):
+    def __init__(self, int partition, double opened_at, condition):
         self.partition = partition
         self.opened_at = opened_at
         self.values = []
@@ -77,7 +77,7 @@ cdef class Batch:
         self.asked = False
         self.has_headers = False
         self.size = HEADER_SIZE
-        self.condition = threading.Condition()
+        self.condition = condition
 
     def __len__(self) -> int:
         return len(self.values)
@@ -111,6 +111,7 @@ cdef class PartitionAccumulator:
         self._max_open = limits.max_open
         self._max_delay_ms = limits.max_delay_ms
         self._open = {}  # insertion order: opening order
+        self.spare_condition = None
 
     def __len__(self) -> int:
         return len(self._open)
@@ -139,7 +140,7 @@ cdef class PartitionAccumulator:
         if batch is None:
             if len(self._open) >= self._max_open:
                 sealed.append(self._open.pop(next(iter(self._open))))
-            batch = Batch(self.partition, now)
+            batch = Batch(self.partition, now, self._take_condition())
             self._open[bucket] = batch
         batch.values.append(value)
         batch.keys.append(key)
@@ -159,6 +160,14 @@ cdef class PartitionAccumulator:
         if len(batch.values) >= self._batch_records or batch.size >= self._byte_cap:
             sealed.append(self._open.pop(bucket))
         return ticket, sealed
+
+    cdef object _take_condition(self):
+        """The next batch's Condition: the spare made outside the producer's lock (making one
+        runs Python code, where the thread may lose the GIL while it holds that lock), or,
+        when there is none, a new one."""
+        condition = self.spare_condition
+        self.spare_condition = None
+        return condition if condition is not None else threading.Condition()
 
     def oldest_opened(self):
         """When the oldest open batch got its first record (None: none is open)."""
