@@ -88,6 +88,7 @@ class Log:
         self._closed = False
         self._owner = forks.Ownership(self, f"log {path}")
         self._now_floor = 0
+        self._floor_lock = threading.Lock()  # now(): raising the floor
         self._segments = opened.segments
         self._cancels = opened.cancels
         self._life = Lifetime(self, path, opened)  # marker, clean close, descriptors
@@ -183,10 +184,13 @@ class Log:
         t = self._clock()
         if type(t) is not int or t < 0 or t > MAX_INT64:
             t = clock_value(t)
-        with self._lock:
-            if t > self._now_floor:
-                self._now_floor = t
-            return self._now_floor
+        # not the log's lock, which an append holds (a Producer's send reads the clock):
+        # the floor only rises, so reading it bare is safe, and only raising it needs a lock
+        if t > self._now_floor:
+            with self._floor_lock:
+                if t > self._now_floor:
+                    self._now_floor = t
+        return self._now_floor
 
     # ------------------------------------------------------------------ writing
 

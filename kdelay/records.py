@@ -54,6 +54,16 @@ class DeliveryKey(NamedTuple):
     offset: int
 
 
+class RecordMetadata(NamedTuple):
+    """Where a record a Producer sent landed: its partition (0 for a Log), offset, its
+    batch's deliverAfter, and its timestamp as log.read shows it."""
+
+    partition: int
+    offset: int
+    deliver_after: int
+    timestamp: int
+
+
 class AppendResult(NamedTuple):
     base_offset: int
     last_offset: int

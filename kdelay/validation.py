@@ -239,6 +239,19 @@ def record_columns(records: Record | Sequence[Record]) -> BatchColumns:
     return _checked(values, keys, headers, timestamps, das)
 
 
+def record_fields(value: object, key: object, headers: object, timestamp: object,
+                  deliver_after: object) -> tuple[tuple[Header, ...], int | None, int | None]:
+    """One record checked by the rules `record_columns` applies to each record of a batch,
+    without building the batch (a Producer's `send`): returns its headers as a tuple (a
+    list changed later changes nothing), its timestamp and deliverAfter (plain ints or
+    None). Raises InvalidRecordError."""
+    if type(value) in _BYTES_OR_NONE and type(key) in _BYTES_OR_NONE and not headers \
+            and timestamp is None and deliver_after is None:
+        return (), None, None  # the common shape, which the rules accept as it is
+    cols = _checked((value,), (key,), (headers,), (timestamp,), (deliver_after,))
+    return tuple(headers or ()), cols.timestamps[0], cols.deliver_afters[0]
+
+
 def batch_columns(values: Sequence | PackedBinary, keys: Sequence | PackedBinary | None = None,
                   timestamps: Sequence | np.ndarray | None = None) -> BatchColumns:
     """Validate a batch given as columns (as `record_columns` does records): `values`
@@ -438,4 +451,6 @@ def deliver_after_for_delay(deliver_after: object, delay_ms: object, now: int, *
     a non-negative int, or one that takes the time past 2**63 - 1, raises `error`."""
     if deliver_after is not None:
         raise error("give deliver_after or delay_ms, not both")
+    if type(delay_ms) is int and 0 <= delay_ms <= MAX_INT64 - now:  # per record: one test
+        return now + delay_ms
     return time_after(now, as_int(delay_ms, "delay_ms", error=error), "delay_ms", error)

@@ -5,11 +5,12 @@ integers made plain ints."""
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kdelay import PackedBinary, Record
-from kdelay.validation import BatchColumns, batch_columns, record_columns
+from kdelay import InvalidRecordError, PackedBinary, Record
+from kdelay.validation import BatchColumns, batch_columns, record_columns, record_fields
 
 T0 = 1_700_000_000_000
 
@@ -56,3 +57,32 @@ def test_packed_batch_columns():
     assert list(cols.keys.lengths) == [-1, -1, -1]
     assert cols.headers is None and cols.timestamps.dtype == np.int64
     assert cols.deliver_afters == (None, None, None)
+
+
+anything = st.one_of(st.none(), st.binary(max_size=4), st.text(max_size=2), st.booleans(),
+                     st.integers(-2, 2 ** 64), st.floats(allow_nan=False),
+                     st.builds(bytearray, st.binary(max_size=2)),
+                     st.builds(np.int64, st.integers(-5, 2 ** 63 - 1)))
+any_headers = st.one_of(anything, st.just(()), st.lists(anything, max_size=2),
+                        st.lists(st.tuples(anything, anything), max_size=2))
+fields = (maybe_bytes, maybe_bytes, headers, maybe_time, maybe_time)  # a record's, valid
+
+
+@settings(max_examples=300)
+@given(st.data(), st.integers(-1, 4))
+def test_record_fields_is_record_columns_for_one_record(data, odd):
+    """A Producer checks one record with record_fields: it accepts and refuses exactly what
+    record_columns does of that record alone, and hands on the same fields (each field in
+    turn drawn from anything, the others valid)."""
+    drawn = [data.draw(any_headers if i == odd == 2 else anything if i == odd else f)
+             for i, f in enumerate(fields)]
+    try:
+        cols = record_columns([Record(*drawn)])
+    except InvalidRecordError:
+        with pytest.raises(InvalidRecordError):
+            record_fields(*drawn)
+        return
+    checked = record_fields(*drawn)
+    assert checked == (tuple(cols.headers[0] or ()), cols.timestamps[0], cols.deliver_afters[0])
+    assert type(checked[0]) is tuple
+    assert all(t is None or type(t) is int for t in checked[1:])

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+import sys
 import threading
 
 import numpy as np
@@ -244,6 +246,34 @@ def test_log_clock_never_runs_backwards(open_log, clock, log_dir):
     res = log.append([Record(b"c")])
     assert res.deliver_after == T0 + 100
     assert _vals(log.fetch(DeliveryKey(T0 + 100, 1)).records) == [b"c"]
+
+
+def test_log_clock_never_runs_backwards_across_threads(log_dir):
+    """now() reads the clock without the log's lock: threads switching as often as the
+    interpreter lets them, over a clock that jumps back and forth, each see it never go
+    back, and it ends at the largest reading."""
+    readings = itertools.cycle(range(T0, T0 + 50))  # rises, then falls back 49 ms
+    log = Log.open(log_dir, clock=lambda: next(readings))
+    seen: list[list[int]] = [[] for _ in range(4)]
+
+    def read(out: list[int]) -> None:
+        for _ in range(3_000):
+            out.append(log.now())
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=read, args=(out,)) for out in seen]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    for out in seen:
+        assert all(a <= b for a, b in itertools.pairwise(out)), "the clock ran backwards"
+    assert log.now() == T0 + 49
+    log.close()
 
 
 # ---------------------------------------------------------------------------- errors

@@ -3,9 +3,11 @@ flush and close, back-pressure, partitioning, and bad input refused by send itse
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import time
+import weakref
 from concurrent.futures import Future
 
 import numpy as np
@@ -164,7 +166,7 @@ def test_close_flushes_then_refuses(open_log) -> None:
 
 
 def test_a_records_future_is_set_up_as_futures_are(open_log) -> None:
-    """_RecordFuture sets Future.__init__'s attributes itself (to share its batch's
+    """RecordFuture sets Future.__init__'s attributes itself (to share its batch's
     Condition): a Python whose Future gains or renames one fails here, not in use."""
     with Producer(open_log(), linger_ms=60_000) as producer:
         fut = producer.send(b"x")
@@ -173,6 +175,37 @@ def test_a_records_future_is_set_up_as_futures_are(open_log) -> None:
         assert {k: v for k, v in vars(fut).items() if k != "_condition"} == \
             {k: v for k, v in vars(fresh).items() if k != "_condition"}
         assert not fut.done() and fut.running() is False
+
+
+def test_a_resolved_future_is_as_set_result_leaves_one(open_log) -> None:
+    """The sender resolves a batch's futures by setting Future's attributes itself: a
+    Python whose Future.set_result sets more, or other values, fails here."""
+    with Producer(open_log(), linger_ms=60_000) as producer:
+        fut = producer.send(b"x")
+    plain = Future()
+    plain.set_result(fut.result())
+    assert vars(fut).keys() == vars(plain).keys()
+    assert {k: v for k, v in vars(fut).items() if k != "_condition"} == \
+        {k: v for k, v in vars(plain).items() if k != "_condition"}
+
+
+@pytest.mark.parametrize("through", ["callback", "attribute"])
+def test_a_future_in_a_cycle_is_collected(open_log, through) -> None:
+    """A pending future and its lists are untracked by the garbage collector; resolution
+    must hand them back to it, or a future in a cycle (through its callback, or an
+    attribute set while it was pending) would leak."""
+    with Producer(open_log(), linger_ms=60_000) as producer:
+        holder = type("Holder", (), {})()
+        holder.future = producer.send(b"x")  # holder -> future -> holder:
+        if through == "callback":
+            holder.future.add_done_callback(lambda _f, h=holder: h)
+        else:
+            holder.future.holder = holder
+        producer.flush()
+    gone = weakref.ref(holder.future)
+    del holder
+    gc.collect()
+    assert gone() is None
 
 
 def test_a_future_cannot_be_cancelled(open_log) -> None:
@@ -247,13 +280,13 @@ def test_a_full_buffer_sends_the_oldest_batches_at_once(open_log) -> None:
 def test_a_send_blocked_on_a_full_buffer_gives_up_on_close(open_log) -> None:
     log = open_log()
     disk_free = threading.Event()
-    real_append = log.append
+    real_append = log.append_columns  # what the sender calls for records without headers
 
-    def slow_append(records, **kw):
+    def slow_append(values, **kw):
         disk_free.wait(10)
-        return real_append(records, **kw)
+        return real_append(values, **kw)
 
-    log.append = slow_append  # the sender is stuck in an append: nothing drains
+    log.append_columns = slow_append  # the sender is stuck in an append: nothing drains
     producer = Producer(log, linger_ms=600_000, buffer_records=1)
     first = producer.send(b"a")
     refused: list[BaseException] = []

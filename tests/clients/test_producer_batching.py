@@ -1,4 +1,4 @@
-"""The batching rules of the producer's accumulator (kdelay/clients/accumulator.py), as a
+"""The batching rules of the producer's accumulator (kdelay/clients/accumulator.pyx), as a
 model: whatever records arrive, every record lands in exactly one batch, no batch makes a
 record due early or more than max_spread_ms late, and every batch stays within
 batch_records, the byte cap and the log's delay limit, with at most max_open batches
@@ -46,11 +46,10 @@ def test_every_record_once_within_every_bound(recs, lim, data) -> None:
         requested, stamp = T0 + req, T0 + ts
         if asked and lim.max_delay_ms and requested - stamp > lim.max_delay_ms:
             continue  # send refuses it: the record alone breaks the limit
-        record = Record(b"v" * n, None, (), stamp, None)
-        size = record_bytes(record)
+        size = record_bytes(b"v" * n, None, ())
         if HEADER_SIZE + size > lim.byte_cap:
             size = lim.byte_cap  # send's "goes alone" (a record only the log may size)
-        ticket, out = acc.add(record, requested, asked, size, float(i),
+        ticket, out = acc.add(b"v" * n, None, (), stamp, requested, asked, size, float(i),
                               lambda _b: next(tickets))
         wanted[ticket] = (requested, asked, stamp)
         sealed += out
@@ -63,9 +62,9 @@ def test_every_record_once_within_every_bound(recs, lim, data) -> None:
     seen = [t for b in sealed for t in b.tickets]
     assert sorted(seen) == sorted(wanted), "every record in exactly one batch"
     for b in sealed:
-        assert 1 <= len(b.records) <= lim.batch_records
-        assert len(b.records) == len(b.tickets)
-        if len(b.records) > 1:
+        assert 1 <= len(b) <= lim.batch_records
+        assert len(b) == len(b.tickets)
+        if len(b) > 1:
             assert b.size <= lim.byte_cap
         asks = [wanted[t] for t in b.tickets]
         due = b.deliver_after
@@ -87,8 +86,7 @@ def test_the_oldest_batch_makes_room() -> None:
     stamp = T0
 
     def add(requested: int, now: float):
-        return acc.add(Record(b"x", None, (), stamp, None), requested, True, 40, now,
-                       lambda b: b)
+        return acc.add(b"x", None, (), stamp, requested, True, 40, now, lambda b: b)
 
     a, out = add(T0 + 1, 0.0)
     assert out == []
@@ -106,10 +104,8 @@ def test_a_record_that_would_break_the_delay_limit_starts_a_batch() -> None:
     acc = PartitionAccumulator(0, lim)
     now = T0 // 1001 * 1001  # both due times in one bucket: only the limit parts them
     # stamped 900 ms ago, due in 100 ms: within the limit alone, 1800 ms with the fold
-    old, _ = acc.add(Record(b"a", None, (), now - 900, None), now + 100, True, 40, 0.0,
-                     lambda b: b)
-    new, out = acc.add(Record(b"b", None, (), now, None), now + 900, True, 40, 0.0,
-                       lambda b: b)
+    old, _ = acc.add(b"a", None, (), now - 900, now + 100, True, 40, 0.0, lambda b: b)
+    new, out = acc.add(b"b", None, (), now, now + 900, True, 40, 0.0, lambda b: b)
     assert out == [old] and new is not old
     assert old.deliver_after == now + 100 and new.deliver_after == now + 900
 
@@ -131,7 +127,7 @@ def test_record_bytes_bound_the_encoded_batch(rows) -> None:
                         keys=[r.key for r in recs], values=[r.value for r in recs],
                         timestamp_deltas=[r.timestamp - recs[0].timestamp for r in recs],
                         headers=[r.headers for r in recs])
-    assert len(data) <= HEADER_SIZE + sum(map(record_bytes, recs))
+    assert len(data) <= HEADER_SIZE + sum(record_bytes(r.value, r.key, r.headers) for r in recs)
 
 
 @pytest.mark.parametrize("spread", [0, 1, 999, 1000])
@@ -141,9 +137,7 @@ def test_bucket_width_is_the_spread(spread) -> None:
                  max_open=8)
     acc = PartitionAccumulator(0, lim)
     start = 10 * (spread + 1)  # a bucket's first ms
-    a, _ = acc.add(Record(b"a", None, (), T0, None), start, True, 40, 0.0, lambda b: b)
-    b, _ = acc.add(Record(b"b", None, (), T0, None), start + spread, True, 40, 0.0,
-                   lambda b: b)
-    c, _ = acc.add(Record(b"c", None, (), T0, None), start + spread + 1, True, 40, 0.0,
-                   lambda b: b)
+    a, _ = acc.add(b"a", None, (), T0, start, True, 40, 0.0, lambda b: b)
+    b, _ = acc.add(b"b", None, (), T0, start + spread, True, 40, 0.0, lambda b: b)
+    c, _ = acc.add(b"c", None, (), T0, start + spread + 1, True, 40, 0.0, lambda b: b)
     assert a is b and c is not a
