@@ -179,7 +179,7 @@ def test_encode_records_writes_only_what_adds_up(lengths, payload_size, kind, he
         assert 69 <= size <= out_size
 
 
-def _walk(buf, start=0, out=None, layout=walker._LAYOUT):
+def _walk(buf, start=0, out=None, layout=walker.HEADER_LAYOUT):
     out = np.zeros((walker.HEADER_ROWS, 8), np.int64) if out is None else out
     return header_walk.walk_headers(np.frombuffer(buf, np.uint8), start, out, layout)
 
@@ -187,14 +187,14 @@ def _walk(buf, start=0, out=None, layout=walker._LAYOUT):
 def test_walk_headers_refuses_a_layout_outside_the_header():
     blob = _batch() * 2
     assert _walk(blob) == (2, len(blob))
-    for i in range(4, len(walker._LAYOUT)):  # the field positions
+    for i in range(4, len(walker.HEADER_LAYOUT)):  # the field positions
         for at in (-1, codec.HEADER_SIZE):
-            layout = walker._LAYOUT.copy()
+            layout = walker.HEADER_LAYOUT.copy()
             layout[i] = at
             with pytest.raises(ValueError):
                 _walk(blob, layout=layout)
     with pytest.raises(ValueError):
-        _walk(blob, layout=walker._LAYOUT[:-1])
+        _walk(blob, layout=walker.HEADER_LAYOUT[:-1])
     with pytest.raises(ValueError):
         _walk(blob, out=np.zeros((walker.HEADER_ROWS - 1, 8), np.int64))
     with pytest.raises(ValueError):
