@@ -141,6 +141,15 @@ class DeliverAfterIndex(AbstractIndex):
             return int(offsets[j])
         return None
 
+    def recent_start(self, after: tuple[int, int] | None) -> int:
+        """Rank (in key order) of the first in-memory entry that may hold a record with
+        key > `after`."""
+        return self._recent.start_after(after)
+
+    def recent_window(self, start: int, now: int, limit: int) -> tuple[list[np.ndarray], bool]:
+        """In-memory entries from rank `start` as columns: see RecentEntries.due_window."""
+        return self._recent.due_window(start, now, limit)
+
     def iter_recent(self, after: tuple[int, int] | None) -> Iterator[Entry]:
         """In-memory entries that may hold a record with key > `after`, in key order."""
         return self._recent.entries(self._recent.start_after(after))

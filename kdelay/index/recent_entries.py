@@ -200,6 +200,20 @@ class RecentEntries:
         """The entries of the given arrival numbers, in that order."""
         return list(zip(*(c.tolist() for c in self.columns_of(seqs)), strict=True))
 
+    def due_window(self, start: int, now: int, limit: int) -> tuple[list[np.ndarray], bool]:
+        """Entries in key order from the `start`-th: those due at `now`, at most `limit`
+        of them, then the first one not due, as the five columns (int64, the last two
+        int32 as a persisted index holds them); and whether more due entries may follow
+        (the limit cut the window short)."""
+        order = self._sorted()
+        seqs = order[start:start + limit]
+        due = int(np.searchsorted(self.da.get(seqs), now, side="right"))
+        more = due == len(seqs) and start + limit < len(order)
+        cols = self.columns_of(seqs[:due + 1])
+        cols[3] = cols[3].astype(np.int32)
+        cols[4] = cols[4].astype(np.int32)
+        return cols, more
+
     def entries(self, start: int = 0) -> Iterator[Entry]:
         """Entries in key order from the `start`-th, produced in growing chunks (a reader
         that stops early decodes little). The order is taken now: appends made while the
