@@ -15,7 +15,7 @@ from cpython.list cimport PyList_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int32_t, int64_t, uint8_t
 
-from kdelay.log.batch.batch_checks cimport Layout, read_layout
+from kdelay.log.batch.batch_header cimport Layout, read_layout
 from kdelay.log.batch.batch_read cimport Cancelled, Wanted, read_batch
 from kdelay.log.segments.mapped_file cimport MappedFile
 
@@ -34,8 +34,9 @@ cdef struct Window:
     const int64_t* da
     const int64_t* base
     const int64_t* pos
-    const int32_t* lod
-    const int32_t* size
+    const void* lod  # int32 (a persisted index's) or int64 (gathered), as `wide` says
+    const void* size
+    bint wide
     int64_t end  # entries [head, end) may be taken
     bint more  # entries past `end` may be due: stop there and have the caller refill
     const uint8_t* data  # the segment's bytes
@@ -53,6 +54,10 @@ cdef const int32_t* _int32s(const int32_t[:] column, int64_t n) except? NULL:
     if column.shape[0] < n:
         raise ValueError("a window's column is shorter than its end")
     return &column[0] if column.shape[0] else NULL
+
+
+cdef inline int64_t _at(const void* column, bint wide, int64_t i) noexcept nogil:
+    return (<const int64_t*>column)[i] if wide else (<const int32_t*>column)[i]
 
 
 cdef inline int64_t _lower_bound(const int64_t* a, int64_t n, int64_t x) noexcept nogil:
@@ -92,7 +97,7 @@ def fill_page(list out, list windows, int64_t[:] heads, const int64_t[:] layout,
     Window k is a tuple (mapped, limit, deliver_after, base_offset, position,
     last_offset_delta, size, end, more, cancelled, cancelled_recent): its segment's
     MappedFile and how many bytes the file holds; its index entries as columns (int64, the
-    last two int32) in key order, of which [heads[k], end) may be taken; `more` when
+    last two both int32 or both int64) in key order, of which [heads[k], end) may be taken; `more` when
     entries past `end` may be due; the sorted int64 offsets cancelled in its segment, in
     two arrays. `layout` is walker.HEADER_LAYOUT.
 
@@ -111,7 +116,8 @@ def fill_page(list out, list windows, int64_t[:] heads, const int64_t[:] layout,
     if w == NULL:
         raise MemoryError()
     cdef MappedFile source
-    cdef int64_t limit, n, skip, first, last, n_gone = 0, left, got, head, da = 0, base = 0
+    cdef int64_t limit, n, skip, first, last, n_gone = 0, left, got, head, lod, size
+    cdef int64_t da = 0, base = 0
     cdef const int64_t* gone
     cdef Wanted want
     cdef Cancelled c
@@ -126,7 +132,11 @@ def fill_page(list out, list windows, int64_t[:] heads, const int64_t[:] layout,
                 raise ValueError("a window's end, head or limit is out of range")
             w[k].data, w[k].limit = source.data, limit
             w[k].da, w[k].base, w[k].pos = _int64s(t[2], n), _int64s(t[3], n), _int64s(t[4], n)
-            w[k].lod, w[k].size = _int32s(t[5], n), _int32s(t[6], n)
+            w[k].wide = t[5].itemsize == 8
+            if w[k].wide:
+                w[k].lod, w[k].size = _int64s(t[5], n), _int64s(t[6], n)
+            else:
+                w[k].lod, w[k].size = _int32s(t[5], n), _int32s(t[6], n)
             w[k].end, w[k].more = n, t[8]
             w[k].gone.na, w[k].gone.nb = len(t[9]), len(t[10])
             w[k].gone.a, w[k].gone.b = _int64s(t[9], 0), _int64s(t[10], 0)
@@ -146,26 +156,27 @@ def fill_page(list out, list windows, int64_t[:] heads, const int64_t[:] layout,
             if da > now:
                 return DONE, taken_bytes, da
             head = heads[best]
-            n = w[best].lod[head] + 1  # records in the batch
+            lod = _at(w[best].lod, w[best].wide, head)
+            size = _at(w[best].size, w[best].wide, head)
+            n = lod + 1  # records in the batch
             skip = 0
             if after_off >= 0 and da == after_da and base <= after_off:
                 skip = min(after_off - base + 1, n)
-            first, last = base + skip, base + n - 1
+            first, last = base + skip, base + lod
             c = _cancelled_in(&w[best].gone, first, last, &n_gone)
             left = n - skip - n_gone  # records of the batch the page may still take
             if left > 0:
-                if PyList_GET_SIZE(out) and taken_bytes + w[best].size[head] > max_bytes:
+                if PyList_GET_SIZE(out) and taken_bytes + size > max_bytes:
                     return DONE, taken_bytes, -1
                 want.first, want.count = skip, max_records - PyList_GET_SIZE(out)
                 got = -1
                 if 0 <= w[best].pos[head] < w[best].limit:
                     got = read_batch(out, w[best].data + w[best].pos[head],
-                                     w[best].limit - w[best].pos[head], &L, da, base,
-                                     w[best].lod[head], w[best].size[head], want, c,
-                                     record_type, no_headers, shared_headers)
+                                     w[best].limit - w[best].pos[head], &L, da, base, lod,
+                                     size, want, c, record_type, no_headers, shared_headers)
                 if got < 0:
                     return DAMAGED, taken_bytes, best
-                taken_bytes += w[best].size[head]
+                taken_bytes += size
                 if left > want.count:
                     return DONE, taken_bytes, -1  # full inside this batch: the head stays
             heads[best] = head + 1

@@ -20,7 +20,7 @@ from collections import OrderedDict
 from ..log.segments.segment import LogSegment
 from ..log.segments.segment_set import SegmentSet
 from ..records import DeliveryKey
-from .runs import BatchSource, ColumnRun, RecentRun
+from .runs import ArrivalsRun, BatchSource, ColumnRun, RecentRun
 
 
 class SealedRuns:
@@ -122,4 +122,5 @@ def active_runs(active: LogSegment, cursor: DeliveryKey | None) -> list:
         runs.append(column_run(active, key))
     if idx.has_recent:
         runs.append(RecentRun(active, idx, idx.recent_start(key)))
+        runs.append(ArrivalsRun(active, idx, key))
     return runs

@@ -2,9 +2,10 @@
 order, from which the page fill (due_merge.py) takes a window at a time.
 
 A ColumnRun walks persisted, memmap'd (immutable) columns: its window is the columns
-themselves from its position on, no copy. A RecentRun walks the active segment's entries
-appended since its index was last persisted: its window is the due ones from its
-position, gathered into columns.
+themselves from its position on, no copy. The active segment's entries appended since its
+index was last persisted are two runs: a RecentRun over those merged into their key order,
+and an ArrivalsRun over the latest arrivals not merged yet; their windows are their due
+entries, gathered into columns.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from ..index.deliver_after_index import DeliverAfterIndex, Entry
 from ..log.batch import codec
 from ..log.segments.mapped_file import MappedFile
 
-# (deliver_after, base_offset, position, last_offset_delta, size): int64, the last two int32
+# (deliver_after, base_offset, position, last_offset_delta, size): int64 (the last two may
+# be int32, as a persisted index holds them)
 Columns = list[np.ndarray]
 
 
@@ -57,8 +59,8 @@ class ColumnRun:
 
 
 class RecentRun:
-    """The active segment's entries not yet persisted (in memory and growing, so never
-    remembered across pages), from rank `i` in key order."""
+    """The active segment's entries not yet persisted, in their merged key order from rank
+    `i` (in memory and growing, so never remembered across pages)."""
 
     __slots__ = ("seg", "i", "_index", "_window_start")
 
@@ -67,9 +69,27 @@ class RecentRun:
         self._window_start = start
 
     def window(self, now: int, limit: int) -> tuple[Columns, int, int, bool]:
-        cols, more = self._index.recent_window(self.i, now, limit)
+        rows, more = self._index.recent_window(self.i, now, limit)
         self._window_start = self.i
-        return cols, 0, len(cols[0]), more
+        return list(rows), 0, rows.shape[1], more
 
     def moved_to(self, head: int) -> None:
         self.i = self._window_start + head
+
+
+class ArrivalsRun:
+    """The active segment's latest entries, not yet merged into that order: a window of
+    those due, whole (a page rarely takes many, and the next fetch takes them afresh)."""
+
+    __slots__ = ("seg", "_index", "_after")
+
+    def __init__(self, seg: BatchSource, index: DeliverAfterIndex,
+                 after: tuple[int, int] | None):
+        self.seg, self._index, self._after = seg, index, after
+
+    def window(self, now: int, limit: int) -> tuple[Columns, int, int, bool]:
+        rows = self._index.arrivals_window(self._after, now)
+        return list(rows), 0, rows.shape[1], False
+
+    def moved_to(self, head: int) -> None:
+        """Nothing to keep: the run is built afresh for every page."""

@@ -142,13 +142,17 @@ class DeliverAfterIndex(AbstractIndex):
         return None
 
     def recent_start(self, after: tuple[int, int] | None) -> int:
-        """Rank (in key order) of the first in-memory entry that may hold a record with
-        key > `after`."""
-        return self._recent.start_after(after)
+        """Where a fetch from `after` starts in the in-memory entries' merged order
+        (RecentEntries.order_start)."""
+        return self._recent.order_start(after)
 
-    def recent_window(self, start: int, now: int, limit: int) -> tuple[list[np.ndarray], bool]:
-        """In-memory entries from rank `start` as columns: see RecentEntries.due_window."""
-        return self._recent.due_window(start, now, limit)
+    def recent_window(self, start: int, now: int, limit: int) -> tuple[np.ndarray, bool]:
+        """In-memory entries of the merged order from rank `start` (RecentEntries.window)."""
+        return self._recent.window(start, now, limit)
+
+    def arrivals_window(self, after: tuple[int, int] | None, now: int) -> np.ndarray:
+        """In-memory entries not yet merged into the order (RecentEntries.arrivals_window)."""
+        return self._recent.arrivals_window(after, now)
 
     def iter_recent(self, after: tuple[int, int] | None) -> Iterator[Entry]:
         """In-memory entries that may hold a record with key > `after`, in key order."""
