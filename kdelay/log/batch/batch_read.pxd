@@ -1,7 +1,7 @@
 # cython: language_level=3
 """One indexed batch read into record objects in C, for the compiled page fill
 (kdelay/fetch/page_fill.pyx): checked as entry_check.check_batch checks it (the header,
-its index entry, the CRC-32C: batch_checks.pxd) and decoded as record_decode decodes it
+its index entry, the CRC-32C: batch_header.pxd) and decoded as record_decode decodes it
 (every record walked by record_parse.pxd, header blocks by record_decode.shared_headers),
 then each wanted record built as the caller's record type, a tuple subclass of 7 fields:
 (offset, deliverAfter, timestamp, key, value, headers, None), as records.FetchedRecord.
@@ -19,7 +19,7 @@ from cpython.object cimport PyTypeObject
 from libc.stdint cimport int64_t, uint8_t
 from libc.string cimport memcmp
 
-from kdelay.log.batch.batch_checks cimport (
+from kdelay.log.batch.batch_header cimport (
     Header,
     Layout,
     crc_ok,

@@ -1,7 +1,7 @@
 # cython: language_level=3
 """walker's compiled header walk: the batch headers of a buffer parsed into columns in one
 C loop (C, built when kdelay is installed), making codec.parse_header's checks
-(batch_checks.parse_header, which the compiled readers share).
+(batch_header.parse_header, which the compiled readers share).
 
 C checks no index by itself: the layout is checked to keep every field inside a header,
 and a header is read only where a whole one lies inside the buffer."""
@@ -9,7 +9,7 @@ and a header is read only where a whole one lies inside the buffer."""
 cimport cython
 from libc.stdint cimport int64_t, uint8_t
 
-from kdelay.log.batch.batch_checks cimport Header, Layout, parse_header, read_layout
+from kdelay.log.batch.batch_header cimport Header, Layout, parse_header, read_layout
 
 cdef enum:  # the rows of `out`: walker's H_* (its columnar test holds the two equal)
     H_REL, H_BASE_OFFSET, H_SIZE, H_LAST_OFFSET_DELTA, H_BASE_TIMESTAMP, H_MAX_TIMESTAMP,

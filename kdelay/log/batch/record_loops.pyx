@@ -39,6 +39,7 @@ from kdelay.log.batch.record_parse cimport (
     parse_record,
     read_varint,
 )
+from kdelay.log.batch.record_write cimport record_size, write_record
 
 cpdef enum:  # flags of a successful scan (status >= 0)
     TIMESTAMPS_VARY = 1
@@ -258,41 +259,6 @@ def scan_chunk(const uint8_t[::1] buf, const int64_t[:] starts, const int64_t[:]
 # ---------------------------------------------------------------------------- encoding
 
 
-cdef inline uint64_t _zigzag(int64_t v) noexcept nogil:
-    """v zigzagged: 0, -1, 1, -2 ... as 0, 1, 2, 3 ... (in unsigned arithmetic: no shift of
-    a negative number)."""
-    return (<uint64_t>v << 1) ^ (<uint64_t>0 - <uint64_t>(v < 0))
-
-
-cdef inline int _size(int64_t v) noexcept nogil:
-    """Bytes the zigzag varint of v takes."""
-    cdef uint64_t u = _zigzag(v)
-    cdef int s = 1
-    while u >= 0x80:
-        u >>= 7
-        s += 1
-    return s
-
-
-cdef inline int64_t _put(uint8_t* out, int64_t p, int64_t v) noexcept nogil:
-    """Write v as a zigzag varint at out[p:]; the next position."""
-    cdef uint64_t u = _zigzag(v)
-    while u >= 0x80:
-        out[p] = <uint8_t>((u & 0x7F) | 0x80)
-        u >>= 7
-        p += 1
-    out[p] = <uint8_t>u
-    return p + 1
-
-
-cdef inline int64_t _body_size(int64_t delta, int64_t i, int64_t kl, int64_t vl,
-                               int64_t hl) noexcept nogil:
-    """Bytes of record i after its length varint: attributes, tsDelta, offsetDelta, key
-    length and key, value length and value, the header block of hl bytes."""
-    return (1 + _size(delta) + _size(i) + _size(kl) + max(kl, 0) + _size(vl) + max(vl, 0)
-            + hl)
-
-
 @cython.boundscheck(False)  # i < n and nh in (0, 1, n): checked by encode_records
 @cython.wraparound(False)
 cdef inline int64_t _block_length(const int64_t[:] header_lengths, int64_t nh,
@@ -337,7 +303,7 @@ def encode_records(int64_t head, const int64_t[:] lengths not None,
         return -1, 0
     # first pass: every length checked, and the running sums against the buffers they
     # index (so no sum can overflow), before anything is read or written
-    cdef int64_t i, kl, vl, hl, d, body
+    cdef int64_t i, kl, vl, hl
     cdef int64_t total = head, key_bytes = 0, payload_bytes = 0, header_bytes = 0
     for i in range(n):
         kl = lengths[i]
@@ -349,8 +315,7 @@ def encode_records(int64_t head, const int64_t[:] lengths not None,
         key_bytes += max(kl, 0)
         payload_bytes += max(kl, 0) + max(vl, 0)
         header_bytes += hl
-        body = _body_size(deltas[i] if nd else 0, i, kl, vl, hl)
-        total += _size(body) + body
+        total += record_size(deltas[i] if nd else 0, i, kl, vl, hl)
         if payload_bytes > payload_room or total > room or (
                 nh > 1 and header_bytes > header_room):
             return -1, 0
@@ -363,6 +328,7 @@ def encode_records(int64_t head, const int64_t[:] lengths not None,
     cdef uint8_t* o = &out[0]
     cdef const uint8_t* pay = &payloads[0]
     cdef const uint8_t* blocks = NULL
+    cdef const uint8_t* block
     if headers is not None:
         blocks = &headers[0]
     cdef int64_t p = head, ko = 0, vo = key_bytes, ho = 0
@@ -371,28 +337,16 @@ def encode_records(int64_t head, const int64_t[:] lengths not None,
         kl = lengths[i]
         vl = lengths[n + i]
         hl = _block_length(header_lengths, nh, i)
-        d = deltas[i] if nd else 0
-        p = _put(o, p, _body_size(d, i, kl, vl, hl))
-        o[p] = 0  # attributes
-        p = _put(o, p + 1, d)
-        p = _put(o, p, i)
-        p = _put(o, p, kl)
-        if kl > 0:
-            memcpy(o + p, pay + ko, kl)
-            p += kl
-            ko += kl
-        p = _put(o, p, vl)
-        if vl > 0:
-            memcpy(o + p, pay + vo, vl)
-            p += vl
-            vo += vl
-        if nh == 0:
-            o[p] = 0
-            p += 1
-        else:
-            memcpy(o + p, blocks + (0 if nh == 1 else ho), hl)
-            p += hl
-            ho += hl
+        block = NULL
+        if nh == 1:
+            block = blocks
+        elif nh > 1:
+            block = blocks + ho
+        p = write_record(o, p, i, deltas[i] if nd else 0, pay + ko, kl, pay + vo, vl, block,
+                         hl)
+        ko += max(kl, 0)
+        vo += max(vl, 0)
+        ho += hl
     return p, max_delta
 
 

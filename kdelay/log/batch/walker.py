@@ -93,7 +93,7 @@ def frames(read: Reader, start: int, end: int, *, path: str | None = None,
 HEADER_ROWS = 9
 # what the compiled readers (walk_headers, the page fill's batch checks) need of codec's
 # header layout, passed in as an argument: they keep no copy of the layout of their own
-# (batch_checks.pxd reads it, in this order)
+# (batch_header.pxd reads it, in this order)
 _AT = codec.FIELD_OFFSETS
 HEADER_LAYOUT = np.array(
     [codec.HEADER_SIZE, codec.LOG_OVERHEAD, codec.MIN_RECORD_SIZE, codec.MAGIC,
