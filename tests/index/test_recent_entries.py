@@ -76,12 +76,38 @@ def _run(seq, base0) -> None:
                                             sum(1 for e in model if e[0] > now))
             later = [e[0] for e in model if e[0] > now]
             assert r.first_after(now) == (min(later) if later else None)
+            _check_fetch_windows(r, model, after, now)
     assert len(r) == len(model)
     assert list(r.entries()) == model
     assert r.max_entry() == (model[-1] if model else None)
     assert r.min_deliver_after() == (min(e[0] for e in model) if model else None)
     cols = r.columns()
     assert [tuple(int(c[i]) for c in cols) for i in range(len(model))] == model
+
+
+def _rows(cols) -> list[tuple]:
+    return list(zip(*(c.tolist() for c in cols), strict=True))
+
+
+def _check_fetch_windows(r: RecentEntries, model: list, after, now: int) -> None:
+    """What a fetch takes (no merge of the tail): the merged order's window from
+    order_start and the arrivals' window, together, are the entries holding a record past
+    `after` that are due at `now`, in key order; each window ends with its first entry not
+    due, if it has one."""
+    past = [e for e in model if (e[0], e[1] + e[3]) > after]
+    order_len = len(r.order)
+    ordered, _ = r.window(r.order_start(after), now, len(model) + 1)
+    arrivals = r.arrivals_window(after, now)
+    assert len(r.order) == order_len  # neither merged the tail
+    got = _rows(ordered) + _rows(arrivals)
+    assert sorted(e for e in got if e[0] <= now) == [e for e in past if e[0] <= now]
+    tail = {e for e in _rows(r.columns_of(np.arange(order_len, len(r), dtype=np.uint32)))}
+    tail_late = [e for e in past if e in tail and e[0] > now]
+    assert [e for e in _rows(arrivals) if e[0] > now] == tail_late[:1]
+    limit = 2
+    cut, more = r.window(r.order_start(after), now, limit)
+    due = [e for e in _rows(cut) if e[0] <= now]
+    assert more == (len(due) == limit and r.order_start(after) + limit < order_len)
 
 
 def test_out_of_order_refused():
