@@ -1,10 +1,12 @@
 # cython: language_level=3
-"""The checks of one batch, as C inline functions for the compiled readers (header_walk.pyx,
-batch_read.pxd): codec.parse_header's header sanity, entry_check.check_batch's agreement
-with an index entry, and the CRC-32C. One definition each, held equal to the Python rules
-by tests (tests/log/test_walker.py, tests/log/test_batch_read.py).
+"""A batch's header in C, for the compiled readers and writers (header_walk.pyx,
+batch_read.pxd, records_batch.pyx): codec.parse_header's header sanity, entry_check's
+agreement with an index entry, the CRC-32C, and big-endian fields written. One definition
+each, held equal to the Python rules by tests (tests/log/test_walker.py,
+tests/fetch/test_page_fill.py, tests/log/test_records_batch.py).
 
-The header layout comes from codec at run time (walker._LAYOUT, read by `read_layout`):
+The header layout comes from codec at run time (walker.HEADER_LAYOUT, read by
+`read_layout`):
 the compiled code keeps no copy of it."""
 
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
@@ -15,11 +17,11 @@ cdef extern from "crc32c_impl.h":
     uint32_t kd_crc32c_tables(const uint8_t* p, size_t n) noexcept nogil
 
 cdef enum:
-    LAYOUT_FIELDS = 14  # walker._LAYOUT's length
+    LAYOUT_FIELDS = 14  # walker.HEADER_LAYOUT's length
 
 
 cdef struct Layout:
-    # where each header field lies (walker._LAYOUT, in its order)
+    # where each header field lies (walker.HEADER_LAYOUT, in its order)
     int64_t header_size, overhead, min_record, magic
     int64_t at_base, at_length, at_magic, at_crc, at_lod, at_base_ts, at_max_ts, at_da
     int64_t at_count, crc_start
@@ -31,7 +33,7 @@ cdef struct Header:
 
 
 cdef inline int read_layout(const int64_t[:] layout, Layout* out) except -1:
-    """walker._LAYOUT into *out; ValueError if a field would lie outside the header."""
+    """walker.HEADER_LAYOUT into *out; ValueError if a field would lie outside the header."""
     if layout.shape[0] < LAYOUT_FIELDS:
         raise ValueError("a layout out of range")
     out.header_size, out.overhead, out.min_record, out.magic = (
@@ -59,6 +61,15 @@ cdef inline int64_t big_endian(const uint8_t* buf, int width) noexcept nogil:
     for k in range(width):
         u = (u << 8) | buf[k]
     return <int64_t>((u ^ sign) - sign)
+
+
+cdef inline void put_big_endian(uint8_t* buf, int width, int64_t v) noexcept nogil:
+    """Write the low `width` bytes of v at buf, big-endian."""
+    cdef uint64_t u = <uint64_t>v
+    cdef int k
+    for k in range(width - 1, -1, -1):
+        buf[k] = <uint8_t>(u & 0xFF)
+        u >>= 8
 
 
 cdef inline bint parse_header(const uint8_t* h, int64_t available, const Layout* L,
@@ -95,3 +106,10 @@ cdef inline bint crc_ok(const uint8_t* batch, const Header* h, const Layout* L) 
     """codec.crc_ok: the CRC-32C of the batch from codec.CRC_START to its end is the
     header's (h passed parse_header, so the batch is at least a header long)."""
     return kd_crc32c(batch + L.crc_start, <size_t>(h.size - L.crc_start)) == <uint32_t>h.crc
+
+
+cdef inline void crc32c_into(uint8_t* batch, int64_t size, const Layout* L) noexcept nogil:
+    """Write the CRC-32C of the batch of `size` bytes at `batch` (from codec.CRC_START to
+    its end) into its crc field."""
+    put_big_endian(batch + L.at_crc, 4,
+                   kd_crc32c(batch + L.crc_start, <size_t>(size - L.crc_start)))
