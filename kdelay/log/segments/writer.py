@@ -16,11 +16,14 @@ from ...config import LogConfig
 from ...records import AppendResult
 from ...validation import BatchColumns
 from ..batch.builder import build_batch
+from ..batch.records_batch import RecordsBatch
 from ..cancellation import cancel_ops
 from ..cancellation.cancel_store import CancelStore
 from .flush_policy import FlushPolicy
 from .open_and_close import Lifetime
 from .segment_set import SegmentSet
+
+_new_tuple = tuple.__new__  # a NamedTuple without its Python-level __new__ (every append)
 
 
 class Writer:
@@ -32,8 +35,8 @@ class Writer:
         self._life = life
         self.policy = FlushPolicy(config)
 
-    def append(self, columns: BatchColumns, requested: int | None, clock: Callable[[], int],
-               floor: int) -> AppendResult:
+    def append(self, columns: BatchColumns | RecordsBatch, requested: int | None,
+               clock: Callable[[], int], floor: int) -> AppendResult:
         """Encode the checked `columns` as one batch (at `clock()`, the log clock, whose
         floor is `floor`) and append it; fsync'd first when the flush policy says the
         batch makes a flush due."""
@@ -51,7 +54,7 @@ class Writer:
         self.policy.appended(n)
         if sync:
             self.policy.flushed()
-        return AppendResult(base, base + n - 1, batch.deliver_after, now)
+        return _new_tuple(AppendResult, (base, base + n - 1, batch.deliver_after, now))
 
     def reschedule(self, offset: int, deliver_after: int, clock: Callable[[], int],
                    floor: int) -> AppendResult:
