@@ -46,12 +46,14 @@ def build_batch(columns: BatchColumns | RecordsBatch, *, base_offset: int, now: 
     however it was asked for: the delay limit applies to it alike."""
     batch_da = now if requested is None or requested < now else requested
     if type(columns) is RecordsBatch:
-        check_delay_limit(config.max_delivery_delay_ms, requested, None,
-                          columns.earliest(now))
+        if config.max_delivery_delay_ms:  # (its earliest timestamp is a pass over the batch)
+            check_delay_limit(config.max_delivery_delay_ms, requested, None,
+                              columns.earliest(now))
         data = columns.encode(now, base_offset, batch_da, HEADER_LAYOUT, codec.HEADER_TEMPLATE)
         if data is not None:  # (BuiltBatch without its Python-level __new__: every append)
-            return _within_limit(tuple.__new__(BuiltBatch, (data, columns.n, batch_da,
-                                                            columns.max_timestamp)), config)
+            if len(data) > config.max_batch_bytes:
+                _too_big(data, config)
+            return tuple.__new__(BuiltBatch, (data, columns.n, batch_da, columns.max_timestamp))
         columns = record_columns(columns.records)  # too long for the compiled builder
     stamps, base_ts = _stamps(columns.timestamps, now)
     check_delay_limit(config.max_delivery_delay_ms, requested, stamps, now)
@@ -60,12 +62,11 @@ def build_batch(columns: BatchColumns | RecordsBatch, *, base_offset: int, now: 
         keys=columns.keys, values=columns.values,
         timestamp_deltas=None if stamps is None else stamps - base_ts,
         headers=columns.headers)  # the codec treats all-empty headers as none
-    return _within_limit(BuiltBatch(data, len(columns.deliver_afters), batch_da,
-                                    codec.max_timestamp(data)), config)
+    if len(data) > config.max_batch_bytes:
+        _too_big(data, config)
+    return BuiltBatch(data, len(columns.deliver_afters), batch_da, codec.max_timestamp(data))
 
 
-def _within_limit(batch: BuiltBatch, config: LogConfig) -> BuiltBatch:
-    if len(batch.data) > config.max_batch_bytes:
-        raise InvalidRecordError(f"batch of {len(batch.data)} bytes exceeds max_batch_bytes "
-                                 f"({config.max_batch_bytes})")
-    return batch
+def _too_big(data: bytes, config: LogConfig) -> None:
+    raise InvalidRecordError(f"batch of {len(data)} bytes exceeds max_batch_bytes "
+                             f"({config.max_batch_bytes})")

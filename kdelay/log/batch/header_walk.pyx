@@ -24,8 +24,8 @@ def walk_headers(const uint8_t[::1] buf, int64_t start, int64_t[:, :] out,
     columns of `out` (HEADER_ROWS x capacity; at most capacity batches). Stops at the first
     batch whose header or bytes run past `buf`, or whose header fails codec.parse_header's
     checks (the same checks, held equal by a test; the caller has parse_header say what is
-    wrong). `layout` is walker._LAYOUT. Returns (batches parsed, position where it stopped).
-    ValueError if `layout`, `out` or `start` are out of range."""
+    wrong). `layout` is walker.HEADER_LAYOUT. Returns (batches parsed, position where it
+    stopped). ValueError if `layout`, `out` or `start` are out of range."""
     cdef Layout L
     read_layout(layout, &L)
     if out.shape[0] < HEADER_ROWS or start < 0:

@@ -41,20 +41,22 @@ class Writer:
         floor is `floor`) and append it; fsync'd first when the flush policy says the
         batch makes a flush due."""
         cfg = self.config
-        with self._life.horizon.writing(floor, clock) as now:
+        horizon = self._life.horizon
+        now = horizon.start(floor, clock)  # (as `with horizon.writing(...)`, on every append)
+        try:
             base = self._segments.active.next_offset
-            batch = build_batch(columns, base_offset=base, now=now, requested=requested,
-                                config=cfg)
-            self.make_room(len(batch.data), batch.max_timestamp)
-            n = batch.records
-            sync = self.policy.due_after(n)
-            self._segments.active.append(batch.data, base, n - 1, batch.deliver_after,
-                                         batch.max_timestamp, cfg.index_interval_bytes,
-                                         sync=sync)
+            data, n, deliver_after, max_timestamp = build_batch(
+                columns, base_offset=base, now=now, requested=requested, config=cfg)
+            self.make_room(len(data), max_timestamp)
+            sync = self.policy.flushes and self.policy.due_after(n)
+            self._segments.active.append(data, base, n - 1, deliver_after, max_timestamp,
+                                         cfg.index_interval_bytes, sync=sync)
+        finally:
+            horizon.end(now)
         self.policy.appended(n)
         if sync:
             self.policy.flushed()
-        return _new_tuple(AppendResult, (base, base + n - 1, batch.deliver_after, now))
+        return _new_tuple(AppendResult, (base, base + n - 1, deliver_after, now))
 
     def reschedule(self, offset: int, deliver_after: int, clock: Callable[[], int],
                    floor: int) -> AppendResult:
@@ -83,7 +85,8 @@ class Writer:
 
     def make_room(self, size: int, max_timestamp: int) -> None:
         """Before writing a batch: the first change removes the clean marker; roll if due."""
-        self._life.mark_dirty()
+        if self._life.marker_present:
+            self._life.mark_dirty()
         cfg = self.config
         if self._segments.should_roll(size, max_timestamp, cfg.segment_bytes, cfg.segment_ms):
             self._roll()
