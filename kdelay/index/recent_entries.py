@@ -154,13 +154,6 @@ class RecentEntries:
             i = j
             chunk = min(chunk * 4, _MAX_CHUNK)
 
-    def start_after(self, after: tuple[int, int] | None) -> int:
-        """Rank of the first entry that may hold a record with key > `after` (the batch
-        holding `after` itself if it has records past it)."""
-        if after is None or not self:
-            return 0
-        return recent_columns.start_after(self.cols, self._sorted(), *after)
-
     def min_deliver_after(self) -> int | None:
         return int(self.da.raw().min()) + self.da.base if self else None
 
