@@ -44,13 +44,13 @@ cdef struct Window:
     Cancelled gone  # the segment's cancelled offsets, whole
 
 
-cdef const int64_t* _int64s(const int64_t[:] column, int64_t n) except? NULL:
+cdef const int64_t* _int64s(const int64_t[::1] column, int64_t n) except? NULL:
     if column.shape[0] < n:
         raise ValueError("a window's column is shorter than its end")
     return &column[0] if column.shape[0] else NULL
 
 
-cdef const int32_t* _int32s(const int32_t[:] column, int64_t n) except? NULL:
+cdef const int32_t* _int32s(const int32_t[::1] column, int64_t n) except? NULL:
     if column.shape[0] < n:
         raise ValueError("a window's column is shorter than its end")
     return &column[0] if column.shape[0] else NULL
@@ -96,10 +96,10 @@ def fill_page(list out, list windows, int64_t[:] heads, const int64_t[:] layout,
 
     Window k is a tuple (mapped, limit, deliver_after, base_offset, position,
     last_offset_delta, size, end, more, cancelled, cancelled_recent): its segment's
-    MappedFile and how many bytes the file holds; its index entries as columns (int64, the
-    last two both int32 or both int64) in key order, of which [heads[k], end) may be taken; `more` when
-    entries past `end` may be due; the sorted int64 offsets cancelled in its segment, in
-    two arrays. `layout` is walker.HEADER_LAYOUT.
+    MappedFile and how many bytes the file holds; its index entries as contiguous columns
+    (int64, the last two both int32 or both int64) in key order, of which [heads[k], end)
+    may be taken; `more` when entries past `end` may be due; the sorted int64 offsets
+    cancelled in its segment, in two arrays. `layout` is walker.HEADER_LAYOUT.
 
     The page takes records with key > (after_da, after_off) (after_off -1: from the start)
     and deliverAfter <= now, at most max_records of them, and batches while their bytes
@@ -118,7 +118,6 @@ def fill_page(list out, list windows, int64_t[:] heads, const int64_t[:] layout,
     cdef MappedFile source
     cdef int64_t limit, n, skip, first, last, n_gone = 0, left, got, head, lod, size
     cdef int64_t da = 0, base = 0
-    cdef const int64_t* gone
     cdef Wanted want
     cdef Cancelled c
     try:
