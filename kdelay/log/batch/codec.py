@@ -79,23 +79,6 @@ _HEAD = struct.Struct(HEADER.format[:_SPLIT])
 _TAIL = struct.Struct(HEADER.format[0] + HEADER.format[_SPLIT:])
 
 
-def _head_fields(base_offset: int, batch_length: int, leader_epoch: int, crc: int) -> tuple:
-    return base_offset, batch_length, leader_epoch, MAGIC, crc
-
-
-def _tail_fields(last_offset_delta: int, base_timestamp: int, max_timestamp: int,
-                 deliver_after: int, count: int) -> tuple:
-    """The CRC-covered fields of a batch this codec writes: no attributes (no compression,
-    create time, not transactional), no producer."""
-    return (0, last_offset_delta, base_timestamp, max_timestamp, deliver_after,
-            NO_PRODUCER_ID, -1, -1, count)
-
-
-# the header with every field a batch varies in at 0 (the compiled builder,
-# records_batch.pyx, fills those in at walker.HEADER_LAYOUT's offsets)
-HEADER_TEMPLATE = _HEAD.pack(*_head_fields(0, 0, 0, 0)) + _TAIL.pack(*_tail_fields(0, 0, 0, 0, 0))
-
-
 def parse_header(buf, pos: int = 0, *, path: str | None = None, file_pos: int | None = None,
                  available: int | None = None) -> BatchHeader:
     """Parse and sanity-check the header at `buf[pos:]`. `available` is how many bytes the
@@ -178,11 +161,18 @@ def encode_batch(
     out, max_delta = record_encode.encode_batch_body(keys, values, ts, headers)
     max_ts = base_timestamp + max_delta
     batch_length = len(out) - LOG_OVERHEAD
-    _TAIL.pack_into(out, CRC_START, *_tail_fields(n - 1, base_timestamp, max_ts, deliver_after,
-                                                  n))
+    _TAIL.pack_into(out, CRC_START, 0, n - 1, base_timestamp, max_ts, deliver_after,
+                    NO_PRODUCER_ID, -1, -1, n)
     crc = crc32c.crc32c(memoryview(out)[CRC_START:])
-    _HEAD.pack_into(out, 0, *_head_fields(base_offset, batch_length, leader_epoch, crc))
+    _HEAD.pack_into(out, 0, base_offset, batch_length, leader_epoch, MAGIC, crc)
     return bytes(out)
+
+
+# the header of a batch this codec writes, for the compiled builder (records_batch.pyx), which
+# writes the fields a batch varies in (at walker.HEADER_LAYOUT's offsets) over those of this
+# one and keeps the rest: leader epoch 0, magic, no attributes, no producer
+HEADER_TEMPLATE = encode_batch(base_offset=0, base_timestamp=0, deliver_after=0, keys=[None],
+                               values=[None])[:HEADER_SIZE]
 
 
 def max_timestamp(batch: bytes) -> int:
