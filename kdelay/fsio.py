@@ -31,7 +31,11 @@ def open_read(path: str) -> int:
 
 def write(fd: int, data: bytes, position: int) -> None:
     """Write all of `data` at `position` (a short write is retried until done)."""
-    view = memoryview(data)
+    n = os.pwrite(fd, data, position)
+    if n == len(data):  # the usual case: all of it at once
+        return
+    view = memoryview(data)[n:]
+    position += n
     while view:
         n = os.pwrite(fd, view, position)
         view = view[n:]

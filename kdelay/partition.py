@@ -38,6 +38,7 @@ from .fetch import group_positions, metrics, offset_order
 from .fetch.due_order import DueOrderReader, resolve_cursor
 from .fetch.long_poll import ActivitySignal, due_in_ms
 from .fetch.queue_state.queue_groups import QueueGroups
+from .log.batch.records_batch import RecordsBatch
 from .log.cancellation import cancel_ops
 from .log.compaction import compactor
 from .log.segments import retention
@@ -73,6 +74,7 @@ from .validation import (
 __all__ = ["Clock", "Log", "OffsetOutOfRangeError"]
 
 AppendListener = Callable[[AppendResult], None]
+_new_tuple = tuple.__new__  # a NamedTuple without its Python-level __new__ (hot paths)
 
 
 class Log:
@@ -202,6 +204,11 @@ class Log:
         records', and never below the append time. All of it is written, or nothing."""
         if delay_ms is not None:
             deliver_after = deliver_after_for_delay(deliver_after, delay_ms, self.now())
+        if type(records) is Record:  # a batch of one
+            records = (records,)
+        plain = RecordsBatch.of(records, deliver_after, self.config.delayed_delivery_enable)
+        if plain is not None:  # checked in one compiled pass (the common types)
+            return self._append_requested(plain, plain.requested)
         return self._append(record_columns(records), deliver_after)
 
     @write_errors
@@ -215,9 +222,12 @@ class Log:
         return self._append(batch_columns(values, keys, timestamps), deliver_after)
 
     def _append(self, columns: BatchColumns, deliver_after: int | None) -> AppendResult:
-        requested = requested_deliver_after(
+        return self._append_requested(columns, requested_deliver_after(
             columns.deliver_afters, deliver_after, path=self.path,
-            delayed_delivery_enable=self.config.delayed_delivery_enable)
+            delayed_delivery_enable=self.config.delayed_delivery_enable))
+
+    def _append_requested(self, columns: BatchColumns | RecordsBatch, requested: int | None
+                          ) -> AppendResult:
         with self._lock:
             self._check_open()
             result = self._appended_locked(self._writer.append(
@@ -293,13 +303,18 @@ class Log:
         """Due records strictly after `after`, in (deliverAfter, offset) order."""
         max_records, max_bytes, max_wait_ms = check_page_limits(max_records, max_bytes,
                                                                 max_wait_ms)
-        deadline = time.monotonic() + max_wait_ms / 1000
+        deadline = time.monotonic() + max_wait_ms / 1000 if max_wait_ms else 0.0
         with self._lock:
             self._check_open()
-            cursor = resolve_cursor(self._segments, after)
             if not max_wait_ms:  # not a long poll
-                return self._due_order.fetch_page(self._segments, cursor, self.now(),
+                now = self.now()
+                quiet = self._due_order.known_quiet(after, now)
+                if quiet is not False:  # nothing due: the idle poll's cost is this much
+                    return _new_tuple(FetchResult, ([], quiet))
+                return self._due_order.fetch_page(self._segments,
+                                                  resolve_cursor(self._segments, after), now,
                                                   max_records, max_bytes, self._cancels)
+            cursor = resolve_cursor(self._segments, after)
             return self._due_order.wait_for_page(
                 self._segments, cursor, max_records, max_bytes, self._cancels,
                 deadline=deadline, now=self.now, signal=self._appended,

@@ -190,7 +190,7 @@ def _all_of_types(items, exact: set, allowed) -> bool:
 _BYTES_OR_NONE = {bytes, _NONE_TYPE}
 
 
-def _check_headers(hs) -> None:
+def check_headers(hs) -> None:
     if not isinstance(hs, (list, tuple)):
         raise InvalidRecordError("record headers must be a list of (str, bytes|None)")
     for h in hs:
@@ -362,11 +362,11 @@ def _checked(values: tuple, keys: tuple, headers: tuple, timestamps: tuple, das:
     if any(headers):
         first = headers[0]
         if headers.count(first) == len(headers):  # one header set on every record: check once
-            _check_headers(first)
+            check_headers(first)
         else:
             for hs in headers:
                 if hs:
-                    _check_headers(hs)
+                    check_headers(hs)
     # = BatchColumns(...), without the Python-level __new__ of a NamedTuple (on every append)
     return _new_tuple(BatchColumns, (values, keys, headers, _time_column(timestamps, "timestamp"),
                                      _time_column(das, "deliver_after")))

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import settings
 
 from kdelay import Log, LogConfig
+from kdelay.validation import MAX_INT64
 
 T0 = 1_700_000_000_000  # a fixed, realistic epoch-ms start for fake clocks
 
@@ -76,12 +77,17 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
 def entries_after(idx, after):
     """A DeliverAfterIndex's entries that may hold a record with key > `after`, in key
     order, merged from its persisted columns and its recent (unpersisted) entries the way
-    the fetch planner starts its runs (start_in_columns, iter_recent)."""
+    the fetch planner starts its runs (start_in_columns, recent_start, recent_window and
+    arrivals_window, with every entry due)."""
     cols = idx.disk_columns
     start = idx.start_in_columns(after)
     persisted = list(zip(*(c[start:].tolist() for c in cols), strict=True))
-    recent = list(idx.iter_recent(after)) if idx.has_recent else []
-    return list(heapq.merge(persisted, recent))
+    recent = []
+    if idx.has_recent:
+        ordered, _ = idx.recent_window(idx.recent_start(after), MAX_INT64, len(idx) + 1)
+        recent = [*zip(*ordered.tolist(), strict=True),
+                  *zip(*idx.arrivals_window(after, MAX_INT64).tolist(), strict=True)]
+    return list(heapq.merge(persisted, sorted(recent)))
 
 
 def in_ci() -> bool:

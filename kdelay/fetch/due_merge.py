@@ -1,22 +1,35 @@
-"""Page filling: a k-way heap merge of runs (see runs.py) into one page of due records.
+"""Page filling: a k-way merge of runs (see runs.py) into one page of due records.
 
-The merge pops the smallest head, so a page touches only the entries it returns plus one
-head per run. Work is per batch: each batch is read and verified once, its records decoded
-column-wise, and only the slice the page needs becomes FetchedRecords.
+The merge takes the smallest head of the runs, so a page touches only the entries it
+returns plus one head per run. It runs compiled (page_fill.pyx): each run offers a window
+of its index entries as columns, and one call merges them, reads each batch it takes from
+the mapped segment, checks it against its entry (entry_check's rule, and its CRC-32C),
+decodes it and builds the FetchedRecords the page needs. Python's work is per page and per
+run; a batch that fails a check is read again by the Python path (Segment.read_verified,
+codec.decode_records) to say what is wrong, in one wording.
 """
 
 from __future__ import annotations
 
-import heapq
 from itertools import repeat
 from typing import NamedTuple
 
+import numpy as np
+
+from ..errors import KdelayError
 from ..log.batch import codec
+from ..log.batch.record_decode import shared_headers
+from ..log.batch.walker import HEADER_LAYOUT
 from ..log.cancellation.cancel_store import CancelStore
-from ..records import DeliveryKey, FetchedRecord
+from ..records import NO_HEADERS, DeliveryKey, FetchedRecord
+from ..validation import MAX_INT64
+from .page_fill import DAMAGED, DONE, REFILL, fill_page
 from .runs import BatchSource
 
 _new_record = tuple.__new__
+_NO_OFFSETS = np.empty(0, np.int64)
+# most entries of a recent run gathered into a window at once (a larger page refills)
+_RECENT_WINDOW = 4096
 
 
 class Page(NamedTuple):
@@ -39,80 +52,53 @@ def batch_records(h: codec.BatchHeader, data: bytes, skip: int, limit: int,
     return list(map(_new_record, repeat(FetchedRecord), rows))
 
 
-def _kept_records(h: codec.BatchHeader, data: bytes, skip: int, want: int, gone: list[int],
-                  source: BatchSource, position: int) -> list[FetchedRecord]:
-    """Up to `want` records of a verified batch from `skip` on, leaving out the cancelled
-    offsets `gone` (sorted, inside the batch). Decodes only as far as the last record kept;
-    O(1) Python work per cancelled record."""
-    first = h.base_offset + skip
-    stop = first + want  # one past the last offset needed
-    drop = []
-    for o in gone:
-        if o >= stop:
-            break
-        drop.append(o - first)
-        stop += 1
-    stop = min(stop, h.last_offset + 1)
-    kept = batch_records(h, data, skip, stop - first, source, position)
-    for i in reversed(drop):
-        del kept[i]
-    return kept
-
-
 def read_page(runs: list, after: DeliveryKey | None, now: int, max_records: int,
               max_bytes: int, cancels: CancelStore | None = None) -> Page:
     """Fill one page by merging `runs`: records with key > `after` and deliverAfter <= `now`,
     at most `max_records`, and `max_bytes` as a soft cap (at least one batch). Each run is
     left positioned at its first entry not fully consumed.
 
-    Cancelled records (`cancels`) are left out and do not count against the page: a batch
-    of a segment without cancellations costs one dict probe more; otherwise two binary
-    searches find the batch's cancelled offsets, and a batch whose remaining records are all
-    cancelled is not even read."""
+    Cancelled records (`cancels`) are left out and do not count against the page; a batch
+    whose remaining records are all cancelled is not even read."""
     out: list[FetchedRecord] = []
-    taken_bytes = 0
-    next_pending = None
-    heap = [(r.head[0], r.head[1], k) for k, r in enumerate(runs) if r.head is not None]
-    heapq.heapify(heap)
-    while heap:
-        da, base, k = heap[0]
-        if da > now:
-            next_pending = da
+    max_records = min(max_records, MAX_INT64)
+    limit = min(max_records, _RECENT_WINDOW)
+    windows = [_window(run, now, limit, cancels) for run in runs]
+    heads = np.array([w[1] for w in windows], np.int64)
+    windows = [w[0] for w in windows]
+    after_da, after_off = (-1, -1) if after is None else after
+    taken = 0
+    while True:
+        outcome, taken, detail = fill_page(
+            out, windows, heads, HEADER_LAYOUT, after_da, after_off, now, max_records,
+            min(max_bytes, MAX_INT64), taken, FetchedRecord, NO_HEADERS, shared_headers)
+        if outcome != REFILL:
             break
-        run = runs[k]
-        _, _, pos, lod, size = run.head
-        skip = 0
-        if after is not None and da == after.deliver_after and base <= after.offset:
-            skip = after.offset - base + 1
-        gone = None
-        if skip <= lod and cancels is not None:
-            sc = cancels.get(run.seg.base_offset)
-            if sc is not None:
-                n_gone = sc.count_in_range(base + skip, base + lod)
-                if n_gone == lod + 1 - skip:
-                    skip = lod + 1  # every record left in it is cancelled
-                elif n_gone:
-                    gone = sc.in_range(base + skip, base + lod)
-        if skip <= lod:
-            if out and taken_bytes + size > max_bytes:
-                break
-            h, data = run.seg.read_verified(run.head)
-            want = max_records - len(out)
-            if gone is None:
-                out.extend(batch_records(h, data, skip, want, run.seg, pos))
-                left = lod + 1 - skip
-            else:
-                out.extend(_kept_records(h, data, skip, want, gone, run.seg, pos))
-                left = lod + 1 - skip - len(gone)
-            taken_bytes += size
-            if left > want:
-                break  # page full inside this batch: the run stays on it
-        run.advance()
-        if run.head is None:
-            heapq.heappop(heap)
-        else:
-            heapq.heapreplace(heap, (run.head[0], run.head[1], k))
-        if len(out) >= max_records:
-            break
+        run = runs[detail]
+        run.moved_to(int(heads[detail]))
+        windows[detail], heads[detail] = _window(run, now, limit, cancels)
+    if outcome == DAMAGED:
+        _explain(runs[detail].seg, windows[detail], int(heads[detail]))
+    for run, head in zip(runs, heads.tolist(), strict=True):
+        run.moved_to(head)
     nxt = DeliveryKey(out[-1].deliver_after, out[-1].offset) if out else after
-    return Page(out, nxt, next_pending)
+    return Page(out, nxt, detail if outcome == DONE and detail >= 0 else None)
+
+
+def _window(run, now: int, limit: int, cancels: CancelStore | None) -> tuple[tuple, int]:
+    """(the window fill_page takes of `run`, its first entry)."""
+    seg = run.seg
+    cols, start, end, more = run.window(now, limit)
+    sc = None if cancels is None else cancels.get(seg.base_offset)
+    gone = (_NO_OFFSETS, _NO_OFFSETS) if sc is None else sc.sorted_parts()
+    return (seg.mapped(), seg.size, *cols, end, more, *gone), start
+
+
+def _explain(seg: BatchSource, window: tuple, i: int) -> None:
+    """Raise the CorruptLogError the Python path raises for the batch of entry `i` of
+    `window`, which the page fill refused."""
+    entry = tuple(int(c[i]) for c in window[2:7])
+    h, data = seg.read_verified(entry)
+    codec.decode_records(data, h, path=seg.log_path, file_pos=entry[2])
+    raise KdelayError(f"the compiled page fill refused the batch at byte {entry[2]} of "
+                      f"{seg.log_path}, which the Python checks pass")  # a bug, never data

@@ -55,6 +55,16 @@ class DueOrderReader:
         self._resume = planner.ResumePoints()
         self._quiet = None
 
+    def known_quiet(self, after: object, now: int) -> DeliveryKey | None | bool:
+        """The fetch that finds nothing, told without planning or merging: when `after` is
+        the cursor of the last empty page (as a consumer passes back its `next`) and
+        nothing after it is due before a time `now` has not reached, that cursor (the
+        empty page's `next`); else False (plan and merge as usual)."""
+        quiet = self._quiet
+        if quiet is not None and quiet[0] is after and now < quiet[1]:
+            return after  # type: ignore[return-value]
+        return False
+
     def appended(self, deliver_after: int) -> None:
         """An append of a batch due at `deliver_after` (may end a quiet spell sooner)."""
         if self._quiet is not None and deliver_after < self._quiet[1]:

@@ -20,7 +20,7 @@ from collections import OrderedDict
 from ..log.segments.segment import LogSegment
 from ..log.segments.segment_set import SegmentSet
 from ..records import DeliveryKey
-from .runs import BatchSource, ColumnRun, RecentRun
+from .runs import ArrivalsRun, BatchSource, ColumnRun, RecentRun
 
 
 class SealedRuns:
@@ -60,7 +60,7 @@ class ResumePoints:
     def remember(self, cursor: DeliveryKey | None, state: SealedRuns) -> None:
         if cursor is None:
             return
-        state.runs = [r for r in state.runs if r.head is not None]
+        state.runs = [r for r in state.runs if not r.exhausted]
         self._points[cursor] = state
         self._points.move_to_end(cursor)
         while len(self._points) > self._capacity:
@@ -121,5 +121,6 @@ def active_runs(active: LogSegment, cursor: DeliveryKey | None) -> list:
     if len(idx.disk_columns[0]):
         runs.append(column_run(active, key))
     if idx.has_recent:
-        runs.append(RecentRun(active, idx.iter_recent(key)))
+        runs.append(RecentRun(active, idx, idx.recent_start(key)))
+        runs.append(ArrivalsRun(active, idx, key))
     return runs

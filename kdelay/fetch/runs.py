@@ -1,78 +1,95 @@
 """Runs: one segment's DeliverAfterIndex entries after a cursor, in (deliverAfter, offset)
-order, consumed one head at a time by the page merge (due_merge.py).
+order, from which the page fill (due_merge.py) takes a window at a time.
 
-A ColumnRun walks persisted, memmap'd (immutable) columns; a RecentRun walks the active
-segment's entries appended since its index was last persisted.
+A ColumnRun walks persisted, memmap'd (immutable) columns: its window is the columns
+themselves from its position on, no copy. The active segment's entries appended since its
+index was last persisted are two runs: a RecentRun over those merged into their key order,
+and an ArrivalsRun over the latest arrivals not merged yet; their windows are their due
+entries, gathered into columns.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Protocol
 
 import numpy as np
 
-from ..index.deliver_after_index import Entry
+from ..index.deliver_after_index import DeliverAfterIndex, Entry
 from ..log.batch import codec
+from ..log.segments.mapped_file import MappedFile
 
-_FIRST_CHUNK = 8
-_MAX_CHUNK = 64  # bounds the Python tuples a remembered run holds
+# (deliver_after, base_offset, position, last_offset_delta, size): int64 (the last two may
+# be int32, as a persisted index holds them)
+Columns = list[np.ndarray]
 
 
 class BatchSource(Protocol):
     """What the merge needs of a segment."""
 
     log_path: str
+    base_offset: int
+    size: int
+
+    def mapped(self) -> MappedFile: ...
 
     def read_verified(self, entry: Entry) -> tuple[codec.BatchHeader, bytes]: ...
 
 
 class ColumnRun:
-    """Entries of immutable index columns from index `start` on, converted to Python
-    tuples a growing chunk at a time (a short page converts only a few)."""
+    """Entries of immutable index columns from index `i` on."""
 
-    __slots__ = ("seg", "key", "cols", "i", "n", "head", "_buf", "_b0", "_chunk")
+    __slots__ = ("seg", "key", "cols", "i", "n")
 
-    def __init__(self, seg: BatchSource, key: tuple, cols: list[np.ndarray], start: int):
+    def __init__(self, seg: BatchSource, key: tuple, cols: Columns, start: int):
         self.seg, self.key, self.cols = seg, key, cols
         self.i, self.n = start, len(cols[0])
-        self._chunk = _FIRST_CHUNK
-        self._buf: list[Entry] = []
-        self._b0 = start
-        self.head: Entry | None = None
-        if start < self.n:
-            self._fill()
 
-    def _fill(self) -> None:
-        i, j = self.i, min(self.n, self.i + self._chunk)
-        self._buf = list(zip(*(c[i:j].tolist() for c in self.cols), strict=True))
-        self._b0 = i
-        self._chunk = min(self._chunk * 4, _MAX_CHUNK)
-        self.head = self._buf[0]
+    @property
+    def exhausted(self) -> bool:
+        return self.i >= self.n
 
-    def advance(self) -> None:
-        self.i += 1
-        k = self.i - self._b0
-        if k < len(self._buf):
-            self.head = self._buf[k]
-        elif self.i < self.n:
-            self._fill()
-        else:
-            self.head = None
+    def window(self, now: int, limit: int) -> tuple[Columns, int, int, bool]:
+        """(columns, start, end, more): entries [start, end) of `columns` may be taken,
+        and with `more` due entries may follow `end`."""
+        return self.cols, self.i, self.n, False
+
+    def moved_to(self, head: int) -> None:
+        """The page consumed the window's entries before `head`."""
+        self.i = head
 
 
 class RecentRun:
-    """The active segment's entries not yet persisted (in memory and growing, so never
-    remembered across pages)."""
+    """The active segment's entries not yet persisted, in their merged key order from rank
+    `i` (in memory and growing, so never remembered across pages)."""
 
-    __slots__ = ("seg", "head", "_it")
+    __slots__ = ("seg", "i", "_index", "_window_start")
 
-    def __init__(self, seg: BatchSource, entries: Iterator[Entry]):
-        self.seg = seg
-        self._it = entries
-        self.head = next(entries, None)
+    def __init__(self, seg: BatchSource, index: DeliverAfterIndex, start: int):
+        self.seg, self.i, self._index = seg, start, index
+        self._window_start = start
 
-    def advance(self) -> None:
-        self.head = next(self._it, None)
+    def window(self, now: int, limit: int) -> tuple[Columns, int, int, bool]:
+        rows, more = self._index.recent_window(self.i, now, limit)
+        self._window_start = self.i
+        return list(rows), 0, rows.shape[1], more
+
+    def moved_to(self, head: int) -> None:
+        self.i = self._window_start + head
 
 
+class ArrivalsRun:
+    """The active segment's latest entries, not yet merged into that order: a window of
+    those due, whole (a page rarely takes many, and the next fetch takes them afresh)."""
+
+    __slots__ = ("seg", "_index", "_after")
+
+    def __init__(self, seg: BatchSource, index: DeliverAfterIndex,
+                 after: tuple[int, int] | None):
+        self.seg, self._index, self._after = seg, index, after
+
+    def window(self, now: int, limit: int) -> tuple[Columns, int, int, bool]:
+        rows = self._index.arrivals_window(self._after, now)
+        return list(rows), 0, rows.shape[1], False
+
+    def moved_to(self, head: int) -> None:
+        """Nothing to keep: the run is built afresh for every page."""

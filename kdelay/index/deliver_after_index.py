@@ -3,14 +3,12 @@ mapping to the batch's position (and size) in the segment's .log.
 
 Entries persisted when the segment rolled (or the log closed) are memmap'd columns searched
 with searchsorted; entries appended since live in memory (recent_entries.RecentEntries:
-numpy columns, about 20 bytes per batch). The fetch merges both: `start_in_columns` positions
-a reader in the persisted columns and `iter_recent` walks the recent entries, each in key
-order from a cursor.
+numpy columns, about 16 bytes per batch). The fetch merges both: `start_in_columns` positions
+a reader in the persisted columns, and `recent_start`, `recent_window` and `arrivals_window`
+give it the recent entries due after a cursor, each in key order.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterator
 
 import numpy as np
 
@@ -141,6 +139,15 @@ class DeliverAfterIndex(AbstractIndex):
             return int(offsets[j])
         return None
 
-    def iter_recent(self, after: tuple[int, int] | None) -> Iterator[Entry]:
-        """In-memory entries that may hold a record with key > `after`, in key order."""
-        return self._recent.entries(self._recent.start_after(after))
+    def recent_start(self, after: tuple[int, int] | None) -> int:
+        """Where a fetch from `after` starts in the in-memory entries' merged order
+        (RecentEntries.order_start)."""
+        return self._recent.order_start(after)
+
+    def recent_window(self, start: int, now: int, limit: int) -> tuple[np.ndarray, bool]:
+        """In-memory entries of the merged order from rank `start` (RecentEntries.window)."""
+        return self._recent.window(start, now, limit)
+
+    def arrivals_window(self, after: tuple[int, int] | None, now: int) -> np.ndarray:
+        """In-memory entries not yet merged into the order (RecentEntries.arrivals_window)."""
+        return self._recent.arrivals_window(after, now)

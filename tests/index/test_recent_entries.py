@@ -66,11 +66,13 @@ def _run(seq, base0) -> None:
         else:
             _, da_c, off_rel = op
             after = (da_c, base0 + off_rel)
-            k = r.start_after(after)
+            now = da_c
+            _check_fetch_windows(r, model, after, now)  # (before anything merges the tail)
+            r._merge()  # the whole order, as a reader that merges the tail sees it
+            k = r.order_start(after)
             assert k == model_rank(model, after)
             assert list(r.entries(k)) == model[k:]
-            assert r.start_after(None) == 0
-            now = da_c
+            assert r.order_start(None) == 0
             assert list(r.not_due(now)) == [e for e in model if e[0] > now]
             assert r.count_not_due(now) == (sum(e[3] + 1 for e in model if e[0] > now),
                                             sum(1 for e in model if e[0] > now))
@@ -82,6 +84,31 @@ def _run(seq, base0) -> None:
     assert r.min_deliver_after() == (min(e[0] for e in model) if model else None)
     cols = r.columns()
     assert [tuple(int(c[i]) for c in cols) for i in range(len(model))] == model
+
+
+def _rows(cols) -> list[tuple]:
+    return list(zip(*(c.tolist() for c in cols), strict=True))
+
+
+def _check_fetch_windows(r: RecentEntries, model: list, after, now: int) -> None:
+    """What a fetch takes (no merge of the tail): the merged order's window from
+    order_start and the arrivals' window, together, are the entries holding a record past
+    `after` that are due at `now`, in key order; each window ends with its first entry not
+    due, if it has one."""
+    past = [e for e in model if (e[0], e[1] + e[3]) > after]
+    order_len = len(r.order)
+    ordered, _ = r.window(r.order_start(after), now, len(model) + 1)
+    arrivals = r.arrivals_window(after, now)
+    assert len(r.order) == order_len  # neither merged the tail
+    got = _rows(ordered) + _rows(arrivals)
+    assert sorted(e for e in got if e[0] <= now) == [e for e in past if e[0] <= now]
+    tail = {e for e in _rows(r.columns_of(np.arange(order_len, len(r), dtype=np.uint32)))}
+    tail_late = [e for e in past if e in tail and e[0] > now]
+    assert [e for e in _rows(arrivals) if e[0] > now] == tail_late[:1]
+    limit = 2
+    cut, more = r.window(r.order_start(after), now, limit)
+    due = [e for e in _rows(cut) if e[0] <= now]
+    assert more == (len(due) == limit and r.order_start(after) + limit < order_len)
 
 
 def test_out_of_order_refused():
@@ -124,7 +151,7 @@ def test_compact_per_entry():
     n = 100_000
     for i in range(n):
         r.add(int(np.int64(i * 7919 % 1000)), i, i * 120, 0, 120)
-    r.start_after((500, 0))  # merges the tail
+    r.columns()  # merges the tail
     assert r.nbytes() <= 26 * n
 
 
@@ -137,5 +164,6 @@ def test_deliver_after_spread_beyond_int32():
     assert [e[0] for e in r.entries()] == sorted(das)
     assert r.first_after(2**40) == 2**40 + 1
     assert r.min_deliver_after() == 0
-    assert r.start_after((2**40, 0)) == 4  # past (2**40, offset 0), a 1-record batch
+    r._merge()
+    assert r.order_start((2**40, 0)) == 4  # past (2**40, offset 0), a 1-record batch
     assert r.count_not_due(2**40 - 1) == (3, 3)

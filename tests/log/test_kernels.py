@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import crc32c
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -179,7 +180,7 @@ def test_encode_records_writes_only_what_adds_up(lengths, payload_size, kind, he
         assert 69 <= size <= out_size
 
 
-def _walk(buf, start=0, out=None, layout=walker._LAYOUT):
+def _walk(buf, start=0, out=None, layout=walker.HEADER_LAYOUT):
     out = np.zeros((walker.HEADER_ROWS, 8), np.int64) if out is None else out
     return header_walk.walk_headers(np.frombuffer(buf, np.uint8), start, out, layout)
 
@@ -187,14 +188,14 @@ def _walk(buf, start=0, out=None, layout=walker._LAYOUT):
 def test_walk_headers_refuses_a_layout_outside_the_header():
     blob = _batch() * 2
     assert _walk(blob) == (2, len(blob))
-    for i in range(4, len(walker._LAYOUT)):  # the field positions
+    for i in range(4, len(walker.HEADER_LAYOUT)):  # the field positions
         for at in (-1, codec.HEADER_SIZE):
-            layout = walker._LAYOUT.copy()
+            layout = walker.HEADER_LAYOUT.copy()
             layout[i] = at
             with pytest.raises(ValueError):
                 _walk(blob, layout=layout)
     with pytest.raises(ValueError):
-        _walk(blob, layout=walker._LAYOUT[:-1])
+        _walk(blob, layout=walker.HEADER_LAYOUT[:-1])
     with pytest.raises(ValueError):
         _walk(blob, out=np.zeros((walker.HEADER_ROWS - 1, 8), np.int64))
     with pytest.raises(ValueError):
@@ -230,3 +231,35 @@ def test_the_codec_loads_no_jit_compiler():
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                          text=True).stdout
     assert out.strip() == "[]"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(min_size=codec.CRC_START, max_size=5000), st.booleans(), st.booleans())
+def test_check_crcs_is_the_crc32c_of_any_bytes_by_either_method(blob, tables, wrong):
+    """The compiled CRC-32C (the SSE4.2 instruction in three streams when the CPU has it,
+    else tables; `tables` forces them) is the crc32c package's, on any bytes and length."""
+    table = np.zeros((walker.HEADER_ROWS, 1), np.int64)
+    table[walker.H_SIZE, 0] = len(blob)
+    table[walker.H_CRC, 0] = crc32c.crc32c(blob[codec.CRC_START:]) ^ (1 if wrong else 0)
+    out = np.full(1, 7, np.uint8)
+    header_walk.check_crcs(blob, table, walker.HEADER_LAYOUT, out, tables)
+    assert out[0] == (not wrong)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1, 30), min_size=1, max_size=6), st.integers(0, 1 << 16),
+       st.booleans())
+def test_check_crcs_gives_each_batch_s_verdict(counts, flip, tables):
+    blob = bytearray(b"".join(_batch(n) for n in counts))
+    blob[flip % len(blob)] ^= 0x10
+    out = np.zeros((walker.HEADER_ROWS, len(counts)), np.int64)
+    n, _ = _walk(bytes(blob), out=out)
+    crc_ok = np.zeros(n, np.uint8)
+    header_walk.check_crcs(bytes(blob), out[:, :n], walker.HEADER_LAYOUT, crc_ok, tables)
+    assert crc_ok.astype(bool).tolist() == [
+        codec.crc_ok(blob, int(out[walker.H_REL, i]), codec.parse_header(blob, int(
+            out[walker.H_REL, i]))) for i in range(n)]
+    if n == len(counts):  # the last batch ends the buffer: a byte less and it lies past it
+        with pytest.raises(ValueError):
+            header_walk.check_crcs(bytes(blob[:-1]), out[:, :n], walker.HEADER_LAYOUT,
+                                   crc_ok, tables)

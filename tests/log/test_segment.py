@@ -32,6 +32,23 @@ def _fill(seg: LogSegment, spec, interval: int = 1) -> list[tuple[int, int]]:
     return out
 
 
+def test_the_mapping_covers_the_log_and_grows_with_it(tmp_path):
+    """LogSegment.mapped: a mapping of at least the .log's bytes, kept while appends fit in
+    its room, remapped once they do not, unmapped by close."""
+    seg = LogSegment.create(os.fspath(tmp_path), 0)
+    _fill(seg, [(1, T0)])
+    first = seg.mapped()
+    assert first.capacity >= seg.size and seg.mapped() is first
+    _fill(seg, [(2, T0)] * 3)
+    assert seg.mapped() is first  # grown into its room: the same mapping
+    seg.size = first.capacity + 1  # (as if appends had outgrown it)
+    second = seg.mapped()
+    assert second is not first and first.closed and second.capacity > seg.size
+    seg.size = os.path.getsize(seg.log_path)
+    seg.close()
+    assert second.closed
+
+
 def test_names():
     assert segment_name(42) == "00000000000000000042"
     assert parse_segment_name("00000000000000000042.dlyindex") == (42, ".dlyindex")

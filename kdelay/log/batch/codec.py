@@ -168,6 +168,13 @@ def encode_batch(
     return bytes(out)
 
 
+# the header of a batch this codec writes, for the compiled builder (records_batch.pyx), which
+# writes the fields a batch varies in (at walker.HEADER_LAYOUT's offsets) over those of this
+# one and keeps the rest: leader epoch 0, magic, no attributes, no producer
+HEADER_TEMPLATE = encode_batch(base_offset=0, base_timestamp=0, deliver_after=0, keys=[None],
+                               values=[None])[:HEADER_SIZE]
+
+
 def max_timestamp(batch: bytes) -> int:
     """The maxTimestamp field of an encoded batch (what encode_batch worked out)."""
     return _INT64.unpack_from(batch, FIELD_OFFSETS["max_timestamp"])[0]

@@ -1,30 +1,27 @@
 # cython: language_level=3
 """walker's compiled header walk: the batch headers of a buffer parsed into columns in one
-C loop (C, built when kdelay is installed), making codec.parse_header's checks.
+C loop (C, built when kdelay is installed), making codec.parse_header's checks
+(batch_header.parse_header, which the compiled readers share); and their CRCs checked in
+another.
 
 C checks no index by itself: the layout is checked to keep every field inside a header,
 and a header is read only where a whole one lies inside the buffer."""
 
 cimport cython
-from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t
+
+from kdelay.log.batch.batch_header cimport (
+    Header,
+    Layout,
+    kd_crc32c,
+    kd_crc32c_tables,
+    parse_header,
+    read_layout,
+)
 
 cdef enum:  # the rows of `out`: walker's H_* (its columnar test holds the two equal)
     H_REL, H_BASE_OFFSET, H_SIZE, H_LAST_OFFSET_DELTA, H_BASE_TIMESTAMP, H_MAX_TIMESTAMP,
     H_DELIVER_AFTER, H_RECORD_COUNT, H_CRC, HEADER_ROWS
-
-cdef enum:
-    LAYOUT_FIELDS = 13  # walker._LAYOUT's length
-
-
-cdef inline int64_t _big_endian(const uint8_t* buf, int width) noexcept nogil:
-    """The signed big-endian integer of `width` (1..8) bytes at buf (sign-extended in
-    unsigned arithmetic: no shift of a negative number)."""
-    cdef uint64_t u = 0
-    cdef uint64_t sign = <uint64_t>1 << (8 * width - 1)
-    cdef int k
-    for k in range(width):
-        u = (u << 8) | buf[k]
-    return <int64_t>((u ^ sign) - sign)
 
 
 @cython.boundscheck(False)  # the layout, `out`'s rows and `start` are checked at the top;
@@ -35,43 +32,53 @@ def walk_headers(const uint8_t[::1] buf, int64_t start, int64_t[:, :] out,
     columns of `out` (HEADER_ROWS x capacity; at most capacity batches). Stops at the first
     batch whose header or bytes run past `buf`, or whose header fails codec.parse_header's
     checks (the same checks, held equal by a test; the caller has parse_header say what is
-    wrong). `layout` is walker._LAYOUT. Returns (batches parsed, position where it stopped).
-    ValueError if `layout`, `out` or `start` are out of range."""
-    if layout.shape[0] < LAYOUT_FIELDS or out.shape[0] < HEADER_ROWS or start < 0:
-        raise ValueError("a layout, output rows or start out of range")
-    cdef int64_t header_size = layout[0], overhead = layout[1], min_record = layout[2]
-    cdef int64_t magic = layout[3]
-    cdef int64_t at_base = layout[4], at_length = layout[5], at_magic = layout[6]
-    cdef int64_t at_crc = layout[7], at_lod = layout[8], at_base_ts = layout[9]
-    cdef int64_t at_max_ts = layout[10], at_da = layout[11], at_count = layout[12]
-    cdef int64_t widest = max(8 + max(at_base, at_base_ts, at_max_ts, at_da),
-                              4 + max(at_length, at_crc, at_lod, at_count), 1 + at_magic)
-    if min(at_base, at_length, at_magic, at_crc, at_lod, at_base_ts, at_max_ts, at_da,
-           at_count) < 0 or widest > header_size:
-        raise ValueError("a header field lies outside the header")
-    cdef const uint8_t* h
-    cdef int64_t base_offset, size, last_offset_delta, count
+    wrong). `layout` is walker.HEADER_LAYOUT. Returns (batches parsed, position where it
+    stopped). ValueError if `layout`, `out` or `start` are out of range."""
+    cdef Layout L
+    read_layout(layout, &L)
+    if out.shape[0] < HEADER_ROWS or start < 0:
+        raise ValueError("output rows or start out of range")
+    cdef Header h
     cdef int64_t n = 0, p = start, end = buf.shape[0], capacity = out.shape[1]
     with nogil:
-        while n < capacity and end - p >= header_size:
-            h = &buf[p]
-            base_offset = _big_endian(h + at_base, 8)
-            size = _big_endian(h + at_length, 4) + overhead
-            last_offset_delta = _big_endian(h + at_lod, 4)
-            count = _big_endian(h + at_count, 4)
-            if h[at_magic] != magic or size < header_size or size > end - p or \
-                    count <= 0 or last_offset_delta != count - 1 or \
-                    count * min_record > size - header_size or base_offset < 0:
+        while n < capacity and end - p >= L.header_size:
+            if not parse_header(&buf[p], end - p, &L, &h):
                 break
             out[H_REL, n] = p
-            out[H_BASE_OFFSET, n] = base_offset
-            out[H_SIZE, n] = size
-            out[H_LAST_OFFSET_DELTA, n] = last_offset_delta
-            out[H_BASE_TIMESTAMP, n] = _big_endian(h + at_base_ts, 8)
-            out[H_MAX_TIMESTAMP, n] = _big_endian(h + at_max_ts, 8)
-            out[H_DELIVER_AFTER, n] = _big_endian(h + at_da, 8)
-            out[H_RECORD_COUNT, n] = count
-            out[H_CRC, n] = _big_endian(h + at_crc, 4) & <int64_t>0xFFFFFFFF
+            out[H_BASE_OFFSET, n] = h.base_offset
+            out[H_SIZE, n] = h.size
+            out[H_LAST_OFFSET_DELTA, n] = h.last_offset_delta
+            out[H_BASE_TIMESTAMP, n] = h.base_timestamp
+            out[H_MAX_TIMESTAMP, n] = h.max_timestamp
+            out[H_DELIVER_AFTER, n] = h.deliver_after
+            out[H_RECORD_COUNT, n] = h.record_count
+            out[H_CRC, n] = h.crc
             n += 1
-            p += size
+            p += h.size
     return n, p
+
+
+@cython.boundscheck(False)  # every batch is checked to lie in buf before its bytes are read
+@cython.wraparound(False)
+def check_crcs(const uint8_t[::1] buf, const int64_t[:, :] headers, const int64_t[:] layout,
+               uint8_t[:] out, bint tables=False) -> None:
+    """Per batch of `headers` (walk_headers' rows), whether its CRC-32C matches the one its
+    header holds, into `out` (0 or 1): the batches' bytes in C, no Python call per batch.
+    `tables` takes the table method whatever the CPU (for its test). ValueError if a batch
+    does not lie in `buf` or `out` is short."""
+    cdef Layout L
+    read_layout(layout, &L)
+    cdef Py_ssize_t n = headers.shape[1], i
+    if headers.shape[0] < HEADER_ROWS or out.shape[0] < n:
+        raise ValueError("header rows or output out of range")
+    cdef int64_t rel, size, end = buf.shape[0]
+    cdef uint32_t crc
+    for i in range(n):
+        rel, size = headers[H_REL, i], headers[H_SIZE, i]
+        if rel < 0 or size < L.crc_start or rel > end - size:
+            raise ValueError("a batch does not lie in the buffer")
+        if tables:
+            crc = kd_crc32c_tables(&buf[rel] + L.crc_start, <size_t>(size - L.crc_start))
+        else:
+            crc = kd_crc32c(&buf[rel] + L.crc_start, <size_t>(size - L.crc_start))
+        out[i] = crc == <uint32_t>headers[H_CRC, i]

@@ -22,7 +22,7 @@ _HD: dict[bytes, SharedHeaders] = {}  # header block bytes -> decoded headers
 _HD_LIMIT = 4096
 
 
-def _shared_headers(block: bytes) -> SharedHeaders:
+def shared_headers(block: bytes) -> SharedHeaders:
     """The decoded headers of one record's header block (count included), cached by the
     block's bytes: one read-only list shared by every record that carries those headers
     (a retry header repeats on every record of a batch, and across batches)."""
@@ -93,11 +93,11 @@ def decode_records(data: bytes, n: int, end: int, base_ts: int, no_headers: list
         return ts, keys, values, [no_headers] * n
     blocks = struct.unpack_from(out[f2:f2 + fmt2_len].tobytes(), data, HEADER_SIZE)
     if status & record_loops.SAME_HEADERS:
-        return ts, keys, values, [_shared_headers(blocks[0])] * n
+        return ts, keys, values, [shared_headers(blocks[0])] * n
     headers = [no_headers] * n
     for i, block in zip(struct.unpack_from(f"{with_headers}q", out, 24 * n), blocks,
                         strict=True):
-        headers[i] = _shared_headers(block)
+        headers[i] = shared_headers(block)
     return ts, keys, values, headers
 
 

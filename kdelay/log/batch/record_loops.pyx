@@ -21,8 +21,25 @@ negative status (see STATUS_MESSAGES), never a read or write out of bounds.
 """
 
 cimport cython
-from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint8_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
+
+from kdelay.log.batch.record_parse cimport (
+    BAD_ARGUMENTS,
+    BAD_FIELDS,
+    BAD_KEY_LENGTH,
+    BAD_LENGTH,
+    BAD_OFFSET_DELTA,
+    BAD_TIMESTAMP_DELTA,
+    BAD_VALUE_LENGTH,
+    NOT_FILLED,
+    TIMESTAMP_RANGE,
+    Fields,
+    has_headers,
+    parse_record,
+    read_varint,
+)
+from kdelay.log.batch.record_write cimport record_size, write_record
 
 cpdef enum:  # flags of a successful scan (status >= 0)
     TIMESTAMPS_VARY = 1
@@ -30,17 +47,6 @@ cpdef enum:  # flags of a successful scan (status >= 0)
     NULL_VALUES = 4
     HEADERS = 8
     SAME_HEADERS = 16  # every record carries the same header block (fmt2 then cuts only one)
-
-cdef enum:  # errors of a scan (status < 0)
-    BAD_LENGTH = -1
-    BAD_TIMESTAMP_DELTA = -2
-    BAD_OFFSET_DELTA = -3
-    BAD_KEY_LENGTH = -4
-    BAD_VALUE_LENGTH = -5
-    BAD_FIELDS = -6
-    NOT_FILLED = -7
-    TIMESTAMP_RANGE = -8
-    BAD_ARGUMENTS = -9
 
 STATUS_MESSAGES = {
     BAD_LENGTH: "bad record length",
@@ -59,68 +65,9 @@ cpdef enum:
     RECORD_OVERHEAD = 31  # most bytes a record adds besides payloads and headers (5 varints)
 
 cdef enum:
-    MIN_BODY = 6  # attributes, tsDelta, offsetDelta, keyLength, valueLength, headerCount
     BATCH_HEADER = 69  # where a batch's records start (scan_chunk)
 
 cdef int64_t MAX_SCANNED = 9_999_999_999  # keeps every decimal in a format within 10 digits
-
-
-cdef struct Fields:
-    # one record, as _record parses it; the header block runs from hpos to end
-    int64_t end, ts, kpos, klen, vpos, vlen, hpos
-
-
-cdef inline int64_t _varint(const uint8_t* buf, int64_t p, int64_t end,
-                            int64_t* value) noexcept nogil:
-    """The position after the varint at p, its zigzag-decoded value in *value; -1 when it
-    runs past `end` (which the caller keeps within buf) or over 10 bytes. Bits past 64 are
-    dropped, as Kafka reads a varlong."""
-    cdef uint64_t u = 0
-    cdef uint8_t b
-    cdef int k
-    for k in range(10):
-        if p >= end:
-            return -1
-        b = buf[p]
-        p += 1
-        u |= <uint64_t>(b & 0x7F) << (7 * k)
-        if b < 0x80:
-            value[0] = <int64_t>(u >> 1) ^ -<int64_t>(u & 1)
-            return p
-    return -1
-
-
-cdef inline int _record(const uint8_t* buf, int64_t pos, int64_t end, int64_t i,
-                        int64_t base_ts, Fields* f) noexcept nogil:
-    """Parse record i at `pos` (its length varint) of a records section ending at `end`
-    (within buf) into *f: 0, or an error status (< 0). The header block (count and headers)
-    is at least one byte."""
-    cdef int64_t length, delta, offset_delta, p
-    p = _varint(buf, pos, end, &length)
-    if p < 0 or length < MIN_BODY or length > end - p:
-        return BAD_LENGTH
-    f.end = p + length
-    p += 1  # attributes: unused in v2, ignored as Kafka does
-    p = _varint(buf, p, f.end, &delta)
-    if p < 0:
-        return BAD_TIMESTAMP_DELTA
-    if (delta > 0 and base_ts > INT64_MAX - delta) or (
-            delta < 0 and base_ts < INT64_MIN - delta):
-        return TIMESTAMP_RANGE
-    f.ts = base_ts + delta
-    p = _varint(buf, p, f.end, &offset_delta)
-    if p < 0 or offset_delta != i:
-        return BAD_OFFSET_DELTA
-    f.kpos = _varint(buf, p, f.end, &f.klen)
-    if f.kpos < 0 or f.klen < -1 or f.klen > f.end - f.kpos:
-        return BAD_KEY_LENGTH
-    f.vpos = _varint(buf, f.kpos + max(f.klen, 0), f.end, &f.vlen)
-    if f.vpos < 0 or f.vlen < -1 or f.vlen > f.end - f.vpos:
-        return BAD_VALUE_LENGTH
-    f.hpos = f.vpos + max(f.vlen, 0)
-    if f.hpos >= f.end:  # no room for the header count
-        return BAD_FIELDS
-    return 0
 
 
 cdef inline int64_t _decimal(uint8_t* fmt, int64_t q, int64_t v) noexcept nogil:
@@ -197,7 +144,7 @@ def scan_records(const uint8_t[::1] buf, int64_t start, int64_t n, int64_t end,
     cdef int64_t first_block = -1, first_size = 0
     cdef int64_t pos = start
     for i in range(n):
-        status = _record(b, pos, end, i, base_ts, &f)
+        status = parse_record(b, pos, end, i, base_ts, &f)
         if status < 0:
             return status, 0, 0, 0, 0, 0
         if f.ts != base_ts:
@@ -213,7 +160,7 @@ def scan_records(const uint8_t[::1] buf, int64_t start, int64_t n, int64_t end,
             _put_int64(o, 2 * n + null_values, i)
             null_values += 1
         q1 = _field(o, q1, &c1, f.vpos, max(f.vlen, 0))
-        if f.hpos + 1 != f.end or b[f.hpos] != 0:
+        if has_headers(b, &f):
             size = f.end - f.hpos
             if first_block < 0:
                 first_block = f.hpos
@@ -283,10 +230,10 @@ def scan_chunk(const uint8_t[::1] buf, const int64_t[:] starts, const int64_t[:]
             good = 0 <= starts[b] <= length and sizes[b] <= length - starts[b]
             end = starts[b] + sizes[b] if good else 0
             for i in range(n if good else 0):
-                if _record(data, pos, end, i, base_ts[b], &f) < 0:
+                if parse_record(data, pos, end, i, base_ts[b], &f) < 0:
                     good = False
                     break
-                h = _varint(data, f.hpos, f.end, &hcount)
+                h = read_varint(data, f.hpos, f.end, &hcount)
                 if h < 0 or hcount < 0 or (hcount == 0 and h != f.end) or (
                         hcount > 0 and hcount > (f.end - h) // 2):
                     good = False
@@ -310,41 +257,6 @@ def scan_chunk(const uint8_t[::1] buf, const int64_t[:] starts, const int64_t[:]
 
 
 # ---------------------------------------------------------------------------- encoding
-
-
-cdef inline uint64_t _zigzag(int64_t v) noexcept nogil:
-    """v zigzagged: 0, -1, 1, -2 ... as 0, 1, 2, 3 ... (in unsigned arithmetic: no shift of
-    a negative number)."""
-    return (<uint64_t>v << 1) ^ (<uint64_t>0 - <uint64_t>(v < 0))
-
-
-cdef inline int _size(int64_t v) noexcept nogil:
-    """Bytes the zigzag varint of v takes."""
-    cdef uint64_t u = _zigzag(v)
-    cdef int s = 1
-    while u >= 0x80:
-        u >>= 7
-        s += 1
-    return s
-
-
-cdef inline int64_t _put(uint8_t* out, int64_t p, int64_t v) noexcept nogil:
-    """Write v as a zigzag varint at out[p:]; the next position."""
-    cdef uint64_t u = _zigzag(v)
-    while u >= 0x80:
-        out[p] = <uint8_t>((u & 0x7F) | 0x80)
-        u >>= 7
-        p += 1
-    out[p] = <uint8_t>u
-    return p + 1
-
-
-cdef inline int64_t _body_size(int64_t delta, int64_t i, int64_t kl, int64_t vl,
-                               int64_t hl) noexcept nogil:
-    """Bytes of record i after its length varint: attributes, tsDelta, offsetDelta, key
-    length and key, value length and value, the header block of hl bytes."""
-    return (1 + _size(delta) + _size(i) + _size(kl) + max(kl, 0) + _size(vl) + max(vl, 0)
-            + hl)
 
 
 @cython.boundscheck(False)  # i < n and nh in (0, 1, n): checked by encode_records
@@ -391,7 +303,7 @@ def encode_records(int64_t head, const int64_t[:] lengths not None,
         return -1, 0
     # first pass: every length checked, and the running sums against the buffers they
     # index (so no sum can overflow), before anything is read or written
-    cdef int64_t i, kl, vl, hl, d, body
+    cdef int64_t i, kl, vl, hl
     cdef int64_t total = head, key_bytes = 0, payload_bytes = 0, header_bytes = 0
     for i in range(n):
         kl = lengths[i]
@@ -403,8 +315,7 @@ def encode_records(int64_t head, const int64_t[:] lengths not None,
         key_bytes += max(kl, 0)
         payload_bytes += max(kl, 0) + max(vl, 0)
         header_bytes += hl
-        body = _body_size(deltas[i] if nd else 0, i, kl, vl, hl)
-        total += _size(body) + body
+        total += record_size(deltas[i] if nd else 0, i, kl, vl, hl)
         if payload_bytes > payload_room or total > room or (
                 nh > 1 and header_bytes > header_room):
             return -1, 0
@@ -417,6 +328,7 @@ def encode_records(int64_t head, const int64_t[:] lengths not None,
     cdef uint8_t* o = &out[0]
     cdef const uint8_t* pay = &payloads[0]
     cdef const uint8_t* blocks = NULL
+    cdef const uint8_t* block
     if headers is not None:
         blocks = &headers[0]
     cdef int64_t p = head, ko = 0, vo = key_bytes, ho = 0
@@ -425,28 +337,16 @@ def encode_records(int64_t head, const int64_t[:] lengths not None,
         kl = lengths[i]
         vl = lengths[n + i]
         hl = _block_length(header_lengths, nh, i)
-        d = deltas[i] if nd else 0
-        p = _put(o, p, _body_size(d, i, kl, vl, hl))
-        o[p] = 0  # attributes
-        p = _put(o, p + 1, d)
-        p = _put(o, p, i)
-        p = _put(o, p, kl)
-        if kl > 0:
-            memcpy(o + p, pay + ko, kl)
-            p += kl
-            ko += kl
-        p = _put(o, p, vl)
-        if vl > 0:
-            memcpy(o + p, pay + vo, vl)
-            p += vl
-            vo += vl
-        if nh == 0:
-            o[p] = 0
-            p += 1
-        else:
-            memcpy(o + p, blocks + (0 if nh == 1 else ho), hl)
-            p += hl
-            ho += hl
+        block = NULL
+        if nh == 1:
+            block = blocks
+        elif nh > 1:
+            block = blocks + ho
+        p = write_record(o, p, i, deltas[i] if nd else 0, pay + ko, kl, pay + vo, vl, block,
+                         hl)
+        ko += max(kl, 0)
+        vo += max(vl, 0)
+        ho += hl
     return p, max_delta
 
 

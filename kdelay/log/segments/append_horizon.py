@@ -18,7 +18,8 @@ place through a shared memory map; never fsync'd: it describes a live process on
     24 floor  while seq is odd: a lower bound of that append's deliverAfter
 
 Writer protocol (`Horizon.writing`, around every write that reads the log clock, under the
-log's lock; it calls `begin` and `end`): begin stores floor = the log clock's current floor, then seq += 1 (odd), then executes a
+log's lock, or `start` and `end`, which it calls, on the append path; `start` calls
+`begin`): begin stores floor = the log clock's current floor, then seq += 1 (odd), then executes a
 full memory barrier (a lock-prefixed instruction, via a mutex) so both stores are visible
 before the log clock is read; the append then reads the clock (never below floor: the log
 clock is monotonic), writes its batch, and `end` stores floor = the clock it used, then
@@ -81,12 +82,6 @@ class Horizon:
         self._write_floor = self._write_used = floor  # see writing()
         self._write_clock: Callable[[], int] | None = None
 
-    def _barrier(self) -> None:
-        # acquiring a mutex is a lock-prefixed read-modify-write: a full barrier on x86-64
-        # and an acquire/release pair elsewhere, so the stores above it are visible first
-        self._fence.acquire()
-        self._fence.release()
-
     def writing(self, floor: int, clock: Callable[[], int]) -> Horizon:
         """`with horizon.writing(floor, clock) as now:` a write at the log clock `now`,
         published as under way (`begin(floor)`) from before the clock is read until the
@@ -99,22 +94,31 @@ class Horizon:
         return self
 
     def __enter__(self) -> int:
-        self.begin(self._write_floor)
-        try:
-            self._write_used = self._write_clock()
-        except BaseException:
-            self.end(self._write_floor)
-            raise
-        return self._write_used
+        return self.start(self._write_floor, self._write_clock)
 
     def __exit__(self, *exc: object) -> None:
         self.end(self._write_used)
+
+    def start(self, floor: int, clock: Callable[[], int]) -> int:
+        """`begin(floor)`, then read the clock: the clock the write uses (`end` it with
+        that). A clock that raises ends the write at `floor`. (What `with writing(...)`
+        does on entry, for the append path, which calls it and `end` directly.)"""
+        self.begin(floor)
+        try:
+            self._write_used = clock()
+        except BaseException:
+            self.end(floor)
+            raise
+        return self._write_used
 
     def begin(self, floor: int) -> None:
         self._words[_FLOOR] = floor
         self._seq += 1
         self._words[_SEQ] = self._seq
-        self._barrier()
+        # acquiring a mutex is a lock-prefixed read-modify-write: a full barrier on x86-64
+        # and an acquire/release pair elsewhere, so the stores above it are visible first
+        self._fence.acquire()
+        self._fence.release()
 
     def end(self, used: int) -> None:
         self._words[_FLOOR] = used

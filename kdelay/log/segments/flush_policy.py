@@ -17,6 +17,8 @@ class FlushPolicy:
     def __init__(self, config: LogConfig):
         self._messages = config.flush_messages
         self._ms = config.flush_ms
+        self.flushes = self._messages is not None or self._ms is not None  # else only on
+        # roll, close and Log.flush: no decision per append
         self._unflushed = 0
         self._oldest: float | None = None  # time.monotonic() of the oldest unflushed append
 
@@ -24,7 +26,7 @@ class FlushPolicy:
         """True if appending `n` more records makes a flush due (changes nothing): the
         append then fsyncs its batch before acknowledging it."""
         return (self._messages is not None and self._unflushed + n >= self._messages
-                or self.overdue())
+                or self._ms is not None and self.overdue())
 
     def appended(self, n: int) -> bool:
         """Note an append of `n` records; True if the segment should be flushed now."""

@@ -35,6 +35,10 @@ from .layout import (
     segment_file,
     segment_name,
 )
+from .mapped_file import MappedFile
+
+# a mapping reaches this far past the file's end, so the active segment grows into it
+_MAP_HEADROOM = 1 << 20
 
 
 class LogSegment:
@@ -56,6 +60,7 @@ class LogSegment:
         self._bytes_since_index_entry = 0
         self.max_timestamp = -1 if time_index.last_key() is None else time_index.last_key()
         self.compacted = False  # may have offset gaps (set by the loader and compaction)
+        self._mapped: MappedFile | None = None
 
     @property
     def first_timestamp(self) -> int | None:
@@ -217,6 +222,9 @@ class LogSegment:
         self.dly_index.persist(self.path(DLYINDEX_SUFFIX), **kw)
 
     def close(self) -> None:
+        if self._mapped is not None:
+            self._mapped.close()
+            self._mapped = None
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
@@ -237,6 +245,17 @@ class LogSegment:
         CorruptLogError."""
         data = fsio.pread(self.fd, entry[4], entry[2])
         return check_batch(data, 0, entry, path=self.log_path), data
+
+    def mapped(self) -> MappedFile:
+        """The .log mapped into memory, covering at least its `size` bytes (the compiled
+        page fill reads batches through it; see mapped_file.pyx). Remapped, with room to
+        grow by half again, once the segment has outgrown it."""
+        m = self._mapped
+        if m is None or m.capacity < self.size:
+            if m is not None:
+                m.close()
+            m = self._mapped = MappedFile(self.fd, self.size + self.size // 2 + _MAP_HEADROOM)
+        return m
 
     def batch_headers(self, start: int = 0) -> Iterator[tuple[int, codec.BatchHeader]]:
         """(position, header) of each batch from byte `start`, reading headers only."""

@@ -53,7 +53,9 @@ class SegmentSet:
         seg = self.active
         if seg.size == 0:
             return False
-        first = seg.first_timestamp
+        first = seg._first_timestamp  # (the property reads it from the .log when unknown)
+        if first is None:
+            first = seg.first_timestamp
         return (seg.size + incoming > segment_bytes
                 or first is not None and max_timestamp - first >= segment_ms)
 

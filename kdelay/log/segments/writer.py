@@ -16,11 +16,14 @@ from ...config import LogConfig
 from ...records import AppendResult
 from ...validation import BatchColumns
 from ..batch.builder import build_batch
+from ..batch.records_batch import RecordsBatch
 from ..cancellation import cancel_ops
 from ..cancellation.cancel_store import CancelStore
 from .flush_policy import FlushPolicy
 from .open_and_close import Lifetime
 from .segment_set import SegmentSet
+
+_new_tuple = tuple.__new__  # a NamedTuple without its Python-level __new__ (every append)
 
 
 class Writer:
@@ -32,26 +35,28 @@ class Writer:
         self._life = life
         self.policy = FlushPolicy(config)
 
-    def append(self, columns: BatchColumns, requested: int | None, clock: Callable[[], int],
-               floor: int) -> AppendResult:
+    def append(self, columns: BatchColumns | RecordsBatch, requested: int | None,
+               clock: Callable[[], int], floor: int) -> AppendResult:
         """Encode the checked `columns` as one batch (at `clock()`, the log clock, whose
         floor is `floor`) and append it; fsync'd first when the flush policy says the
         batch makes a flush due."""
         cfg = self.config
-        with self._life.horizon.writing(floor, clock) as now:
+        horizon = self._life.horizon
+        now = horizon.start(floor, clock)  # (as `with horizon.writing(...)`, on every append)
+        try:
             base = self._segments.active.next_offset
-            batch = build_batch(columns, base_offset=base, now=now, requested=requested,
-                                config=cfg)
-            self.make_room(len(batch.data), batch.max_timestamp)
-            n = batch.records
-            sync = self.policy.due_after(n)
-            self._segments.active.append(batch.data, base, n - 1, batch.deliver_after,
-                                         batch.max_timestamp, cfg.index_interval_bytes,
-                                         sync=sync)
+            data, n, deliver_after, max_timestamp = build_batch(
+                columns, base_offset=base, now=now, requested=requested, config=cfg)
+            self.make_room(len(data), max_timestamp)
+            sync = self.policy.flushes and self.policy.due_after(n)
+            self._segments.active.append(data, base, n - 1, deliver_after, max_timestamp,
+                                         cfg.index_interval_bytes, sync=sync)
+        finally:
+            horizon.end(now)
         self.policy.appended(n)
         if sync:
             self.policy.flushed()
-        return AppendResult(base, base + n - 1, batch.deliver_after, now)
+        return _new_tuple(AppendResult, (base, base + n - 1, deliver_after, now))
 
     def reschedule(self, offset: int, deliver_after: int, clock: Callable[[], int],
                    floor: int) -> AppendResult:
@@ -80,7 +85,8 @@ class Writer:
 
     def make_room(self, size: int, max_timestamp: int) -> None:
         """Before writing a batch: the first change removes the clean marker; roll if due."""
-        self._life.mark_dirty()
+        if self._life.marker_present:
+            self._life.mark_dirty()
         cfg = self.config
         if self._segments.should_roll(size, max_timestamp, cfg.segment_bytes, cfg.segment_ms):
             self._roll()
