@@ -16,6 +16,7 @@ cimport cython
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdlib cimport qsort
+from libc.string cimport memcpy
 
 import numpy as np
 
@@ -316,3 +317,28 @@ def start_after(RecentColumns entries, const uint32_t[:] order, int64_t after_da
         if e[1] + e[3] > after_off:
             k -= 1
     return k
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def merge_tail(IntColumn da, const uint32_t[::1] order, const uint32_t[:] tail,
+               uint32_t[::1] out) -> None:
+    """`order` (arrivals sorted by deliverAfter) with the arrivals `tail` (sorted likewise,
+    all later than the order's) merged in, into `out`: each goes after every arrival of an
+    equal deliverAfter, as a later arrival does. A binary search per tail arrival (no read of
+    every deliverAfter of the order) and one copy of the order, in runs."""
+    cdef Py_ssize_t m = order.shape[0], t = tail.shape[0], k, at, done = 0, w = 0
+    if out.shape[0] != m + t:
+        raise ValueError("output not as long as the order and the tail")
+    for k in range(t):
+        if tail[k] >= da.n:
+            raise ValueError("an arrival number past the column")
+        at = max(rank(da, order, da.value(tail[k]), True), done)
+        if at > done:
+            memcpy(&out[w], &order[done], (at - done) * sizeof(uint32_t))
+            w += at - done
+            done = at
+        out[w] = tail[k]
+        w += 1
+    if m > done:
+        memcpy(&out[w], &order[done], (m - done) * sizeof(uint32_t))

@@ -13,8 +13,8 @@ entry costs 16 bytes of numpy arrays (plus at most 1/16 growth slack) and no Pyt
   from the running end. Should an entry ever not follow its predecessor, explicit
   last-offset-delta and size columns are kept from then on.
 * the order: a sorted array of arrival numbers (uint32) by (deliverAfter, arrival), plus an
-  unsorted tail of the latest arrivals, merged in every _TAIL arrivals (binary searches +
-  one insert: an O(entries) memmove) or when a reader needs the whole order. A fetch does
+  unsorted tail of the latest arrivals, merged in every _TAIL arrivals (a binary search
+  per arrival + one copy of the order: an O(entries) memmove) or when a reader needs the whole order. A fetch does
   not: it takes the tail's due entries as a window of their own (`arrivals_window`). No
   deliverAfter-sorted copy is kept: probes bisect the order with deliverAfter as the key
   (O(log entries) steps).
@@ -80,17 +80,13 @@ class RecentEntries:
             return
         da = self.da.raw()[:n]  # stored relative to one base: order-preserving
         tail = np.arange(m, n, dtype=np.uint32)
-        tail = tail[np.argsort(da[m:], kind="stable")]
+        tail = tail[np.argsort(da[m:], kind="stable")]  # ties: in arrival order
         if not m:
             self.order = tail
             return
-        # ties on deliverAfter: every tail arrival is later, so it goes after (side=right)
-        if n - m <= 32:  # a few probes: O(log m) each, no O(m) gather
-            at = [recent_columns.rank(self.da, order, d, True)
-                  for d in self.da.get(tail).tolist()]
-        else:
-            at = np.searchsorted(da[order], da[tail], side="right")
-        self.order = np.insert(order, at, tail)
+        merged = np.empty(n, dtype=np.uint32)
+        recent_columns.merge_tail(self.da, order, tail, merged)
+        self.order = merged
 
     def _sorted(self) -> np.ndarray:
         if len(self.order) != len(self.cols):
