@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import os
 import weakref
-from typing import Protocol
+from typing import Protocol, Self
 
 from .errors import ForkedProcessError, LogClosedError
 
-__all__ = ["Orphanable", "Ownership"]
+__all__ = ["Orphanable", "Owned", "Ownership"]
 
 
 class Orphanable(Protocol):
@@ -72,3 +72,27 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class Owned:
+    """What an object with an Ownership shares (a Log, a Topic, a QueueConsumer): `closed`,
+    the check every call makes, and closing as a context manager. The object sets `_closed`
+    and `_owner`, and defines `close` and `_orphaned`."""
+
+    _closed: bool
+    _owner: Ownership
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        """LogClosedError once closed; ForkedProcessError in a forked child."""
+        if self._closed:
+            raise self._owner.refusal()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()  # type: ignore[attr-defined]  (each owner defines its own)

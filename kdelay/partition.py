@@ -77,7 +77,7 @@ AppendListener = Callable[[AppendResult], None]
 _new_tuple = tuple.__new__  # a NamedTuple without its Python-level __new__ (hot paths)
 
 
-class Log:
+class Log(forks.Owned):
     """One partition. Open with `Log.open(path, config=..., clock=...)`."""
 
     def __init__(self, path: str, config: LogConfig, clock: Clock, opened: Opened):
@@ -150,17 +150,6 @@ class Log:
                 finally:
                     self._life.release()
                     self._appended.bump_under_lock()
-
-    def __enter__(self) -> Log:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def _check_open(self) -> None:
-        """LogClosedError once closed; ForkedProcessError in a forked child."""
-        if self._closed:
-            raise self._owner.refusal()
 
     def _orphaned(self) -> None:
         """In a forked child (kdelay.forks): closed for good, writing nothing. The locks
@@ -407,10 +396,6 @@ class Log:
     def segments(self) -> list[int]:
         with self._lock:
             return self._segments.bases()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     def metrics(self) -> dict:
         """Counts and sizes for monitoring. `groups` maps each consumer group with a stored

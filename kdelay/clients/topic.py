@@ -79,7 +79,7 @@ def fair_round(order: list[int], budget: int, take: Callable[[int, int], list]) 
     return out
 
 
-class Topic:
+class Topic(forks.Owned):
     """Open with `Topic.open(root, name, partitions=N, config=..., clock=...)`."""
 
     def __init__(self, root: str, name: str, logs: list[Log]):
@@ -241,20 +241,10 @@ class Topic:
         if errors:
             raise errors[0]
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     def _orphaned(self) -> None:
         """In a forked child (kdelay.forks): closed for good, touching nothing (its Logs
         are orphaned themselves)."""
         self._closed = True
-
-    def __enter__(self) -> Topic:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"Topic({self.root!r}, {self.name!r}, partitions={len(self._logs)})"

@@ -38,7 +38,7 @@ from .group import GroupPartition, Member, QueueRecord, attach, detach
 __all__ = ["QueueConsumer", "QueueRecord"]
 
 
-class QueueConsumer:
+class QueueConsumer(forks.Owned):
     """`QueueConsumer(log_or_topic, group, *, lock_ms=30_000, max_delivery_count=5,
     dead_letter=None)`: one member of a queue group (see the module docstring).
 
@@ -233,21 +233,6 @@ class QueueConsumer:
                 part.notify()
             detach(part)
         self._signal.bump()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def __enter__(self) -> QueueConsumer:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def _check_open(self) -> None:
-        """LogClosedError once closed; ForkedProcessError in a forked child."""
-        if self._closed:
-            raise self._owner.refusal()
 
     def _orphaned(self) -> None:
         """In a forked child (kdelay.forks): closed for good, touching nothing."""
