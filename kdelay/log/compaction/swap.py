@@ -159,14 +159,6 @@ def remove_companions(directory: str, bases: Iterable[int]) -> None:
             fsio.unlink(segment_file(directory, base, suffix))
 
 
-def delete_segment_files(directory: str, base_offset: int) -> None:
-    """Remove a segment's files, its .log first (a crash part-way leaves only orphan
-    indexes or marker, which the next open removes)."""
-    fsio.unlink(segment_file(directory, base_offset, LOG_SUFFIX))
-    for suffix in (*INDEX_SUFFIXES, MARKER_SUFFIX):
-        fsio.unlink(segment_file(directory, base_offset, suffix))
-
-
 def discard_cleaned(directory: str, base_offset: int) -> None:
     """Remove the `.cleaned` files of an abandoned rewrite (nothing was committed)."""
     for suffix in SEGMENT_SUFFIXES:
