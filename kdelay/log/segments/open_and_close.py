@@ -1,8 +1,8 @@
 """One open log directory's lifetime: what opening loads (segments by loader.py, then the
 cancellation journals), the clean-shutdown marker that the first change removes, the
-append horizon published for lock-free readers (append_horizon.py), the clean close, and the
-release of every descriptor, which a finalizer also performs when a Log is
-dropped without close() (as a crashed process would: a later open in this process then
+append horizon published for lock-free readers (append_horizon.py, horizon_writer.pyx),
+the clean close, and the release of every descriptor, which a finalizer also performs when
+a Log is dropped without close() (as a crashed process would: a later open in this process then
 recovers the directory instead of failing with LogLockedError forever)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import NamedTuple
 from ... import fsio
 from ..cancellation import cancel_ops
 from ..cancellation.cancel_store import CancelStore
-from .append_horizon import Horizon
+from .horizon_writer import Horizon
 from .loader import CLEAN_SHUTDOWN_FILE, LoadReport, open_directory, write_recovery_point
 from .segment_set import SegmentSet
 
