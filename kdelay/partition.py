@@ -11,9 +11,9 @@ groups it owns: consumer-group positions (group_positions.py) and queue groups
 
 Concurrency: one lock serialises appends, rolls, retention and each fetch's read of the
 segment set; long-polling fetches sleep on a signal outside it. The log clock never runs
-backwards (it is the max of every clock reading it has seen), so an append always gets a
-deliverAfter >= anything a fetch has already treated as "now": a late append can never land
-behind a consumer's cursor.
+backwards (log/log_clock.pyx: it is the max of every clock reading it has seen), so an
+append always gets a deliverAfter >= anything a fetch has already treated as "now": a late
+append can never land behind a consumer's cursor.
 
 Lifetime: once closed, every call of the Log and of what is attached to it (its queue
 groups, which close with it, and the clients) is refused with LogClosedError. A Log
@@ -41,6 +41,7 @@ from .fetch.queue_state.queue_groups import QueueGroups
 from .log.batch.records_batch import RecordsBatch
 from .log.cancellation import cancel_ops
 from .log.compaction import compactor
+from .log.log_clock import LogClock
 from .log.segments import retention
 from .log.segments.flush_policy import start_flusher
 from .log.segments.open_and_close import Lifetime, Opened, open_log_directory
@@ -55,13 +56,11 @@ from .records import (
     Record,
 )
 from .validation import (
-    MAX_INT64,
     BatchColumns,
     as_int,
     batch_columns,
     check_open_args,
     check_page_limits,
-    clock_value,
     commit_key,
     deliver_after_for_delay,
     offsets_arg,
@@ -84,13 +83,11 @@ class Log(forks.Owned):
         self.path = path
         self.config = config
         self.load_report = opened.report
-        self._clock = clock
+        self._clock = LogClock(clock)
         self._lock = threading.RLock()
         self._appended = ActivitySignal(self._lock)  # wakes long-polling fetches
         self._closed = False
         self._owner = forks.Ownership(self, f"log {path}")
-        self._now_floor = 0
-        self._floor_lock = threading.Lock()  # now(): raising the floor
         self._segments = opened.segments
         self._cancels = opened.cancels
         self._life = Lifetime(self, path, opened)  # marker, clean close, descriptors
@@ -119,9 +116,9 @@ class Log(forks.Owned):
         log = cls(path, config, clock or wall_clock, opened)
         # the log clock must not run backwards across a restart: the clean close stored
         # it, and commits record the clock they saw (which covers a crash)
-        log._now_floor = max(opened.clock_floor, log._groups.max_clock())
+        log._clock.floor = max(opened.clock_floor, log._groups.max_clock())
         try:
-            log._life.start_horizon(log._now_floor)  # what lock-free readers may assume
+            log._life.start_horizon(log._clock.floor)  # what lock-free readers may assume
         except BaseException:
             log.close()
             raise
@@ -146,7 +143,7 @@ class Log(forks.Owned):
         finally:
             with self._lock:
                 try:
-                    self._life.close_clean(self._now_floor)
+                    self._life.close_clean(self._clock.floor)
                 finally:
                     self._life.release()
                     self._appended.bump_under_lock()
@@ -172,16 +169,8 @@ class Log(forks.Owned):
     def now(self) -> int:
         """The log clock: never below any time it has already handed out. A clock value
         that is not an int (or numpy integer) in [0, 2**63) raises KdelayError."""
-        t = self._clock()
-        if type(t) is not int or t < 0 or t > MAX_INT64:
-            t = clock_value(t)
-        # not the log's lock, which an append holds (a Producer's send reads the clock):
-        # the floor only rises, so reading it bare is safe, and only raising it needs a lock
-        if t > self._now_floor:
-            with self._floor_lock:
-                if t > self._now_floor:
-                    self._now_floor = t
-        return self._now_floor
+        # not the log's lock, which an append holds (a Producer's send reads the clock)
+        return self._clock.now()
 
     # ------------------------------------------------------------------ writing
 
@@ -220,7 +209,7 @@ class Log(forks.Owned):
         with self._lock:
             self._check_open()
             result = self._appended_locked(self._writer.append(
-                columns, requested, self.now, self._now_floor))
+                columns, requested, self._clock, self._clock.floor))
         return self._tell(result)
 
     def _appended_locked(self, result: AppendResult) -> AppendResult:
@@ -265,7 +254,7 @@ class Log(forks.Owned):
         wanted = offsets_arg(offsets)
         with self._lock:
             self._check_open()
-            return self._writer.cancel(wanted, self.now, self._now_floor)
+            return self._writer.cancel(wanted, self._clock, self._clock.floor)
 
     @write_errors
     def reschedule(self, offset: int, deliver_after: int | None = None, *,
@@ -281,8 +270,8 @@ class Log(forks.Owned):
                                    delayed_delivery_enable=self.config.delayed_delivery_enable)
         with self._lock:
             self._check_open()
-            result = self._appended_locked(self._writer.reschedule(off, due, self.now,
-                                                                   self._now_floor))
+            result = self._appended_locked(self._writer.reschedule(off, due, self._clock,
+                                                                   self._clock.floor))
         return self._tell(result)
 
     # ------------------------------------------------------------------ reading
