@@ -4,7 +4,7 @@ The facade owns the lock, the log clock, the wake-ups of waiting fetches and app
 listeners, and the order of the open/close protocol; it delegates the rest: argument
 checks to kdelay.validation; to kdelay.log the directory's lifetime (open_and_close.py), the
 write path with its flush policy, cancel, reschedule and the append horizon for
-lock-free readers (writer.py, cancel_ops.py, append_horizon.py), retention and compaction;
+lock-free readers (writer.pyx, cancel_ops.py, append_horizon.py), retention and compaction;
 to kdelay.fetch due-order and offset-order reads, long polls, lag and metrics, and the
 groups it owns: consumer-group positions (group_positions.py) and queue groups
 (queue_state/, whose live state kdelay.clients.queue attaches through `_queue_groups`).
@@ -91,7 +91,7 @@ class Log(forks.Owned):
         self._segments = opened.segments
         self._cancels = opened.cancels
         self._life = Lifetime(self, path, opened)  # marker, clean close, descriptors
-        self._writer = Writer(config, self._segments, self._cancels, self._life)
+        self._writer = Writer(config, self._segments, self._cancels, self._life, self._clock)
         self._groups = group_positions.GroupStore(path)
         self._queue_groups = QueueGroups(path, self.add_append_listener)
         self._due_order = DueOrderReader()
@@ -208,8 +208,7 @@ class Log(forks.Owned):
                           ) -> AppendResult:
         with self._lock:
             self._check_open()
-            result = self._appended_locked(self._writer.append(
-                columns, requested, self._clock, self._clock.floor))
+            result = self._appended_locked(self._writer.append(columns, requested))
         return self._tell(result)
 
     def _appended_locked(self, result: AppendResult) -> AppendResult:
@@ -254,7 +253,7 @@ class Log(forks.Owned):
         wanted = offsets_arg(offsets)
         with self._lock:
             self._check_open()
-            return self._writer.cancel(wanted, self._clock, self._clock.floor)
+            return self._writer.cancel(wanted)
 
     @write_errors
     def reschedule(self, offset: int, deliver_after: int | None = None, *,
@@ -270,8 +269,7 @@ class Log(forks.Owned):
                                    delayed_delivery_enable=self.config.delayed_delivery_enable)
         with self._lock:
             self._check_open()
-            result = self._appended_locked(self._writer.reschedule(off, due, self._clock,
-                                                                   self._clock.floor))
+            result = self._appended_locked(self._writer.reschedule(off, due))
         return self._tell(result)
 
     # ------------------------------------------------------------------ reading

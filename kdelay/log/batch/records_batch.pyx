@@ -57,15 +57,6 @@ cdef inline int64_t _time(object x) except -2:
 cdef class RecordsBatch:
     """A batch of Records checked and measured, ready to encode at an append time."""
 
-    cdef readonly Py_ssize_t n
-    cdef readonly object records  # a list or tuple of Record
-    cdef list blocks  # each record's header block (None: a batch without headers)
-    cdef int64_t _requested  # NONE: the batch asks for no deliverAfter
-    cdef bint stamped  # some record carries a timestamp
-    cdef int64_t* stamps  # each record's (NONE: none), when stamped
-    cdef int64_t _earliest  # the smallest timestamp given
-    cdef readonly int64_t max_timestamp  # of the last batch encoded
-
     @staticmethod
     def of(records, deliver_after, bint delays_allowed) -> RecordsBatch | None:
         """`records` (with the batch's `deliver_after`) checked, or None when the Python
@@ -134,7 +125,6 @@ cdef class RecordsBatch:
                 return min(now, self._earliest)
         return self._earliest
 
-    @cython.wraparound(False)
     def encode(self, int64_t now, int64_t base_offset, int64_t deliver_after,
                const int64_t[:] layout, bytes template) -> bytes | None:
         """The batch's bytes, as codec.encode_batch lays them out: records without a
@@ -142,6 +132,13 @@ cdef class RecordsBatch:
         be too long for its length field (left to the Python path)."""
         cdef Layout L
         read_layout(layout, &L)
+        return self.encode_laid_out(now, base_offset, deliver_after, &L, template)
+
+    @cython.wraparound(False)
+    cdef bytes encode_laid_out(self, int64_t now, int64_t base_offset, int64_t deliver_after,
+                               const Layout* layout, bytes template):
+        """`encode` with the layout read already (builder.pyx reads it once)."""
+        cdef Layout L = layout[0]
         if PyBytes_GET_SIZE(template) != L.header_size:
             raise ValueError("the header template is not a header long")
         cdef Py_ssize_t i
@@ -182,7 +179,7 @@ cdef class RecordsBatch:
         self.max_timestamp = max_ts
         return out
 
-    cdef inline int64_t _time_or(self, Py_ssize_t i, int64_t now) noexcept:
+    cdef int64_t _time_or(self, Py_ssize_t i, int64_t now) noexcept:
         """Record i's timestamp, or `now` if it has none."""
         if not self.stamped or self.stamps[i] == NONE:
             return now

@@ -36,12 +36,15 @@ from .layout import (
     segment_name,
 )
 from .mapped_file import MappedFile
+from .segment_tail import SegmentTail
 
 # a mapping reaches this far past the file's end, so the active segment grows into it
 _MAP_HEADROOM = 1 << 20
 
 
-class LogSegment:
+class LogSegment(SegmentTail):
+    """A segment: its files, loading and recovery, and reads (appends: SegmentTail)."""
+
     def __init__(self, directory: str, base_offset: int, fd: int, size: int, next_offset: int,
                  offset_index: OffsetIndex, time_index: TimeIndex,
                  dly_index: DeliverAfterIndex, first_timestamp: int | None):
@@ -172,43 +175,6 @@ class LogSegment:
         return seg, result.error
 
     # ------------------------------------------------------------------ writing
-
-    def append(self, batch: bytes, header_base: int, last_offset_delta: int, deliver_after: int,
-               max_timestamp: int, index_interval_bytes: int, *, sync: bool = False) -> int:
-        """Write one encoded batch at the end (and fsync it with `sync`); returns its
-        position. A failed write or fsync leaves the segment as it was: the batch is cut
-        off again and never indexed, so a refused append leaves nothing a read sees."""
-        pos = self.size
-        try:
-            fsio.write(self.fd, batch, pos)
-            if sync:
-                fsio.fsync(self.fd)
-        except OSError:
-            # a short write (disk full) left part of the batch on disk, or the whole batch
-            # is there but not durable: cut it off, so that the file holds only acknowledged
-            # batches and the next append lands at `pos`
-            with contextlib.suppress(OSError):  # best effort: recovery cuts a torn tail too
-                fsio.truncate(self.fd, pos)
-            raise
-        self.size = pos + len(batch)
-        entry = (deliver_after, header_base, pos, last_offset_delta, len(batch))
-        self._index_batch(entry, max_timestamp, index_interval_bytes)
-        self.dly_index.add(*entry)
-        self.next_offset = header_base + last_offset_delta + 1
-        return pos
-
-    def _index_batch(self, entry: Entry, max_timestamp: int, interval: int) -> None:
-        """Offset and time index upkeep for one batch (the dly index is handled by callers)."""
-        _, base, pos, _, size = entry
-        if self._first_timestamp is None:
-            self._first_timestamp = max_timestamp
-        if self._bytes_since_index_entry >= interval:
-            self.offset_index.add(base, pos)
-            if max_timestamp > self.max_timestamp:
-                self.time_index.add(max_timestamp, base)
-            self._bytes_since_index_entry = 0
-        self._bytes_since_index_entry += size
-        self.max_timestamp = max(self.max_timestamp, max_timestamp)
 
     def flush(self) -> None:
         fsio.fsync(self.fd)

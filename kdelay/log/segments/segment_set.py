@@ -41,24 +41,6 @@ class SegmentSet:
 
     # ------------------------------------------------------------------ changes
 
-    def should_roll(self, incoming: int, max_timestamp: int, segment_bytes: int,
-                    segment_ms: int) -> bool:
-        """True if a batch of `incoming` bytes whose largest record timestamp is
-        `max_timestamp` must go to a new segment: the active one would pass
-        `segment_bytes`, or the batch's records are `segment_ms` later than the first
-        batch's. Record time is compared with record time, as Kafka does: a replay or
-        backfill of old records rolls by how much time its records span, not once per
-        batch because they are old (records the log stamps carry the log clock, so live
-        appends roll by the clock as before). An empty active segment never rolls."""
-        seg = self.active
-        if seg.size == 0:
-            return False
-        first = seg._first_timestamp  # (the property reads it from the .log when unknown)
-        if first is None:
-            first = seg.first_timestamp
-        return (seg.size + incoming > segment_bytes
-                or first is not None and max_timestamp - first >= segment_ms)
-
     def roll(self) -> None:
         """Seal the active segment (its .log fsync'd, its indexes persisted), start a new
         one where it ends, and move the recovery point to the new one."""

@@ -1,24 +1,33 @@
+# cython: language_level=3
 """Turn a validated batch (kdelay.validation.BatchColumns, or a RecordsBatch the compiled
 builder checked) into the bytes the active segment appends: timestamps filled in from the
 log clock, the delay limit checked, the batch deliverAfter settled, the batch encoded
 (kdelay.log.batch.codec, or records_batch.pyx in one C pass) and its size checked. Raises
-InvalidRecordError (or a subclass) and writes nothing. O(records)."""
+InvalidRecordError (or a subclass) and writes nothing. O(records).
 
-from __future__ import annotations
+Compiled, so that the append path (log/segments/writer.pyx) builds a RecordsBatch with no
+Python call between it and the encoder."""
 
 from typing import NamedTuple
 
 import numpy as np
 
-from ...config import LogConfig
-from ...errors import InvalidRecordError
-from ...validation import BatchColumns, check_delay_limit, record_columns
-from . import codec
-from .records_batch import RecordsBatch
-from .walker import HEADER_LAYOUT
+from libc.stdint cimport int64_t
+
+from kdelay.log.batch.batch_header cimport Layout, read_layout
+from kdelay.log.batch.records_batch cimport RecordsBatch
+
+from kdelay.errors import InvalidRecordError
+from kdelay.log.batch import codec
+from kdelay.log.batch.walker import HEADER_LAYOUT
+from kdelay.validation import check_delay_limit, record_columns
+
+cdef Layout _LAYOUT  # walker.HEADER_LAYOUT, read once
+read_layout(HEADER_LAYOUT, &_LAYOUT)
+cdef bytes _TEMPLATE = codec.HEADER_TEMPLATE
 
 
-def _stamps(timestamps, now: int) -> tuple[np.ndarray | None, int]:
+def _stamps(timestamps, now: int) -> tuple:
     """(the int64 timestamps, or None when every record takes `now`; the batch's base
     timestamp). `timestamps` is a tuple with None for "now" or an int64 array. The max is
     left to the codec, which finds it while it writes the deltas."""
@@ -40,21 +49,25 @@ class BuiltBatch(NamedTuple):
     max_timestamp: int
 
 
-def build_batch(columns: BatchColumns | RecordsBatch, *, base_offset: int, now: int,
-                requested: int | None, config: LogConfig) -> BuiltBatch:
-    """`requested` is the deliverAfter the batch asks for (validation.requested_deliver_after),
-    however it was asked for: the delay limit applies to it alike."""
-    batch_da = now if requested is None or requested < now else requested
+cpdef build_batch(columns, int64_t base_offset, int64_t now, requested, config):
+    """`columns`: validation.BatchColumns or a RecordsBatch; `requested` is the deliverAfter
+    the batch asks for (validation.requested_deliver_after), however it was asked for: the
+    delay limit applies to it alike. `config`: the LogConfig. Returns a BuiltBatch."""
+    cdef int64_t batch_da = now  # never below the append time
+    if requested is not None and requested > now:
+        batch_da = requested
+    cdef RecordsBatch batch
     if type(columns) is RecordsBatch:
+        batch = <RecordsBatch>columns
         if config.max_delivery_delay_ms:  # (its earliest timestamp is a pass over the batch)
             check_delay_limit(config.max_delivery_delay_ms, requested, None,
-                              columns.earliest(now))
-        data = columns.encode(now, base_offset, batch_da, HEADER_LAYOUT, codec.HEADER_TEMPLATE)
+                              batch.earliest(now))
+        data = batch.encode_laid_out(now, base_offset, batch_da, &_LAYOUT, _TEMPLATE)
         if data is not None:  # (BuiltBatch without its Python-level __new__: every append)
             if len(data) > config.max_batch_bytes:
                 _too_big(data, config)
-            return tuple.__new__(BuiltBatch, (data, columns.n, batch_da, columns.max_timestamp))
-        columns = record_columns(columns.records)  # too long for the compiled builder
+            return tuple.__new__(BuiltBatch, (data, batch.n, batch_da, batch.max_timestamp))
+        columns = record_columns(batch.records)  # too long for the compiled builder
     stamps, base_ts = _stamps(columns.timestamps, now)
     check_delay_limit(config.max_delivery_delay_ms, requested, stamps, now)
     data = codec.encode_batch(
@@ -67,6 +80,6 @@ def build_batch(columns: BatchColumns | RecordsBatch, *, base_offset: int, now: 
     return BuiltBatch(data, len(columns.deliver_afters), batch_da, codec.max_timestamp(data))
 
 
-def _too_big(data: bytes, config: LogConfig) -> None:
+def _too_big(bytes data, config) -> None:
     raise InvalidRecordError(f"batch of {len(data)} bytes exceeds max_batch_bytes "
                              f"({config.max_batch_bytes})")

@@ -1,0 +1,140 @@
+# cython: language_level=3
+"""The write path of one open log: batches appended to the active segment under the flush
+policy, rolls, fsyncs, cancellations and reschedules; appends, cancels and reschedules
+are published on the append horizon (append_horizon.py). The Log facade holds its lock
+around every call and keeps the clock, the wake-ups of waiting fetches and the append
+listeners.
+
+A write that reads the log clock (log_clock.pyx) tells lock-free readers it is under way
+before it reads it: each runs inside `horizon.writing(floor, clock)` with the log clock's
+floor (its deliverAfter will be >= that), which publishes the clock it used when the write
+ends.
+
+Compiled, as are the horizon (horizon_writer.pyx), the builder (log/batch/builder.pyx)
+and the segment's end (segment_tail.pyx): an append calls no Python between the log
+clock and its result, unless the log is set to flush (flush_policy.py), the batch is
+not a RecordsBatch, or it makes a roll or the first change after a clean open."""
+
+from cpython.object cimport PyObject, PyTypeObject, newfunc
+from libc.stdint cimport int64_t
+
+from kdelay.log.batch.builder cimport build_batch
+from kdelay.log.log_clock cimport LogClock
+from kdelay.log.segments.horizon_writer cimport Horizon
+from kdelay.log.segments.segment_tail cimport SegmentTail
+
+from kdelay.log.cancellation import cancel_ops
+from kdelay.log.segments.flush_policy import FlushPolicy
+from kdelay.records import AppendResult
+
+# an AppendResult made as tuple.__new__ makes it, without the NamedTuple's Python-level
+# __new__ (every append)
+cdef newfunc _new_tuple = (<PyTypeObject *>tuple).tp_new
+
+
+cdef class Writer:
+    cdef readonly object config
+    cdef readonly object policy  # flush_policy.FlushPolicy
+    cdef object _segments, _cancels, _life
+    cdef LogClock _clock
+    cdef bint _flushes  # the policy flushes on its own (else no decision per append)
+    cdef int64_t _segment_bytes, _segment_ms, _index_interval_bytes
+
+    def __init__(self, config, segments, cancels, life, LogClock clock not None):
+        self.config = config
+        self._clock = clock
+        self._segments = segments
+        self._cancels = cancels
+        self._life = life
+        self.policy = FlushPolicy(config)
+        self._flushes = self.policy.flushes
+        self._segment_bytes = config.segment_bytes
+        self._segment_ms = config.segment_ms
+        self._index_interval_bytes = config.index_interval_bytes
+
+    def append(self, columns, requested):
+        """Encode the checked `columns` (validation.BatchColumns or a RecordsBatch) as one
+        batch at the log clock now and append it; fsync'd first when the flush policy says
+        the batch makes a flush due. Returns the AppendResult."""
+        cdef Horizon horizon = self._horizon()
+        # (as `with horizon.writing(...)`)
+        cdef int64_t now = horizon.start(self._clock.floor, self._clock)
+        cdef int64_t base, n, deliver_after
+        cdef bint sync = False
+        try:
+            base = self._active().next_offset
+            data, n, deliver_after, max_timestamp = build_batch(columns, base, now, requested,
+                                                                self.config)
+            self.make_room(len(data), max_timestamp)
+            if self._flushes:
+                sync = self.policy.due_after(n)
+            self._active().append(data, base, n - 1, deliver_after, max_timestamp,
+                                  self._index_interval_bytes, sync)
+        finally:
+            horizon.end(now)
+        if self._flushes:  # (without a flush setting, the policy has nothing to count)
+            self.policy.appended(n)
+            if sync:
+                self.policy.flushed()
+        cdef tuple args = ((base, base + n - 1, deliver_after, now),)
+        return _new_tuple(AppendResult, <PyObject *>args, NULL)
+
+    cdef Horizon _horizon(self):
+        horizon = self._life.horizon
+        if horizon is None:
+            raise ValueError("the append horizon is not started")
+        return <Horizon?>horizon
+
+    cdef SegmentTail _active(self):
+        return <SegmentTail?>self._segments.active
+
+    def reschedule(self, int64_t offset, int64_t deliver_after):
+        """cancel_ops.reschedule, then the flush policy (the copy counts as one record)."""
+        with self._horizon().writing(self._clock.floor, self._clock) as now:  # as an append
+            copy = cancel_ops.reschedule(self._segments, self._cancels, offset, deliver_after,
+                                         now, self.config, self.make_room)
+        if self.policy.appended(1):
+            self.flush()
+        return AppendResult(copy.base_offset, copy.base_offset, copy.deliver_after, now)
+
+    def cancel(self, offsets) -> int:
+        """cancel_ops.cancel; durable per the flush policy, counted like appended records. A
+        journal grown past its threshold is checkpointed after the .log fsync (which the
+        checkpoint's recovery point relies on)."""
+        # a cancel only takes records due after the clock it reads: published like an
+        # append's, so a lock-free reader never plans past a cancel not yet written
+        with self._horizon().writing(self._clock.floor, self._clock) as now:
+            n = cancel_ops.cancel(self._segments, self._cancels, offsets, now)
+        if n and self.policy.appended(n):
+            self.flush()
+        if self._cancels.needs_checkpoint():
+            self._segments.active.flush()
+            self._cancels.checkpoint(everything=False)
+        return n
+
+    cpdef make_room(self, int64_t size, int64_t max_timestamp):
+        """Before writing a batch: the first change removes the clean marker; roll if due."""
+        if self._life.marker_present:
+            self._life.mark_dirty()
+        if self._active().rolls_before(size, max_timestamp, self._segment_bytes,
+                                       self._segment_ms):
+            self._roll()
+
+    def roll(self) -> None:
+        """Seal the active segment if it holds anything."""
+        if self._segments.active.size:
+            self._life.mark_dirty()
+            self._roll()
+
+    cdef _roll(self):
+        if self._cancels.dirty():  # caches written before the recovery point moves on
+            self._segments.active.flush()
+            self._cancels.checkpoint(everything=True)
+        self._segments.roll()
+        self.policy.flushed()
+
+    def flush(self) -> None:
+        self._segments.active.flush()
+        self._cancels.log_synced()  # the copies of reschedules so far are durable
+        self._cancels.sync()
+        self.policy.flushed()
