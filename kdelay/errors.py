@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from typing import NoReturn
 
 
 class KdelayError(Exception):
@@ -92,19 +93,26 @@ class IndexFileError(Exception):
 
 def write_errors(method):
     """Decorate a writing method of an object with a `path`: an OSError it raises (ENOSPC,
-    EIO) surfaces as LogWriteError, a KdelayError that keeps errno and filename, so callers
-    catch one hierarchy."""
+    EIO) surfaces as LogWriteError (raise_write_error)."""
 
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         try:
             return method(self, *args, **kwargs)
         except OSError as e:
-            if isinstance(e, KdelayError):
-                raise
-            raise LogWriteError(e.errno, f"{method.__name__} on {self.path} failed: "
-                                f"{e.strerror or e}", e.filename) from e
+            raise_write_error(e, method.__name__, self.path)
     return wrapper
+
+
+def raise_write_error(error: OSError, operation: str, path: str) -> NoReturn:
+    """Raise an OSError that `operation` on the log at `path` met (ENOSPC, EIO) as
+    LogWriteError, a KdelayError that keeps errno and filename, so callers catch one
+    hierarchy (one that is a KdelayError already, as it is). Called in the `except` block
+    (by write_errors, or by a method too hot for its wrapper: Log.append)."""
+    if isinstance(error, KdelayError):
+        raise error
+    raise LogWriteError(error.errno, f"{operation} on {path} failed: "
+                        f"{error.strerror or error}", error.filename) from error
 
 
 class InspectError(KdelayError):

@@ -33,7 +33,7 @@ import numpy as np
 from . import forks
 from .clock import Clock, wall_clock
 from .config import LogConfig
-from .errors import KdelayError, OffsetOutOfRangeError, write_errors
+from .errors import KdelayError, OffsetOutOfRangeError, raise_write_error, write_errors
 from .fetch import group_positions, metrics, offset_order
 from .fetch.due_order import DueOrderReader, resolve_cursor
 from .fetch.long_poll import ActivitySignal, due_in_ms
@@ -174,20 +174,22 @@ class Log(forks.Owned):
 
     # ------------------------------------------------------------------ writing
 
-    @write_errors
     def append(self, records: Record | Sequence[Record], *, deliver_after: int | None = None,
                delay_ms: int | None = None) -> AppendResult:
         """Write one batch (one Record, or a sequence of them). Its deliverAfter is
         `deliver_after` (or the log clock now plus `delay_ms`), else the max of the
         records', and never below the append time. All of it is written, or nothing."""
-        if delay_ms is not None:
-            deliver_after = deliver_after_for_delay(deliver_after, delay_ms, self.now())
-        if type(records) is Record:  # a batch of one
-            records = (records,)
-        plain = RecordsBatch.of(records, deliver_after, self.config.delayed_delivery_enable)
-        if plain is not None:  # checked in one compiled pass (the common types)
-            return self._append_requested(plain, plain.requested)
-        return self._append(record_columns(records), deliver_after)
+        try:  # (as @write_errors, without its wrapper's cost on every append)
+            if delay_ms is not None:
+                deliver_after = deliver_after_for_delay(deliver_after, delay_ms, self.now())
+            if type(records) is Record:  # a batch of one
+                records = (records,)
+            plain = RecordsBatch.of(records, deliver_after, self.config.delayed_delivery_enable)
+            if plain is not None:  # checked in one compiled pass (the common types)
+                return self._append_requested(plain, plain.requested)
+            return self._append(record_columns(records), deliver_after)
+        except OSError as e:
+            raise_write_error(e, "append", self.path)
 
     @write_errors
     def append_columns(self, values: Sequence[bytes | None] | PackedBinary, *,
@@ -283,7 +285,7 @@ class Log(forks.Owned):
         with self._lock:
             self._check_open()
             if not max_wait_ms:  # not a long poll
-                now = self.now()
+                now = self._clock.now()
                 quiet = self._due_order.known_quiet(after, now)
                 if quiet is not False:  # nothing due: the idle poll's cost is this much
                     return _new_tuple(FetchResult, ([], quiet))
