@@ -2,4 +2,8 @@
 from libc.stdint cimport int64_t
 
 
-cpdef build_batch(columns, int64_t base_offset, int64_t now, requested, config)
+cdef struct Built:  # what build() says of the batch besides its bytes
+    int64_t records, deliver_after, max_timestamp
+
+
+cdef bytes build(columns, int64_t base_offset, int64_t now, requested, config, Built* out)

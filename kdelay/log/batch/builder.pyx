@@ -6,7 +6,7 @@ log clock, the delay limit checked, the batch deliverAfter settled, the batch en
 InvalidRecordError (or a subclass) and writes nothing. O(records).
 
 Compiled, so that the append path (log/segments/writer.pyx) builds a RecordsBatch with no
-Python call between it and the encoder."""
+Python call between it and the encoder (`build`, builder.pxd)."""
 
 from typing import NamedTuple
 
@@ -49,10 +49,18 @@ class BuiltBatch(NamedTuple):
     max_timestamp: int
 
 
-cpdef build_batch(columns, int64_t base_offset, int64_t now, requested, config):
+def build_batch(columns, int64_t base_offset, int64_t now, requested, config) -> BuiltBatch:
     """`columns`: validation.BatchColumns or a RecordsBatch; `requested` is the deliverAfter
     the batch asks for (validation.requested_deliver_after), however it was asked for: the
-    delay limit applies to it alike. `config`: the LogConfig. Returns a BuiltBatch."""
+    delay limit applies to it alike. `config`: the LogConfig."""
+    cdef Built built
+    data = build(columns, base_offset, now, requested, config, &built)
+    return BuiltBatch(data, built.records, built.deliver_after, built.max_timestamp)
+
+
+cdef bytes build(columns, int64_t base_offset, int64_t now, requested, config, Built* out):
+    """build_batch, for compiled callers (the append path): the batch's bytes, and its
+    record count, deliverAfter and largest timestamp in *out, with no tuple made."""
     cdef int64_t batch_da = now  # never below the append time
     if requested is not None and requested > now:
         batch_da = requested
@@ -63,10 +71,12 @@ cpdef build_batch(columns, int64_t base_offset, int64_t now, requested, config):
             check_delay_limit(config.max_delivery_delay_ms, requested, None,
                               batch.earliest(now))
         data = batch.encode_laid_out(now, base_offset, batch_da, &_LAYOUT, _TEMPLATE)
-        if data is not None:  # (BuiltBatch without its Python-level __new__: every append)
+        if data is not None:
             if len(data) > config.max_batch_bytes:
                 _too_big(data, config)
-            return tuple.__new__(BuiltBatch, (data, batch.n, batch_da, batch.max_timestamp))
+            out.records, out.deliver_after = batch.n, batch_da
+            out.max_timestamp = batch.max_timestamp
+            return data
         columns = record_columns(batch.records)  # too long for the compiled builder
     stamps, base_ts = _stamps(columns.timestamps, now)
     check_delay_limit(config.max_delivery_delay_ms, requested, stamps, now)
@@ -77,7 +87,9 @@ cpdef build_batch(columns, int64_t base_offset, int64_t now, requested, config):
         headers=columns.headers)  # the codec treats all-empty headers as none
     if len(data) > config.max_batch_bytes:
         _too_big(data, config)
-    return BuiltBatch(data, len(columns.deliver_afters), batch_da, codec.max_timestamp(data))
+    out.records, out.deliver_after = len(columns.deliver_afters), batch_da
+    out.max_timestamp = codec.max_timestamp(data)
+    return data
 
 
 def _too_big(bytes data, config) -> None:

@@ -18,7 +18,7 @@ not a RecordsBatch, or it makes a roll or the first change after a clean open.""
 from cpython.object cimport PyObject, PyTypeObject, newfunc
 from libc.stdint cimport int64_t
 
-from kdelay.log.batch.builder cimport build_batch
+from kdelay.log.batch.builder cimport Built, build
 from kdelay.log.log_clock cimport LogClock
 from kdelay.log.segments.horizon_writer cimport Horizon
 from kdelay.log.segments.segment_tail cimport SegmentTail
@@ -59,24 +59,24 @@ cdef class Writer:
         cdef Horizon horizon = self._horizon()
         # (as `with horizon.writing(...)`)
         cdef int64_t now = horizon.start(self._clock.floor, self._clock)
-        cdef int64_t base, n, deliver_after
+        cdef int64_t base
+        cdef Built built
         cdef bint sync = False
         try:
             base = self._active().next_offset
-            data, n, deliver_after, max_timestamp = build_batch(columns, base, now, requested,
-                                                                self.config)
-            self.make_room(len(data), max_timestamp)
+            data = build(columns, base, now, requested, self.config, &built)
+            self.make_room(len(data), built.max_timestamp)
             if self._flushes:
-                sync = self.policy.due_after(n)
-            self._active().append(data, base, n - 1, deliver_after, max_timestamp,
-                                  self._index_interval_bytes, sync)
+                sync = self.policy.due_after(built.records)
+            self._active().append(data, base, built.records - 1, built.deliver_after,
+                                  built.max_timestamp, self._index_interval_bytes, sync)
         finally:
             horizon.end(now)
         if self._flushes:  # (without a flush setting, the policy has nothing to count)
-            self.policy.appended(n)
+            self.policy.appended(built.records)
             if sync:
                 self.policy.flushed()
-        cdef tuple args = ((base, base + n - 1, deliver_after, now),)
+        cdef tuple args = ((base, base + built.records - 1, built.deliver_after, now),)
         return _new_tuple(AppendResult, <PyObject *>args, NULL)
 
     cdef Horizon _horizon(self):
