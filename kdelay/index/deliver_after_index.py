@@ -27,7 +27,7 @@ class DeliverAfterIndex(AbstractIndex):
 
     def __init__(self, base_offset: int, columns: list[np.ndarray] | None = None):
         super().__init__(base_offset, columns)
-        self._recent = _RecentEntries()
+        self._clear_recent()
         self._by_position: tuple[int, np.ndarray, np.ndarray] | None = None
 
     @classmethod
@@ -46,6 +46,9 @@ class DeliverAfterIndex(AbstractIndex):
 
     def _clear_recent(self) -> None:
         self._recent = _RecentEntries()
+        # its compiled columns, which the append path adds to with no Python call between
+        # (segment_tail.pyx): `add` as one C call
+        self.recent_columns = self._recent.cols
 
     def __len__(self) -> int:
         return len(self._columns[0]) + len(self._recent)

@@ -1,8 +1,10 @@
 # cython: language_level=3
-"""The storage of recent_entries.RecentEntries, compiled: its growable int columns, and the
-walks a fetch makes over them (a window of entries in key order, the unmerged arrivals due
-by now, a rank by deliverAfter), each one C loop instead of a dozen numpy calls, so that a
-fetch from the active segment costs a few microseconds, not tens.
+"""The storage of recent_entries.RecentEntries, compiled: its growable int columns and the
+order of their entries (with its upkeep: adding an entry, folding the tail of arrivals into
+the order), and the walks a fetch makes over them (a window of entries in key order, the
+unmerged arrivals due by now, a rank by deliverAfter), each one C loop instead of a dozen
+numpy calls, so that an append costs one C call and a fetch from the active segment a few
+microseconds, not tens.
 
 A column holds `value - base` in 4 bytes (int32, or uint32 for a column that never goes
 below its base) until a value does not fit, then in int64. Entries are numbered by arrival;
@@ -110,17 +112,25 @@ cdef class RecentColumns:
     the first entry's (int32), base offset relative to the first entry's (uint32), position
     (uint32); last-offset-delta and size explicit (uint32) only once an entry does not
     follow its predecessor (lod and size None until then). `next_base` and `end_pos` are
-    where the last entry ends."""
+    where the last entry ends. `order`: the arrival numbers of the first entries in key
+    order (the merged part; later arrivals are the tail), folded in every `tail_limit`
+    arrivals. Never changed in place, only replaced: a reader's reference stays a valid
+    snapshot."""
 
     cdef readonly IntColumn da, rel, pos, lod, size
     cdef readonly int64_t base0, next_base, end_pos
+    cdef readonly object order
+    cdef Py_ssize_t merged, tail_limit  # len(order); arrivals kept unmerged at most
 
-    def __init__(self) -> None:
+    def __init__(self, Py_ssize_t tail_limit) -> None:
         self.da = IntColumn(np.int32, relative=True)
         self.rel = IntColumn(np.uint32)
         self.pos = IntColumn(np.uint32)
         self.lod = self.size = None
         self.base0 = self.next_base = self.end_pos = 0
+        self.order = np.empty(0, dtype=np.uint32)
+        self.merged = 0
+        self.tail_limit = tail_limit
 
     def __len__(self) -> int:
         return self.complete()
@@ -134,7 +144,8 @@ cdef class RecentColumns:
         return n
 
     cpdef add(self, int64_t da, int64_t base, int64_t pos, int64_t lod, int64_t size):
-        """Append an entry (ValueError if its base offset is below where the last ended)."""
+        """Append an entry (ValueError if its base offset is below where the last ended);
+        fold the tail into the order once it is `tail_limit` arrivals long."""
         if self.da.n == 0:
             self.base0 = base
         elif base < self.next_base:
@@ -150,6 +161,23 @@ cdef class RecentColumns:
             self.size.append(size)
         self.next_base = base + lod + 1
         self.end_pos = pos + size
+        if self.complete() - self.merged >= self.tail_limit:
+            self.merge()
+
+    cpdef merge(self):
+        """Fold the unsorted tail of arrivals into the sorted order: the tail sorted (a
+        stable sort: ties in arrival order), then merge_tail."""
+        cdef Py_ssize_t m = self.merged, n = self.complete()
+        if m == n:
+            return
+        da = self.da.raw()[:n]  # stored relative to one base: order-preserving
+        tail = np.arange(m, n, dtype=np.uint32)
+        tail = tail[np.argsort(da[m:], kind="stable")]
+        if m:
+            merged = np.empty(n, dtype=np.uint32)
+            merge_tail(self.da, self.order, tail, merged)
+            tail = merged
+        self.order, self.merged = tail, n
 
     cdef int _explicit(self) except -1:
         """Start explicit lod/size columns, filled for the entries so far."""

@@ -14,14 +14,16 @@ entry costs 16 bytes of numpy arrays (plus at most 1/16 growth slack) and no Pyt
   last-offset-delta and size columns are kept from then on.
 * the order: a sorted array of arrival numbers (uint32) by (deliverAfter, arrival), plus an
   unsorted tail of the latest arrivals, merged in every _TAIL arrivals (a binary search
-  per arrival + one copy of the order: an O(entries) memmove) or when a reader needs the whole order. A fetch does
-  not: it takes the tail's due entries as a window of their own (`arrivals_window`). No
+  per arrival + one copy of the order: an O(entries) memmove) or when a reader needs the
+  whole order. A fetch does not: it takes the tail's due entries as a window of their own
+  (`arrivals_window`). No
   deliverAfter-sorted copy is kept: probes bisect the order with deliverAfter as the key
   (O(log entries) steps).
 
 Columns grow by 1/16 of their size; a value that does not fit its 4-byte column widens
-that column to int64 once. The columns and the walks over them are compiled
-(recent_columns.pyx): an append is one C call, and each window a fetch takes one more.
+that column to int64 once. The columns, the order's upkeep and the walks over them are
+compiled (recent_columns.pyx): an append is one C call, and each window a fetch takes one
+more.
 """
 
 from __future__ import annotations
@@ -43,13 +45,17 @@ _NO_CURSOR = (-1, -1)
 
 
 class RecentEntries:
-    __slots__ = ("cols", "order")
+    __slots__ = ("cols",)
 
     def __init__(self) -> None:
-        self.cols = RecentColumns()
-        # arrival numbers in key order (the merged part; later arrivals are the tail). Never
-        # changed in place, only replaced: a reader's reference stays a valid snapshot.
-        self.order = np.empty(0, dtype=np.uint32)
+        self.cols = RecentColumns(_TAIL)
+
+    @property
+    def order(self) -> np.ndarray:
+        """Arrival numbers in key order (the merged part; later arrivals are the tail).
+        Never changed in place, only replaced: a reader's reference stays a valid
+        snapshot."""
+        return self.cols.order
 
     @property
     def da(self) -> IntColumn:
@@ -67,26 +73,13 @@ class RecentEntries:
     # ------------------------------------------------------------------ writing
 
     def add(self, da: int, base: int, pos: int, lod: int, size: int) -> None:
+        """One entry more (folded into the order with the rest of the tail once that is
+        _TAIL arrivals long); the append path calls `cols.add` itself."""
         self.cols.add(da, base, pos, lod, size)
-        if len(self.cols) - len(self.order) >= _TAIL:
-            self._merge()
 
     def _merge(self) -> None:
         """Fold the unsorted tail of arrivals into the sorted order."""
-        order = self.order
-        m = len(order)
-        n = len(self.cols)
-        if m == n:
-            return
-        da = self.da.raw()[:n]  # stored relative to one base: order-preserving
-        tail = np.arange(m, n, dtype=np.uint32)
-        tail = tail[np.argsort(da[m:], kind="stable")]  # ties: in arrival order
-        if not m:
-            self.order = tail
-            return
-        merged = np.empty(n, dtype=np.uint32)
-        recent_columns.merge_tail(self.da, order, tail, merged)
-        self.order = merged
+        self.cols.merge()
 
     def _sorted(self) -> np.ndarray:
         if len(self.order) != len(self.cols):

@@ -107,7 +107,10 @@ def test_index_upkeep_follows_the_sparse_rule(tmp_path_factory, batches, interva
         assert _entries(seg.time_index) == times
         assert seg.max_timestamp == max_ts and seg._first_timestamp == T0 + batches[0][1]
         assert seg.size == sum(s for s, _ in batches) and seg.next_offset == len(batches)
-        assert len(seg.dly_index) == len(batches)
+        starts = [sum(s for s, _ in batches[:i]) for i in range(len(batches))]
+        assert _entries(seg.dly_index) == sorted(
+            (T0 + t, base, pos, 0, s) for base, ((s, t), pos) in enumerate(
+                zip(batches, starts, strict=True)))
     finally:
         seg.close()
 

@@ -62,7 +62,8 @@ cdef class SegmentTail:
             raise
         self.size = pos + size
         self._index(header_base, pos, size, max_timestamp, index_interval_bytes)
-        self.dly_index.add(deliver_after, header_base, pos, last_offset_delta, size)
+        self.dly_index.recent_columns.add(deliver_after, header_base, pos, last_offset_delta,
+                                          size)  # (DeliverAfterIndex.add, as one C call)
         self.next_offset = header_base + last_offset_delta + 1
         return pos
 
