@@ -116,8 +116,8 @@ class Log(forks.Owned):
         log = cls(path, config, clock or wall_clock, opened)
         # the log clock must not run backwards across a restart: the clean close stored
         # it, and commits record the clock they saw (which covers a crash)
-        log._clock.floor = max(opened.clock_floor, log._groups.max_clock())
         try:
+            log._clock.floor = max(opened.clock_floor, log._groups.max_clock())
             log._life.start_horizon(log._clock.floor)  # what lock-free readers may assume
         except BaseException:
             log.close()
