@@ -349,19 +349,53 @@ def start_after(RecentColumns entries, const uint32_t[:] order, int64_t after_da
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
+cdef Py_ssize_t _first_above(IntColumn da, const uint32_t[::1] order, Py_ssize_t lo,
+                             int64_t value) except -1:
+    """The first rank >= `lo` in `order` (arrivals sorted by deliverAfter) whose deliverAfter
+    is > `value` (the order's length if none): probes at lo, lo+1, lo+3, lo+7, ... until one
+    is above, then a binary search below it, so O(log distance) probes, not O(log order)."""
+    cdef Py_ssize_t m = order.shape[0], hi, mid, step = 1
+    while True:
+        hi = lo + step - 1
+        if hi >= m:
+            hi = m
+            break
+        if _deliver_after(da, order, hi) > value:
+            break
+        lo = hi + 1
+        step <<= 1
+    while lo < hi:  # the answer is in [lo, hi]: hi is above (or the end)
+        mid = (lo + hi) >> 1
+        if _deliver_after(da, order, mid) > value:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+cdef inline int64_t _deliver_after(IntColumn da, const uint32_t[::1] order,
+                                   Py_ssize_t rank) except? -1:
+    if order[rank] >= da.n:
+        raise ValueError("an arrival number past the column")
+    return da.value(order[rank])
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
 def merge_tail(IntColumn da, const uint32_t[::1] order, const uint32_t[:] tail,
                uint32_t[::1] out) -> None:
     """`order` (arrivals sorted by deliverAfter) with the arrivals `tail` (sorted likewise,
     all later than the order's) merged in, into `out`: each goes after every arrival of an
-    equal deliverAfter, as a later arrival does. A binary search per tail arrival (no read of
-    every deliverAfter of the order) and one copy of the order, in runs."""
+    equal deliverAfter, as a later arrival does. A galloping search per tail arrival from
+    where the last one went (no read of every deliverAfter of the order) and one copy of
+    the order, in runs."""
     cdef Py_ssize_t m = order.shape[0], t = tail.shape[0], k, at, done = 0, w = 0
     if out.shape[0] != m + t:
         raise ValueError("output not as long as the order and the tail")
     for k in range(t):
         if tail[k] >= da.n:
             raise ValueError("an arrival number past the column")
-        at = max(rank(da, order, da.value(tail[k]), True), done)
+        at = _first_above(da, order, done, da.value(tail[k]))
         if at > done:
             memcpy(&out[w], &order[done], (at - done) * sizeof(uint32_t))
             w += at - done

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kdelay.index import recent_entries
+from kdelay.index import recent_columns, recent_entries
 from kdelay.index.recent_entries import RecentEntries
 
 
@@ -167,3 +167,20 @@ def test_deliver_after_spread_beyond_int32():
     r._merge()
     assert r.order_start((2**40, 0)) == 4  # past (2**40, offset 0), a 1-record batch
     assert r.count_not_due(2**40 - 1) == (3, 3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-50, 50), min_size=1, max_size=300), st.data())
+def test_merge_tail_is_a_stable_sort_of_order_and_tail(das, data):
+    """recent_columns.merge_tail (galloping from where the last tail arrival went) against a
+    stable sort of every arrival by deliverAfter: ties in arrival order."""
+    m = data.draw(st.integers(0, len(das)))
+    col = recent_columns.IntColumn(np.int32, relative=True)
+    for v in das:
+        col.append(v)
+    keys = np.array(das, dtype=np.int64)
+    order = np.argsort(keys[:m], kind="stable").astype(np.uint32)
+    tail = (m + np.argsort(keys[m:], kind="stable")).astype(np.uint32)
+    out = np.empty(len(das), dtype=np.uint32)
+    recent_columns.merge_tail(col, order, tail, out)
+    assert out.tolist() == np.argsort(keys, kind="stable").tolist()
