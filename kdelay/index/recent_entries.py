@@ -13,12 +13,11 @@ entry costs 16 bytes of numpy arrays (plus at most 1/16 growth slack) and no Pyt
   from the running end. Should an entry ever not follow its predecessor, explicit
   last-offset-delta and size columns are kept from then on.
 * the order: a sorted array of arrival numbers (uint32) by (deliverAfter, arrival), plus an
-  unsorted tail of the latest arrivals, merged in every _TAIL arrivals (a binary search
-  per arrival + one copy of the order: an O(entries) memmove) or when a reader needs the
-  whole order. A fetch does not: it takes the tail's due entries as a window of their own
-  (`arrivals_window`). No
-  deliverAfter-sorted copy is kept: probes bisect the order with deliverAfter as the key
-  (O(log entries) steps).
+  unsorted tail of the latest arrivals, merged in every _TAIL arrivals (a galloping search
+  per arrival from where the last one went + one copy of the order: an O(entries) memmove)
+  or when a reader needs the whole order. A fetch does not: it takes the tail's due entries
+  as a window of their own (`arrivals_window`). No deliverAfter-sorted copy is kept: probes
+  bisect the order with deliverAfter as the key (O(log entries) steps).
 
 Columns grow by 1/16 of their size; a value that does not fit its 4-byte column widens
 that column to int64 once. The columns, the order's upkeep and the walks over them are
