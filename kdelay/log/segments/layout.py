@@ -14,6 +14,10 @@ Layout of a partition directory (as in Kafka):
                                         for a segment with cancellations)
     .lock, .kdelay_cleanshutdown, recovery-point-offset-checkpoint, group files
     append.horizon                      the live writer's state for lock-free readers
+    <base offset>.remote                the segment is in the object store (tiered storage);
+                                        .remote-deleting while its copy is being deleted
+    remote-storage.json                 the object store's URL and options, secrets left out
+    remote-cache/                       remote segments' indexes and byte ranges, cached
     queues/<group>.snapshot, .journal   queue group state (kdelay.fetch.queue_state.state_store)
     *.tmp, *.deleted                    leftovers of an interrupted atomic write or deletion
 
@@ -42,6 +46,11 @@ CANCEL_SUFFIXES = (CANCELS_SUFFIX, CANCEL_INDEX_SUFFIX)
 MARKER_SUFFIX = ".compacted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
+# tiered storage (kdelay/log/tiered/): the local copy of a committed remote copy's manifest
+# (the segment is in the object store; its .log and indexes may be gone locally), and the
+# same file renamed while the remote copy is being deleted (retention of the whole log)
+REMOTE_SUFFIX = ".remote"
+REMOTE_DELETING_SUFFIX = ".remote-deleting"
 # files that belong to a segment besides its .log: removed with it, orphans without it
 COMPANION_SUFFIXES = (*INDEX_SUFFIXES, MARKER_SUFFIX, *CANCEL_SUFFIXES)
 # an interrupted atomic write leaves `.tmp`, an interrupted delete `.deleted`
