@@ -60,6 +60,9 @@ class LogSegment:
         self._bytes_since_index_entry = 0
         self.max_timestamp = -1 if time_index.last_key() is None else time_index.last_key()
         self.compacted = False  # may have offset gaps (set by the loader and compaction)
+        # tiered storage: the segment's committed copy in the object store
+        # (kdelay.log.tiered.manifest.RemoteCopy), None until copied
+        self.remote = None
         self._mapped: MappedFile | None = None
 
     @property
