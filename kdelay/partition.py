@@ -45,6 +45,8 @@ from .log.segments import retention
 from .log.segments.flush_policy import start_flusher
 from .log.segments.open_and_close import Lifetime, Opened, open_log_directory
 from .log.segments.writer import Writer
+from .log.tiered.sync import RemoteSync
+from .log.tiered.tier import RemoteTier, record_settings
 from .records import (
     AppendResult,
     CompactionResult,
@@ -53,6 +55,7 @@ from .records import (
     FetchResult,
     PackedBinary,
     Record,
+    RemoteSyncResult,
 )
 from .validation import (
     MAX_INT64,
@@ -75,6 +78,10 @@ __all__ = ["Clock", "Log", "OffsetOutOfRangeError"]
 
 AppendListener = Callable[[AppendResult], None]
 _new_tuple = tuple.__new__  # a NamedTuple without its Python-level __new__ (hot paths)
+
+
+def _never(seg: object) -> bool:
+    return False
 
 
 class Log(forks.Owned):
@@ -106,6 +113,7 @@ class Log(forks.Owned):
             self._lock, self._cancels)
         self._flusher = None if config.flush_ms is None else start_flusher(
             self, Log._flush_if_overdue, config.flush_ms / 1000, f"kdelay-flush-{path}")
+        self._remote: RemoteSync | None = None  # tiered storage (start_remote_sync)
 
     # ------------------------------------------------------------------ open / close
 
@@ -122,10 +130,23 @@ class Log(forks.Owned):
         log._now_floor = max(opened.clock_floor, log._groups.max_clock())
         try:
             log._life.start_horizon(log._now_floor)  # what lock-free readers may assume
+            if config.remote_storage is not None:
+                log._start_remote_sync()
         except BaseException:
             log.close()
             raise
         return log
+
+    def _start_remote_sync(self) -> None:
+        """Tiered storage: record the store in the directory, and start the background
+        sync, woken by every roll."""
+        tier = RemoteTier(self.path, self.config)
+        record_settings(self.path, self.config)
+        self._remote = RemoteSync(tier, self._segments, self._lock, self._cancels, self.config,
+                                  now=self.now, before_change=self._life.mark_dirty,
+                                  after_change=self._due_order.reset)
+        self._writer.rolled = self._remote.wake
+        self._remote.start()
 
     @write_errors
     def close(self) -> None:
@@ -139,6 +160,8 @@ class Log(forks.Owned):
                 return
             self._closed = True
         try:
+            if self._remote is not None:  # its passes take the lock: not held here
+                self._remote.stop()
             # no queue group writes once close returns (a member of a closed group is
             # refused); outside the log's lock: a poll holds its group's lock while it
             # reads the log
@@ -362,10 +385,26 @@ class Log(forks.Owned):
     def _retention_pass(self) -> int:
         with self._lock:
             self._check_open()
+            remote = self._remote
             deleted = retention.enforce(self._segments, self.config, self.now(), self.path,
-                                        self._life.mark_dirty)
+                                        self._life.mark_dirty,
+                                        busy=remote.busy if remote else _never)
             self._cancels.forget_below(self.log_start_offset)
-            return deleted
+        if deleted and remote is not None:
+            remote.wake()  # to delete the remote copies retention gave up
+        return deleted
+
+    @write_errors
+    def sync_remote(self) -> RemoteSyncResult:
+        """Tiered storage: do now what the background sync would (finish deleting remote
+        copies retention gave up, copy every sealed segment not copied yet, apply local
+        retention, remove orphans) and return what it did. Raises RemoteStorageError if the
+        store fails (appends and reads of local segments go on; a later pass retries).
+        Without `remote_storage`, does nothing."""
+        self._check_open()
+        if self._remote is None:
+            return RemoteSyncResult()
+        return self._remote.sync()
 
     @write_errors
     def compact(self) -> CompactionResult:
@@ -380,7 +419,12 @@ class Log(forks.Owned):
                                        cancelled=self._cancelled_offsets,
                                        before_change=self._life.mark_dirty,
                                        after_change=self._due_order.reset,
-                                       is_closed=lambda: self._closed)
+                                       is_closed=lambda: self._closed,
+                                       keep=self._kept_from_compaction)
+
+    def _kept_from_compaction(self, seg) -> bool:
+        """compact() rewrites only segments not in the object store nor being copied."""
+        return seg.remote is not None or (self._remote is not None and self._remote.busy(seg))
 
     # ------------------------------------------------------------------ introspection
 
@@ -406,6 +450,8 @@ class Log(forks.Owned):
             now = self.now()
             out = metrics.log_metrics(self._segments, self._groups, self._cancels,
                                       self._compactor.totals, now)
+            if self._remote is not None:
+                out["remote"] = self._remote.metrics()
         # outside the lock, as a live queue group's counts take the group's lock
         out["queues"] = self._queue_groups.counts(now, lambda key: self._due_after([key], now)[0])
         return out

@@ -46,12 +46,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+def _wait_for_port(port: int, proc: subprocess.Popen, log, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            log.seek(0)
             raise RuntimeError(f"moto_server exited with {proc.returncode}: "
-                               f"{proc.stderr.read().decode(errors='replace')[-2000:]}")
+                               f"{log.read().decode(errors='replace')[-2000:]}")
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
@@ -60,16 +61,18 @@ def _wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> 
 
 
 @pytest.fixture(scope="session")
-def moto_options() -> Iterator[dict]:
+def moto_options(tmp_path_factory) -> Iterator[dict]:
     """A moto S3 server on 127.0.0.1 with bucket `kdelay-test`: the RemoteStore options
     that reach it. Stopped (by its PID) when the session ends."""
     moto = shutil.which("moto_server") or os.path.join(os.path.dirname(sys.executable),
                                                        "moto_server")
     port = _free_port()
+    # its request log goes to a file: a pipe nobody reads would fill up and stall it
+    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w+b")  # noqa: SIM115
     proc = subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=log, stderr=subprocess.STDOUT)
     try:
-        _wait_for_port(port, proc)
+        _wait_for_port(port, proc, log)
         endpoint = f"http://127.0.0.1:{port}"
         import boto3
 
@@ -86,7 +89,7 @@ def moto_options() -> Iterator[dict]:
         except subprocess.TimeoutExpired:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
-        proc.stderr.close()
+        log.close()
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kdelay import Log, Record, RemoteStorageError
+from kdelay import Log, LogConfig, Record, RemoteStorageError
 from kdelay.log.segments.layout import (
     DLYINDEX_SUFFIX,
     INDEX_SUFFIX,
@@ -36,9 +36,11 @@ from kdelay.remote import store as store_module
 
 @pytest.fixture
 def sealed(tmp_path, remote, clock):
-    """A log with three sealed segments and an active one, and its RemoteTier."""
+    """A log with three sealed segments and an active one, and a RemoteTier for it (the
+    log itself has no remote storage: no background sync copies behind the test)."""
     cfg = remote.config(segment_bytes=2048, index_interval_bytes=128)
-    log = Log.open(os.fspath(tmp_path / "p-0"), config=cfg, clock=clock)
+    log = Log.open(os.fspath(tmp_path / "p-0"),
+                   config=LogConfig(segment_bytes=2048, index_interval_bytes=128), clock=clock)
     for i in range(60):
         log.append([Record(b"v%03d" % i + b"x" * 100, key=b"k%d" % i)], delay_ms=i * 10)
     assert len(log.segments) >= 4

@@ -110,6 +110,13 @@ class SegmentFiles:
         return self.path(LOG_SUFFIX)
 
 
+def remote_deletions(directory: str) -> list[int]:
+    """Base offsets of the segments whose remote copies are being deleted (a
+    `N.remote-deleting` marker), ascending."""
+    found = (parse_segment_name(n) for n in os.listdir(directory))
+    return sorted(p[0] for p in found if p is not None and p[1] == REMOTE_DELETING_SUFFIX)
+
+
 def is_temporary(name: str) -> bool:
     """A leftover of an interrupted atomic write or deletion."""
     return name.endswith(TEMP_SUFFIXES)

@@ -35,6 +35,7 @@ from .layout import (
     MARKER_SUFFIX,
     RECOVERY_POINT_FILE,
     inventory,
+    remote_deletions,
     segment_file,
 )
 from .segment import LogSegment
@@ -302,7 +303,13 @@ def _recover(directory: str, base: int, interval: int, report: LoadReport, *,
 
 
 def _tidy_directory(directory: str, report: LoadReport) -> list[int]:
-    """Remove leftovers (temp files, indexes without a .log); return the segment bases."""
+    """Remove leftovers (temp files, indexes without a .log) and what is left locally of
+    segments retention was deleting (`N.remote-deleting`: never served again; the sync
+    deletes the remote copy and the marker); return the segment bases."""
+    for base in remote_deletions(directory):
+        if os.path.exists(segment_file(directory, base, LOG_SUFFIX)):
+            _delete_files(directory, base)
+            report.problems.append(f"finished deleting segment {base} (retention)")
     bases, leftovers = inventory(directory)
     for name in leftovers:
         fsio.unlink(os.path.join(directory, name))

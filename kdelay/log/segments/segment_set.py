@@ -22,6 +22,13 @@ from .segment import LogSegment
 _MAX = 1 << 63
 
 
+def largest_key(seg) -> tuple[int, int] | None:
+    """The largest (deliverAfter, offset) a segment holds (None: no batch): from its remote
+    copy's manifest when it has one, so that a segment held only remotely is not fetched."""
+    copy = seg.remote
+    return seg.dly_index.max_key() if copy is None else copy.max_key
+
+
 class SegmentSet:
     def __init__(self, directory: str, segments: list[LogSegment]):
         self.directory = directory
@@ -78,11 +85,19 @@ class SegmentSet:
         seg = self._by_base.peekitem(0)[1]
         if seg is self.active:
             raise ValueError("the active segment cannot be removed")
-        key = seg.dly_index.max_key()
+        key = largest_key(seg)
         if key is not None:
             self._by_max_key.discard((key[0], key[1], seg.base_offset))
         del self._by_base[seg.base_offset]
         return seg
+
+    def hold_remotely(self, local: LogSegment, remote) -> None:
+        """Serve the copied sealed segment `local` from `remote` (a RemoteSegment of the same
+        offsets and keys) once local retention deleted its files (the caller closes
+        `local`)."""
+        if local is self.active or self._by_base.get(local.base_offset) is not local:
+            raise ValueError(f"segment {local.base_offset} is not a sealed segment here")
+        self._by_base[local.base_offset] = remote
 
     def replace(self, old: list[LogSegment], new: LogSegment) -> None:
         """Swap adjacent sealed segments `old` for `new`, which covers their offsets

@@ -1,0 +1,81 @@
+"""A fault-injecting layer over the object store (kdelay.remote.store.STORE_OPS), as
+kdelay.testing.faults is over kdelay.fsio.
+
+`StoreFaults` wraps every store operation (put, get, get_ranges, size, list, delete) so
+that it is counted (`ops`: (name, object) in order) and can
+
+- raise `SimulatedCrash` before operation N (`crash_at`), after which every further store
+  operation raises it too (the process is dead: nothing more reaches the store);
+- fail with RemoteStorageError while `unreachable` is set (a predicate over (operation,
+  object name), or True for every operation): the store is down, or refuses.
+
+Combined with a FaultInjector (`files=`), store operations are counted in the injector's
+own sequence (as "store.put", ...), so one `crash_at` index runs over every file and store
+operation of a protocol, and a crash in either stops both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..errors import RemoteStorageError
+from ..remote import store
+from .faults import FaultInjector, SimulatedCrash
+
+__all__ = ["StoreFaults"]
+
+OPERATIONS = ("put", "get", "get_ranges", "size", "list", "delete")
+
+
+@dataclass
+class StoreFaults:
+    """Wraps kdelay.remote.store.STORE_OPS; use as a context manager."""
+
+    crash_at: int | None = None
+    unreachable: bool | Callable[[str, str], bool] = False
+    files: FaultInjector | None = None
+    ops: list[tuple[str, str]] = field(default_factory=list)
+    crashed: bool = False
+
+    def __post_init__(self) -> None:
+        self._saved: dict[str, Callable] = {}
+
+    def _step(self, op: str, name: str) -> None:
+        if self.files is not None:
+            self.ops.append((op, name))
+            self.files._step("store." + op, name)  # counted and crashed with the files
+        else:
+            if self.crashed:
+                raise SimulatedCrash(f"after crash: store {op} {name}")
+            index = len(self.ops)
+            self.ops.append((op, name))
+            if self.crash_at is not None and index == self.crash_at:
+                self.crashed = True
+                raise SimulatedCrash(f"crash point {index}: store {op} {name}")
+        down = self.unreachable
+        if down is True or (callable(down) and down(op, name)):
+            raise RemoteStorageError(f"{op} {name} failed: store unreachable (injected)")
+
+    def _wrap(self, op: str) -> Callable:
+        real = self._saved[op]
+        if op == "list":
+            def listing(s):
+                self._step(op, "")
+                return real(s)
+            return listing
+
+        def wrapped(s, name, *args):
+            self._step(op, name)
+            return real(s, name, *args)
+        return wrapped
+
+    def __enter__(self) -> StoreFaults:
+        for op in OPERATIONS:
+            self._saved[op] = store.STORE_OPS[op]
+            store.STORE_OPS[op] = self._wrap(op)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        store.STORE_OPS.update(self._saved)
+        self._saved.clear()
