@@ -45,6 +45,8 @@ from .log.segments import retention
 from .log.segments.flush_policy import start_flusher
 from .log.segments.open_and_close import Lifetime, Opened, open_log_directory
 from .log.segments.writer import Writer
+from .log.tiered.opening import TieredDirectory
+from .log.tiered.tier import RemoteTier
 from .records import (
     AppendResult,
     CompactionResult,
@@ -93,6 +95,7 @@ class Log(forks.Owned):
         self._floor_lock = threading.Lock()  # now(): raising the floor
         self._segments = opened.segments
         self._cancels = opened.cancels
+        self._tier: RemoteTier | None = None  # tiered storage (set by open)
         self._life = Lifetime(self, path, opened)  # marker, clean close, descriptors
         self._writer = Writer(config, self._segments, self._cancels, self._life)
         self._groups = group_positions.GroupStore(path)
@@ -114,9 +117,12 @@ class Log(forks.Owned):
              clock: Clock | None = None) -> Log:
         """Open (creating if missing) and recover the log directory at `path`."""
         path, config = check_open_args(path, config, clock)
-        opened = os_errors("opening", path,
-                           lambda: open_log_directory(path, config.index_interval_bytes))
+        tier = None if config.remote_storage is None else RemoteTier(path, config)
+        opened = os_errors("opening", path, lambda: open_log_directory(
+            path, config.index_interval_bytes,
+            None if tier is None else TieredDirectory(path, tier)))
         log = cls(path, config, clock or wall_clock, opened)
+        log._tier = tier
         # the log clock must not run backwards across a restart: the clean close stored
         # it, and commits record the clock they saw (which covers a crash)
         log._now_floor = max(opened.clock_floor, log._groups.max_clock())
@@ -406,6 +412,8 @@ class Log(forks.Owned):
             now = self.now()
             out = metrics.log_metrics(self._segments, self._groups, self._cancels,
                                       self._compactor.totals, now)
+            if self._tier is not None:
+                out["remote"] = metrics.remote_metrics(self._segments, self._tier)
         # outside the lock, as a live queue group's counts take the group's lock
         out["queues"] = self._queue_groups.counts(now, lambda key: self._due_after([key], now)[0])
         return out

@@ -25,7 +25,7 @@ def enforce(segments: SegmentSet, config: LogConfig, now: int, directory: str,
     total = sum(s.size for s in segments)
     while len(segments) > 1:
         seg = segments.oldest
-        key = seg.dly_index.max_key()
+        key = seg.max_key
         last_due = key[0] if key is not None else -1
         expired = config.retention_ms >= 0 and now - last_due > config.retention_ms
         oversize = (config.retention_bytes >= 0 and total > config.retention_bytes

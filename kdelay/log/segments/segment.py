@@ -73,6 +73,11 @@ class LogSegment(OffsetLookup):
                 head, path=self.log_path, file_pos=0, available=self.size).max_timestamp
         return self._first_timestamp
 
+    @property
+    def max_key(self) -> tuple[int, int] | None:
+        """The largest (deliverAfter, offset) of any record here (None: no batch)."""
+        return self.dly_index.max_key()
+
     # ------------------------------------------------------------------ paths
 
     def path(self, suffix: str) -> str:
