@@ -45,8 +45,9 @@ from .log.segments import retention
 from .log.segments.flush_policy import start_flusher
 from .log.segments.open_and_close import Lifetime, Opened, open_log_directory
 from .log.segments.writer import Writer
+from .log.tiered.opening import TieredDirectory
 from .log.tiered.sync import RemoteSync
-from .log.tiered.tier import RemoteTier, record_settings
+from .log.tiered.tier import RemoteTier
 from .records import (
     AppendResult,
     CompactionResult,
@@ -100,6 +101,7 @@ class Log(forks.Owned):
         self._floor_lock = threading.Lock()  # now(): raising the floor
         self._segments = opened.segments
         self._cancels = opened.cancels
+        self._tier: RemoteTier | None = None  # tiered storage (set by open)
         self._life = Lifetime(self, path, opened)  # marker, clean close, descriptors
         self._writer = Writer(config, self._segments, self._cancels, self._life)
         self._groups = group_positions.GroupStore(path)
@@ -113,7 +115,7 @@ class Log(forks.Owned):
             self._lock, self._cancels)
         self._flusher = None if config.flush_ms is None else start_flusher(
             self, Log._flush_if_overdue, config.flush_ms / 1000, f"kdelay-flush-{path}")
-        self._remote: RemoteSync | None = None  # tiered storage (start_remote_sync)
+        self._remote: RemoteSync | None = None  # its background sync (_start_remote_sync)
 
     # ------------------------------------------------------------------ open / close
 
@@ -122,15 +124,18 @@ class Log(forks.Owned):
              clock: Clock | None = None) -> Log:
         """Open (creating if missing) and recover the log directory at `path`."""
         path, config = check_open_args(path, config, clock)
-        opened = os_errors("opening", path,
-                           lambda: open_log_directory(path, config.index_interval_bytes))
+        tier = None if config.remote_storage is None else RemoteTier(path, config)
+        opened = os_errors("opening", path, lambda: open_log_directory(
+            path, config.index_interval_bytes,
+            None if tier is None else TieredDirectory(path, tier)))
         log = cls(path, config, clock or wall_clock, opened)
+        log._tier = tier
         # the log clock must not run backwards across a restart: the clean close stored
         # it, and commits record the clock they saw (which covers a crash)
         log._now_floor = max(opened.clock_floor, log._groups.max_clock())
         try:
             log._life.start_horizon(log._now_floor)  # what lock-free readers may assume
-            if config.remote_storage is not None:
+            if tier is not None:
                 log._start_remote_sync()
         except BaseException:
             log.close()
@@ -138,12 +143,9 @@ class Log(forks.Owned):
         return log
 
     def _start_remote_sync(self) -> None:
-        """Tiered storage: record the store in the directory, and start the background
-        sync, woken by every roll."""
-        tier = RemoteTier(self.path, self.config)
-        record_settings(self.path, self.config)
-        self._remote = RemoteSync(tier, self._segments, self._lock, self._cancels, self.config,
-                                  now=self.now, before_change=self._life.mark_dirty,
+        """Tiered storage: start the background sync, woken by every roll."""
+        self._remote = RemoteSync(self._tier, self._segments, self._lock, self._cancels,
+                                  self.config, now=self.now, before_change=self._life.mark_dirty,
                                   after_change=self._due_order.reset)
         self._writer.rolled = self._remote.wake
         self._remote.start()
@@ -450,8 +452,8 @@ class Log(forks.Owned):
             now = self.now()
             out = metrics.log_metrics(self._segments, self._groups, self._cancels,
                                       self._compactor.totals, now)
-            if self._remote is not None:
-                out["remote"] = self._remote.metrics()
+            if self._tier is not None:
+                out["remote"] = metrics.remote_metrics(self._segments, self._tier)
         # outside the lock, as a live queue group's counts take the group's lock
         out["queues"] = self._queue_groups.counts(now, lambda key: self._due_after([key], now)[0])
         return out

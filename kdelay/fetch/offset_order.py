@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..log.segments.segment_set import SegmentSet
 from ..records import FetchedRecord
 from .due_merge import batch_records
+from .planner import prefetch_indexes
 
 
 def read_from(segments: SegmentSet, offset: int, max_records: int) -> list[FetchedRecord]:
@@ -37,5 +38,6 @@ def read_from(segments: SegmentSet, offset: int, max_records: int) -> list[Fetch
                     break  # before the walk parses a header past the indexed end
         seg = segments.next_after(seg)
         if seg is not None:
+            prefetch_indexes(filter(None, [segments.next_after(seg)]))
             offset = max(offset, seg.base_offset)
     return out

@@ -58,6 +58,20 @@ class ColumnRun:
         self.i = head
 
 
+class RemoteColumnRun(ColumnRun):
+    """A ColumnRun over a remote-only segment (kdelay.log.tiered.remote_segment): a window
+    is at most `limit` entries, and the bytes of those due are fetched (coalesced, each at
+    most once while cached) before the page fill reads them through the mapping."""
+
+    __slots__ = ()
+
+    def window(self, now: int, limit: int) -> tuple[Columns, int, int, bool]:
+        due_end = int(np.searchsorted(self.cols[0], now, side="right"))
+        end = min(self.i + limit, self.n)
+        self.seg.ensure_entries(self.cols, self.i, min(end, due_end))
+        return self.cols, self.i, end, end < due_end
+
+
 class RecentRun:
     """The active segment's entries not yet persisted, in their merged key order from rank
     `i` (in memory and growing, so never remembered across pages)."""

@@ -69,8 +69,8 @@ def test_sync_copies_every_sealed_segment_and_reports_it(open_log, remote):
     for base in sealed:
         assert os.path.exists(segment_file(log.path, base, REMOTE_SUFFIX))
     m = log.metrics()["remote"]
-    assert m["copies_pending"] == 0 and m["segments_remote"] == 0
-    assert m["segments_local"] == len(log.segments)
+    assert m["copies_pending"] == 0 and m["segments_remote"] == len(sealed)
+    assert m["segments_local"] == len(log.segments)  # copied, and still local
     assert m["bytes_remote"] == sum(log._segments[b].size for b in sealed)
     assert m["requests"] > 0 and m["last_error"] is None
     assert everything(log) == before
@@ -154,8 +154,8 @@ def test_orphans_of_an_interrupted_copy_are_swept_by_a_later_sync(tmp_path, remo
 
 
 def test_an_unreachable_store_keeps_everything_local(open_log, clock):
+    log = open_log(local_retention_bytes=0)  # (an empty directory opens only with the store)
     with StoreFaults(unreachable=True):
-        log = open_log(local_retention_bytes=0)
         fill(log, 30)
         with pytest.raises(RemoteStorageError):
             log.sync_remote()

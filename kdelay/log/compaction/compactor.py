@@ -148,6 +148,8 @@ def run(directory: str, segments, lock, settings: Settings, *, now: Callable[[],
             total = sum(s.size for s in segments)
             return CompactionResult(0, total, total, active_segment_bytes=segments.active.size)
         hz = horizon(now(), settings.retention_ms)
+        # a segment in the object store (or being copied there) is never rewritten: its copy
+        # is its record
         live = {s.base_offset: s for s in segments
                 if s is not segments.active and not keep(s)}
         sources = [Source.of(s) for s in live.values()]
@@ -197,13 +199,14 @@ def run(directory: str, segments, lock, settings: Settings, *, now: Callable[[],
 
 
 def _current(segments, live: dict, src: Source) -> LogSegment | None:
-    """The segment object `src` was taken from, if it is still in the log unchanged."""
+    """The segment object `src` was taken from, if it is still in the log unchanged (and
+    was not copied to the object store meanwhile)."""
     seg = live.get(src.base_offset)
     try:
         still = segments[src.base_offset] is seg
     except KeyError:
         return None
-    return seg if still and seg.size == src.size else None
+    return seg if still and seg.size == src.size and seg.remote is None else None
 
 
 class Compactor:

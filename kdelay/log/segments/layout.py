@@ -110,38 +110,68 @@ class SegmentFiles:
         return self.path(LOG_SUFFIX)
 
 
-def remote_deletions(directory: str) -> list[int]:
-    """Base offsets of the segments whose remote copies are being deleted (a
-    `N.remote-deleting` marker), ascending."""
-    found = (parse_segment_name(n) for n in os.listdir(directory))
-    return sorted(p[0] for p in found if p is not None and p[1] == REMOTE_DELETING_SUFFIX)
-
-
 def is_temporary(name: str) -> bool:
     """A leftover of an interrupted atomic write or deletion."""
     return name.endswith(TEMP_SUFFIXES)
 
 
 def classify(names: list[str]) -> tuple[list[int], list[str]]:
-    """(segment bases in offset order, leftover names in name order) of a directory listing.
-    Leftovers are temporary files and index files (or compaction markers) whose .log is
-    gone: the next open removes them. O(n log n) in the number of names."""
+    """(bases of the segments with a .log, in offset order; leftover names in name order)
+    of a directory listing. Leftovers are temporary files and index files (or compaction
+    markers) whose .log is gone: the next open removes them. A remote-only segment (only
+    `N.remote`, see `remote_only`) keeps its cancellation files; a segment whose remote copy
+    is being deleted (`N.remote-deleting`) is no longer in the log: its .log and every
+    companion are leftovers (the marker itself is left to the deletion to finish).
+    O(n log n) in the number of names."""
+    logs, remote, deleting, companions, leftovers = _sort_names(names)
+    bases = logs - deleting
+    keep_cancels = remote - bases - deleting
+    leftovers += [name for base, suffix, name in companions
+                  if base not in bases
+                  and not (suffix in CANCEL_SUFFIXES and base in keep_cancels)]
+    leftovers += [segment_name(base) + LOG_SUFFIX for base in deleting & logs]
+    return sorted(bases), sorted(leftovers)
+
+
+def remote_only(names: list[str]) -> list[int]:
+    """Bases of the segments held only in the object store, ascending: `N.remote` with
+    neither its .log nor `N.remote-deleting` beside it."""
+    bases, remote, deleting, _, _ = _sort_names(names)
+    return sorted(remote - bases - deleting)
+
+
+def remote_deletions(directory: str) -> list[int]:
+    """Base offsets of the segments whose remote copies are being deleted (a
+    `N.remote-deleting` marker), ascending."""
+    return sorted(_sort_names(os.listdir(directory))[2])
+
+
+def _sort_names(names: list[str]) -> tuple[set[int], set[int], set[int],
+                                          list[tuple[int, str, str]], list[str]]:
+    """(bases with a .log, with `.remote`, with `.remote-deleting`, (base, suffix, name) of
+    companion files, temporary names) of a listing."""
     bases: set[int] = set()
-    indexes: list[tuple[int, str]] = []
-    leftovers: list[str] = []
+    remote: set[int] = set()
+    deleting: set[int] = set()
+    companions: list[tuple[int, str, str]] = []
+    temporary: list[str] = []
     for name in names:
         if is_temporary(name):
-            leftovers.append(name)
+            temporary.append(name)
             continue
         parsed = parse_segment_name(name)
         if parsed is None:
             continue
-        if parsed[1] == LOG_SUFFIX:
-            bases.add(parsed[0])
-        elif parsed[1] in COMPANION_SUFFIXES:
-            indexes.append((parsed[0], name))
-    leftovers += [name for base, name in indexes if base not in bases]
-    return sorted(bases), sorted(leftovers)
+        base, suffix = parsed
+        if suffix == LOG_SUFFIX:
+            bases.add(base)
+        elif suffix == REMOTE_SUFFIX:
+            remote.add(base)
+        elif suffix == REMOTE_DELETING_SUFFIX:
+            deleting.add(base)
+        elif suffix in COMPANION_SUFFIXES:
+            companions.append((base, suffix, name))
+    return bases, remote, deleting, companions, temporary
 
 
 def compaction_in_progress(directory: str) -> list[str]:

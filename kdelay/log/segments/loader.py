@@ -22,10 +22,10 @@ import fcntl
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from ... import fsio
-from ...errors import CorruptLogError, IndexFileError, LogLockedError
+from ...errors import CorruptLogError, IndexFileError, LogLockedError, RemoteStorageError
 from ..compaction import swap
 from .layout import (
     CLEAN_SHUTDOWN_FILE,
@@ -34,8 +34,8 @@ from .layout import (
     LOG_SUFFIX,
     MARKER_SUFFIX,
     RECOVERY_POINT_FILE,
-    inventory,
-    remote_deletions,
+    classify,
+    remote_only,
     segment_file,
 )
 from .segment import LogSegment
@@ -140,17 +140,32 @@ def read_clock_floor(directory: str) -> int:
         return 0
 
 
+class TieredOpening(Protocol):
+    """What the loader asks of tiered storage (kdelay.log.tiered.opening.TieredDirectory,
+    passed in: this layer does not import that one)."""
+
+    problems: list[str]
+
+    def adopt(self) -> list[int]: ...
+
+    def committed_copy(self, base: int): ...  # RemoteCopy | None
+
+    def remote_segment(self, base: int): ...  # RemoteSegment
+
+
 class OpenedDirectory(NamedTuple):
     lock_fd: int                # holds the directory's lock
-    segments: list[LogSegment]  # at least one; the last is the active segment
+    segments: list  # LogSegments and RemoteSegments; the last (a LogSegment) is the active one
     report: LoadReport
     marker_present: bool        # the clean-shutdown marker is still on disk
     clock_floor: int            # the log clock at the last clean close (0: unknown)
 
 
-def open_directory(directory: str, index_interval_bytes: int) -> OpenedDirectory:
-    """Lock the directory (creating it if missing), load and if need be recover its
-    segments, and create the first segment of an empty log.
+def open_directory(directory: str, index_interval_bytes: int,
+                   tiered: TieredOpening | None = None) -> OpenedDirectory:
+    """Lock the directory (creating it if missing), adopt the store's copies it does not
+    know (with `tiered`), load and if need be recover its segments, and create the first
+    segment of an empty log (or, after remote-only segments, the active one where they end).
 
     The clean-shutdown marker stays until the Log's first change to the segments: until
     then the directory is exactly as the clean close left it, so a crash is still a clean
@@ -158,9 +173,12 @@ def open_directory(directory: str, index_interval_bytes: int) -> OpenedDirectory
     os.makedirs(directory, exist_ok=True)
     lock_fd = take_lock(directory)
     try:
-        segments, report = load_segments(directory, index_interval_bytes)
-        if not segments:
-            segments = [LogSegment.create(directory, 0)]
+        if tiered is not None:
+            tiered.adopt()
+        segments, report = load_segments(directory, index_interval_bytes, tiered)
+        if not segments or not isinstance(segments[-1], LogSegment):
+            segments.append(LogSegment.create(directory, segments[-1].next_offset
+                                              if segments else 0))
             fsio.fsync_dir(directory)
         marker_present = os.path.exists(os.path.join(directory, CLEAN_SHUTDOWN_FILE))
         floor = read_clock_floor(directory) if marker_present else 0
@@ -174,8 +192,10 @@ def open_directory(directory: str, index_interval_bytes: int) -> OpenedDirectory
     return OpenedDirectory(lock_fd, segments, report, marker_present, floor)
 
 
-def load_segments(directory: str, index_interval_bytes: int) -> tuple[list[LogSegment],
-                                                                      LoadReport]:
+def load_segments(directory: str, index_interval_bytes: int,
+                  tiered: TieredOpening | None = None) -> tuple[list, LoadReport]:
+    """Segments in offset order: a LogSegment per .log (its `remote` set from `N.remote`
+    with `tiered`), a RemoteSegment per remote-only segment (`N.remote` alone)."""
     report = LoadReport()
     report.clean = os.path.exists(os.path.join(directory, CLEAN_SHUTDOWN_FILE))
     recovery_point = read_recovery_point(directory)
@@ -183,8 +203,12 @@ def load_segments(directory: str, index_interval_bytes: int) -> tuple[list[LogSe
     report.swaps = swap.recover(directory)
     for note in report.swaps:
         log.info("kdelay recovery: %s", note)
-    bases = _tidy_directory(directory, report)
-    segments: list[LogSegment] = []
+    bases, remote_bases = _tidy_directory(directory, report)
+    if remote_bases and tiered is None:
+        raise RemoteStorageError(f"{directory}: segments {remote_bases[0]}.. are held only in "
+                                 f"the object store: open the log with its remote_storage")
+    bases = sorted({*bases, *remote_bases})
+    segments: list = []
     try:
         for i, base in enumerate(bases):
             if segments and base < segments[-1].next_offset and _empty_log(directory, base):
@@ -201,6 +225,9 @@ def load_segments(directory: str, index_interval_bytes: int) -> tuple[list[LogSe
                 report.problems.append(
                     f"offset gap: {segments[-1].next_offset}..{base - 1} missing before "
                     f"segment {base}")
+            if tiered is not None and base in remote_bases:
+                segments.append(tiered.remote_segment(base))
+                continue
             unflushed = not report.clean and (i == len(bases) - 1 or base >= recovery_point)
             cut = 0
             marker = _compaction_marker(directory, bases, i, report)
@@ -226,6 +253,8 @@ def load_segments(directory: str, index_interval_bytes: int) -> tuple[list[LogSe
                     # last segment's damage was cut off, so it is whole again.
                     if last or not damaged:
                         seg.persist_indexes()
+            if tiered is not None:
+                seg.remote = tiered.committed_copy(base)
             segments.append(seg)
             if cut and i < len(bases) - 1:
                 # The log is cut inside a sealed segment: what follows no longer continues it.
@@ -302,19 +331,15 @@ def _recover(directory: str, base: int, interval: int, report: LoadReport, *,
     return seg, cut, error is not None
 
 
-def _tidy_directory(directory: str, report: LoadReport) -> list[int]:
-    """Remove leftovers (temp files, indexes without a .log) and what is left locally of
-    segments retention was deleting (`N.remote-deleting`: never served again; the sync
-    deletes the remote copy and the marker); return the segment bases."""
-    for base in remote_deletions(directory):
-        if os.path.exists(segment_file(directory, base, LOG_SUFFIX)):
-            _delete_files(directory, base)
-            report.problems.append(f"finished deleting segment {base} (retention)")
-    bases, leftovers = inventory(directory)
+def _tidy_directory(directory: str, report: LoadReport) -> tuple[list[int], list[int]]:
+    """Remove leftovers (temp files, indexes without a .log, see layout.classify); return
+    the bases of the segments with a .log and of the remote-only ones."""
+    names = os.listdir(directory)
+    bases, leftovers = classify(names)
     for name in leftovers:
         fsio.unlink(os.path.join(directory, name))
         report.orphans_removed += 1
-    return bases
+    return bases, remote_only(names)
 
 
 def _empty_log(directory: str, base: int) -> bool:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from ... import fsio
 from ...config import LogConfig
 from .layout import REMOTE_DELETING_SUFFIX, REMOTE_SUFFIX, segment_file
-from .segment_set import SegmentSet, largest_key
+from .segment_set import SegmentSet
 
 
 def enforce(segments: SegmentSet, config: LogConfig, now: int, directory: str,
@@ -35,7 +35,7 @@ def enforce(segments: SegmentSet, config: LogConfig, now: int, directory: str,
     total = sum(s.size for s in segments)
     while len(segments) > 1:
         seg = segments.oldest
-        key = largest_key(seg)
+        key = seg.max_key
         last_due = key[0] if key is not None else -1
         expired = config.retention_ms >= 0 and now - last_due > config.retention_ms
         oversize = (config.retention_bytes >= 0 and total > config.retention_bytes

@@ -125,28 +125,6 @@ class RemoteSync:
                                                               seg.next_offset)
         return None
 
-    def copies_pending(self) -> int:
-        """Sealed segments not copied yet (under the lock)."""
-        active = self._segments.active
-        return sum(1 for s in self._segments.between(self._scan_from, _END)
-                   if s.remote is None and s is not active)
-
-    def metrics(self) -> dict:
-        """`metrics()["remote"]` (under the lock): segments and .log bytes held locally
-        (the active one included) and in the store, copies pending, requests and bytes
-        fetched since open, the last error (None once a pass succeeds)."""
-        local = [s for s in self._segments if isinstance(s, LogSegment)]
-        counters = self.tier.counters
-        return {"segments_local": len(local),
-                "segments_remote": len(self._segments) - len(local),
-                "bytes_local": sum(s.size for s in local),
-                "bytes_remote": sum(s.remote.size for s in self._segments
-                                    if s.remote is not None),
-                "copies_pending": self.copies_pending(),
-                "requests": counters.requests,
-                "bytes_fetched": counters.bytes_fetched,
-                "last_error": self.tier.last_error}
-
     # ------------------------------------------------------------------ the thread
 
     def start(self) -> None:

@@ -21,6 +21,7 @@ from ... import fsio
 from ...config import LogConfig
 from ...errors import CorruptLogError
 from ...remote.store import RemoteCounters, RemoteStore, public_options
+from .cache_budget import CacheBudget
 
 __all__ = ["CACHE_DIR", "SETTINGS_FILE", "RemoteTier", "read_settings", "record_settings"]
 
@@ -39,6 +40,7 @@ class RemoteTier:
                                       timeout_ms=config.remote_timeout_ms,
                                       counters=self.counters)
         self.cache_dir = os.path.join(directory, CACHE_DIR)
+        self.cache_budget = CacheBudget(config.remote_cache_bytes)  # remote_segment.py
         self._error_lock = threading.Lock()
         self.last_error: str | None = None
 
