@@ -98,7 +98,7 @@ def test_retention_deletes_remote_copies_manifest_first(open_log, clock):
     deleted = log.enforce_retention()
     assert deleted == len(sealed)
     for base in sealed:  # never served again; the remote copy goes with the next sync
-        assert os.path.exists(segment_file(log.path, base, REMOTE_DELETING_SUFFIX))
+        assert not os.path.exists(segment_file(log.path, base, REMOTE_SUFFIX))
         assert not os.path.exists(segment_file(log.path, base, LOG_SUFFIX))
     log.sync_remote()  # (or the background sync, woken by retention)
     assert store_bases(log) == set()
@@ -185,3 +185,71 @@ def test_sync_remote_without_remote_storage_does_nothing(tmp_path):
     with Log.open(os.fspath(tmp_path / "p"), config=LogConfig()) as log:
         assert log.sync_remote() == RemoteSyncResult()
         assert "remote" not in log.metrics()
+
+
+# ---------------------------------------------------------------------------- local retention
+
+
+def local_logs(log: Log) -> list[int]:
+    return sorted(b for b in log.segments
+                  if os.path.exists(segment_file(log.path, b, LOG_SUFFIX)))
+
+
+def test_local_retention_by_bytes_keeps_the_newest_local(open_log):
+    log = open_log(local_retention_bytes=4096)
+    fill(log, 120)
+    log.cancel([3])  # a remote-only segment keeps its cancellations locally
+    before = everything(log)
+    log.sync_remote()
+    sealed = log.segments[:-1]
+    local_sealed = [b for b in local_logs(log) if b != log.segments[-1]]
+    assert sum(log._segments[b].size for b in local_sealed) <= 4096
+    assert local_sealed == sealed[len(sealed) - len(local_sealed):]  # the newest stay
+    gone = [b for b in sealed if b not in local_sealed]
+    assert gone
+    for base in gone:
+        assert os.path.exists(segment_file(log.path, base, REMOTE_SUFFIX))
+        assert not any(n.startswith(f"{base:020d}.") and n.endswith(("index", ".log"))
+                       for n in os.listdir(log.path))
+    assert os.path.exists(segment_file(log.path, 0, ".cancels"))
+    assert everything(log) == before
+    m = log.metrics()["remote"]
+    assert m["segments_local"] == len(log.segments) - len(gone)
+    assert log.sync_remote().local_deleted == 0  # nothing more to do
+
+
+def test_local_retention_by_time_waits_for_the_last_record_to_come_due(open_log, clock):
+    log = open_log(local_retention_ms=1000)
+    fill(log, 60)
+    log.sync_remote()
+    assert local_logs(log) == log.segments  # nothing due long enough yet
+    clock.advance(2000)
+    result = log.sync_remote()
+    assert result.local_deleted == len(log.segments) - 1
+    assert local_logs(log) == [log.segments[-1]]
+
+
+def test_nothing_local_goes_while_the_store_is_down(open_log):
+    log = open_log(local_retention_bytes=0)
+    fill(log, 60)
+    log.sync_remote()
+    with StoreFaults(unreachable=True):
+        fill(log, 60, start=60)
+        before = local_logs(log)
+        with pytest.raises(RemoteStorageError):
+            log.sync_remote()
+        assert local_logs(log) == before
+    log.sync_remote()
+    assert local_logs(log) == [log.segments[-1]]
+
+
+def test_remote_only_segments_are_deleted_by_retention_of_the_whole_log(open_log, clock):
+    log = open_log(local_retention_bytes=0, retention_ms=1000)
+    fill(log, 60)
+    log.sync_remote()
+    clock.advance(5000)
+    sealed = len(log.segments) - 1
+    assert log.enforce_retention() == sealed > 0
+    log.sync_remote()
+    assert log._remote.tier.store.list() == {}
+    assert log.segments == [log.log_start_offset]  # only the active segment is left

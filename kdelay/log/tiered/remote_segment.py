@@ -195,6 +195,11 @@ class RemoteSegment(OffsetLookup):
     def close(self) -> None:
         self.evict()
 
+    def delete(self) -> None:
+        """Retention of the whole log took the segment: its local cache goes (its remote
+        copy is deleted by the sync, see tier_retention.py)."""
+        self.evict()
+
     def _reaching_store(self, op: Callable[..., T], *args) -> T:
         """`op(*args)`, with the tier's last error kept up to date."""
         try:

@@ -22,15 +22,19 @@ import logging
 import threading
 from collections.abc import Callable
 
+from ... import fsio
 from ...config import LogConfig
+from ...errors import RemoteStorageError
 from ...records import RemoteSyncResult
 from ..cancellation.cancel_store import CancelStore
 from ..segments.layout import remote_deletions
 from ..segments.segment import LogSegment
 from ..segments.segment_set import SegmentSet
 from .copier import copy_segment, sweep_orphans
+from .manifest import manifest_name
+from .remote_segment import RemoteSegment
 from .tier import RemoteTier
-from .tier_retention import delete_remote_copy
+from .tier_retention import delete_local_files, delete_remote_copy, local_retention_due
 
 __all__ = ["RemoteSync"]
 
@@ -100,6 +104,7 @@ class RemoteSync:
                 seg.remote = copy
                 self._scan_from = seg.next_offset
             copied += 1
+        local_deleted = self._apply_local_retention()
         if self._sweep_due:
             with self._lock:
                 known = {s.base_offset: s.remote.copy_id for s in self._segments
@@ -109,7 +114,38 @@ class RemoteSync:
                 _log.info("kdelay tiered storage %s: removed %d orphan objects",
                           self.directory, swept)
             self._sweep_due = False
-        return RemoteSyncResult(copied, 0, remote_deleted)
+        return RemoteSyncResult(copied, local_deleted, remote_deleted)
+
+    def _apply_local_retention(self) -> int:
+        """Delete the local files of the copied segments local retention says go, each
+        once its manifest is confirmed in the store (so nothing local goes while the store
+        cannot be reached); from then on a RemoteSegment serves it. Under the lock per
+        segment: its .log (first: a crash after it leaves a remote-only segment and
+        leftovers) and its place in the set; its other files after."""
+        with self._lock:
+            due = local_retention_due(self._segments, self.config, self._now())
+        store = self.tier.store
+        for seg in due:
+            if store.size(manifest_name(seg.base_offset)) is None:
+                raise RemoteStorageError(f"{store.describe(manifest_name(seg.base_offset))} "
+                                         f"is missing: segment {seg.base_offset} stays local")
+        done = []
+        for seg in due:
+            with self._lock:
+                if self._segments.segment_for(seg.base_offset) is not seg:
+                    continue  # retention deleted it meanwhile
+                self._before_change()
+                fsio.unlink(seg.log_path)
+                self._segments.hold_remotely(seg, RemoteSegment(self.directory, seg.remote,
+                                                                self.tier))
+                self._after_change()
+            done.append(seg)
+        for seg in done:  # no reader reaches them any more (see compactor.run)
+            seg.close()
+            delete_local_files(seg)
+        if done:
+            fsio.fsync_dir(self.directory)
+        return len(done)
 
     def _pick(self) -> tuple[LogSegment, list[int]] | None:
         """The oldest sealed segment not copied yet, with its settled cancellations (a
