@@ -74,8 +74,9 @@ def test_remote_segments_read_as_local(tmp_path_factory, delays, cancels, remote
                                        compact):
     root = tmp_path_factory.mktemp("log")
     directory = os.fspath(root / "p-0")
+    # local_retention_ms=-1: the sync keeps local files (the test drops them itself)
     cfg = dict(segment_bytes=1500, index_interval_bytes=200, compaction_min_ratio=0.01,
-               retention_ms=100)
+               retention_ms=100, local_retention_ms=-1)
     url = f"file://{root / 'store'}"
     clock = FakeClock()
     log = Log.open(directory, config=_config(url, **cfg), clock=clock)
