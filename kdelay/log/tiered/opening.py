@@ -25,7 +25,13 @@ import numpy as np
 from ... import fsio
 from ...errors import CorruptLogError, RemoteStorageError
 from ..cancellation.journal import CANCEL, JOURNAL_SUFFIX, encode_entry, journal_header
-from ..segments.layout import REMOTE_SUFFIX, classify, remote_only, segment_file
+from ..segments.layout import (
+    REMOTE_SUFFIX,
+    classify,
+    remote_deletions,
+    remote_only,
+    segment_file,
+)
 from .copier import CANCELLED_SUFFIX, write_remote_marker
 from .manifest import MANIFEST_SUFFIX, RemoteCopy, decode, manifest_name, parse_object_name
 from .remote_segment import RemoteSegment
@@ -67,12 +73,15 @@ class TieredDirectory:
         names = os.listdir(self.directory)
         local, _ = classify(names)
         known = sorted({*local, *remote_only(names)})
+        # retention gave these up: a crash before the sync deleted their manifests
+        deleting = set(remote_deletions(self.directory))
         try:
             listing = self.tier.store.list()
             adopted = []
             for name in sorted(listing, reverse=True):  # newest first: see _overlaps
                 parsed = parse_object_name(name)
-                if parsed is None or parsed[2] != MANIFEST_SUFFIX or parsed[0] in known:
+                if (parsed is None or parsed[2] != MANIFEST_SUFFIX or parsed[0] in known
+                        or parsed[0] in deleting):
                     continue
                 copy = decode(self.tier.store.get(name), self.tier.store.describe(name))
                 if _overlaps(copy, known):
