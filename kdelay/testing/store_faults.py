@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from ..errors import RemoteStorageError
 from ..remote import store
-from .faults import FaultInjector, SimulatedCrash
+from .faults import FaultInjector
 
 __all__ = ["StoreFaults"]
 
@@ -36,23 +36,19 @@ class StoreFaults:
     unreachable: bool | Callable[[str, str], bool] = False
     files: FaultInjector | None = None
     ops: list[tuple[str, str]] = field(default_factory=list)
-    crashed: bool = False
 
     def __post_init__(self) -> None:
         self._saved: dict[str, Callable] = {}
+        if self.files is None:  # counting and crashing on its own: an injector of no files
+            self.files = FaultInjector([], crash_at=self.crash_at)
+
+    @property
+    def crashed(self) -> bool:
+        return self.files.crashed
 
     def _step(self, op: str, name: str) -> None:
-        if self.files is not None:
-            self.ops.append((op, name))
-            self.files._step("store." + op, name)  # counted and crashed with the files
-        else:
-            if self.crashed:
-                raise SimulatedCrash(f"after crash: store {op} {name}")
-            index = len(self.ops)
-            self.ops.append((op, name))
-            if self.crash_at is not None and index == self.crash_at:
-                self.crashed = True
-                raise SimulatedCrash(f"crash point {index}: store {op} {name}")
+        self.ops.append((op, name))
+        self.files._step("store." + op, name)  # counted and crashed with the files
         down = self.unreachable
         if down is True or (callable(down) and down(op, name)):
             raise RemoteStorageError(f"{op} {name} failed: store unreachable (injected)")
