@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 
 from ... import fsio
+from ...errors import CorruptLogError
 from ..segments.layout import (
     LOG_SUFFIX,
     REMOTE_SUFFIX,
@@ -77,10 +78,12 @@ def segment_bases(names: list[str]) -> list[int]:
     return sorted(logs | markers)
 
 
-def list_segments(directory: str) -> list[ListedSegment]:
+def list_segments(directory: str, *, damaged: list[str] | None = None
+                  ) -> list[ListedSegment]:
     """Every segment of the directory in offset order, local and remote-only; one listed
     but deleted before it was looked at (retention) is left out. Raises OSError if the
-    directory is unreadable, CorruptLogError if a marker is damaged."""
+    directory is unreadable, CorruptLogError if a marker is damaged (with `damaged`: the
+    marker's path is added to it instead, and the segment listed as if it had none)."""
     logs, markers = split_bases(os.listdir(directory))
     out = []
     for base in sorted(logs | markers):
@@ -90,7 +93,13 @@ def list_segments(directory: str) -> list[ListedSegment]:
                 size = os.path.getsize(segment_file(directory, base, LOG_SUFFIX))
             except FileNotFoundError:
                 size = None  # deleted since the listing: local retention, or retention
-        remote = read_marker(directory, base) if base in markers else None
+        remote = None
+        try:
+            remote = read_marker(directory, base) if base in markers else None
+        except CorruptLogError:
+            if damaged is None:
+                raise
+            damaged.append(segment_file(directory, base, REMOTE_SUFFIX))
         if size is None and remote is None:
             continue
         out.append(ListedSegment(base, size, remote))
