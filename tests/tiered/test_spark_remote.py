@@ -17,8 +17,7 @@ from kdelay.log.segments.layout import LOG_SUFFIX, REMOTE_SUFFIX, segment_file  
 from kdelay.log.tiered import inventory  # noqa: E402
 from kdelay.spark import read_batches, read_log, verify  # noqa: E402
 from kdelay.spark.segment_bytes import open_segment  # noqa: E402
-
-from .tiering import tier_out  # noqa: E402
+from kdelay.testing.tiering import tier_out  # noqa: E402
 
 pytestmark = [pytest.mark.spark,
               pytest.mark.skipif(not have_spark(), reason="pyspark or Java not available")]

@@ -15,8 +15,7 @@ from kdelay.log.segments.layout import LOG_SUFFIX, REMOTE_SUFFIX, segment_file
 from kdelay.log.tiered import inventory
 from kdelay.log.tiered.manifest import manifest_name
 from kdelay.log.tiered.tier import RemoteTier
-
-from .tiering import tier_out
+from kdelay.testing.tiering import tier_out
 
 T0 = 1_700_000_000_000
 

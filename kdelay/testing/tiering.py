@@ -1,4 +1,4 @@
-"""Making tiered logs for the tools' and Spark's tests: copy a log's sealed segments to a
+"""Making tiered logs for tests and benchmarks: copy a log's sealed segments to a
 store with the copier (kdelay/log/tiered/copier.py), then make some remote-only by
 deleting their local .log and indexes (their `N.remote` marker and cancel files stay), as
 local retention does."""
