@@ -15,6 +15,10 @@ the Python data source and ingested by the JVM; one warm-up run, then the median
   live_writer: most batches due at once) while a query with a 100 ms trigger streams due
   records; latency = wall time a record leaves its micro-batch (foreachBatch on the
   driver) minus its deliverAfter;
+* a log held mostly remotely (`--only remote`): the same log, every sealed segment but the
+  last copied to a `file://` store on the same disk and its local files deleted (tiered
+  storage), read in full beside the local log: what reading remote-only segments through
+  ranged requests and temporary index files costs, store latency aside;
 * the writer: N cached rows (100-byte values, 8-byte keys, a timestamp per row, a
   deliverAfter per 200 rows) into a new 2-partition topic, beside a no-work Arrow sink of
   the same rows.
@@ -189,6 +193,25 @@ def compare(spark, df, fields, rows: int, runs: int, label: str, unit: str = "ro
           f"schema {rows / cmed:,.0f} {unit}/s; ratio {cmed / med:.0%}", flush=True)
 
 
+def bench_remote(spark, path: str, tmp: str, rows: int, runs: int) -> None:
+    """A full read of the log held locally beside the same log held mostly remotely."""
+    import kdelay.spark
+    from kdelay.testing.tiering import tier_out
+
+    tiered = os.path.join(tmp, "tiered-0")
+    shutil.copytree(path, tiered)
+    cfg = LogConfig(segment_bytes=16 << 20, remote_storage=f"file://{tmp}/store")
+    copied = tier_out(tiered, cfg, remote_only=None)
+    total = sum(1 for n in os.listdir(path) if n.endswith(".log"))
+    print(f"remote-only segments: {len(copied)} of {total}")
+    local, remote = timed([("local", noop(kdelay.spark.read_log(spark, path))),
+                           ("mostly remote", noop(kdelay.spark.read_log(spark, tiered)))],
+                          runs, rows)
+    print(f"RESULT full read, {len(copied)} of {total} segments remote-only (file:// store): "
+          f"{rows / remote:,.0f} rows/s; the same log local {rows / local:,.0f} rows/s; "
+          f"ratio {local / remote:.0%}", flush=True)
+
+
 def bench_writer(spark, tmp: str, records: int, runs: int) -> None:
     from pyspark.sql import functions as F
 
@@ -265,7 +288,7 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--dir", help="where to write the log (default: a temp dir, removed)")
-    ap.add_argument("--only", choices=("reads", "writer", "stream"),
+    ap.add_argument("--only", choices=("reads", "writer", "stream", "remote"),
                     help="run only these figures")
     args = ap.parse_args()
 
@@ -293,6 +316,9 @@ def main() -> int:
             rows = df.count()
             if args.only == "stream":
                 bench_stream(spark, tmp or tempfile.mkdtemp())
+                return 0
+            if args.only == "remote":
+                bench_remote(spark, path, tmp or tempfile.mkdtemp(), rows, args.runs)
                 return 0
             if args.only == "writer":
                 bench_writer(spark, tmp or tempfile.mkdtemp(), rows, args.runs)
