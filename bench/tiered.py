@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 
 from kdelay import Log, LogConfig, Record
 from kdelay.log.segments.layout import parse_segment_name
@@ -96,7 +97,10 @@ def steady_writer(label: str, url: str, options: dict, mb: int, rate: float) -> 
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _moto() -> tuple[subprocess.Popen, dict]:
+@contextlib.contextmanager
+def moto_s3() -> Iterator[dict]:
+    """A `moto_server` on a free loopback port with bucket kdelay-bench: yields the
+    RemoteStore options that reach it; stopped by its PID on exit."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -111,10 +115,15 @@ def _moto() -> tuple[subprocess.Popen, dict]:
         time.sleep(0.05)
     import boto3
 
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="x",
-                 aws_secret_access_key="x").create_bucket(Bucket="kdelay-bench")
-    return proc, {"endpoint": endpoint, "region": "us-east-1", "access_key_id": "x",
-                  "secret_access_key": "x", "allow_http": True}
+    try:
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                     aws_access_key_id="x", aws_secret_access_key="x"
+                     ).create_bucket(Bucket="kdelay-bench")
+        yield {"endpoint": endpoint, "region": "us-east-1", "access_key_id": "x",
+               "secret_access_key": "x", "allow_http": True}
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait()
 
 
 def main() -> None:
@@ -130,13 +139,9 @@ def main() -> None:
     finally:
         shutil.rmtree(store, ignore_errors=True)
     if args.moto:
-        proc, options = _moto()
-        try:
+        with moto_s3() as options:
             copy_throughput("moto S3", "s3://kdelay-bench/a", options, args.mb)
             steady_writer("moto S3", "s3://kdelay-bench/b", options, args.mb, args.rate)
-        finally:
-            os.kill(proc.pid, signal.SIGTERM)
-            proc.wait()
 
 
 if __name__ == "__main__":

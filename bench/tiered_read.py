@@ -1,9 +1,9 @@
 """Tiered reads: the first page from a remote-only segment, and a due-order drain of a
 log held remotely beside the same log held locally (records/s; requests and bytes
-fetched per segment). Stores: file:// always, moto's S3 with --s3 ENDPOINT (a running
-`moto_server` with bucket kdelay-bench).
+fetched per segment). Stores: file:// always; moto's S3 with --moto (a `moto_server`
+started on a free loopback port, stopped by its PID at the end, as bench/tiered.py does).
 
-    python bench/tiered_read.py [--records N] [--s3 http://127.0.0.1:PORT]
+    python bench/tiered_read.py [--records N] [--moto]
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import os
 import shutil
 import tempfile
 import time
+
+from tiered import moto_s3  # bench/tiered.py, beside this script
 
 from kdelay import Log, LogConfig, Record
 from kdelay.log.segments.layout import INDEX_SUFFIXES, LOG_SUFFIX, segment_file
@@ -87,17 +89,16 @@ def run(label: str, url: str, options: dict, records: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=200_000)
-    ap.add_argument("--s3", help="endpoint of a running moto_server with bucket kdelay-bench")
+    ap.add_argument("--moto", action="store_true")
     args = ap.parse_args()
     store = tempfile.mkdtemp(prefix="kdelay-store-")
     try:
         run("file://", f"file://{store}", {}, args.records)
     finally:
         shutil.rmtree(store, ignore_errors=True)
-    if args.s3:
-        run("moto S3", "s3://kdelay-bench/bench",
-            {"endpoint": args.s3, "region": "us-east-1", "access_key_id": "x",
-             "secret_access_key": "x", "allow_http": True}, args.records)
+    if args.moto:
+        with moto_s3() as options:
+            run("moto S3", "s3://kdelay-bench/bench", options, args.records)
 
 
 if __name__ == "__main__":
