@@ -64,9 +64,13 @@ def run(label: str, url: str, options: dict, records: int) -> None:
         log.close()
 
         log = Log.open(directory, config=cfg, clock=later)
+        before = log._tier.counters.requests, log._tier.counters.bytes_fetched
         t0 = time.perf_counter()
         log.fetch(None, max_records=500)
         first_page_ms = (time.perf_counter() - t0) * 1000
+        # what the page fetched (the index prefetches still under way are not all in it)
+        first_requests = log._tier.counters.requests - before[0]
+        first_bytes = log._tier.counters.bytes_fetched - before[1]
         log.close()
         shutil.rmtree(os.path.join(directory, "remote-cache"), ignore_errors=True)
         log = Log.open(directory, config=cfg, clock=later)
@@ -76,7 +80,8 @@ def run(label: str, url: str, options: dict, records: int) -> None:
         assert n_remote == n_local
         segs = len(bases)
         print(f"{label}: {records} records, {segs} remote segments")
-        print(f"  first page (500 records) from remote-only segments: {first_page_ms:.1f} ms")
+        print(f"  first page (500 records) from remote-only segments: {first_page_ms:.1f} ms "
+              f"({first_requests} requests, {first_bytes / 1e6:.1f} MB fetched)")
         print(f"  due-order drain: local {n_local / t_local:,.0f} rec/s, remote "
               f"{n_remote / t_remote:,.0f} rec/s")
         print(f"  per remote segment: {m['requests'] / segs:.1f} requests, "
