@@ -25,7 +25,6 @@ import os
 import tempfile
 
 import crc32c
-import numpy as np
 
 from ..errors import CorruptLogError, RemoteStorageError
 from ..log.segments.layout import (
@@ -37,6 +36,7 @@ from ..log.segments.layout import (
     segment_file,
 )
 from ..log.tiered import inventory, tier
+from ..log.tiered.cancelled_object import CANCELLED_SUFFIX, decode_cancelled
 from ..log.tiered.manifest import (
     MANIFEST_SUFFIX,
     RemoteCopy,
@@ -48,8 +48,6 @@ from ..remote.store import RemoteStore
 from .scanning import DLY, OFFSET, TIME, VerifyReport, scan_segment
 from .verify_batches import check_batches
 from .verify_index import check_index
-
-CANCELLED_SUFFIX = ".cancelled"
 
 
 def check_remote(rep: VerifyReport, directory: str) -> None:
@@ -203,12 +201,8 @@ def _check_segment(rep: VerifyReport, seg: SegmentFiles, copy: RemoteCopy,
 
 
 def _check_cancelled(rep: VerifyReport, where: str, data: bytes, copy: RemoteCopy) -> None:
-    """The `.cancelled` object: offsets of the segment, sorted, 8 bytes each."""
-    if len(data) % 8:
-        rep.add(True, where, None, f"{len(data)} bytes: not a whole number of offsets")
-        return
-    offsets = np.frombuffer(data, "<u8").astype(np.int64)
-    if len(offsets) and (bool((np.diff(offsets) <= 0).any()) or offsets[0] < copy.base_offset
-                         or offsets[-1] >= copy.next_offset):
-        rep.add(True, where, None, f"offsets not sorted, or outside the segment "
-                                   f"[{copy.base_offset}, {copy.next_offset})")
+    """The `.cancelled` object decodes as offsets of the segment (cancelled_object.py)."""
+    try:
+        decode_cancelled(data, copy.base_offset, copy.next_offset, where)
+    except CorruptLogError as e:
+        rep.add(True, where, None, e.reason)

@@ -39,6 +39,7 @@ from ..segments.layout import (
     segment_file,
 )
 from ..segments.segment import LogSegment
+from .cancelled_object import CANCELLED_SUFFIX, encode_cancelled
 from .manifest import (
     MANIFEST_SUFFIX,
     RemoteCopy,
@@ -49,17 +50,10 @@ from .manifest import (
 )
 from .tier import RemoteTier
 
-__all__ = ["CANCELLED_SUFFIX", "copy_segment", "encode_cancelled", "file_crc",
-           "sweep_orphans", "write_remote_marker"]
+__all__ = ["copy_segment", "file_crc", "sweep_orphans", "write_remote_marker"]
 
-CANCELLED_SUFFIX = ".cancelled"
 # the .log is read back (to check its CRC) and hashed locally in pieces of this size
 _CHUNK = 8 << 20
-
-
-def encode_cancelled(offsets: Sequence[int] | np.ndarray) -> bytes:
-    """The `.cancelled` object: the offsets sorted, 8 bytes each, little-endian."""
-    return np.unique(np.asarray(offsets, dtype=np.int64)).astype("<u8").tobytes()
 
 
 def file_crc(path: str) -> int:

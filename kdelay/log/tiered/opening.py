@@ -20,8 +20,6 @@ from __future__ import annotations
 import logging
 import os
 
-import numpy as np
-
 from ... import fsio
 from ...errors import CorruptLogError, RemoteStorageError
 from ..cancellation.journal import CANCEL, JOURNAL_SUFFIX, encode_entry, journal_header
@@ -32,7 +30,8 @@ from ..segments.layout import (
     remote_only,
     segment_file,
 )
-from .copier import CANCELLED_SUFFIX, write_remote_marker
+from .cancelled_object import CANCELLED_SUFFIX, decode_cancelled
+from .copier import write_remote_marker
 from .manifest import MANIFEST_SUFFIX, RemoteCopy, decode, manifest_name, parse_object_name
 from .remote_segment import RemoteSegment
 from .tier import RemoteTier, record_settings
@@ -102,9 +101,10 @@ class TieredDirectory:
     def _adopt(self, copy: RemoteCopy) -> None:
         if CANCELLED_SUFFIX in copy.objects:
             name = copy.object_name(CANCELLED_SUFFIX)
-            offsets = np.frombuffer(self.tier.store.get(name), "<u8").tolist()
+            offsets = decode_cancelled(self.tier.store.get(name), copy.base_offset,
+                                       copy.next_offset, self.tier.store.describe(name))
             journal = journal_header(copy.base_offset, 0) + b"".join(
-                encode_entry(CANCEL, offset) for offset in offsets)
+                encode_entry(CANCEL, offset) for offset in offsets.tolist())
             fsio.atomic_write(segment_file(self.directory, copy.base_offset, JOURNAL_SUFFIX),
                               journal)
         write_remote_marker(self.directory, copy)
