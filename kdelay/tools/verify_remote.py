@@ -44,6 +44,7 @@ from ..log.tiered.manifest import (
     manifest_name,
     parse_object_name,
 )
+from ..log.tiered.remote_marker import read_remote_marker
 from ..remote.store import RemoteStore
 from .scanning import DLY, OFFSET, TIME, VerifyReport, scan_segment
 from .verify_batches import check_batches
@@ -93,7 +94,7 @@ def check_remote(rep: VerifyReport, directory: str) -> None:
         elif parsed[1] is not None and (parsed[0], parsed[1]) not in named:
             rep.add(False, store.describe(name), None, "orphan: no committed manifest names "
                     "it (an interrupted copy left it; the next sync removes it)")
-    local = {s.base_offset for s in inventory.list_segments(directory) if not s.remote_only}
+    local = {s.base_offset for s in inventory.list_all_segments(directory) if not s.remote_only}
     for base, copy in sorted(committed.items()):
         _check_copy(rep, store, listing, copy, counted=base not in local)
     rep.remote_copies += len(committed)
@@ -106,7 +107,7 @@ def _local_markers(rep: VerifyReport, directory: str) -> dict[int, RemoteCopy]:
         if parsed is None or parsed[1] != REMOTE_SUFFIX:
             continue
         try:
-            marker = inventory.read_marker(directory, parsed[0])
+            marker = read_remote_marker(directory, parsed[0])
         except CorruptLogError as e:
             rep.add(True, e.path or name, None, e.reason)
             continue
