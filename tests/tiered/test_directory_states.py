@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 
 import pytest
 from conftest import run_cli
@@ -24,11 +25,13 @@ from kdelay.log.tiered import inventory
 from kdelay.log.tiered.manifest import manifest_name
 from kdelay.log.tiered.remote_marker import read_remote_marker
 from kdelay.log.tiered.remote_segment import RemoteSegment
-from kdelay.log.tiered.tier import RemoteTier
+from kdelay.log.tiered.tier import CACHE_DIR, RemoteTier
 from kdelay.testing.tiering import drop_local, tier_out
 
 # nothing local is dropped by the Log's own sync behind the test's back
 KEEP_LOCAL = {"local_retention_ms": -1, "local_retention_bytes": -1}
+COUNTED = ("segments", "records", "bytes", "pending_records", "due_records",
+           "earliest_pending_deliver_after")
 PLACEMENT = ("segments_local", "segments_remote", "bytes_local", "bytes_remote",
              "copies_pending")
 
@@ -138,3 +141,19 @@ def test_stats_and_metrics_count_the_segments_alike(tiered, clock):
     assert rc == 0
     assert live["copies_pending"] == 1 and live["segments_remote"] == len(bases) - 1
     assert {k: offline[k] for k in PLACEMENT} == {k: live[k] for k in PLACEMENT}
+
+
+def test_metrics_with_the_store_down_come_from_the_cached_indexes(tiered, file_remote, clock):
+    path, cfg, bases, _ = tiered
+    drop_local(path, bases[:3])
+    with Log.open(path, config=cfg, clock=clock) as log:
+        before = log.metrics()  # fetches the remote segments' indexes into remote-cache/
+    shutil.rmtree(file_remote.url[len("file://"):])
+    with Log.open(path, config=cfg, clock=clock) as log:
+        after = log.metrics()
+        assert {k: after[k] for k in COUNTED} == {k: before[k] for k in COUNTED}
+    shutil.rmtree(os.path.join(path, CACHE_DIR))
+    with Log.open(path, config=cfg, clock=clock) as log:
+        # an index never fetched cannot be counted: said, not guessed
+        with pytest.raises(RemoteStorageError):
+            log.metrics()
