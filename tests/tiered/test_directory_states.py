@@ -14,7 +14,7 @@ import shutil
 import pytest
 from conftest import run_cli
 
-from kdelay import CorruptLogError, Log, LogConfig, Record, RemoteStorageError
+from kdelay import CorruptLogError, Log, LogConfig, QueueConsumer, Record, RemoteStorageError
 from kdelay.log.segments.layout import (
     LOG_SUFFIX,
     REMOTE_DELETING_SUFFIX,
@@ -153,7 +153,53 @@ def test_metrics_with_the_store_down_come_from_the_cached_indexes(tiered, file_r
         after = log.metrics()
         assert {k: after[k] for k in COUNTED} == {k: before[k] for k in COUNTED}
     shutil.rmtree(os.path.join(path, CACHE_DIR))
+    # an index never fetched cannot be counted: said, not guessed
+    with Log.open(path, config=cfg, clock=clock) as log, pytest.raises(RemoteStorageError):
+        log.metrics()
+
+
+def _queue_run(log: Log, clock, end: int) -> list[tuple[str, int, int]]:
+    """A fixed queue scenario: acquire, then ack, release (now and later) and reject in
+    turn, until nothing is left once the clock passes `end`; (event, offset, delivery
+    count) of every delivery."""
+    events = []
+    q = QueueConsumer(log, "q", max_delivery_count=3)
+    try:
+        for _ in range(200):
+            got = q.poll(max_records=17)
+            if not got:
+                if clock.t > end:
+                    return events
+                clock.advance(250)
+                continue
+            for i, r in enumerate(got):
+                action = ("ack", "release", "later", "reject")[(r.offset + i) % 4]
+                events.append((action, r.offset, r.delivery_count))
+                if action == "ack":
+                    q.ack(r)
+                elif action == "release":
+                    q.release(r)
+                elif action == "later":
+                    q.release(r, delay_ms=300)
+                else:
+                    q.reject(r)
+    finally:
+        q.close()
+    raise AssertionError("the queue did not drain")
+
+
+def test_a_queue_group_delivers_remote_only_records_as_local_ones(tiered, tmp_path, clock):
+    path, cfg, bases, _ = tiered
+    local_copy = os.fspath(tmp_path / "all-local" / "p-0")
+    shutil.copytree(path, local_copy)  # every segment still local here
+    drop_local(path, bases[:5])
+    start = clock.t
+    with Log.open(local_copy, config=LogConfig(segment_bytes=2048), clock=clock) as log:
+        expected = _queue_run(log, clock, start + 2_000)
+    clock.t = start
     with Log.open(path, config=cfg, clock=clock) as log:
-        # an index never fetched cannot be counted: said, not guessed
-        with pytest.raises(RemoteStorageError):
-            log.metrics()
+        assert sum(isinstance(s, RemoteSegment) for s in log._segments) == 5
+        got = _queue_run(log, clock, start + 2_000)
+    assert got == expected
+    assert {e for e, _, _ in expected} == {"ack", "release", "later", "reject"}
+    assert any(off < bases[5] for _, off, _ in expected)  # remote-only records delivered
