@@ -17,7 +17,7 @@ import time
 from tiered import moto_s3  # bench/tiered.py, beside this script
 
 from kdelay import Log, LogConfig, Record
-from kdelay.log.segments.layout import INDEX_SUFFIXES, LOG_SUFFIX, segment_file
+from kdelay.testing.tiering import drop_local
 
 
 def _build(directory: str, cfg: LogConfig, records: int) -> list[int]:
@@ -31,12 +31,6 @@ def _build(directory: str, cfg: LogConfig, records: int) -> list[int]:
     bases = log.segments[:-1]
     log.close()
     return bases
-
-
-def _drop_local(directory: str, bases: list[int]) -> None:
-    for base in bases:
-        for suffix in (LOG_SUFFIX, *INDEX_SUFFIXES):
-            os.unlink(segment_file(directory, base, suffix))
 
 
 def _drain(log: Log) -> tuple[int, float]:
@@ -57,7 +51,7 @@ def run(label: str, url: str, options: dict, records: int) -> None:
         later = lambda: 1_700_000_000_000 + 60_000  # noqa: E731 - everything due
         local = os.path.join(root, "local")
         shutil.copytree(directory, local)
-        _drop_local(directory, bases)
+        drop_local(directory, bases)
 
         log = Log.open(local, config=LogConfig(segment_bytes=8 << 20), clock=later)
         n_local, t_local = _drain(log)

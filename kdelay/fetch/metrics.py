@@ -12,6 +12,7 @@ from ..log.cancellation.cancel_store import CancelStore
 from ..log.segments.layout import INDEX_SUFFIXES
 from ..log.segments.segment import LogSegment
 from ..log.segments.segment_set import SegmentSet
+from ..log.tiered.placement import placement_counts
 from ..log.tiered.tier import RemoteTier
 from ..records import DeliveryKey
 from .group_positions import GroupStore
@@ -92,18 +93,11 @@ def collect(segments: SegmentSet, group_keys: dict[str, DeliveryKey | None], now
 
 
 def remote_metrics(segments: SegmentSet, tier: RemoteTier) -> dict:
-    """`metrics()["remote"]`: where the segments are (local files, a committed copy in the
-    store: a copied segment still local counts in both), the sealed segments not copied
-    yet, the store's requests and bytes since open, and its last error."""
-    local = [s for s in segments if isinstance(s, LogSegment)]
-    copies = [s.remote for s in segments if s.remote is not None]
+    """`metrics()["remote"]`: where the segments are (placement.py, as `kdelay stats`
+    counts them), the store's requests and bytes since open, and its last error."""
     return {
-        "segments_local": len(local),
-        "segments_remote": len(copies),
-        "bytes_local": sum(s.size for s in local),
-        "bytes_remote": sum(c.size for c in copies),
-        "copies_pending": sum(1 for s in local
-                              if s.remote is None and s is not segments.active),
+        **placement_counts([(s.size if isinstance(s, LogSegment) else None, s.remote)
+                            for s in segments]),
         "requests": tier.counters.requests,
         "bytes_fetched": tier.counters.bytes_fetched,
         "last_error": tier.last_error,

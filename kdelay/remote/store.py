@@ -159,6 +159,19 @@ def _failure(store: RemoteStore, name: str | None, what: str, e: Exception) -> R
     return RemoteStorageError(f"{what} {where} failed: {type(e).__name__}: {first_line}")
 
 
+def _not_found(e: Exception) -> bool:
+    """Does obstore's `e` say the object is not there? (FileNotFoundError from a local
+    store, its NotFoundError from the others.)"""
+    return isinstance(e, FileNotFoundError) or type(e).__name__ == "NotFoundError"
+
+
+def _read_failure(store: RemoteStore, name: str, e: Exception) -> RemoteStorageError:
+    """What a failed read of `name` raises: ObjectMissingError, or a RemoteStorageError."""
+    if _not_found(e):
+        return ObjectMissingError(f"{store.describe(name)} is missing")
+    return _failure(store, name, "reading", e)
+
+
 def _put(store: RemoteStore, name: str, data, create: bool) -> None:
     import obstore
 
@@ -184,12 +197,8 @@ def _get(store: RemoteStore, name: str) -> bytes:
 
     try:
         data = bytes(obstore.get(store._store, store.key(name)).bytes())
-    except FileNotFoundError as e:
-        raise ObjectMissingError(f"{store.describe(name)} is missing") from e
     except Exception as e:
-        if type(e).__name__ == "NotFoundError":
-            raise ObjectMissingError(f"{store.describe(name)} is missing") from e
-        raise _failure(store, name, "reading", e) from e
+        raise _read_failure(store, name, e) from e
     finally:
         store.counters.count(1)
     store.counters.count(0, fetched=len(data))
@@ -203,12 +212,8 @@ def _get_ranges(store: RemoteStore, name: str, starts: Sequence[int], ends: Sequ
     try:
         parts = obstore.get_ranges(store._store, store.key(name), starts=list(starts),
                                    ends=list(ends))
-    except FileNotFoundError as e:
-        raise ObjectMissingError(f"{store.describe(name)} is missing") from e
     except Exception as e:
-        if type(e).__name__ == "NotFoundError":
-            raise ObjectMissingError(f"{store.describe(name)} is missing") from e
-        raise _failure(store, name, "reading", e) from e
+        raise _read_failure(store, name, e) from e
     finally:
         store.counters.count(_requests_for(starts, ends))
     out = [bytes(p) for p in parts]
@@ -232,10 +237,8 @@ def _size(store: RemoteStore, name: str) -> int | None:
 
     try:
         return int(obstore.head(store._store, store.key(name))["size"])
-    except FileNotFoundError:
-        return None
     except Exception as e:
-        if type(e).__name__ == "NotFoundError":
+        if _not_found(e):
             return None
         raise _failure(store, name, "looking up", e) from e
     finally:
@@ -267,10 +270,8 @@ def _delete(store: RemoteStore, name: str) -> None:
 
     try:
         obstore.delete(store._store, store.key(name))
-    except FileNotFoundError:
-        return
     except Exception as e:
-        if type(e).__name__ == "NotFoundError":
+        if _not_found(e):
             return
         raise _failure(store, name, "deleting", e) from e
     finally:

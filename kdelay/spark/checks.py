@@ -125,7 +125,7 @@ def _verify_once(spark: SparkSession, path: str, with_topic: bool,
         "segment", "position", "base_offset", "last_offset", "deliver_after", "size",
         "record_count", "crc_valid", "error"])).cache()
     index = load("dlyindex").cache()
-    listed = [inventory.list_segments(p.path) for p in parts]
+    listed = [inventory.list_all_segments(p.path) for p in parts]
     markers = _markers(parts, listed)
     compacted = spark.createDataFrame(
         [(*((p.topic, p.partition) if keys else ()), base)

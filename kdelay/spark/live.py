@@ -46,8 +46,13 @@ from ..log.batch.offset_continuity import continues
 from ..log.compaction import swap
 from ..log.compaction.swap_watch import swapping, wait_out_swaps
 from ..log.segments import append_horizon
-from ..log.segments.layout import LOG_SUFFIX, REMOTE_SUFFIX, PartitionDir, segment_file
-from ..log.tiered import inventory
+from ..log.segments.layout import (
+    LOG_SUFFIX,
+    REMOTE_SUFFIX,
+    PartitionDir,
+    classify,
+    segment_file,
+)
 from .segment_bytes import SegmentBytes, open_segment
 
 NO_BOUND = -1  # a refresh that cannot vouch for its catalogue (see the module docstring)
@@ -80,7 +85,7 @@ def _listed_bases(directory: str) -> list[int] | None:
     None while a compaction's swap is being installed (swap_watch: the listing may show
     neither the old segments nor the new one)."""
     names = os.listdir(directory)
-    return None if swapping(names) else inventory.segment_bases(names)
+    return None if swapping(names) else classify(names).bases
 
 
 def segment_ident(directory: str, base: int) -> int | tuple | None:

@@ -27,8 +27,8 @@ from ..log.batch.entry_check import check_batch
 from ..log.compaction.swap import read_marker
 from ..log.segments import layout
 from ..log.segments.layout import LOG_SUFFIX, PartitionDir, segment_file
-from ..log.tiered import inventory
 from ..log.tiered.manifest import RemoteCopy
+from ..log.tiered.remote_marker import read_remote_marker
 from ..read_ranges import coalesce
 from .columnar import Chunk
 from .live import bases_between_swaps
@@ -158,7 +158,7 @@ def _remote_copy(directory: str, base: int) -> RemoteCopy | None:
     """A remote-only segment's copy (its marker without a .log), else None."""
     if os.path.exists(segment_file(directory, base, LOG_SUFFIX)):
         return None
-    return inventory.read_marker(directory, base)
+    return read_remote_marker(directory, base)
 
 
 def _segment_may_match(plan: SegmentPlan, bounds: Bounds) -> bool:

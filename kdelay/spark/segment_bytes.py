@@ -4,8 +4,8 @@ of a remote-only segment's committed copy (tiered storage), read by ranged reque
 Every Spark reader (scan.py, range_read.py, live.py, checks.py through the source) opens a
 segment here and reads positions of its .log and its persisted indexes through the same
 calls, wherever the segment lives. The driver lists a partition's segments (local .log
-files and remote-only `N.remote` markers, log/tiered/inventory.py) and hands the remote
-copy to the task in its plan; the task reaches the store from the directory's
+files and remote-only `N.remote` markers, layout.classify) and hands the remote copy to
+the task in its plan; the task reaches the store from the directory's
 `remote-storage.json` and the environment (credentials, as the AWS SDKs read them), and
 fetches its own byte ranges (RemoteStore.get_ranges): nothing goes through the driver, and
 nothing is written to the partition directory (a remote index is fetched into a temporary
@@ -37,8 +37,9 @@ from ..log.segments.layout import (
     REMOTE_SUFFIX,
     segment_file,
 )
-from ..log.tiered import inventory, tier
+from ..log.tiered import tier
 from ..log.tiered.manifest import RemoteCopy
+from ..log.tiered.remote_marker import read_remote_marker
 from ..remote.store import ObjectMissingError, RemoteStore
 
 __all__ = ["LocalBytes", "RemoteBytes", "SegmentBytes", "open_segment", "remote_store"]
@@ -202,7 +203,7 @@ def open_segment(directory: str, base: int, remote: RemoteCopy | None = None
                                                    os.O_RDONLY))
     except FileNotFoundError:
         pass
-    copy = remote or inventory.read_marker(directory, base)
+    copy = remote or read_remote_marker(directory, base)
     if copy is None:
         return None
     return RemoteBytes(remote_store(directory), copy)

@@ -23,6 +23,7 @@ from ..log.cancellation.per_batch import cancelled_per_batch
 from ..log.segments.layout import CLEAN_SHUTDOWN_FILE, SegmentFiles
 from ..log.segments.loader import read_recovery_point
 from ..log.tiered import inventory, tier
+from ..log.tiered.placement import placement_counts
 from . import cancels
 from .formatting import Out, fmt_duration, fmt_time
 from .progress import ProgressBar, fmt_size
@@ -163,26 +164,20 @@ def _stats_once(directory: str, now: int, progress: Progress | None) -> dict:
 
 def remote_summary(directory: str) -> dict:
     """Tiered storage as the directory's `N.remote` markers record it (no store request):
-    segments with a local .log, segments with a committed remote copy, those held only
-    remotely, and the .log bytes of each kind. The other counts of stats cover local
-    segments only; `remote_only_records` is what the remote-only segments' offsets span
+    where the segments are, counted as `log.metrics()["remote"]` counts them (placement.py),
+    and those held only remotely. The other counts of stats cover local segments only; `remote_only_records` is what the remote-only segments' offsets span
     (an upper bound for a compacted one). `damaged_markers` lists unreadable markers (their
     segments are left out; kdelay verify says more)."""
     settings = None
     with contextlib.suppress(CorruptLogError):
         settings = tier.read_settings(directory)
     damaged: list[str] = []
-    listed = inventory.list_segments(directory, damaged=damaged)
-    local = [s for s in listed if not s.remote_only]
-    copied = [s for s in listed if s.remote is not None]
+    listed = inventory.list_all_segments(directory, damaged=damaged)
     only = [s.remote for s in listed if s.remote_only and s.remote is not None]
     return {
         "storage": None if settings is None else settings[0],
-        "segments_local": len(local),
-        "segments_remote": len(copied),
+        **placement_counts([(s.log_size, s.remote) for s in listed]),
         "segments_remote_only": len(only),
-        "bytes_local": sum(s.size for s in local),
-        "bytes_remote": sum(s.remote.size for s in copied if s.remote is not None),
         "remote_only_records": sum(c.next_offset - c.base_offset for c in only),
         "log_start_offset": only[0].base_offset if only else None,
         "damaged_markers": damaged,
@@ -296,7 +291,7 @@ def _totals(parts: list[dict], now: int) -> dict:
 
 
 _REMOTE_COUNTS = ("segments_local", "segments_remote", "segments_remote_only", "bytes_local",
-                  "bytes_remote", "remote_only_records")
+                  "bytes_remote", "copies_pending", "remote_only_records")
 
 
 def _stats_text(p: dict, out: Out) -> None:

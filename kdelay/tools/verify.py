@@ -152,7 +152,8 @@ def _remote_only(rep: VerifyReport, directory: str) -> dict[int, RemoteCopy]:
     """The directory's remote-only segments (tiered storage: a marker without a .log); a
     damaged marker is a problem (its segment is then left out)."""
     try:
-        return inventory.remote_only(directory)
+        return {s.base_offset: s.remote for s in inventory.list_all_segments(directory)
+                if s.remote_only and s.remote is not None}
     except CorruptLogError as e:
         rep.add(True, e.path or directory, None, e.reason)
         return {}

@@ -25,7 +25,6 @@ import os
 import tempfile
 
 import crc32c
-import numpy as np
 
 from ..errors import CorruptLogError, RemoteStorageError
 from ..log.segments.layout import (
@@ -37,6 +36,7 @@ from ..log.segments.layout import (
     segment_file,
 )
 from ..log.tiered import inventory, tier
+from ..log.tiered.cancelled_object import CANCELLED_SUFFIX, decode_cancelled
 from ..log.tiered.manifest import (
     MANIFEST_SUFFIX,
     RemoteCopy,
@@ -44,12 +44,11 @@ from ..log.tiered.manifest import (
     manifest_name,
     parse_object_name,
 )
+from ..log.tiered.remote_marker import read_remote_marker
 from ..remote.store import RemoteStore
 from .scanning import DLY, OFFSET, TIME, VerifyReport, scan_segment
 from .verify_batches import check_batches
 from .verify_index import check_index
-
-CANCELLED_SUFFIX = ".cancelled"
 
 
 def check_remote(rep: VerifyReport, directory: str) -> None:
@@ -95,7 +94,7 @@ def check_remote(rep: VerifyReport, directory: str) -> None:
         elif parsed[1] is not None and (parsed[0], parsed[1]) not in named:
             rep.add(False, store.describe(name), None, "orphan: no committed manifest names "
                     "it (an interrupted copy left it; the next sync removes it)")
-    local = {s.base_offset for s in inventory.list_segments(directory) if not s.remote_only}
+    local = {s.base_offset for s in inventory.list_all_segments(directory) if not s.remote_only}
     for base, copy in sorted(committed.items()):
         _check_copy(rep, store, listing, copy, counted=base not in local)
     rep.remote_copies += len(committed)
@@ -108,7 +107,7 @@ def _local_markers(rep: VerifyReport, directory: str) -> dict[int, RemoteCopy]:
         if parsed is None or parsed[1] != REMOTE_SUFFIX:
             continue
         try:
-            marker = inventory.read_marker(directory, parsed[0])
+            marker = read_remote_marker(directory, parsed[0])
         except CorruptLogError as e:
             rep.add(True, e.path or name, None, e.reason)
             continue
@@ -203,12 +202,8 @@ def _check_segment(rep: VerifyReport, seg: SegmentFiles, copy: RemoteCopy,
 
 
 def _check_cancelled(rep: VerifyReport, where: str, data: bytes, copy: RemoteCopy) -> None:
-    """The `.cancelled` object: offsets of the segment, sorted, 8 bytes each."""
-    if len(data) % 8:
-        rep.add(True, where, None, f"{len(data)} bytes: not a whole number of offsets")
-        return
-    offsets = np.frombuffer(data, "<u8").astype(np.int64)
-    if len(offsets) and (bool((np.diff(offsets) <= 0).any()) or offsets[0] < copy.base_offset
-                         or offsets[-1] >= copy.next_offset):
-        rep.add(True, where, None, f"offsets not sorted, or outside the segment "
-                                   f"[{copy.base_offset}, {copy.next_offset})")
+    """The `.cancelled` object decodes as offsets of the segment (cancelled_object.py)."""
+    try:
+        decode_cancelled(data, copy.base_offset, copy.next_offset, where)
+    except CorruptLogError as e:
+        rep.add(True, where, None, e.reason)

@@ -23,13 +23,8 @@ from kdelay.log.segments.layout import (
     segment_file,
 )
 from kdelay.log.tiered import manifest
-from kdelay.log.tiered.copier import (
-    CANCELLED_SUFFIX,
-    copy_segment,
-    encode_cancelled,
-    file_crc,
-    sweep_orphans,
-)
+from kdelay.log.tiered.cancelled_object import CANCELLED_SUFFIX
+from kdelay.log.tiered.copier import copy_segment, file_crc, sweep_orphans
 from kdelay.log.tiered.tier import RemoteTier
 from kdelay.remote import store as store_module
 
@@ -142,12 +137,6 @@ def test_sweep_removes_what_no_manifest_names(sealed):
         {manifest.manifest_name(b) for b in (first.base_offset, second.base_offset)}
         | {kept.object_name(s) for s in kept.objects}
         | {other.object_name(s) for s in other.objects} | {"not-kdelay.txt"})
-
-
-@given(st.lists(st.integers(0, (1 << 63) - 1), max_size=50))
-def test_encode_cancelled_is_sorted_unique_little_endian(offsets):
-    data = encode_cancelled(offsets)
-    assert np.frombuffer(data, "<u8").tolist() == sorted(set(offsets))
 
 
 @given(st.binary(max_size=5000))

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kdelay import Consumer, Log, LogConfig, Record, RemoteStorageError
-from kdelay.log.segments.layout import INDEX_SUFFIXES, LOG_SUFFIX, MARKER_SUFFIX, segment_file
 from kdelay.log.tiered.remote_segment import RemoteSegment
+from kdelay.testing.tiering import drop_local
 
 FAR = 10**7  # the delay of every tenth batch of `remote_log`: pending throughout
 COUNTED = ("log_start_offset", "log_end_offset", "segments", "records", "bytes",
@@ -34,15 +34,6 @@ def _copy_sealed(log: Log) -> list[int]:
     """Copy every sealed segment (a sync pass); returns their bases."""
     log.sync_remote()
     return log.segments[:-1]
-
-
-def _drop_local(directory: str, bases) -> None:
-    """What local retention does to a copied segment (closed log): its .log and indexes go,
-    `N.remote` and the cancel files stay."""
-    for base in bases:
-        for suffix in (LOG_SUFFIX, *INDEX_SUFFIXES, MARKER_SUFFIX):
-            if os.path.exists(segment_file(directory, base, suffix)):
-                os.unlink(segment_file(directory, base, suffix))
 
 
 def _drain(log: Log, page: int) -> list:
@@ -90,7 +81,7 @@ def test_remote_segments_read_as_local(tmp_path_factory, delays, cancels, remote
     log.close()
     local_copy = os.fspath(root / "local")
     shutil.copytree(directory, local_copy)
-    _drop_local(directory, [b for b, drop in zip(bases, remote_only, strict=False) if drop])
+    drop_local(directory, [b for b, drop in zip(bases, remote_only, strict=False) if drop])
 
     t = clock.t
     log = Log.open(local_copy, config=_config(None, **cfg), clock=clock)
@@ -121,7 +112,7 @@ def remote_log(tmp_path, file_remote, clock):
         expected = _drain(log, 10_000)
         bases = _copy_sealed(log)
         log.close()
-        _drop_local(directory, bases)
+        drop_local(directory, bases)
         log = Log.open(directory, config=file_remote.config(segment_bytes=4096, **fields),
                        clock=clock)
         logs.append(log)
@@ -203,7 +194,7 @@ def test_an_unreachable_store_fails_the_remote_reads_only(tmp_path, file_remote,
     _fill(log, [0] * 300)
     bases = _copy_sealed(log)
     log.close()
-    _drop_local(directory, bases[:-1])
+    drop_local(directory, bases[:-1])
     log = Log.open(directory, config=cfg, clock=clock)
     try:
         shutil.rmtree(file_remote.url[len("file://"):])

@@ -59,7 +59,7 @@ def _rows(df, order=("offset",)):
 
 def test_remote_only_segments_are_listed_and_read_through_the_store(logs):
     _, tiered = logs
-    listed = inventory.list_segments(tiered)
+    listed = inventory.list_all_segments(tiered)
     remote_only = [s for s in listed if s.remote_only]
     assert len(remote_only) == 3
     first = remote_only[0]

@@ -14,6 +14,7 @@ from kdelay import Log, Record
 from kdelay.log.segments.layout import LOG_SUFFIX, REMOTE_SUFFIX, segment_file
 from kdelay.log.tiered import inventory
 from kdelay.log.tiered.manifest import manifest_name
+from kdelay.log.tiered.remote_marker import read_remote_marker
 from kdelay.log.tiered.tier import RemoteTier
 from kdelay.testing.tiering import tier_out
 
@@ -49,7 +50,7 @@ def test_stats_counts_local_and_remote_segments_from_the_markers(tiered):
     rc, out, _ = run_cli("stats", "--json", "--now", str(T0), path)
     assert rc == 0
     stats = json.loads(out)
-    listed = inventory.list_segments(path)
+    listed = inventory.list_all_segments(path)
     r = stats["remote"]
     assert r["storage"] == cfg.remote_storage
     assert (r["segments_local"], r["segments_remote"], r["segments_remote_only"]) == \
@@ -82,7 +83,7 @@ def test_verify_remote_checks_every_copy(tiered):
 
 def _damage(path, cfg, base, suffix, how):
     tier = RemoteTier(path, cfg)
-    copy = inventory.read_marker(path, base)
+    copy = read_remote_marker(path, base)
     name = copy.object_name(suffix)
     data = tier.store.get(name)
     if how == "missing":

@@ -115,35 +115,46 @@ def is_temporary(name: str) -> bool:
     return name.endswith(TEMP_SUFFIXES)
 
 
-def classify(names: list[str]) -> tuple[list[int], list[str]]:
-    """(bases of the segments with a .log, in offset order; leftover names in name order)
-    of a directory listing. Leftovers are temporary files and index files (or compaction
-    markers) whose .log is gone: the next open removes them. A remote-only segment (only
-    `N.remote`, see `remote_only`) keeps its cancellation files; a segment whose remote copy
-    is being deleted (`N.remote-deleting`) is no longer in the log: its .log and every
-    companion are leftovers (the marker itself is left to the deletion to finish).
+@dataclass(frozen=True)
+class Listing:
+    """A partition directory's segments and leftovers as one listing shows them (`classify`).
+    Every reader of a directory, the loader and the offline ones alike, takes its segments
+    from here, so they agree on which exist."""
+
+    local: list[int]         # segments with a .log, ascending
+    remote_only: list[int]   # held only in the object store (`N.remote` alone), ascending
+    copied: frozenset[int]   # segments with `N.remote`: a committed copy (local or not)
+    deleting: list[int]      # no longer in the log: their remote copies are being deleted
+    leftovers: list[str]     # names the next open removes, in name order
+
+    @property
+    def bases(self) -> list[int]:
+        """Every segment of the log, local or remote-only, ascending."""
+        return sorted([*self.local, *self.remote_only])
+
+
+def classify(names: list[str]) -> Listing:
+    """The segments and leftovers of a directory listing. Leftovers are temporary files and
+    index files (or compaction markers) whose .log is gone: the next open removes them. A
+    remote-only segment keeps its cancellation files; a segment whose remote copy is being
+    deleted (`N.remote-deleting`) is no longer in the log: its .log and every companion
+    are leftovers (the marker itself is left to the deletion to finish).
     O(n log n) in the number of names."""
     logs, remote, deleting, companions, leftovers = _sort_names(names)
     bases = logs - deleting
-    keep_cancels = remote - bases - deleting
+    remote_only = remote - bases - deleting
     leftovers += [name for base, suffix, name in companions
                   if base not in bases
-                  and not (suffix in CANCEL_SUFFIXES and base in keep_cancels)]
+                  and not (suffix in CANCEL_SUFFIXES and base in remote_only)]
     leftovers += [segment_name(base) + LOG_SUFFIX for base in deleting & logs]
-    return sorted(bases), sorted(leftovers)
-
-
-def remote_only(names: list[str]) -> list[int]:
-    """Bases of the segments held only in the object store, ascending: `N.remote` with
-    neither its .log nor `N.remote-deleting` beside it."""
-    bases, remote, deleting, _, _ = _sort_names(names)
-    return sorted(remote - bases - deleting)
+    return Listing(sorted(bases), sorted(remote_only), frozenset(remote - deleting),
+                   sorted(deleting), sorted(leftovers))
 
 
 def remote_deletions(directory: str) -> list[int]:
     """Base offsets of the segments whose remote copies are being deleted (a
     `N.remote-deleting` marker), ascending."""
-    return sorted(_sort_names(os.listdir(directory))[2])
+    return classify_directory(directory).deleting
 
 
 def _sort_names(names: list[str]) -> tuple[set[int], set[int], set[int],
@@ -180,19 +191,19 @@ def compaction_in_progress(directory: str) -> list[str]:
                   if n.endswith((CLEANED_SUFFIX, SWAP_SUFFIX)) and parse_segment_name(n))
 
 
-def inventory(directory: str) -> tuple[list[int], list[str]]:
-    """(segment bases, leftover names) of a partition directory. Raises OSError."""
+def classify_directory(directory: str) -> Listing:
+    """`classify` of the directory's listing. Raises OSError."""
     return classify(os.listdir(directory))
 
 
 def segment_bases(directory: str) -> list[int]:
-    """The base offsets of the directory's segments (one per .log), ascending."""
-    return inventory(directory)[0]
+    """The base offsets of the directory's local segments (one per .log), ascending."""
+    return classify_directory(directory).local
 
 
 def leftover_files(directory: str) -> list[str]:
     """Names of the directory's leftovers (see `classify`), sorted."""
-    return inventory(directory)[1]
+    return classify_directory(directory).leftovers
 
 
 def list_segments(directory: str) -> list[SegmentFiles]:

@@ -34,8 +34,8 @@ from .layout import (
     LOG_SUFFIX,
     MARKER_SUFFIX,
     RECOVERY_POINT_FILE,
+    Listing,
     classify,
-    remote_only,
     segment_file,
 )
 from .segment import LogSegment
@@ -203,11 +203,10 @@ def load_segments(directory: str, index_interval_bytes: int,
     report.swaps = swap.recover(directory)
     for note in report.swaps:
         log.info("kdelay recovery: %s", note)
-    bases, remote_bases = _tidy_directory(directory, report)
+    listing = _tidy_directory(directory, report)
+    bases, remote_bases = listing.bases, set(listing.remote_only)
     if remote_bases and tiered is None:
-        raise RemoteStorageError(f"{directory}: segments {remote_bases[0]}.. are held only in "
-                                 f"the object store: open the log with its remote_storage")
-    bases = sorted({*bases, *remote_bases})
+        raise _store_needed(directory, listing.remote_only[0])
     segments: list = []
     try:
         for i, base in enumerate(bases):
@@ -331,15 +330,31 @@ def _recover(directory: str, base: int, interval: int, report: LoadReport, *,
     return seg, cut, error is not None
 
 
-def _tidy_directory(directory: str, report: LoadReport) -> tuple[list[int], list[int]]:
+def _tidy_directory(directory: str, report: LoadReport) -> Listing:
     """Remove leftovers (temp files, indexes without a .log, see layout.classify); return
-    the bases of the segments with a .log and of the remote-only ones."""
-    names = os.listdir(directory)
-    bases, leftovers = classify(names)
-    for name in leftovers:
+    the directory's listing."""
+    listing = classify(os.listdir(directory))
+    for name in listing.leftovers:
         fsio.unlink(os.path.join(directory, name))
         report.orphans_removed += 1
-    return bases, remote_only(names)
+    return listing
+
+
+def _store_needed(directory: str, first_remote: int) -> RemoteStorageError:
+    """The refusal to open, without its object store, a directory whose segments from
+    `first_remote` on are held only there: it names the store the directory records."""
+    # lazily: the tiered layer builds on this module, and only this refusal needs it
+    from ..tiered.tier import SETTINGS_FILE, read_settings
+
+    try:
+        settings = read_settings(directory)
+    except CorruptLogError:
+        settings = None
+    store = (f"the object store {settings[0]}" if settings is not None
+             else f"an object store ({SETTINGS_FILE} does not say which)")
+    return RemoteStorageError(
+        f"{directory}: segment {first_remote} and others are held only in {store}: open the "
+        f"log with LogConfig(remote_storage=..., remote_storage_options=...) naming that store")
 
 
 def _empty_log(directory: str, base: int) -> bool:

@@ -34,11 +34,10 @@ from ..segments.layout import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     MARKER_SUFFIX,
-    REMOTE_SUFFIX,
     TIMEINDEX_SUFFIX,
-    segment_file,
 )
 from ..segments.segment import LogSegment
+from .cancelled_object import CANCELLED_SUFFIX, encode_cancelled
 from .manifest import (
     MANIFEST_SUFFIX,
     RemoteCopy,
@@ -47,19 +46,13 @@ from .manifest import (
     manifest_name,
     parse_object_name,
 )
+from .remote_marker import write_remote_marker
 from .tier import RemoteTier
 
-__all__ = ["CANCELLED_SUFFIX", "copy_segment", "encode_cancelled", "file_crc",
-           "sweep_orphans", "write_remote_marker"]
+__all__ = ["copy_segment", "file_crc", "sweep_orphans"]
 
-CANCELLED_SUFFIX = ".cancelled"
 # the .log is read back (to check its CRC) and hashed locally in pieces of this size
 _CHUNK = 8 << 20
-
-
-def encode_cancelled(offsets: Sequence[int] | np.ndarray) -> bytes:
-    """The `.cancelled` object: the offsets sorted, 8 bytes each, little-endian."""
-    return np.unique(np.asarray(offsets, dtype=np.int64)).astype("<u8").tobytes()
 
 
 def file_crc(path: str) -> int:
@@ -106,11 +99,6 @@ def copy_segment(tier: RemoteTier, seg: LogSegment, cancelled: Sequence[int] | n
         _delete_quietly(store, names)
     write_remote_marker(seg.directory, committed)
     return committed
-
-
-def write_remote_marker(directory: str, copy: RemoteCopy) -> None:
-    """`N.remote`: the directory's record that segment N's copy is committed."""
-    fsio.atomic_write(segment_file(directory, copy.base_offset, REMOTE_SUFFIX), encode(copy))
 
 
 def _payloads(seg: LogSegment, cancelled) -> dict[str, bytes]:

@@ -18,22 +18,14 @@ layer's modules) asks of it, and the adoption of copies the directory does not k
 from __future__ import annotations
 
 import logging
-import os
-
-import numpy as np
 
 from ... import fsio
 from ...errors import CorruptLogError, RemoteStorageError
 from ..cancellation.journal import CANCEL, JOURNAL_SUFFIX, encode_entry, journal_header
-from ..segments.layout import (
-    REMOTE_SUFFIX,
-    classify,
-    remote_deletions,
-    remote_only,
-    segment_file,
-)
-from .copier import CANCELLED_SUFFIX, write_remote_marker
+from ..segments.layout import classify_directory, segment_file
+from .cancelled_object import CANCELLED_SUFFIX, decode_cancelled
 from .manifest import MANIFEST_SUFFIX, RemoteCopy, decode, manifest_name, parse_object_name
+from .remote_marker import read_remote_marker, write_remote_marker
 from .remote_segment import RemoteSegment
 from .tier import RemoteTier, record_settings
 
@@ -47,12 +39,8 @@ class TieredDirectory:
         self.problems: list[str] = []
 
     def committed_copy(self, base: int) -> RemoteCopy | None:
-        path = segment_file(self.directory, base, REMOTE_SUFFIX)
-        raw = fsio.read_small(path)
-        if raw is None:
-            return None
         try:
-            return decode(raw, path)
+            return read_remote_marker(self.directory, base)
         except CorruptLogError as e:
             self.problems.append(f"segment {base}: {e}; it will be copied again")
             return None
@@ -70,11 +58,10 @@ class TieredDirectory:
         module's docstring); returns their bases. Raises RemoteStorageError only for a
         directory with no segment."""
         record_settings(self.directory, self.tier.config)  # for the CLI and Spark
-        names = os.listdir(self.directory)
-        local, _ = classify(names)
-        known = sorted({*local, *remote_only(names)})
+        listing = classify_directory(self.directory)
+        known = listing.bases
         # retention gave these up: a crash before the sync deleted their manifests
-        deleting = set(remote_deletions(self.directory))
+        deleting = set(listing.deleting)
         try:
             listing = self.tier.store.list()
             adopted = []
@@ -102,9 +89,10 @@ class TieredDirectory:
     def _adopt(self, copy: RemoteCopy) -> None:
         if CANCELLED_SUFFIX in copy.objects:
             name = copy.object_name(CANCELLED_SUFFIX)
-            offsets = np.frombuffer(self.tier.store.get(name), "<u8").tolist()
+            offsets = decode_cancelled(self.tier.store.get(name), copy.base_offset,
+                                       copy.next_offset, self.tier.store.describe(name))
             journal = journal_header(copy.base_offset, 0) + b"".join(
-                encode_entry(CANCEL, offset) for offset in offsets)
+                encode_entry(CANCEL, offset) for offset in offsets.tolist())
             fsio.atomic_write(segment_file(self.directory, copy.base_offset, JOURNAL_SUFFIX),
                               journal)
         write_remote_marker(self.directory, copy)

@@ -29,7 +29,8 @@ from ..segments.layout import (
 )
 from ..segments.segment import LogSegment
 from ..segments.segment_set import SegmentSet
-from .manifest import decode, manifest_name
+from .manifest import manifest_name
+from .remote_marker import read_remote_marker
 
 __all__ = ["delete_local_files", "delete_remote_copy", "local_retention_due"]
 
@@ -67,16 +68,14 @@ def delete_remote_copy(store: RemoteStore, directory: str, base_offset: int) -> 
     its manifest, its objects, its cancellation files, the marker. Raises
     RemoteStorageError (nothing is lost: the next sync starts again)."""
     marker = segment_file(directory, base_offset, REMOTE_DELETING_SUFFIX)
-    raw = fsio.read_small(marker)
+    try:
+        copy = read_remote_marker(directory, base_offset, REMOTE_DELETING_SUFFIX)
+    except CorruptLogError:
+        copy = None  # its objects become orphans: the next orphan sweep removes them
     store.delete(manifest_name(base_offset))
-    if raw is not None:
-        try:
-            copy = decode(raw, marker)
-        except CorruptLogError:
-            copy = None  # its objects are orphans now: the next orphan sweep removes them
-        if copy is not None:
-            for suffix in copy.objects:
-                store.delete(copy.object_name(suffix))
+    if copy is not None:
+        for suffix in copy.objects:
+            store.delete(copy.object_name(suffix))
     for suffix in CANCEL_SUFFIXES:
         fsio.unlink(segment_file(directory, base_offset, suffix))
     fsio.unlink(marker)
