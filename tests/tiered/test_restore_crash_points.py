@@ -18,8 +18,8 @@ from kdelay import Log, Record
 from kdelay.log.segments.layout import REMOTE_SUFFIX, segment_file
 from kdelay.log.tiered.sync import RemoteSync
 from kdelay.testing.checks import files_under
-from kdelay.testing.faults import CRASH_MODES, FaultInjector, SimulatedCrash, close_abandoned
-from kdelay.testing.store_faults import StoreFaults
+from kdelay.testing.faults import CRASH_MODES, FaultInjector
+from kdelay.testing.store_faults import StoreFaults, crash_during
 from kdelay.testing.tiering import check_restored, tiered_history
 
 CONFIG = dict(segment_bytes=1024, index_interval_bytes=128)
@@ -66,16 +66,13 @@ def test_a_crash_at_any_operation_of_a_restore_loses_nothing(
         shutil.copytree(template, directory)
         return directory
 
-    def restore(directory: str) -> None:
-        log = Log.open(directory, config=config, clock=clock)
-        try:
-            log.append([Record(b"appended")])
-        finally:
-            log.close()
+    def append(log: Log) -> None:
+        log.append([Record(b"appended")])
 
     directory = fresh()
-    with FaultInjector([directory]) as files, StoreFaults(files=files):
-        restore(directory)
+    with FaultInjector([directory]) as files, StoreFaults(files=files), \
+            Log.open(directory, config=config, clock=clock) as log:
+        append(log)
     operations = len(files.ops)
     assert [op for op, _ in files.ops].count("store.list") == 1
     assert any(op == "store.get" for op, _ in files.ops)
@@ -84,20 +81,10 @@ def test_a_crash_at_any_operation_of_a_restore_loses_nothing(
     for mode in CRASH_MODES:
         for crash_at in range(0, operations, 1 if mode == "process" else 3):
             directory = fresh()
-            log = None
-            with FaultInjector([directory], crash_at=crash_at, seed=crash_at) as files, \
-                    StoreFaults(files=files):
-                try:
-                    log = Log.open(directory, config=config, clock=clock)
-                    log.append([Record(b"appended")])
-                    log.close()
-                except SimulatedCrash:
-                    pass
-            if log is not None and not log._closed:
-                close_abandoned(log)
-            files.apply_crash(mode)
+            crashed = crash_during(directory, crash_at, mode, lambda path: Log.open(
+                path, config=config, clock=clock), append)
             trials += 1
-            where = f"crash in mode {mode} before operation {crash_at} {files.ops[crash_at]}"
+            where = f"crash in mode {mode} before operation {crash_at} {crashed}"
             try:
                 with Log.open(directory, config=config, clock=clock) as log:
                     check_restored(log, history, appended, must_have=set(kept))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
@@ -16,7 +15,7 @@ import time
 
 from kdelay import Log, LogConfig
 from kdelay.log.segments.layout import REMOTE_SUFFIX
-from kdelay.testing.processes import child_env
+from kdelay.testing.processes import child_env, kill_9
 from kdelay.testing.tiering import check_restored, tiered_history
 
 CONFIG = dict(segment_bytes=1024, index_interval_bytes=128)
@@ -66,12 +65,9 @@ def test_kill_9_while_restoring_loses_nothing(tmp_path, clock):
                 while _markers(path) < target and proc.poll() is None \
                         and time.monotonic() < deadline:
                     time.sleep(0.001)
-            os.kill(proc.pid, signal.SIGKILL)
+            kill_9(proc, acked)  # and the acks it printed before the kill landed
             proc.wait()
             interrupted += _markers(path) < copies
-            for line in proc.stdout:  # acknowledged before the kill landed
-                if line.startswith("ack"):
-                    acked.add(int(line.split()[1]))
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -81,3 +77,15 @@ def test_kill_9_while_restoring_loses_nothing(tmp_path, clock):
         check_restored(log, history, {o: b"a%d" % o for o in range(history.end,
                                                                    log.log_end_offset)},
                        must_have=acked)
+
+
+def test_kill_9_collects_the_acks_printed_before_the_kill():
+    script = ("import sys; print('ack 5'); print('noise'); print('ack 7', flush=True); "
+              "print('printed', file=sys.stderr, flush=True); input()")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    acked = {1}
+    assert proc.stderr.readline() == "printed\n"
+    assert proc.stdout.readline() == "ack 5\n"  # read already: not collected again
+    kill_9(proc, acked)
+    assert proc.wait() == -9 and acked == {1, 7}
