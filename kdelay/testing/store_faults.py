@@ -18,12 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..errors import RemoteStorageError
 from ..remote import store
-from .faults import FaultInjector
+from .faults import FaultInjector, SimulatedCrash, close_abandoned
 
-__all__ = ["StoreFaults"]
+if TYPE_CHECKING:
+    from ..partition import Log
+
+__all__ = ["StoreFaults", "crash_during"]
 
 OPERATIONS = ("put", "get", "get_ranges", "size", "list", "delete")
 
@@ -75,3 +79,25 @@ class StoreFaults:
     def __exit__(self, *exc) -> None:
         store.STORE_OPS.update(self._saved)
         self._saved.clear()
+
+
+
+def crash_during(directory: str, crash_at: int, mode: str, open_log: Callable[[str], Log],
+                 protocol: Callable[[Log], None]) -> tuple[str, str]:
+    """Open a log on `directory` (`open_log(directory)`), run `protocol` on it and close it, with file and store
+    operations counted in one sequence and a crash before operation `crash_at`; then drop
+    the log as the dead process would and turn `directory` into what a crash in `mode`
+    leaves. Returns the operation the crash fell on."""
+    log = None
+    with FaultInjector([directory], crash_at=crash_at, seed=crash_at) as files, \
+            StoreFaults(files=files):
+        try:
+            log = open_log(directory)
+            protocol(log)
+            log.close()
+        except SimulatedCrash:
+            pass
+    if log is not None and not log._closed:
+        close_abandoned(log)
+    files.apply_crash(mode)
+    return files.ops[crash_at]

@@ -17,8 +17,8 @@ from kdelay.log.segments.layout import REMOTE_SUFFIX, parse_segment_name
 from kdelay.log.tiered import manifest
 from kdelay.log.tiered.sync import RemoteSync
 from kdelay.remote.store import RemoteStore
-from kdelay.testing.faults import CRASH_MODES, FaultInjector, SimulatedCrash, close_abandoned
-from kdelay.testing.store_faults import StoreFaults
+from kdelay.testing.faults import CRASH_MODES, FaultInjector, SimulatedCrash
+from kdelay.testing.store_faults import StoreFaults, crash_during
 
 CONFIG = dict(segment_bytes=1024, index_interval_bytes=128, retention_ms=1000,
               local_retention_bytes=1500)
@@ -120,24 +120,15 @@ def test_a_crash_at_any_operation_of_copy_and_deletions_loses_nothing(
     for mode in CRASH_MODES:
         for crash_at in range(0, operations, 1 if mode == "process" else 3):
             directory = fresh("p-0")
-            log = None
-            with FaultInjector([directory], crash_at=crash_at, seed=crash_at) as files, \
-                    StoreFaults(files=files):
-                try:
-                    log = Log.open(directory, config=file_remote.config(**CONFIG), clock=clock)
-                    _protocols(log, clock)
-                    log.close()
-                except SimulatedCrash:
-                    pass
-            if log is not None and not log._closed:
-                close_abandoned(log)
-            files.apply_crash(mode)
+            crashed = crash_during(directory, crash_at, mode, lambda path: Log.open(
+                path, config=file_remote.config(**CONFIG), clock=clock),
+                lambda log: _protocols(log, clock))
             clock.t = t0 + 5000
             try:
                 _check(directory, file_remote, clock, allowed_start)
             except AssertionError as e:
                 raise AssertionError(f"crash in mode {mode} before operation {crash_at} "
-                                     f"{files.ops[crash_at]}: {e}") from e
+                                     f"{crashed}: {e}") from e
 
 
 def test_store_faults_count_and_fail_store_operations(tmp_path):
@@ -158,3 +149,24 @@ def test_store_faults_count_and_fail_store_operations(tmp_path):
         assert store.size("a") == 1
         with pytest.raises(Exception, match="unreachable"):
             store.get("a")
+
+
+def test_crash_during_crashes_at_the_operation_and_leaves_the_directory_openable(tmp_path):
+    directory = os.fspath(tmp_path / "p-0")
+    with FaultInjector([]) as files, Log.open(directory) as log:
+        log.append([Record(b"x")])
+    last = len(files.ops) - 1  # the clean close's last operation
+    ran: list[Log] = []
+    for crash_at, mode in ((0, "power"), (last, "process")):
+        shutil.rmtree(directory, ignore_errors=True)
+        os.makedirs(directory)
+
+        def append(log: Log) -> None:
+            ran.append(log)
+            log.append([Record(b"x")])
+
+        op = crash_during(directory, crash_at, mode, Log.open, append)
+        assert op[0] == files.ops[crash_at][0]
+        with Log.open(directory) as log:  # the dead log's lock is released
+            assert [r.value for r in log.read(0)] == ([b"x"] if crash_at else [])
+    assert len(ran) == 1  # the first crash came before the protocol

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import subprocess
 import sys
 import textwrap
@@ -15,7 +14,7 @@ import time
 
 from kdelay import Log, LogConfig
 from kdelay.log.tiered import manifest
-from kdelay.testing.processes import child_env
+from kdelay.testing.processes import child_env, kill_9
 
 CONFIG = dict(segment_bytes=2048, index_interval_bytes=256, flush_messages=1,
               local_retention_bytes=4096)
@@ -51,10 +50,7 @@ def test_kill_9_while_syncing_loses_no_acknowledged_record(tmp_path):
                 line = proc.stdout.readline()
                 if line.startswith("ack"):
                     acked.add(int(line.split()[1]))
-            os.kill(proc.pid, signal.SIGKILL)
-            for line in proc.stdout:  # acknowledged before the kill landed
-                if line.startswith("ack"):
-                    acked.add(int(line.split()[1]))
+            kill_9(proc, acked)  # and the acks it printed before the kill landed
         finally:
             if proc.poll() is None:
                 proc.kill()

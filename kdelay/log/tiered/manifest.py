@@ -73,6 +73,16 @@ class RemoteCopy:
     def stored_bytes(self) -> int:
         return sum(size for size, _ in self.objects.values())
 
+    def check_object(self, suffix: str, data: bytes, where: str) -> None:
+        """Raise CorruptLogError naming `where` unless `data`, the whole object `suffix` (one
+        the manifest names) as read, has the size and CRC-32C recorded for it."""
+        size, crc = self.objects[suffix]
+        got = crc32c.crc32c(data)
+        if (len(data), got) != (size, crc):
+            raise CorruptLogError(f"{suffix} object has {len(data)} bytes with CRC-32C "
+                                  f"{got:08x}, its manifest says {size} bytes with {crc:08x}",
+                                  where)
+
 
 def manifest_name(base_offset: int) -> str:
     return segment_name(base_offset) + MANIFEST_SUFFIX

@@ -7,17 +7,20 @@ layer's modules) asks of it, and the adoption of copies the directory does not k
 - `remote_segment(base)`: a RemoteSegment for a remote-only segment (only `N.remote`
   local); a damaged `N.remote` is restored from the store's manifest;
 - `adopt(names)`: one list request; every committed manifest whose offsets overlap no
-  segment the directory knows is adopted: its `.cancelled` object becomes the segment's
-  cancellation journal, then its manifest is written as `N.remote` (the commit point of the
+  segment the directory knows is adopted: its `.cancelled` object (checked against the
+  manifest) becomes the segment's cancellation journal unless the directory still has
+  that journal, then its manifest is written as `N.remote` (the commit point of the
   adoption: a crash before it leaves only a journal without a segment, a leftover). This
   is how an empty directory serves the copied history and appends after it. A store that
-  cannot be reached leaves an existing directory as it is (the error is recorded) and
-  refuses an empty one, which cannot know where the log ends.
+  cannot be reached, or a damaged copy (manifest or `.cancelled` object), stops the
+  adoption there: an existing directory opens with what it knows (the error is recorded
+  and reported), an empty one, which cannot know where the log ends, is refused.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 
 from ... import fsio
 from ...errors import CorruptLogError, RemoteStorageError
@@ -55,16 +58,16 @@ class TieredDirectory:
 
     def adopt(self) -> list[int]:
         """Adopt the store's committed copies the directory does not know (see the
-        module's docstring); returns their bases. Raises RemoteStorageError only for a
-        directory with no segment."""
+        module's docstring); returns their bases. Raises only for a directory with no
+        segment: RemoteStorageError, or CorruptLogError naming a damaged object."""
         record_settings(self.directory, self.tier.config)  # for the CLI and Spark
         listing = classify_directory(self.directory)
         known = listing.bases
         # retention gave these up: a crash before the sync deleted their manifests
         deleting = set(listing.deleting)
+        adopted: list[int] = []
         try:
             listing = self.tier.store.list()
-            adopted = []
             for name in sorted(listing, reverse=True):  # newest first: see _overlaps
                 parsed = parse_object_name(name)
                 if (parsed is None or parsed[2] != MANIFEST_SUFFIX or parsed[0] in known
@@ -78,23 +81,28 @@ class TieredDirectory:
                 adopted.append(copy.base_offset)
         except (RemoteStorageError, CorruptLogError) as e:
             self.tier.failed(e)
+            if not known and isinstance(e, CorruptLogError):
+                raise  # damage (named): a log opened without that copy would reuse its offsets
             if not known:
                 raise RemoteStorageError(f"{self.directory} holds no segment and the object "
                                          f"store cannot say where the log ends: {e}") from e
             self.problems.append(f"copies in the store not adopted: {e}")
             log.warning("kdelay open: %s", self.problems[-1])
-            return []
         return adopted
 
     def _adopt(self, copy: RemoteCopy) -> None:
-        if CANCELLED_SUFFIX in copy.objects:
+        journal_path = segment_file(self.directory, copy.base_offset, JOURNAL_SUFFIX)
+        # a journal still here (only the marker was lost) holds the copy's cancellations
+        # and those made since: the object would take the later ones away
+        if CANCELLED_SUFFIX in copy.objects and not os.path.exists(journal_path):
             name = copy.object_name(CANCELLED_SUFFIX)
-            offsets = decode_cancelled(self.tier.store.get(name), copy.base_offset,
-                                       copy.next_offset, self.tier.store.describe(name))
+            data = self.tier.store.get(name)
+            where = self.tier.store.describe(name)
+            copy.check_object(CANCELLED_SUFFIX, data, where)  # size and CRC: the manifest's
+            offsets = decode_cancelled(data, copy.base_offset, copy.next_offset, where)
             journal = journal_header(copy.base_offset, 0) + b"".join(
                 encode_entry(CANCEL, offset) for offset in offsets.tolist())
-            fsio.atomic_write(segment_file(self.directory, copy.base_offset, JOURNAL_SUFFIX),
-                              journal)
+            fsio.atomic_write(journal_path, journal)
         write_remote_marker(self.directory, copy)
 
 
