@@ -8,9 +8,10 @@ offset-order read, cancellation and metrics do not care where a segment lives:
   costs no request: a segment nothing reads is never fetched from;
 - its indexes are fetched once, on first use, into the local cache (index_cache.py);
 - its bytes are fetched in chunks into a sparse local file (chunk_cache.py) that maps like
-  the .log: the fetch planner ensures the byte ranges of a run's window before the compiled
-  page fill reads them (`ensure_entries`), and every batch is checked exactly as a local
-  one (entry and CRC-32C), so damage raises CorruptLogError naming the remote object;
+  the .log: a run of the due-order merge ensures the byte ranges of the entries the
+  compiled page fill is about to read (`ensure_entries`, kdelay/fetch/runs.py), and every
+  batch is checked exactly as a local one (entry and CRC-32C), so damage raises
+  CorruptLogError naming the remote object;
 - what it caches is charged to the log's CacheBudget (LogConfig.remote_cache_bytes); past
   the bound the least recently used segments drop theirs (`evict`).
 
@@ -52,8 +53,8 @@ from .tier import RemoteTier
 
 # batches whose bytes an offset-order walk fetches at once (one coalesced request)
 _WALK_AHEAD = 256
-_INDEXES = ((DLYINDEX_SUFFIX, DeliverAfterIndex), (INDEX_SUFFIX, OffsetIndex),
-            (TIMEINDEX_SUFFIX, TimeIndex))
+_KINDS: dict[str, type[AbstractIndex]] = {
+    DLYINDEX_SUFFIX: DeliverAfterIndex, INDEX_SUFFIX: OffsetIndex, TIMEINDEX_SUFFIX: TimeIndex}
 _prefetcher: ThreadPoolExecutor | None = None
 _prefetcher_lock = threading.Lock()
 
@@ -89,61 +90,69 @@ class RemoteSegment(OffsetLookup):
 
     @property
     def dly_index(self) -> DeliverAfterIndex:
-        return self._index(*_INDEXES[0])
+        return self._index(DLYINDEX_SUFFIX)
 
     @property
     def offset_index(self) -> OffsetIndex:
-        return self._index(*_INDEXES[1])
+        return self._index(INDEX_SUFFIX)
 
     @property
     def time_index(self) -> TimeIndex:
-        return self._index(*_INDEXES[2])
+        return self._index(TIMEINDEX_SUFFIX)
 
-    def _index(self, suffix: str, kind: type[AbstractIndex]):
+    def _index(self, suffix: str):
         index = self._indexes.get(suffix)
-        return self._load_index(suffix, kind) if index is None else index
+        return self._load_index(suffix) if index is None else index
 
-    def _load_index(self, suffix: str, kind: type[AbstractIndex], *, evict: bool = True):
+    def _load_index(self, suffix: str, *, evict: bool = True):
         with self._lock:
             index = self._indexes.get(suffix)
             if index is None:
                 index, nbytes = self._reaching_store(load_remote_index, self.tier, self.remote,
-                                                     suffix, kind)
+                                                     suffix, _KINDS[suffix])
                 self._indexes[suffix] = index
                 self.tier.cache_budget.charge(self, nbytes, evict=evict)
             return index
 
-    def prefetch_indexes(self) -> None:
-        """Fetch the indexes in the background (a failure shows on the read that needs
-        them). Charged to the cache without evicting anything: a reader may be between
-        ensuring its bytes and reading them, and only readers evict."""
-        if len(self._indexes) == len(_INDEXES):
+    def prefetch_indexes(self, suffixes: Sequence[str]) -> None:
+        """Fetch the indexes `suffixes` (those a read is about to need) in the background
+        (a failure shows on the read that needs them). Charged to the cache without
+        evicting anything: only readers evict, never while another holds its lock."""
+        missing = [s for s in suffixes if s not in self._indexes]
+        if not missing:
             return
         global _prefetcher
         with _prefetcher_lock:
             if _prefetcher is None:
                 _prefetcher = ThreadPoolExecutor(4, thread_name_prefix="kdelay-prefetch")
-        _prefetcher.submit(self._prefetch)
+        _prefetcher.submit(self._prefetch, missing)
 
-    def _prefetch(self) -> None:
-        for suffix, kind in _INDEXES:
+    def _prefetch(self, suffixes: list[str]) -> None:
+        for suffix in suffixes:
             try:
-                self._load_index(suffix, kind, evict=False)
+                self._load_index(suffix, evict=False)
             except Exception:  # noqa: BLE001 - the read that needs it raises it again
                 return
 
     # ------------------------------------------------------------------ bytes
 
-    def ensure_entries(self, columns: Sequence[np.ndarray], start: int, end: int) -> None:
+    def ensure_entries(self, columns: Sequence[np.ndarray], start: int, end: int) -> int:
         """Fetch what the batches of index entries [start, end) of `columns` (the dly
-        index's) need that is not cached, in one coalesced request."""
+        index's) need that is not cached, in one coalesced request; returns the
+        `cache_generation` they are cached in."""
         positions = columns[2][start:end]
-        self._ensure(positions, positions + columns[4][start:end])
+        return self._ensure(positions, positions + columns[4][start:end])
 
-    def _ensure(self, starts: np.ndarray, ends: np.ndarray) -> None:
+    @property
+    def cache_generation(self) -> int:
+        """Changes when the cached bytes are dropped (what was ensured before is gone)."""
+        return self._bytes.generation
+
+    def _ensure(self, starts: np.ndarray, ends: np.ndarray) -> int:
         with self._lock:
             fetched = self._reaching_store(self._bytes.ensure, starts, ends)
             self.tier.cache_budget.charge(self, fetched)
+            return self._bytes.generation
 
     def mapped(self) -> MappedFile:
         with self._lock:
