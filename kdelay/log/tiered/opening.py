@@ -12,7 +12,8 @@ layer's modules) asks of it, and the adoption of copies the directory does not k
   adoption: a crash before it leaves only a journal without a segment, a leftover). This
   is how an empty directory serves the copied history and appends after it. A store that
   cannot be reached leaves an existing directory as it is (the error is recorded) and
-  refuses an empty one, which cannot know where the log ends.
+  refuses an empty one, which cannot know where the log ends. Before that, the cache
+  keeps only the index files of the remote-only segments (index_cache.py).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ..segments.layout import (
     segment_file,
 )
 from .copier import CANCELLED_SUFFIX, write_remote_marker
+from .index_cache import remove_stale_files
 from .manifest import MANIFEST_SUFFIX, RemoteCopy, decode, manifest_name, parse_object_name
 from .remote_segment import RemoteSegment
 from .tier import RemoteTier, record_settings
@@ -72,7 +74,9 @@ class TieredDirectory:
         record_settings(self.directory, self.tier.config)  # for the CLI and Spark
         names = os.listdir(self.directory)
         local, _ = classify(names)
-        known = sorted({*local, *remote_only(names)})
+        held_remotely = remote_only(names)
+        remove_stale_files(self.tier, held_remotely)
+        known = sorted({*local, *held_remotely})
         # retention gave these up: a crash before the sync deleted their manifests
         deleting = set(remote_deletions(self.directory))
         try:

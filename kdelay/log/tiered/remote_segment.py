@@ -12,8 +12,9 @@ offset-order read, cancellation and metrics do not care where a segment lives:
   compiled page fill is about to read (`ensure_entries`, kdelay/fetch/runs.py), and every
   batch is checked exactly as a local one (entry and CRC-32C), so damage raises
   CorruptLogError naming the remote object;
-- what it caches is charged to the log's CacheBudget (LogConfig.remote_cache_bytes); past
-  the bound the least recently used segments drop theirs (`evict`).
+- what it caches, its index files and its fetched bytes, is charged to the log's
+  CacheBudget (LogConfig.remote_cache_bytes); past the bound the least recently used
+  segments drop theirs (`evict`), deleting their index files.
 
 The local directory keeps `N.remote` (the manifest) and the segment's cancellation files;
 `path(suffix)` names those. A store that cannot be reached raises RemoteStorageError
@@ -47,7 +48,7 @@ from ..segments.layout import (
 from ..segments.mapped_file import MappedFile
 from ..segments.offset_lookup import OffsetLookup
 from .chunk_cache import ChunkCache
-from .index_cache import load_remote_index
+from .index_cache import cached_index_bytes, load_remote_index, remove_cached_indexes
 from .manifest import RemoteCopy
 from .tier import RemoteTier
 
@@ -78,6 +79,9 @@ class RemoteSegment(OffsetLookup):
         self._indexes: dict[str, AbstractIndex] = {}
         self._by_position: tuple[np.ndarray, np.ndarray] | None = None
         self._bytes = ChunkCache(tier.cache_dir, copy.size, self._fetch_ranges, self.log_path)
+        left = cached_index_bytes(tier, copy)  # by an earlier open: charged from the start
+        if left:
+            tier.cache_budget.charge(self, left, evict=False)
 
     def __repr__(self) -> str:
         return f"RemoteSegment({self.log_path})"
@@ -194,19 +198,26 @@ class RemoteSegment(OffsetLookup):
     # ------------------------------------------------------------------ the cache
 
     def evict(self) -> None:
-        """Drop the cached bytes and indexes (CacheBudget: past its bound)."""
+        """Drop the cached bytes and indexes, and delete the index files (CacheBudget: past
+        its bound). Runs still reading an index keep their mapping of the deleted file."""
         with self._lock:
-            self._bytes.drop()
-            self._indexes.clear()
-            self._by_position = None
-            self.tier.cache_budget.release(self)
+            self._drop()
+            remove_cached_indexes(self.tier, self.remote)
 
     def close(self) -> None:
-        self.evict()
+        """Drop what is cached in memory; the index files stay for the next open."""
+        with self._lock:
+            self._drop()
+
+    def _drop(self) -> None:
+        self._bytes.drop()
+        self._indexes.clear()
+        self._by_position = None
+        self.tier.cache_budget.release(self)
 
     def delete(self) -> None:
-        """Retention of the whole log took the segment: its local cache goes (its remote
-        copy is deleted by the sync, see tier_retention.py)."""
+        """Retention of the whole log took the segment: its local cache goes, files and
+        all (its remote copy is deleted by the sync, see tier_retention.py)."""
         self.evict()
 
     def _reaching_store(self, op: Callable[..., T], *args) -> T:
