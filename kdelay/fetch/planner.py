@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from itertools import islice
 
+from ..log.segments.layout import DLYINDEX_SUFFIX
 from ..log.segments.segment import LogSegment
 from ..log.segments.segment_set import SegmentSet
 from ..log.tiered.remote_segment import RemoteSegment
@@ -27,6 +28,7 @@ from .runs import ArrivalsRun, BatchSource, ColumnRun, RecentRun, RemoteColumnRu
 
 # remote segments whose indexes a plan fetches in the background ahead of use (KIP-1003)
 PREFETCH_SEGMENTS = 8
+DUE_ORDER_INDEXES = (DLYINDEX_SUFFIX,)  # what the merge reads of a segment's indexes
 
 
 class SealedRuns:
@@ -97,7 +99,7 @@ def sealed_runs(segments: SegmentSet, resume: ResumePoints, cursor: DeliveryKey 
     if state is None or state.log_start != log_start:
         state = SealedRuns(active_base, log_start)
         planned = list(segments.sealed_after(key))
-        prefetch_indexes(s for s in planned if s.min_deliver_after <= now)
+        prefetch_indexes((s for s in planned if s.min_deliver_after <= now), DUE_ORDER_INDEXES)
         for seg in planned:
             _plan_segment(state, seg, key, now)
     elif state.sealed_upto != active_base:  # rolled since: consider the new segments
@@ -113,12 +115,14 @@ def sealed_runs(segments: SegmentSet, resume: ResumePoints, cursor: DeliveryKey 
     return state
 
 
-def prefetch_indexes(segments: Iterable[LogSegment | RemoteSegment]) -> None:
+def prefetch_indexes(segments: Iterable[LogSegment | RemoteSegment],
+                     suffixes: Sequence[str]) -> None:
     """Have the first PREFETCH_SEGMENTS remote ones among `segments` fetch their indexes
-    in the background, so that they arrive together rather than one after another."""
+    `suffixes` in the background, so that they arrive together rather than one after
+    another."""
     remote = (s for s in segments if isinstance(s, RemoteSegment))
     for seg in islice(remote, PREFETCH_SEGMENTS):
-        seg.prefetch_indexes()
+        seg.prefetch_indexes(suffixes)
 
 
 def _plan_segment(state: SealedRuns, seg: LogSegment, key: tuple[int, int] | None,

@@ -63,6 +63,7 @@ class ChunkCache:
         self._fd = -1
         self._mapped: MappedFile | None = None
         self.cached_bytes = 0
+        self.generation = 0  # counts drops: what was ensured before one is gone
 
     def ensure(self, starts: np.ndarray, ends: np.ndarray) -> int:
         """Make the byte ranges [starts[i], ends[i]) readable; returns the bytes fetched.
@@ -111,6 +112,7 @@ class ChunkCache:
         self._mapped = None
         self._have[:] = False
         self.cached_bytes = 0
+        self.generation += 1
 
     def _file(self) -> int:
         if self._fd < 0:

@@ -14,7 +14,8 @@ layer's modules) asks of it, and the adoption of copies the directory does not k
   is how an empty directory serves the copied history and appends after it. A store that
   cannot be reached, or a damaged copy (manifest or `.cancelled` object), stops the
   adoption there: an existing directory opens with what it knows (the error is recorded
-  and reported), an empty one, which cannot know where the log ends, is refused.
+  and reported), an empty one, which cannot know where the log ends, is refused. Before
+  that, the cache keeps only the index files of the remote-only segments (index_cache.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ...errors import CorruptLogError, RemoteStorageError
 from ..cancellation.journal import CANCEL, JOURNAL_SUFFIX, encode_entry, journal_header
 from ..segments.layout import classify_directory, segment_file
 from .cancelled_object import CANCELLED_SUFFIX, decode_cancelled
+from .index_cache import remove_stale_files
 from .manifest import MANIFEST_SUFFIX, RemoteCopy, decode, manifest_name, parse_object_name
 from .remote_marker import read_remote_marker, write_remote_marker
 from .remote_segment import RemoteSegment
@@ -62,6 +64,7 @@ class TieredDirectory:
         segment: RemoteStorageError, or CorruptLogError naming a damaged object."""
         record_settings(self.directory, self.tier.config)  # for the CLI and Spark
         listing = classify_directory(self.directory)
+        remove_stale_files(self.tier, listing.remote_only)
         known = listing.bases
         # retention gave these up: a crash before the sync deleted their manifests
         deleting = set(listing.deleting)

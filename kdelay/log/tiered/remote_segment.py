@@ -8,11 +8,13 @@ offset-order read, cancellation and metrics do not care where a segment lives:
   costs no request: a segment nothing reads is never fetched from;
 - its indexes are fetched once, on first use, into the local cache (index_cache.py);
 - its bytes are fetched in chunks into a sparse local file (chunk_cache.py) that maps like
-  the .log: the fetch planner ensures the byte ranges of a run's window before the compiled
-  page fill reads them (`ensure_entries`), and every batch is checked exactly as a local
-  one (entry and CRC-32C), so damage raises CorruptLogError naming the remote object;
-- what it caches is charged to the log's CacheBudget (LogConfig.remote_cache_bytes); past
-  the bound the least recently used segments drop theirs (`evict`).
+  the .log: a run of the due-order merge ensures the byte ranges of the entries the
+  compiled page fill is about to read (`ensure_entries`, kdelay/fetch/runs.py), and every
+  batch is checked exactly as a local one (entry and CRC-32C), so damage raises
+  CorruptLogError naming the remote object;
+- what it caches, its index files and its fetched bytes, is charged to the log's
+  CacheBudget (LogConfig.remote_cache_bytes); past the bound the least recently used
+  segments drop theirs (`evict`), deleting their index files.
 
 The local directory keeps `N.remote` (the manifest) and the segment's cancellation files;
 `path(suffix)` names those. A store that cannot be reached raises RemoteStorageError
@@ -46,14 +48,14 @@ from ..segments.layout import (
 from ..segments.mapped_file import MappedFile
 from ..segments.offset_lookup import OffsetLookup
 from .chunk_cache import ChunkCache
-from .index_cache import load_remote_index
+from .index_cache import cached_index_bytes, load_remote_index, remove_cached_indexes
 from .manifest import RemoteCopy
 from .tier import RemoteTier
 
 # batches whose bytes an offset-order walk fetches at once (one coalesced request)
 _WALK_AHEAD = 256
-_INDEXES = ((DLYINDEX_SUFFIX, DeliverAfterIndex), (INDEX_SUFFIX, OffsetIndex),
-            (TIMEINDEX_SUFFIX, TimeIndex))
+_KINDS: dict[str, type[AbstractIndex]] = {
+    DLYINDEX_SUFFIX: DeliverAfterIndex, INDEX_SUFFIX: OffsetIndex, TIMEINDEX_SUFFIX: TimeIndex}
 _prefetcher: ThreadPoolExecutor | None = None
 _prefetcher_lock = threading.Lock()
 
@@ -77,6 +79,9 @@ class RemoteSegment(OffsetLookup):
         self._indexes: dict[str, AbstractIndex] = {}
         self._by_position: tuple[np.ndarray, np.ndarray] | None = None
         self._bytes = ChunkCache(tier.cache_dir, copy.size, self._fetch_ranges, self.log_path)
+        left = cached_index_bytes(tier, copy)  # by an earlier open: charged from the start
+        if left:
+            tier.cache_budget.charge(self, left, evict=False)
 
     def __repr__(self) -> str:
         return f"RemoteSegment({self.log_path})"
@@ -89,61 +94,69 @@ class RemoteSegment(OffsetLookup):
 
     @property
     def dly_index(self) -> DeliverAfterIndex:
-        return self._index(*_INDEXES[0])
+        return self._index(DLYINDEX_SUFFIX)
 
     @property
     def offset_index(self) -> OffsetIndex:
-        return self._index(*_INDEXES[1])
+        return self._index(INDEX_SUFFIX)
 
     @property
     def time_index(self) -> TimeIndex:
-        return self._index(*_INDEXES[2])
+        return self._index(TIMEINDEX_SUFFIX)
 
-    def _index(self, suffix: str, kind: type[AbstractIndex]):
+    def _index(self, suffix: str):
         index = self._indexes.get(suffix)
-        return self._load_index(suffix, kind) if index is None else index
+        return self._load_index(suffix) if index is None else index
 
-    def _load_index(self, suffix: str, kind: type[AbstractIndex], *, evict: bool = True):
+    def _load_index(self, suffix: str, *, evict: bool = True):
         with self._lock:
             index = self._indexes.get(suffix)
             if index is None:
                 index, nbytes = self._reaching_store(load_remote_index, self.tier, self.remote,
-                                                     suffix, kind)
+                                                     suffix, _KINDS[suffix])
                 self._indexes[suffix] = index
                 self.tier.cache_budget.charge(self, nbytes, evict=evict)
             return index
 
-    def prefetch_indexes(self) -> None:
-        """Fetch the indexes in the background (a failure shows on the read that needs
-        them). Charged to the cache without evicting anything: a reader may be between
-        ensuring its bytes and reading them, and only readers evict."""
-        if len(self._indexes) == len(_INDEXES):
+    def prefetch_indexes(self, suffixes: Sequence[str]) -> None:
+        """Fetch the indexes `suffixes` (those a read is about to need) in the background
+        (a failure shows on the read that needs them). Charged to the cache without
+        evicting anything: only readers evict, never while another holds its lock."""
+        missing = [s for s in suffixes if s not in self._indexes]
+        if not missing:
             return
         global _prefetcher
         with _prefetcher_lock:
             if _prefetcher is None:
                 _prefetcher = ThreadPoolExecutor(4, thread_name_prefix="kdelay-prefetch")
-        _prefetcher.submit(self._prefetch)
+        _prefetcher.submit(self._prefetch, missing)
 
-    def _prefetch(self) -> None:
-        for suffix, kind in _INDEXES:
+    def _prefetch(self, suffixes: list[str]) -> None:
+        for suffix in suffixes:
             try:
-                self._load_index(suffix, kind, evict=False)
+                self._load_index(suffix, evict=False)
             except Exception:  # noqa: BLE001 - the read that needs it raises it again
                 return
 
     # ------------------------------------------------------------------ bytes
 
-    def ensure_entries(self, columns: Sequence[np.ndarray], start: int, end: int) -> None:
+    def ensure_entries(self, columns: Sequence[np.ndarray], start: int, end: int) -> int:
         """Fetch what the batches of index entries [start, end) of `columns` (the dly
-        index's) need that is not cached, in one coalesced request."""
+        index's) need that is not cached, in one coalesced request; returns the
+        `cache_generation` they are cached in."""
         positions = columns[2][start:end]
-        self._ensure(positions, positions + columns[4][start:end])
+        return self._ensure(positions, positions + columns[4][start:end])
 
-    def _ensure(self, starts: np.ndarray, ends: np.ndarray) -> None:
+    @property
+    def cache_generation(self) -> int:
+        """Changes when the cached bytes are dropped (what was ensured before is gone)."""
+        return self._bytes.generation
+
+    def _ensure(self, starts: np.ndarray, ends: np.ndarray) -> int:
         with self._lock:
             fetched = self._reaching_store(self._bytes.ensure, starts, ends)
             self.tier.cache_budget.charge(self, fetched)
+            return self._bytes.generation
 
     def mapped(self) -> MappedFile:
         with self._lock:
@@ -185,19 +198,26 @@ class RemoteSegment(OffsetLookup):
     # ------------------------------------------------------------------ the cache
 
     def evict(self) -> None:
-        """Drop the cached bytes and indexes (CacheBudget: past its bound)."""
+        """Drop the cached bytes and indexes, and delete the index files (CacheBudget: past
+        its bound). Runs still reading an index keep their mapping of the deleted file."""
         with self._lock:
-            self._bytes.drop()
-            self._indexes.clear()
-            self._by_position = None
-            self.tier.cache_budget.release(self)
+            self._drop()
+            remove_cached_indexes(self.tier, self.remote)
 
     def close(self) -> None:
-        self.evict()
+        """Drop what is cached in memory; the index files stay for the next open."""
+        with self._lock:
+            self._drop()
+
+    def _drop(self) -> None:
+        self._bytes.drop()
+        self._indexes.clear()
+        self._by_position = None
+        self.tier.cache_budget.release(self)
 
     def delete(self) -> None:
-        """Retention of the whole log took the segment: its local cache goes (its remote
-        copy is deleted by the sync, see tier_retention.py)."""
+        """Retention of the whole log took the segment: its local cache goes, files and
+        all (its remote copy is deleted by the sync, see tier_retention.py)."""
         self.evict()
 
     def _reaching_store(self, op: Callable[..., T], *args) -> T:
