@@ -43,18 +43,23 @@ class IndexMeta(NamedTuple):
     entries: int
 
 
+def encode_index(magic: bytes, meta: IndexMeta, columns: list[np.ndarray]) -> bytes:
+    """The bytes of an index file (header and columns)."""
+    body = b"".join(np.ascontiguousarray(c).tobytes() for c in columns)
+    head = HEADER.pack(magic, meta.base_offset, meta.log_bytes, meta.next_offset, meta.entries,
+                       0, 0, crc32c.crc32c(body), 0)
+    return head[:60] + struct.pack("<I", crc32c.crc32c(head[:56])) + body
+
+
 def write_index(path: str, magic: bytes, meta: IndexMeta, columns: list[np.ndarray], *,
                 atomic: bool = True) -> None:
     """Write an index file: atomically (temp file + rename), or, with `atomic=False`, in
     place with one fsync (for a file published later by a rename of its own)."""
-    body = b"".join(np.ascontiguousarray(c).tobytes() for c in columns)
-    head = HEADER.pack(magic, meta.base_offset, meta.log_bytes, meta.next_offset, meta.entries,
-                       0, 0, crc32c.crc32c(body), 0)
-    head = head[:60] + struct.pack("<I", crc32c.crc32c(head[:56]))
+    data = encode_index(magic, meta, columns)
     if atomic:
-        fsio.atomic_write(path, head + body)
+        fsio.atomic_write(path, data)
     else:
-        fsio.write_new(path, head + body)
+        fsio.write_new(path, data)
 
 
 def read_meta(path: str, magic: bytes) -> tuple[IndexMeta, int]:

@@ -32,9 +32,14 @@ from kdelay.records import AppendResult
 cdef newfunc _new_tuple = (<PyTypeObject *>tuple).tp_new
 
 
+def _nothing() -> None:
+    pass
+
+
 cdef class Writer:
     cdef readonly object config
     cdef readonly object policy  # flush_policy.FlushPolicy
+    cdef public object rolled  # called after every roll (wakes the remote sync)
     cdef object _segments, _cancels, _life
     cdef LogClock _clock
     cdef bint _flushes  # the policy flushes on its own (else no decision per append)
@@ -47,6 +52,7 @@ cdef class Writer:
         self._cancels = cancels
         self._life = life
         self.policy = FlushPolicy(config)
+        self.rolled = _nothing
         self._flushes = self.policy.flushes
         self._segment_bytes = config.segment_bytes
         self._segment_ms = config.segment_ms
@@ -132,6 +138,7 @@ cdef class Writer:
             self._cancels.checkpoint(everything=True)
         self._segments.roll()
         self.policy.flushed()
+        self.rolled()
 
     def flush(self) -> None:
         self._segments.active.flush()
