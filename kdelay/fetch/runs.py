@@ -2,8 +2,9 @@
 order, from which the page fill (due_merge.py) takes a window at a time.
 
 A ColumnRun walks persisted, memmap'd (immutable) columns: its window is the columns
-themselves from its position on, no copy. The active segment's entries appended since its
-index was last persisted are two runs: a RecentRun over those merged into their key order,
+themselves from its position on, no copy, as far as their chunks are checked (a window
+checks the chunks it reaches, index/chunk_checks.py). The active segment's entries
+appended since its index was last persisted are two runs: a RecentRun over those merged into their key order,
 and an ArrivalsRun over the latest arrivals not merged yet; their windows are their due
 entries, gathered into columns.
 """
@@ -14,6 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
+from ..index.chunk_checks import ChunkChecks
 from ..index.deliver_after_index import DeliverAfterIndex, Entry
 from ..log.batch import codec
 from ..log.segments.mapped_file import MappedFile
@@ -36,13 +38,13 @@ class BatchSource(Protocol):
 
 
 class ColumnRun:
-    """Entries of immutable index columns from index `i` on."""
+    """Entries of immutable, persisted index columns from index `i` on."""
 
-    __slots__ = ("seg", "key", "cols", "i", "n")
+    __slots__ = ("seg", "key", "cols", "i", "n", "_chunks")
 
-    def __init__(self, seg: BatchSource, key: tuple, cols: Columns, start: int):
-        self.seg, self.key, self.cols = seg, key, cols
-        self.i, self.n = start, len(cols[0])
+    def __init__(self, seg: BatchSource, key: tuple, chunks: ChunkChecks, start: int):
+        self.seg, self.key, self.cols, self._chunks = seg, key, chunks.columns, chunks
+        self.i, self.n = start, chunks.n
 
     @property
     def exhausted(self) -> bool:
@@ -51,7 +53,11 @@ class ColumnRun:
     def window(self, now: int, limit: int) -> tuple[Columns, int, int, bool]:
         """(columns, start, end, more): entries [start, end) of `columns` may be taken,
         and with `more` due entries may follow `end`."""
-        return self.cols, self.i, self.n, False
+        chunks = self._chunks
+        if chunks.complete:
+            return self.cols, self.i, self.n, False
+        end = chunks.window_end(self.i, limit)
+        return self.cols, self.i, end, end < self.n
 
     def moved_to(self, head: int) -> None:
         """The page consumed the window's entries before `head`."""
