@@ -40,11 +40,12 @@ class BatchSource(Protocol):
 class ColumnRun:
     """Entries of immutable, persisted index columns from index `i` on."""
 
-    __slots__ = ("seg", "key", "cols", "i", "n", "_chunks")
+    __slots__ = ("seg", "key", "cols", "i", "n", "_chunks", "_checked_to")
 
     def __init__(self, seg: BatchSource, key: tuple, chunks: ChunkChecks, start: int):
         self.seg, self.key, self.cols, self._chunks = seg, key, chunks.columns, chunks
         self.i, self.n = start, chunks.n
+        self._checked_to = start  # entries [i, _checked_to) are checked
 
     @property
     def exhausted(self) -> bool:
@@ -53,10 +54,9 @@ class ColumnRun:
     def window(self, now: int, limit: int) -> tuple[Columns, int, int, bool]:
         """(columns, start, end, more): entries [start, end) of `columns` may be taken,
         and with `more` due entries may follow `end`."""
-        chunks = self._chunks
-        if chunks.complete:
-            return self.cols, self.i, self.n, False
-        end = chunks.window_end(self.i, limit)
+        end = self._checked_to
+        if end - self.i < limit and end < self.n:  # per chunk, not per page
+            end = self._checked_to = self._chunks.window_end(self.i, limit)
         return self.cols, self.i, end, end < self.n
 
     def moved_to(self, head: int) -> None:

@@ -72,8 +72,9 @@ def test_a_chunk_crc_covers_its_entries_of_every_column_in_turn(n, chunk, seed):
 
 # ---------------------------------------------------------------------------- a real file
 
-N = 5000  # five chunks of 1024 entries, the last one short
-SPANS = [(0, 1024), (1024, 2048), (2048, 3072), (3072, 4096), (4096, 5000)]
+C = index_file.CHUNK_ENTRIES
+N = 4 * C + C // 3  # five chunks, the last one short
+SPANS = [(k * C, min(N, (k + 1) * C)) for k in range(5)]
 
 
 @pytest.mark.parametrize("column", [0, 2, 4])
@@ -129,7 +130,7 @@ def test_damage_to_the_header_or_chunk_table_is_found_on_loading(tmp_path, where
 
 def test_a_damaged_index_is_never_written_out_again(tmp_path):
     path = _persist(tmp_path, _entries(N))
-    _flip(path, _byte_of(N, 1, 2500))
+    _flip(path, _byte_of(N, 1, 2 * C + 5))
     idx = _lazy(path)
     idx.add(10**6, 10**6, 10**6, 0, 80)
     copy = os.fspath(tmp_path / "copy.dlyindex")
@@ -274,7 +275,7 @@ def test_a_version_1_file_is_read_and_checked_whole(tmp_path):
     assert Path(path).read_bytes()[:8] == b"KDLYIDX2"
 
     rewrite_as_version_1(path)
-    _flip(path, _byte_of(N, 3, 1500))
+    _flip(path, _byte_of(N, 3, 3 * C // 2))
     with pytest.raises(IndexFileError, match="data checksum mismatch"):
         _lazy(path)
     assert DeliverAfterIndex.read_lenient(path).problems == ["data checksum mismatch"]
