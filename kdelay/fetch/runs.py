@@ -45,7 +45,7 @@ class ColumnRun:
     def __init__(self, seg: BatchSource, key: tuple, chunks: ChunkChecks, start: int):
         self.seg, self.key, self.cols, self._chunks = seg, key, chunks.columns, chunks
         self.i, self.n = start, chunks.n
-        self._checked_to = start  # entries [i, _checked_to) are checked
+        self._checked_to = max(start, chunks.checked_prefix)  # [i, _checked_to) checked
 
     @property
     def exhausted(self) -> bool:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import crc32c
 import numpy as np
@@ -47,10 +47,11 @@ def chunk_table(columns: list[np.ndarray], chunk_entries: int) -> np.ndarray:
 
 class ChunkChecks:
     """Which chunks of one mapped index's columns are checked, checking the others on
-    demand. `complete` once every chunk is (readers skip the checks then)."""
+    demand. Entries [0, `checked_prefix`) are checked; `complete` once every chunk is
+    (readers skip the checks then)."""
 
-    __slots__ = ("path", "columns", "n", "chunk_entries", "complete", "_table", "_checked",
-                 "_first_byte", "_file_id")
+    __slots__ = ("path", "columns", "n", "chunk_entries", "complete", "checked_prefix",
+                 "_table", "_checked", "_first_byte", "_file_id")
 
     def __init__(self, path: str, columns: list[np.ndarray], table: np.ndarray,
                  chunk_entries: int, *, first_byte: int = 0, file_id: FileId | None = None):
@@ -61,6 +62,7 @@ class ChunkChecks:
         self._table = table
         self._checked = bytearray(len(table))
         self.complete = not len(table)
+        self.checked_prefix = self.n if self.complete else 0
         self._first_byte = first_byte  # where the first column starts in the file
         self._file_id = file_id
 
@@ -112,24 +114,25 @@ class ChunkChecks:
         c = self.chunk_entries
         return min(self.n, -(-stop // c) * c)
 
-    def certify(self, j: int, key: Callable[[int], object], x: object) -> None:
-        """Make `j`, found by a search over unchecked bytes as the first entry whose
-        `key(i)` > `x` in columns sorted by key, trustworthy. In a sound file the entries
-        either side of `j` alone decide whether it is the answer, so they are checked; if
-        they do not bear it out, damage elsewhere misled the search, and checking every
+    def certify(self, j: int, below: object, above: object, x: object) -> None:
+        """Make `j`, found by a search over unchecked bytes as the first entry whose key
+        is > `x` in columns sorted by key, trustworthy; `below` and `above` are the keys of
+        entries j - 1 and j as mapped (None where there is none). In a sound file those
+        two entries alone decide whether `j` is the answer, so they are checked; if their
+        keys do not bear it out, damage elsewhere misled the search, and checking every
         chunk raises at it (numpy's binary search probes both neighbours of its answer,
         so with them sound it is right: the comparison is a net under any other)."""
-        if self.complete:
-            return
         self.check_around(j)
-        if (j > 0 and key(j - 1) > x) or (j < self.n and key(j) <= x):
+        if (below is not None and below > x) or (above is not None and above <= x):
             self.check_all()
 
     def search_right(self, column: np.ndarray, x: int) -> int:
         """np.searchsorted(column, x, side="right") on one of these sorted columns, with the
         answer certified (see `certify`): its entries j - 1 and j are checked."""
         j = int(np.searchsorted(column, x, side="right"))
-        self.certify(j, column.__getitem__, x)
+        if not self.complete:
+            self.certify(j, column[j - 1] if j else None,
+                         column[j] if j < self.n else None, x)
         return j
 
     def _holds(self, chunk: int) -> bool:
@@ -137,9 +140,13 @@ class ChunkChecks:
         if chunk_crc(self.columns, start, stop) != self._table[chunk]:
             return False
         self._checked[chunk] = 1
-        # looked for afresh, not counted down: two threads may check one chunk at once
-        if self._checked.find(0) < 0:
-            self.complete = True
+        # recomputed from the flags, never counted: two threads may check chunks at once
+        # (a stale prefix only has a reader check again)
+        k = self.checked_prefix // self.chunk_entries
+        while k < len(self._checked) and self._checked[k]:
+            k += 1
+        self.checked_prefix = min(self.n, k * self.chunk_entries)
+        self.complete = k == len(self._checked)
         return True
 
     def _fail(self, chunk: int) -> None:

@@ -128,9 +128,11 @@ class DeliverAfterIndex(AbstractIndex):
         lo = int(np.searchsorted(da, da_c, side="left"))
         hi = int(np.searchsorted(da, da_c, side="right"))
         j = lo + int(np.searchsorted(off[lo:hi], off_c, side="right"))  # first key > after
-        if not self._checks.complete:  # (a fetch of the active segment searches every page)
-            self._checks.certify(j, lambda i: (int(da[i]), int(off[i])), (da_c, off_c))
-        if j > 0 and int(da[j - 1]) == da_c and int(off[j - 1]) + int(lod[j - 1]) > off_c:
+        below = (int(da[j - 1]), int(off[j - 1])) if j else None
+        if not self._checks.complete:
+            above = (int(da[j]), int(off[j])) if j < len(da) else None
+            self._checks.certify(j, below, above, (da_c, off_c))
+        if below is not None and below[0] == da_c and below[1] + int(lod[j - 1]) > off_c:
             j -= 1  # the batch holding the cursor still has records after it
         return j
 

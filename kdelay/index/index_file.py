@@ -18,8 +18,8 @@ cancellations' cache .cancelindex).
 
 A reader maps the file (numpy views over an mmap: loading costs no copy, and searching is
 numpy's searchsorted on the page cache) and checks the header and the chunk table at once;
-the chunks are checked all (`load_index`, `map_index(lazy=False)`), or the first and last
-then and the others on first use (`map_index(lazy=True)`, chunk_checks.py). A header, table
+then every chunk (`load_index`, `map_index(lazy=False)`), or the first and last chunk and
+the others on first use (`map_index(lazy=True)`, chunk_checks.py). A header, table
 or chunk that does not hold raises IndexFileError when found on loading; the caller then
 rebuilds the index from its .log.
 

@@ -107,7 +107,7 @@ def test_a_damaged_chunk_is_found_before_any_entry_of_it_is_used(tmp_path, chunk
         while end < N:
             end = idx.chunks.window_end(end, 500)
             seen = end
-    assert seen == start
+    assert seen == start == idx.chunks.checked_prefix and not idx.chunks.complete
     assert caught.value.path == path
     assert caught.value.position == _byte_of(N, 0, start)
     assert f"entries {start}..{stop - 1}" in str(caught.value)
@@ -147,9 +147,9 @@ def test_a_search_answer_its_neighbours_do_not_bear_out_checks_every_chunk(tmp_p
     _flip(path, _byte_of(16, 1, 5))  # chunk 1 damaged
     chunks = _lazy(path).chunks
     da = chunks.columns[0]
-    chunks.certify(16, da.__getitem__, 7)  # right: only the last chunk is needed
+    chunks.certify(16, da[15], None, 7)  # right: only the last chunk is needed
     with pytest.raises(CorruptLogError, match="entries 4..7"):
-        chunks.certify(13, da.__getitem__, 1)  # in chunk 3, sound; the answer is 4
+        chunks.certify(13, da[12], da[13], 1)  # in chunk 3, sound; the answer is 4
 
 
 # ---------------------------------------------------------------------------- boundaries
@@ -202,6 +202,9 @@ def test_reads_around_chunk_boundaries_are_right_or_refused(tmp_path_factory, n,
             _lazy(path)
         return
     idx = _lazy(path)
+    if damaged is None:  # the first and last chunks are checked on loading
+        assert idx.chunks.checked_prefix == (n if n <= 8 else 4)
+        assert idx.chunks.complete == (n <= 8)
     for _ in range(6):
         op = data.draw(st.sampled_from(["start", "first_after", "pending", "max", "min",
                                         "window"]))
@@ -228,6 +231,9 @@ def test_reads_around_chunk_boundaries_are_right_or_refused(tmp_path_factory, n,
                 got = list(zip(*(c[start:end].tolist() for c in idx.chunks.columns),
                                strict=True))
                 assert got == entries[start:end]
+    if damaged is None:
+        idx.chunks.check_all()
+        assert idx.chunks.complete and idx.chunks.checked_prefix == n
     assert os.path.exists(path) or damaged is not None
 
 
