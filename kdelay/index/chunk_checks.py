@@ -122,7 +122,8 @@ class ChunkChecks:
         keys do not bear it out, damage elsewhere misled the search, and checking every
         chunk raises at it (numpy's binary search probes both neighbours of its answer,
         so with them sound it is right: the comparison is a net under any other)."""
-        self.check_around(j)
+        if j >= self.checked_prefix:  # else both lie in the checked prefix
+            self.check_around(j)
         if (below is not None and below > x) or (above is not None and above <= x):
             self.check_all()
 
