@@ -15,6 +15,12 @@ the Python data source and ingested by the JVM; one warm-up run, then the median
   live_writer: most batches due at once) while a query with a 100 ms trigger streams due
   records; latency = wall time a record leaves its micro-batch (foreachBatch on the
   driver) minus its deliverAfter;
+* a log held mostly remotely (`--only remote`): the same log, every sealed segment but the
+  last copied to a `file://` store on the same disk and its local files deleted (tiered
+  storage), read in full beside the local log: what reading remote-only segments through
+  ranged requests and temporary index files costs, store latency aside; with `--moto`
+  also from moto's S3 server on loopback (bench/tiered.py's `moto_s3`; the tasks take
+  its credentials from the environment, as they would AWS's);
 * the writer: N cached rows (100-byte values, 8-byte keys, a timestamp per row, a
   deliverAfter per 200 rows) into a new 2-partition topic, beside a no-work Arrow sink of
   the same rows.
@@ -25,11 +31,13 @@ batch) and fewer columns is the lever, not faster decoding.
 Also reported, for scale: the same decode without Spark (scan + Arrow, one core).
 
     /work/venv/bin/python bench/bench_spark.py [--records N] [--runs 3] [--dir DIR]
+        [--only reads|writer|stream|remote] [--moto]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -189,6 +197,30 @@ def compare(spark, df, fields, rows: int, runs: int, label: str, unit: str = "ro
           f"schema {rows / cmed:,.0f} {unit}/s; ratio {cmed / med:.0%}", flush=True)
 
 
+def bench_remote(spark, path: str, tmp: str, rows: int, runs: int,
+                 stores: list[tuple[str, str, dict]]) -> None:
+    """A full read of the log held locally beside the same log held mostly remotely in
+    each store (label, URL, options), the reads taking turns."""
+    import kdelay.spark
+    from kdelay.testing.tiering import tier_out
+
+    total = sum(1 for n in os.listdir(path) if n.endswith(".log"))
+    actions = [("local", noop(kdelay.spark.read_log(spark, path)))]
+    for i, (label, url, options) in enumerate(stores):
+        tiered = os.path.join(tmp, f"tiered-{i}", "p-0")
+        shutil.copytree(path, tiered)
+        cfg = LogConfig(segment_bytes=16 << 20, remote_storage=url,
+                        remote_storage_options=options)
+        copied = tier_out(tiered, cfg, remote_only=None)
+        print(f"{label}: remote-only segments: {len(copied)} of {total}")
+        actions.append((f"mostly remote, {label}", noop(kdelay.spark.read_log(spark, tiered))))
+    local, *remote = timed(actions, runs, rows)
+    for (label, _, _), seconds in zip(stores, remote, strict=True):
+        print(f"RESULT full read, {total - 1} of {total} segments remote-only ({label}): "
+              f"{rows / seconds:,.0f} rows/s; the same log local {rows / local:,.0f} rows/s; "
+              f"ratio {local / seconds:.0%}", flush=True)
+
+
 def bench_writer(spark, tmp: str, records: int, runs: int) -> None:
     from pyspark.sql import functions as F
 
@@ -265,12 +297,15 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--dir", help="where to write the log (default: a temp dir, removed)")
-    ap.add_argument("--only", choices=("reads", "writer", "stream"),
+    ap.add_argument("--only", choices=("reads", "writer", "stream", "remote"),
                     help="run only these figures")
+    ap.add_argument("--moto", action="store_true",
+                    help="with --only remote: also read from moto's S3 server on loopback")
     args = ap.parse_args()
 
     tmp = None
     path = args.dir
+    moto = contextlib.ExitStack()  # moto's server, when --moto starts one
     if path is None:
         tmp = tempfile.mkdtemp(prefix="kdelay-bench-spark-")
         path = os.path.join(tmp, "log")
@@ -287,12 +322,26 @@ def main() -> int:
         import kdelay.spark
         from kdelay.spark import columnar
 
+        scratch = tmp or tempfile.mkdtemp()
+        stores = [("file://", f"file://{scratch}/store", {})]
+        if args.only == "remote" and args.moto:
+            from tiered import moto_s3  # bench/tiered.py, beside this script
+
+            options = moto.enter_context(moto_s3())
+            stores.append(("moto S3", "s3://kdelay-bench/spark", options))
+            # the tasks find the store in remote-storage.json and its credentials in the
+            # environment they inherit, as they would AWS's
+            os.environ["AWS_ACCESS_KEY_ID"] = options["access_key_id"]
+            os.environ["AWS_SECRET_ACCESS_KEY"] = options["secret_access_key"]
         spark = kdelay.spark.session(cores=2)
         try:
             df = kdelay.spark.read_log(spark, path)
             rows = df.count()
             if args.only == "stream":
                 bench_stream(spark, tmp or tempfile.mkdtemp())
+                return 0
+            if args.only == "remote":
+                bench_remote(spark, path, scratch, rows, args.runs, stores)
                 return 0
             if args.only == "writer":
                 bench_writer(spark, tmp or tempfile.mkdtemp(), rows, args.runs)
@@ -318,6 +367,7 @@ def main() -> int:
         finally:
             spark.stop()
     finally:
+        moto.close()
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     return 0

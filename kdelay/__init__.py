@@ -25,6 +25,7 @@ from .errors import (
     LogLockedError,
     LogWriteError,
     OffsetOutOfRangeError,
+    RemoteStorageError,
 )
 from .partition import Log
 from .records import (
@@ -35,6 +36,7 @@ from .records import (
     FetchResult,
     PackedBinary,
     Record,
+    RemoteSyncResult,
 )
 
 __version__ = "0.1.0"
@@ -46,5 +48,5 @@ __all__ = [
     "InvalidOffsetError", "InvalidRecordError", "InvalidTopicError", "KdelayError", "Log",
     "LogClosedError", "LogConfig", "LogLockedError", "LogWriteError", "OffsetOutOfRangeError",
     "PackedBinary", "Producer", "QueueConsumer", "QueueRecord", "Record", "RecordMetadata",
-    "Topic",
+    "RemoteStorageError", "RemoteSyncResult", "Topic",
 ]

@@ -75,6 +75,12 @@ class LogWriteError(KdelayError, OSError):
     `filename` are the OSError's. Nothing of a refused append is left for a read to see."""
 
 
+class RemoteStorageError(KdelayError):
+    """The object store of a log with tiered storage failed or did not answer within
+    `remote_timeout_ms` (a read that needs a remote segment, a copy, a deletion). Appends
+    and reads of local segments go on; nothing local is deleted while copies fail."""
+
+
 class GroupFencedError(KdelayError):
     """A Consumer whose group was joined by a newer Consumer on the same Log: as with
     Kafka's group generations, the older member may neither poll nor commit any more (its

@@ -45,6 +45,9 @@ from .log.segments import retention
 from .log.segments.flush_policy import start_flusher
 from .log.segments.open_and_close import Lifetime, Opened, open_log_directory
 from .log.segments.writer import Writer
+from .log.tiered.opening import TieredDirectory
+from .log.tiered.sync import RemoteSync
+from .log.tiered.tier import RemoteTier
 from .records import (
     AppendResult,
     CompactionResult,
@@ -53,6 +56,7 @@ from .records import (
     FetchResult,
     PackedBinary,
     Record,
+    RemoteSyncResult,
 )
 from .validation import (
     MAX_INT64,
@@ -77,6 +81,10 @@ AppendListener = Callable[[AppendResult], None]
 _new_tuple = tuple.__new__  # a NamedTuple without its Python-level __new__ (hot paths)
 
 
+def _never(seg: object) -> bool:
+    return False
+
+
 class Log(forks.Owned):
     """One partition. Open with `Log.open(path, config=..., clock=...)`."""
 
@@ -93,6 +101,7 @@ class Log(forks.Owned):
         self._floor_lock = threading.Lock()  # now(): raising the floor
         self._segments = opened.segments
         self._cancels = opened.cancels
+        self._tier: RemoteTier | None = None  # tiered storage (set by open)
         self._life = Lifetime(self, path, opened)  # marker, clean close, descriptors
         self._writer = Writer(config, self._segments, self._cancels, self._life)
         self._groups = group_positions.GroupStore(path)
@@ -106,6 +115,7 @@ class Log(forks.Owned):
             self._lock, self._cancels)
         self._flusher = None if config.flush_ms is None else start_flusher(
             self, Log._flush_if_overdue, config.flush_ms / 1000, f"kdelay-flush-{path}")
+        self._remote: RemoteSync | None = None  # its background sync (_start_remote_sync)
 
     # ------------------------------------------------------------------ open / close
 
@@ -114,18 +124,31 @@ class Log(forks.Owned):
              clock: Clock | None = None) -> Log:
         """Open (creating if missing) and recover the log directory at `path`."""
         path, config = check_open_args(path, config, clock)
-        opened = os_errors("opening", path,
-                           lambda: open_log_directory(path, config.index_interval_bytes))
+        tier = None if config.remote_storage is None else RemoteTier(path, config)
+        opened = os_errors("opening", path, lambda: open_log_directory(
+            path, config.index_interval_bytes,
+            None if tier is None else TieredDirectory(path, tier)))
         log = cls(path, config, clock or wall_clock, opened)
+        log._tier = tier
         # the log clock must not run backwards across a restart: the clean close stored
         # it, and commits record the clock they saw (which covers a crash)
         log._now_floor = max(opened.clock_floor, log._groups.max_clock())
         try:
             log._life.start_horizon(log._now_floor)  # what lock-free readers may assume
+            if tier is not None:
+                log._start_remote_sync()
         except BaseException:
             log.close()
             raise
         return log
+
+    def _start_remote_sync(self) -> None:
+        """Tiered storage: start the background sync, woken by every roll."""
+        self._remote = RemoteSync(self._tier, self._segments, self._lock, self._cancels,
+                                  self.config, now=self.now, before_change=self._life.mark_dirty,
+                                  after_change=self._due_order.reset)
+        self._writer.rolled = self._remote.wake
+        self._remote.start()
 
     @write_errors
     def close(self) -> None:
@@ -139,6 +162,8 @@ class Log(forks.Owned):
                 return
             self._closed = True
         try:
+            if self._remote is not None:  # its passes take the lock: not held here
+                self._remote.stop()
             # no queue group writes once close returns (a member of a closed group is
             # refused); outside the log's lock: a poll holds its group's lock while it
             # reads the log
@@ -362,10 +387,26 @@ class Log(forks.Owned):
     def _retention_pass(self) -> int:
         with self._lock:
             self._check_open()
+            remote = self._remote
             deleted = retention.enforce(self._segments, self.config, self.now(), self.path,
-                                        self._life.mark_dirty)
+                                        self._life.mark_dirty,
+                                        busy=remote.busy if remote else _never)
             self._cancels.forget_below(self.log_start_offset)
-            return deleted
+        if deleted and remote is not None:
+            remote.wake()  # to delete the remote copies retention gave up
+        return deleted
+
+    @write_errors
+    def sync_remote(self) -> RemoteSyncResult:
+        """Tiered storage: do now what the background sync would (finish deleting remote
+        copies retention gave up, copy every sealed segment not copied yet, apply local
+        retention, remove orphans) and return what it did. Raises RemoteStorageError if the
+        store fails (appends and reads of local segments go on; a later pass retries).
+        Without `remote_storage`, does nothing."""
+        self._check_open()
+        if self._remote is None:
+            return RemoteSyncResult()
+        return self._remote.sync()
 
     @write_errors
     def compact(self) -> CompactionResult:
@@ -380,7 +421,12 @@ class Log(forks.Owned):
                                        cancelled=self._cancelled_offsets,
                                        before_change=self._life.mark_dirty,
                                        after_change=self._due_order.reset,
-                                       is_closed=lambda: self._closed)
+                                       is_closed=lambda: self._closed,
+                                       keep=self._kept_from_compaction)
+
+    def _kept_from_compaction(self, seg) -> bool:
+        """compact() rewrites only segments not in the object store nor being copied."""
+        return seg.remote is not None or (self._remote is not None and self._remote.busy(seg))
 
     # ------------------------------------------------------------------ introspection
 
@@ -406,6 +452,8 @@ class Log(forks.Owned):
             now = self.now()
             out = metrics.log_metrics(self._segments, self._groups, self._cancels,
                                       self._compactor.totals, now)
+            if self._tier is not None:
+                out["remote"] = metrics.remote_metrics(self._segments, self._tier)
         # outside the lock, as a live queue group's counts take the group's lock
         out["queues"] = self._queue_groups.counts(now, lambda key: self._due_after([key], now)[0])
         return out

@@ -87,6 +87,16 @@ class FetchedRecord(NamedTuple):
         return DeliveryKey(self.deliver_after, self.offset)
 
 
+class RemoteSyncResult(NamedTuple):
+    """What `Log.sync_remote()` did, in segments: copied to the object store (and verified),
+    whose local files were deleted (local retention), and whose remote copies were deleted
+    (retention of the whole log)."""
+
+    copied: int = 0
+    local_deleted: int = 0
+    remote_deleted: int = 0
+
+
 class CompactionResult(NamedTuple):
     """What `Log.compact()` did: segments rewritten (a merge of n segments counts n), the
     bytes of all the log's .log files before and after, the .log bytes the rewrite read

@@ -1,6 +1,6 @@
 """The package's layers import one way, downwards only:
 
-    base (errors, records, config, clock, validation, fsio, read_ranges, forks)
+    base (errors, records, config, clock, validation, fsio, read_ranges, forks, remote)
       <- index <- log <- fetch <- partition (the Log facade) <- clients <- tools, spark
 
 A module may import its own layer and any layer below it. kdelay.testing (test support)
@@ -17,7 +17,8 @@ import pathlib
 
 PKG = pathlib.Path(__file__).resolve().parents[1] / "kdelay"
 
-BASE = {"errors", "records", "config", "clock", "validation", "fsio", "read_ranges", "forks"}
+BASE = {"errors", "records", "config", "clock", "validation", "fsio", "read_ranges", "forks",
+        "remote"}
 TOOLS = {"__main__", "tools", "spark"}
 LAYERS = ["base", "index", "log", "fetch", "partition", "clients", "tools"]
 

@@ -6,7 +6,9 @@ of its index entries as columns, and one call merges them, reads each batch it t
 the mapped segment, checks it against its entry (entry_check's rule, and its CRC-32C),
 decodes it and builds the FetchedRecords the page needs. Python's work is per page and per
 run; a batch that fails a check is read again by the Python path (Segment.read_verified,
-codec.decode_records) to say what is wrong, in one wording.
+codec.decode_records) to say what is wrong, in one wording. A remote run's bytes are
+fetched when the fill is about to read a batch not at hand (FETCH; runs.py), so a page
+fetches nothing for the runs it takes nothing from.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from ..log.batch.walker import HEADER_LAYOUT
 from ..log.cancellation.cancel_store import CancelStore
 from ..records import NO_HEADERS, DeliveryKey, FetchedRecord
 from ..validation import MAX_INT64
-from .page_fill import DAMAGED, DONE, REFILL, fill_page
+from .page_fill import DAMAGED, DONE, FETCH, REFILL, fill_page
 from .runs import BatchSource
 
 _new_record = tuple.__new__
@@ -72,10 +74,13 @@ def read_page(runs: list, after: DeliveryKey | None, now: int, max_records: int,
         outcome, taken, detail = fill_page(
             out, windows, heads, HEADER_LAYOUT, after_da, after_off, now, max_records,
             min(max_bytes, MAX_INT64), taken, FetchedRecord, NO_HEADERS, shared_headers)
-        if outcome != REFILL:
+        if outcome != REFILL and outcome != FETCH:
             break
         run = runs[detail]
-        run.moved_to(int(heads[detail]))
+        if outcome == FETCH:
+            run.fetch(int(heads[detail]), now)
+        else:
+            run.moved_to(int(heads[detail]))
         windows[detail], heads[detail] = _window(run, now, limit, cancels)
     if outcome == DAMAGED:
         _explain(runs[detail].seg, windows[detail], int(heads[detail]))
@@ -88,10 +93,11 @@ def read_page(runs: list, after: DeliveryKey | None, now: int, max_records: int,
 def _window(run, now: int, limit: int, cancels: CancelStore | None) -> tuple[tuple, int]:
     """(the window fill_page takes of `run`, its first entry)."""
     seg = run.seg
-    cols, start, end, more = run.window(now, limit)
+    mapped = seg.mapped()  # before the window: its bytes are ready in this mapping
+    cols, start, end, more, ready = run.window(now, limit)
     sc = None if cancels is None else cancels.get(seg.base_offset)
     gone = (_NO_OFFSETS, _NO_OFFSETS) if sc is None else sc.sorted_parts()
-    return (seg.mapped(), seg.size, *cols, end, more, *gone), start
+    return (mapped, seg.size, *cols, end, more, ready, *gone), start
 
 
 def _explain(seg: BatchSource, window: tuple, i: int) -> None:

@@ -10,7 +10,10 @@ import os
 from ..errors import KdelayError
 from ..log.cancellation.cancel_store import CancelStore
 from ..log.segments.layout import INDEX_SUFFIXES
+from ..log.segments.segment import LogSegment
 from ..log.segments.segment_set import SegmentSet
+from ..log.tiered.placement import placement_counts
+from ..log.tiered.tier import RemoteTier
 from ..records import DeliveryKey
 from .group_positions import GroupStore
 from .lag import due_after
@@ -86,6 +89,18 @@ def collect(segments: SegmentSet, group_keys: dict[str, DeliveryKey | None], now
         "groups": {g: {"committed": k, "lag": n} for g, k, n in zip(groups, keys, lag,
                                                                       strict=True)},
         "now": now,
+    }
+
+
+def remote_metrics(segments: SegmentSet, tier: RemoteTier) -> dict:
+    """`metrics()["remote"]`: where the segments are (placement.py, as `kdelay stats`
+    counts them), the store's requests and bytes since open, and its last error."""
+    return {
+        **placement_counts([(s.size if isinstance(s, LogSegment) else None, s.remote)
+                            for s in segments]),
+        "requests": tier.counters.requests,
+        "bytes_fetched": tier.counters.bytes_fetched,
+        "last_error": tier.last_error,
     }
 
 

@@ -8,9 +8,15 @@ once. O(batches read) plus one index search.
 
 from __future__ import annotations
 
+from ..log.segments.layout import DLYINDEX_SUFFIX, INDEX_SUFFIX
 from ..log.segments.segment_set import SegmentSet
 from ..records import FetchedRecord
 from .due_merge import batch_records
+from .planner import prefetch_indexes
+
+# what the walk reads of a segment's indexes: the offset index finds its start, the dly
+# index the positions of its batches
+OFFSET_ORDER_INDEXES = (INDEX_SUFFIX, DLYINDEX_SUFFIX)
 
 
 def read_from(segments: SegmentSet, offset: int, max_records: int) -> list[FetchedRecord]:
@@ -37,5 +43,6 @@ def read_from(segments: SegmentSet, offset: int, max_records: int) -> list[Fetch
                     break  # before the walk parses a header past the indexed end
         seg = segments.next_after(seg)
         if seg is not None:
+            prefetch_indexes(filter(None, [segments.next_after(seg)]), OFFSET_ORDER_INDEXES)
             offset = max(offset, seg.base_offset)
     return out

@@ -24,10 +24,13 @@ cpdef enum:  # fill_page's outcome (the first item it returns)
                  # deliverAfter > now at a window's head (-1: none seen)
     REFILL = 1   # window `detail` ran out with more entries behind it: refill, call again
     DAMAGED = 2  # the batch at window `detail`'s head failed a check: nothing of it taken
+    FETCH = 3    # the batch at window `detail`'s head is to be read and its bytes are not
+                 # at hand yet (a remote segment's): fetch them, refill, call again
 
 cdef enum:
-    WINDOW_FIELDS = 11  # (mapped, limit, deliver_after, base_offset, position,
-                        #  last_offset_delta, size, end, more, cancelled, cancelled_recent)
+    WINDOW_FIELDS = 12  # (mapped, limit, deliver_after, base_offset, position,
+                        #  last_offset_delta, size, end, more, ready, cancelled,
+                        #  cancelled_recent)
 
 
 cdef struct Window:
@@ -39,6 +42,7 @@ cdef struct Window:
     bint wide
     int64_t end  # entries [head, end) may be taken
     bint more  # entries past `end` may be due: stop there and have the caller refill
+    int64_t ready  # the bytes of the batches of entries before it are at hand
     const uint8_t* data  # the segment's bytes
     int64_t limit  # how many the file holds
     Cancelled gone  # the segment's cancelled offsets, whole
@@ -95,18 +99,20 @@ def fill_page(list out, list windows, int64_t[:] heads, const int64_t[:] layout,
     `heads[k]` on, moving each head past the entries the page consumed whole.
 
     Window k is a tuple (mapped, limit, deliver_after, base_offset, position,
-    last_offset_delta, size, end, more, cancelled, cancelled_recent): its segment's
+    last_offset_delta, size, end, more, ready, cancelled, cancelled_recent): its segment's
     MappedFile and how many bytes the file holds; its index entries as contiguous columns
     (int64, the last two both int32 or both int64) in key order, of which [heads[k], end)
-    may be taken; `more` when entries past `end` may be due; the sorted int64 offsets
-    cancelled in its segment, in two arrays. `layout` is walker.HEADER_LAYOUT.
+    may be taken; `more` when entries past `end` may be due; `ready`: the batches of the
+    entries before it can be read through the mapping, the others are fetched first (a
+    remote segment's); the sorted int64 offsets cancelled in its segment, in two arrays.
+    `layout` is walker.HEADER_LAYOUT.
 
     The page takes records with key > (after_da, after_off) (after_off -1: from the start)
     and deliverAfter <= now, at most max_records of them, and batches while their bytes
     keep `taken_bytes` within max_bytes (always at least one batch), leaving cancelled
     records out (a batch whose remaining records are all cancelled is consumed unread).
 
-    Returns (outcome, taken_bytes, detail): see DONE, REFILL and DAMAGED."""
+    Returns (outcome, taken_bytes, detail): see DONE, REFILL, DAMAGED and FETCH."""
     cdef Layout L
     read_layout(layout, &L)
     cdef Py_ssize_t nw = PyList_GET_SIZE(windows), k, best
@@ -136,9 +142,9 @@ def fill_page(list out, list windows, int64_t[:] heads, const int64_t[:] layout,
                 w[k].lod, w[k].size = _int64s(t[5], n), _int64s(t[6], n)
             else:
                 w[k].lod, w[k].size = _int32s(t[5], n), _int32s(t[6], n)
-            w[k].end, w[k].more = n, t[8]
-            w[k].gone.na, w[k].gone.nb = len(t[9]), len(t[10])
-            w[k].gone.a, w[k].gone.b = _int64s(t[9], 0), _int64s(t[10], 0)
+            w[k].end, w[k].more, w[k].ready = n, t[8], t[9]
+            w[k].gone.na, w[k].gone.nb = len(t[10]), len(t[11])
+            w[k].gone.a, w[k].gone.b = _int64s(t[10], 0), _int64s(t[11], 0)
         while PyList_GET_SIZE(out) < max_records:
             best = -1
             for k in range(nw):
@@ -167,6 +173,8 @@ def fill_page(list out, list windows, int64_t[:] heads, const int64_t[:] layout,
             if left > 0:
                 if PyList_GET_SIZE(out) and taken_bytes + size > max_bytes:
                     return DONE, taken_bytes, -1
+                if head >= w[best].ready:
+                    return FETCH, taken_bytes, best
                 want.first, want.count = skip, max_records - PyList_GET_SIZE(out)
                 got = -1
                 if 0 <= w[best].pos[head] < w[best].limit:

@@ -16,11 +16,19 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from itertools import islice
 
+from ..log.segments.layout import DLYINDEX_SUFFIX
 from ..log.segments.segment import LogSegment
 from ..log.segments.segment_set import SegmentSet
+from ..log.tiered.remote_segment import RemoteSegment
 from ..records import DeliveryKey
-from .runs import ArrivalsRun, BatchSource, ColumnRun, RecentRun
+from .runs import ArrivalsRun, BatchSource, ColumnRun, RecentRun, RemoteColumnRun
+
+# remote segments whose indexes a plan fetches in the background ahead of use (KIP-1003)
+PREFETCH_SEGMENTS = 8
+DUE_ORDER_INDEXES = (DLYINDEX_SUFFIX,)  # what the merge reads of a segment's indexes
 
 
 class SealedRuns:
@@ -71,11 +79,12 @@ def _cursor_key(cursor: DeliveryKey | None) -> tuple[int, int] | None:
     return None if cursor is None else (cursor.deliver_after, cursor.offset)
 
 
-def column_run(seg: LogSegment, key: tuple[int, int] | None) -> ColumnRun:
+def column_run(seg: LogSegment | RemoteSegment, key: tuple[int, int] | None) -> ColumnRun:
     """A run over `seg`'s persisted index columns from the first entry past `key`."""
     idx = seg.dly_index
-    return ColumnRun(seg, (seg.base_offset, idx.generation), idx.chunks,
-                     idx.start_in_columns(key))
+    kind = RemoteColumnRun if isinstance(seg, RemoteSegment) else ColumnRun
+    return kind(seg, (seg.base_offset, idx.generation), idx.chunks,
+                idx.start_in_columns(key))
 
 
 def sealed_runs(segments: SegmentSet, resume: ResumePoints, cursor: DeliveryKey | None,
@@ -89,11 +98,13 @@ def sealed_runs(segments: SegmentSet, resume: ResumePoints, cursor: DeliveryKey 
     log_start = segments.oldest.base_offset
     if state is None or state.log_start != log_start:
         state = SealedRuns(active_base, log_start)
-        for seg in segments.sealed_after(key):
+        planned = list(segments.sealed_after(key))
+        prefetch_indexes((s for s in planned if s.min_deliver_after <= now), DUE_ORDER_INDEXES)
+        for seg in planned:
             _plan_segment(state, seg, key, now)
     elif state.sealed_upto != active_base:  # rolled since: consider the new segments
         for seg in segments.between(state.sealed_upto, active_base):
-            max_key = seg.dly_index.max_key()
+            max_key = seg.max_key
             if max_key is not None and (key is None or max_key > key):
                 _plan_segment(state, seg, key, now)
         state.sealed_upto = active_base
@@ -102,6 +113,16 @@ def sealed_runs(segments: SegmentSet, resume: ResumePoints, cursor: DeliveryKey 
         _, _, seg = heapq.heappop(parked)
         state.runs.append(column_run(seg, key))
     return state
+
+
+def prefetch_indexes(segments: Iterable[LogSegment | RemoteSegment],
+                     suffixes: Sequence[str]) -> None:
+    """Have the first PREFETCH_SEGMENTS remote ones among `segments` fetch their indexes
+    `suffixes` in the background, so that they arrive together rather than one after
+    another."""
+    remote = (s for s in segments if isinstance(s, RemoteSegment))
+    for seg in islice(remote, PREFETCH_SEGMENTS):
+        seg.prefetch_indexes(suffixes)
 
 
 def _plan_segment(state: SealedRuns, seg: LogSegment, key: tuple[int, int] | None,

@@ -4,9 +4,13 @@ order, from which the page fill (due_merge.py) takes a window at a time.
 A ColumnRun walks persisted, memmap'd (immutable) columns: its window is the columns
 themselves from its position on, no copy, as far as their chunks are checked (a window
 checks the chunks it reaches, index/chunk_checks.py). The active segment's entries
-appended since its index was last persisted are two runs: a RecentRun over those merged into their key order,
-and an ArrivalsRun over the latest arrivals not merged yet; their windows are their due
-entries, gathered into columns.
+appended since its index was last persisted are two runs: a RecentRun over those merged
+into their key order, and an ArrivalsRun over the latest arrivals not merged yet; their
+windows are their due entries, gathered into columns.
+
+A window also says up to which entry its batches' bytes are at hand (`ready`): all of them,
+but for a RemoteColumnRun, whose bytes are fetched only when the page fill is about to read
+a batch past that point (FETCH), with a read-ahead that grows as the run is drained.
 """
 
 from __future__ import annotations
@@ -23,6 +27,12 @@ from ..log.segments.mapped_file import MappedFile
 # (deliver_after, base_offset, position, last_offset_delta, size): int64 (the last two may
 # be int32, as a persisted index holds them)
 Columns = list[np.ndarray]
+# (columns, start, end, more, ready): entries [start, end) of `columns` may be taken, with
+# `more` due entries may follow `end`, and the bytes of the batches before `ready` are at hand
+Window = tuple[Columns, int, int, bool, int]
+# the most entries of a remote run whose bytes one fetch gets (the read-ahead's bound)
+MAX_READ_AHEAD = 4096
+READ_AHEAD_GROWTH = 8  # each fetch of a run gets this many times more entries than the last
 
 
 class BatchSource(Protocol):
@@ -51,17 +61,52 @@ class ColumnRun:
     def exhausted(self) -> bool:
         return self.i >= self.n
 
-    def window(self, now: int, limit: int) -> tuple[Columns, int, int, bool]:
-        """(columns, start, end, more): entries [start, end) of `columns` may be taken,
-        and with `more` due entries may follow `end`."""
+    def window(self, now: int, limit: int) -> Window:
+        """The entries from the run's position on as far as their chunks are checked, all
+        of their bytes at hand (see Window)."""
         end = self._checked_to
         if end - self.i < limit and end < self.n:  # per chunk, not per page
             end = self._checked_to = self._chunks.window_end(self.i, limit)
-        return self.cols, self.i, end, end < self.n
+        return self.cols, self.i, end, end < self.n, self.n
 
     def moved_to(self, head: int) -> None:
         """The page consumed the window's entries before `head`."""
         self.i = head
+
+
+class RemoteColumnRun(ColumnRun):
+    """A ColumnRun over a remote-only segment (kdelay.log.tiered.remote_segment): its
+    window is a local run's (its index, fetched whole, was checked whole on loading), and
+    ready up to where its bytes were fetched.
+    The page fill asks for a batch past that (FETCH) only when it is about to read it, so a
+    page fetches nothing for runs it takes nothing from; `fetch` then gets the bytes of
+    that entry and of some after it, in one coalesced request: one entry the first time,
+    READ_AHEAD_GROWTH times more each time after (up to MAX_READ_AHEAD), so that a page
+    fetches little and a drain few requests per segment. A chunk is fetched at most once
+    while cached."""
+
+    __slots__ = ("_ready", "_cache_generation", "_ahead")
+
+    def __init__(self, seg, key: tuple, chunks: ChunkChecks, start: int):
+        super().__init__(seg, key, chunks, start)
+        self._ready = start  # entries [i, _ready) have their bytes in the segment's cache
+        self._cache_generation = -1  # ... as long as that cache is this generation
+        self._ahead = 1
+
+    def window(self, now: int, limit: int) -> Window:
+        cols, start, end, more, _ = super().window(now, limit)
+        ready = self._ready if self._cache_generation == self.seg.cache_generation else 0
+        return cols, start, end, more, ready
+
+    def fetch(self, head: int, now: int) -> None:
+        """The page fill is about to read entry `head`, whose bytes are not at hand: fetch
+        them and those of the read-ahead's next due entries."""
+        self.i = head
+        due_end = int(np.searchsorted(self.cols[0], now, side="right"))
+        stop = min(head + self._ahead, due_end)  # > head: the fill reads only due entries
+        self._cache_generation = self.seg.ensure_entries(self.cols, head, stop)
+        self._ready = stop
+        self._ahead = min(READ_AHEAD_GROWTH * self._ahead, MAX_READ_AHEAD)
 
 
 class RecentRun:
@@ -74,10 +119,10 @@ class RecentRun:
         self.seg, self.i, self._index = seg, start, index
         self._window_start = start
 
-    def window(self, now: int, limit: int) -> tuple[Columns, int, int, bool]:
+    def window(self, now: int, limit: int) -> Window:
         rows, more = self._index.recent_window(self.i, now, limit)
         self._window_start = self.i
-        return list(rows), 0, rows.shape[1], more
+        return list(rows), 0, rows.shape[1], more, rows.shape[1]
 
     def moved_to(self, head: int) -> None:
         self.i = self._window_start + head
@@ -93,9 +138,9 @@ class ArrivalsRun:
                  after: tuple[int, int] | None):
         self.seg, self._index, self._after = seg, index, after
 
-    def window(self, now: int, limit: int) -> tuple[Columns, int, int, bool]:
+    def window(self, now: int, limit: int) -> Window:
         rows = self._index.arrivals_window(self._after, now)
-        return list(rows), 0, rows.shape[1], False
+        return list(rows), 0, rows.shape[1], False, rows.shape[1]
 
     def moved_to(self, head: int) -> None:
         """Nothing to keep: the run is built afresh for every page."""

@@ -15,7 +15,14 @@ from typing import ClassVar
 import numpy as np
 
 from .chunk_checks import ChunkChecks
-from .index_file import IndexMeta, IndexReading, map_index, read_lenient, write_index
+from .index_file import (
+    IndexMeta,
+    IndexReading,
+    encode_index,
+    map_index,
+    read_lenient,
+    write_index,
+)
 
 _generations = itertools.count(1)
 
@@ -72,6 +79,12 @@ class AbstractIndex:
         self.generation = next(_generations)
         self.meta = meta
         self._clear_recent()
+
+    def encoded(self, *, log_bytes: int, next_offset: int) -> bytes:
+        """The bytes `persist` would write (tiered storage uploads them as the file)."""
+        columns = self.columns()
+        return encode_index(self.MAGIC, IndexMeta(self.base_offset, log_bytes, next_offset,
+                                                  len(columns[0])), columns)
 
     # subclasses: the full, ordered columns (persisted + recent) and recent bookkeeping
     def columns(self) -> list[np.ndarray]:

@@ -66,22 +66,28 @@ class IndexMeta(NamedTuple):
     entries: int
 
 
-def write_index(path: str, magic: bytes, meta: IndexMeta, columns: list[np.ndarray], *,
-                atomic: bool = True) -> None:
-    """Write an index file of `magic`'s kind in the current format version: atomically
-    (temp file + rename), or, with `atomic=False`, in place with one fsync (for a file
-    published later by a rename of its own)."""
+def encode_index(magic: bytes, meta: IndexMeta, columns: list[np.ndarray]) -> bytes:
+    """The bytes of an index file of `magic`'s kind in the current format version (header,
+    columns, chunk table): what `write_index` writes, and tiered storage uploads."""
     columns = [np.ascontiguousarray(c) for c in columns]
     table = chunk_table(columns, CHUNK_ENTRIES)
     body = b"".join(c.tobytes() for c in columns) + table.tobytes()
     head = HEADER.pack(kind_of(magic) + VERSION, meta.base_offset, meta.log_bytes,
                        meta.next_offset, meta.entries, CHUNK_ENTRIES, 0, crc32c.crc32c(table),
                        0)
-    head = head[:60] + struct.pack("<I", crc32c.crc32c(head[:56]))
+    return head[:60] + struct.pack("<I", crc32c.crc32c(head[:56])) + body
+
+
+def write_index(path: str, magic: bytes, meta: IndexMeta, columns: list[np.ndarray], *,
+                atomic: bool = True) -> None:
+    """Write an index file (encode_index): atomically (temp file + rename), or, with
+    `atomic=False`, in place with one fsync (for a file published later by a rename of its
+    own)."""
+    data = encode_index(magic, meta, columns)
     if atomic:
-        fsio.atomic_write(path, head + body)
+        fsio.atomic_write(path, data)
     else:
-        fsio.write_new(path, head + body)
+        fsio.write_new(path, data)
 
 
 def read_meta(path: str, magic: bytes) -> tuple[IndexMeta, int]:

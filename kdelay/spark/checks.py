@@ -46,10 +46,12 @@ from ..log.batch.offset_continuity import continues, may_skip
 from ..log.batch.walker import iter_headers
 from ..log.cancellation.journal import check_cancels
 from ..log.compaction.swap import read_marker
-from ..log.segments.layout import MARKER_SUFFIX, segment_bases, segment_file
+from ..log.segments.layout import MARKER_SUFFIX, segment_file
 from ..log.segments.live_tail import append_in_flight, in_flight_message
+from ..log.tiered import inventory
 from ..tools.scanning import in_motion, settle
 from . import kdelay_reader, scan
+from .segment_bytes import remote_store
 
 MAX_PROBLEMS_PER_CHECK = 1000  # a badly damaged log would otherwise flood the report
 
@@ -123,7 +125,8 @@ def _verify_once(spark: SparkSession, path: str, with_topic: bool,
         "segment", "position", "base_offset", "last_offset", "deliver_after", "size",
         "record_count", "crc_valid", "error"])).cache()
     index = load("dlyindex").cache()
-    markers = _markers(parts)
+    listed = [inventory.list_all_segments(p.path) for p in parts]
+    markers = _markers(parts, listed)
     compacted = spark.createDataFrame(
         [(*((p.topic, p.partition) if keys else ()), base)
          for p, found in zip(parts, markers, strict=True) for base in found],
@@ -133,21 +136,34 @@ def _verify_once(spark: SparkSession, path: str, with_topic: bool,
     finally:
         batches.unpersist()
         index.unpersist()
-    return _report(rows, with_topic, parts, markers)
+    return _report(rows, with_topic, parts, listed, markers)
 
 
-def _markers(parts: list[scan.PartitionDir]) -> list[dict[int, int | None]]:
+def _markers(parts: list[scan.PartitionDir], listed: list[list[inventory.ListedSegment]]
+             ) -> list[dict[int, int | None]]:
     """Per partition: base offset -> end offset of each compacted segment (None: the marker
-    is damaged). Reads only the small marker files."""
+    is damaged). Reads only the small marker files (a remote-only segment's manifest says
+    whether it was compacted, and its end)."""
     out = []
-    for p in parts:
+    for p, segments in zip(parts, listed, strict=True):
         found: dict[int, int | None] = {}
-        for base in segment_bases(p.path):
-            if os.path.exists(segment_file(p.path, base, MARKER_SUFFIX)):
-                marker = read_marker(p.path, base)
-                found[base] = None if marker is None else marker.end_offset
+        for s in segments:
+            if s.remote_only:
+                if s.remote is not None and s.remote.compacted:
+                    found[s.base_offset] = s.remote.next_offset
+            elif os.path.exists(segment_file(p.path, s.base_offset, MARKER_SUFFIX)):
+                marker = read_marker(p.path, s.base_offset)
+                found[s.base_offset] = None if marker is None else marker.end_offset
         out.append(found)
     return out
+
+
+def _segment_file(directory: str, segment: inventory.ListedSegment | None, base: int,
+                  suffix: str) -> str:
+    """A segment's file for messages: local, or a remote-only segment's object's full name."""
+    if segment is not None and segment.remote_only and segment.remote is not None:
+        return remote_store(directory).describe(segment.remote.object_name(suffix))
+    return segment_file(directory, base, suffix)
 
 
 # (kind, topic, partition, segment, position, a, b, c, text): a/b/c/text mean what the kind says
@@ -274,10 +290,12 @@ def _message(r) -> str:
 
 
 def _report(rows: list, with_topic: bool, parts: list[scan.PartitionDir],
+            listed: list[list[inventory.ListedSegment]],
             markers: list[dict[int, int | None]]) -> VerifyReport:
     dirs = {(p.topic, p.partition): p.path for p in parts}
-    last_segment = {(p.topic, p.partition): (segment_bases(p.path) or [None])[-1]
-                    for p in parts}
+    by_base = {(p.topic, p.partition): {s.base_offset: s for s in segments}
+               for p, segments in zip(parts, listed, strict=True)}
+    last_segment = {pk: max(segs, default=None) for pk, segs in by_base.items()}
     clean = {(p.topic, p.partition): scan.cleanly_closed(p.path) for p in parts}
     problems: list[Problem] = []
     warnings: list[Problem] = []
@@ -293,7 +311,7 @@ def _report(rows: list, with_topic: bool, parts: list[scan.PartitionDir],
         totals[kind] = r["total"]
         pk = (r["topic"], r["partition"]) if with_topic else (None, None)
         suffix = ".dlyindex" if kind.startswith("index") else ".log"
-        file = segment_file(dirs[pk], r["segment"], suffix)
+        file = _segment_file(dirs[pk], by_base[pk].get(r["segment"]), r["segment"], suffix)
         if kind == "framing" and r["segment"] == last_segment[pk] and \
                 r["position"] is not None and _in_flight(file, r["segment"], r["position"]):
             warnings.append(Problem(kind, file, r["position"], in_flight_message(
@@ -308,10 +326,11 @@ def _report(rows: list, with_topic: bool, parts: list[scan.PartitionDir],
                 problems.append(prob)
             continue
         problems.append(Problem(kind, file, r["position"], _message(r)))
-    for p, found in zip(parts, markers, strict=True):
-        bases = segment_bases(p.path)
+    for p, segments, found in zip(parts, listed, markers, strict=True):
+        bases = [s.base_offset for s in segments]
         for base, end in found.items():
-            file = segment_file(p.path, base, MARKER_SUFFIX)
+            file = _segment_file(p.path, by_base[(p.topic, p.partition)].get(base), base,
+                                 MARKER_SUFFIX)
             later = [b for b in bases if b > base]
             if end is not None and not (later and later[0] != end):
                 continue
@@ -321,8 +340,10 @@ def _report(rows: list, with_topic: bool, parts: list[scan.PartitionDir],
                                     f"segment starts at {later[0]}"))
             totals["offset"] = totals.get("offset", 0) + 1
     cancelled = 0
-    for p in parts:  # the cancellation files are small: checked here, on the driver
-        bases = segment_bases(p.path)
+    for p, segments in zip(parts, listed, strict=True):
+        # the cancellation files are small: checked here, on the driver (a remote-only
+        # segment's stay local)
+        bases = [s.base_offset for s in segments]
         for base, nxt in zip(bases, [*bases[1:], None], strict=True):
             found, n = check_cancels(p.path, base, _segment_end(p.path, base, nxt))
             cancelled += n
@@ -330,7 +351,7 @@ def _report(rows: list, with_topic: bool, parts: list[scan.PartitionDir],
     order = {k: i for i, k in enumerate(("framing", "crc", "offset", "index", "due-order",
                                          "cancellation"))}
     problems.sort(key=lambda p: (order[p.kind], p.file, p.position or 0))
-    segments = sum(len(segment_bases(p.path)) for p in parts)
+    segments = sum(len(s) for s in listed)
     unusable = totals.get("index-file", 0)
     counts = {
         "partitions": len(parts), "segments": segments, "batches": batches, "records": records,

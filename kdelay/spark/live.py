@@ -41,20 +41,19 @@ from typing import TypeVar
 from sortedcontainers import SortedList
 
 from ..errors import CorruptLogError, KdelayError
-from ..index.deliver_after_index import DeliverAfterIndex
-from ..index.index_file import IndexFileError
 from ..log.batch import codec, walker
 from ..log.batch.offset_continuity import continues
 from ..log.compaction import swap
 from ..log.compaction.swap_watch import swapping, wait_out_swaps
 from ..log.segments import append_horizon
 from ..log.segments.layout import (
-    DLYINDEX_SUFFIX,
     LOG_SUFFIX,
+    REMOTE_SUFFIX,
     PartitionDir,
     classify,
     segment_file,
 )
+from .segment_bytes import SegmentBytes, open_segment
 
 NO_BOUND = -1  # a refresh that cannot vouch for its catalogue (see the module docstring)
 T = TypeVar("T")
@@ -73,37 +72,51 @@ class BatchRef(tuple):
 
 @dataclass
 class _Segment:
-    ident: int  # the inode of the .log catalogued (another one: it was replaced)
+    ident: int | tuple  # segment_ident when catalogued (another one: it was replaced)
     walked: int = 0  # bytes of the .log already catalogued
     next_offset: int = -1  # the base offset the next batch must have (-1: unknown yet)
     complete: bool = False  # sealed and fully catalogued
     bad_at: int = -1  # position of a bad batch seen by the previous walk
+    path: str = ""  # where its bytes were read, for messages (a remote object's name)
 
 
 def _listed_bases(directory: str) -> list[int] | None:
-    """The directory's segment base offsets, from one listing; None while a compaction's
-    swap is being installed (swap_watch: the listing may show neither the old segments
-    nor the new one)."""
+    """The directory's segment base offsets (local and remote-only), from one listing;
+    None while a compaction's swap is being installed (swap_watch: the listing may show
+    neither the old segments nor the new one)."""
     names = os.listdir(directory)
-    return None if swapping(names) else classify(names)[0]
+    return None if swapping(names) else classify(names).bases
 
 
-def log_inodes(directory: str) -> dict[int, int] | None:
-    """{base offset: inode} of the directory's .log files (None: mid-swap, see
+def segment_ident(directory: str, base: int) -> int | tuple | None:
+    """What identifies a segment's bytes: its .log's inode (a compaction's swap replaces
+    the file), or for a remote-only segment ("remote", its marker's inode); None if it is
+    gone."""
+    try:
+        return os.stat(segment_file(directory, base, LOG_SUFFIX)).st_ino
+    except FileNotFoundError:
+        pass
+    try:
+        return ("remote", os.stat(segment_file(directory, base, REMOTE_SUFFIX)).st_ino)
+    except FileNotFoundError:
+        return None
+
+
+def log_inodes(directory: str) -> dict[int, int | tuple] | None:
+    """{base offset: segment_ident} of the directory's segments (None: mid-swap, see
     _listed_bases)."""
     bases = _listed_bases(directory)
     if bases is None:
         return None
     out = {}
     for base in bases:
-        try:
-            out[base] = os.stat(segment_file(directory, base, LOG_SUFFIX)).st_ino
-        except FileNotFoundError:
-            continue  # deleted since the listing: as if listed a moment later
+        ident = segment_ident(directory, base)
+        if ident is not None:  # else deleted since the listing: as if listed a moment later
+            out[base] = ident
     return out
 
 
-def _held_still(before: dict[int, int] | None, after: dict[int, int] | None) -> bool:
+def _held_still(before: dict | None, after: dict | None) -> bool:
     """Did the directory hold still between two `log_inodes`? Segments rolled meanwhile
     (after every one listed before) do not count: they only hold later appends."""
     if before is None or after is None:
@@ -186,8 +199,8 @@ class LivePartition:
             seg.complete = sealed and whole
         return bound if _held_still(inodes, log_inodes(self.part.path)) else NO_BOUND
 
-    def inodes(self) -> dict[int, int]:
-        """{base offset: inode} of the .log files catalogued."""
+    def inodes(self) -> dict[int, int | tuple]:
+        """{base offset: segment_ident} of the segments catalogued."""
         return {base: seg.ident for base, seg in self._segments.items()}
 
     def damaged(self) -> tuple[str, int] | None:
@@ -197,7 +210,7 @@ class LivePartition:
         for base in bases[:-1]:
             seg = self._segments[base]
             if not seg.complete:
-                return (segment_file(self.part.path, base, LOG_SUFFIX),
+                return (seg.path or segment_file(self.part.path, base, LOG_SUFFIX),
                         seg.bad_at if seg.bad_at >= 0 else seg.walked)
         return None
 
@@ -211,12 +224,12 @@ class LivePartition:
         return (da, last) > self.floor
 
     def _from_index(self, base: int) -> bool:
-        path = segment_file(self.part.path, base, LOG_SUFFIX)
-        try:
-            size = os.path.getsize(path)
-            idx = DeliverAfterIndex.load(segment_file(self.part.path, base, DLYINDEX_SUFFIX),
-                                         base_offset=base, log_bytes=size)
-        except (IndexFileError, ValueError, OSError):
+        src = open_segment(self.part.path, base)
+        if src is None:
+            return False
+        with src:
+            idx = src.dly_index()
+        if idx is None:
             return False
         da, bo, pos, lod, sz = (c.tolist() for c in idx.disk_columns)
         for d, b, p, lo, s in zip(da, bo, pos, lod, sz, strict=True):
@@ -230,35 +243,38 @@ class LivePartition:
         whole and valid. True when the walk reached the end of the file. Offsets run on as
         the engine's rule says (offset_continuity): with gaps only in a segment compaction
         rewrote, never a step back."""
-        path = segment_file(self.part.path, base, LOG_SUFFIX)
         if seg.next_offset < 0:
             seg.next_offset = base
         # the swap puts a compacted segment's marker in place before its .log
         compacted = swap.marker_exists(self.part.path, base)
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            st = os.fstat(fd)
-            if st.st_ino != seg.ident:
+        src = open_segment(self.part.path, base)
+        if src is None:
+            raise FileNotFoundError(segment_file(self.part.path, base, LOG_SUFFIX))
+        with src:
+            if src.remote is None and src.ident != seg.ident:
                 return False  # replaced since it was listed: the next refresh starts afresh
-            size = st.st_size
-            frames = walker.frames(lambda pos, n: os.pread(fd, n, pos), seg.walked, size,
-                                   path=path)
-            try:
-                for pos, h, buf, rel in frames:
-                    if not continues(h.base_offset, seg.next_offset, compacted) or \
-                            not codec.crc_ok(buf, rel, h):
-                        return self._bad(seg, pos, idle_writer, path)
-                    if self._keep(h.deliver_after, h.last_offset):
-                        self.batches.add(BatchRef(h.deliver_after, h.base_offset,
-                                                  h.last_offset, base, pos, h.size))
-                    seg.next_offset = h.last_offset + 1
-                    seg.walked = pos + h.size
-                    seg.bad_at = -1
-            except CorruptLogError as e:  # not whole yet (or damaged): see _bad
-                return self._bad(seg, e.position if e.position is not None else seg.walked,
-                                 idle_writer, path)
-        finally:
-            os.close(fd)
+            if src.remote is not None:
+                compacted = src.remote.compacted
+            return self._walk_bytes(src, seg, compacted, idle_writer)
+
+    def _walk_bytes(self, src: SegmentBytes, seg: _Segment, compacted: bool,
+                    idle_writer: bool) -> bool:
+        path = seg.path = src.path
+        frames = walker.frames(src.read, seg.walked, src.size, path=path)
+        try:
+            for pos, h, buf, rel in frames:
+                if not continues(h.base_offset, seg.next_offset, compacted) or \
+                        not codec.crc_ok(buf, rel, h):
+                    return self._bad(seg, pos, idle_writer, path)
+                if self._keep(h.deliver_after, h.last_offset):
+                    self.batches.add(BatchRef(h.deliver_after, h.base_offset,
+                                              h.last_offset, src.base, pos, h.size))
+                seg.next_offset = h.last_offset + 1
+                seg.walked = pos + h.size
+                seg.bad_at = -1
+        except CorruptLogError as e:  # not whole yet (or damaged): see _bad
+            return self._bad(seg, e.position if e.position is not None else seg.walked,
+                             idle_writer, path)
         return True
 
     @staticmethod

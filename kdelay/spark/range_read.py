@@ -19,7 +19,6 @@ against a catalogue of the very file it reads is damage: CorruptLogError.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import numpy as np
@@ -29,10 +28,11 @@ from ..errors import CorruptLogError, KdelayError
 from ..log.batch.entry_check import check_batch
 from ..log.batch.walker import HeaderColumns
 from ..log.cancellation.journal import read_cancelled
-from ..log.segments.layout import LOG_SUFFIX, PartitionDir, segment_file
+from ..log.segments.layout import PartitionDir
 from ..read_ranges import coalesce
 from . import columnar, scan
 from .live import settled
+from .segment_bytes import SegmentBytes, open_segment
 
 Key = tuple[int, int]
 CHANGES = 20  # fresh catalogues one read may take before it gives up
@@ -78,22 +78,23 @@ def _runs(part: PartitionDir, start: Key, end: Key, batches: list[tuple],
     ends = np.cumsum(sizes)  # where each batch ends, packed in buffers
     other_segment = np.ones(len(batches), dtype=bool)
     other_segment[1:] = segments[1:] != segments[:-1]
-    fds: dict[int, int] = {}
+    sources: dict[int, SegmentBytes] = {}
     try:
         for i, j in coalesce(ends - sizes, ends, max_span=scan.CHUNK_BYTES,
                              apart=other_segment):
             run = batches[i:j]
             seg = run[0][3]
             total = int(ends[j - 1] - ends[i] + sizes[i])
-            path = segment_file(part.path, seg, LOG_SUFFIX)
-            fd = fds.get(seg)
-            if fd is None:
-                fd = fds[seg] = _open(path, None if inodes is None else inodes.get(seg, -1))
+            src = sources.get(seg)
+            if src is None:
+                src = sources[seg] = _open(part.path, seg,
+                                           None if inodes is None else inodes.get(seg, -1))
+            path = src.path
             buf = bytearray(total)
             rels, headers, positions = [], [], []
             rel = 0
-            for da, base, last, _, pos, size in run:
-                got = os.preadv(fd, [memoryview(buf)[rel:rel + size]], pos)
+            gots = src.gather([b[4] for b in run], [b[5] for b in run], buf)
+            for (da, base, last, _, pos, size), got in zip(run, gots, strict=True):
                 try:  # only what was read: a batch cut short is truncated, not zeros
                     h = check_batch(memoryview(buf)[:rel + got], rel,
                                     (da, base, pos, last - base, size), path=path)
@@ -108,7 +109,7 @@ def _runs(part: PartitionDir, start: Key, end: Key, batches: list[tuple],
             # read after planning: a cancel that could still take one of these records
             # would have held the planning bound below it (see append_horizon.py)
             cancelled = read_cancelled(part.path, seg)
-            if _inode(path) != os.fstat(fd).st_ino:
+            if not src.still_current():
                 raise _Changed  # swapped since: those may be the new file's cancellations
             chunk = columnar.Chunk(buf, HeaderColumns.of(rels, headers),
                                    np.array(positions, dtype=np.int64), np.ones(len(run), bool))
@@ -116,28 +117,20 @@ def _runs(part: PartitionDir, start: Key, end: Key, batches: list[tuple],
             yield (_rows(chunk, seg, path, topic, pnum, cancelled,
                          (start, end) if straddles else None), (run[-1][0], run[-1][2]))
     finally:
-        for fd in fds.values():
-            os.close(fd)
+        for src in sources.values():
+            src.close()
 
 
-def _open(path: str, inode: int | None) -> int:
-    """A descriptor of the segment's .log; _Changed if it is gone, or (`inode` given) is
-    not the file catalogued."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        raise _Changed from None  # deleted since planning (retention, or merged away)
-    if inode is not None and os.fstat(fd).st_ino != inode:
-        os.close(fd)
+def _open(directory: str, base: int, ident: int | tuple | None) -> SegmentBytes:
+    """The segment's bytes (local, or its remote copy); _Changed if it is gone, or
+    (`ident` given: live.segment_ident of the catalogue) is not the file catalogued."""
+    src = open_segment(directory, base)
+    if src is None:
+        raise _Changed  # deleted since planning (retention, or merged away)
+    if ident is not None and src.remote is None and src.ident != ident:
+        src.close()
         raise _Changed
-    return fd
-
-
-def _inode(path: str) -> int | None:
-    try:
-        return os.stat(path).st_ino
-    except FileNotFoundError:
-        return None
+    return src
 
 
 def _rows(chunk: columnar.Chunk, seg: int, path: str, topic: str | None, pnum: int | None,

@@ -22,22 +22,17 @@ import numpy as np
 
 from ..errors import CorruptLogError, KdelayError
 from ..index.deliver_after_index import DeliverAfterIndex
-from ..index.index_file import IndexFileError
-from ..index.offset_index import OffsetIndex
 from ..log.batch import codec, walker
 from ..log.batch.entry_check import check_batch
 from ..log.compaction.swap import read_marker
 from ..log.segments import layout
-from ..log.segments.layout import (
-    DLYINDEX_SUFFIX,
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    PartitionDir,
-    segment_file,
-)
+from ..log.segments.layout import LOG_SUFFIX, PartitionDir, segment_file
+from ..log.tiered.manifest import RemoteCopy
+from ..log.tiered.remote_marker import read_remote_marker
 from ..read_ranges import coalesce
 from .columnar import Chunk
 from .live import bases_between_swaps
+from .segment_bytes import SegmentBytes, open_segment
 
 CHUNK_BYTES = 8 << 20  # bytes of .log per read (and per Arrow batch, roughly)
 _MAX_GAP = 64 << 10  # selected batches closer than this are read together
@@ -126,14 +121,17 @@ class SegmentPlan:
     part: PartitionDir
     base: int
     next_base: int | None  # the following segment's base offset (None: last segment)
+    remote: RemoteCopy | None = None  # a remote-only segment's copy (tiered storage)
 
-
-def load_dly_index(directory: str, base: int, log_bytes: int) -> DeliverAfterIndex | None:
-    try:
-        return DeliverAfterIndex.load(segment_file(directory, base, DLYINDEX_SUFFIX),
-                                      base_offset=base, log_bytes=log_bytes)
-    except (IndexFileError, ValueError, OSError):
-        return None
+    def size(self, suffix: str = LOG_SUFFIX) -> int:
+        """Bytes of the segment's .log (or of another of its files), wherever it lives;
+        0 if it is gone (the reader reports it)."""
+        if self.remote is not None:
+            return self.remote.objects.get(suffix, (0, 0))[0]
+        try:
+            return os.path.getsize(segment_file(self.part.path, self.base, suffix))
+        except OSError:
+            return 0
 
 
 def plan_segments(parts: list[PartitionDir], bounds: Bounds) -> list[SegmentPlan]:
@@ -149,21 +147,35 @@ def plan_segments(parts: list[PartitionDir], bounds: Bounds) -> list[SegmentPlan
         bases = bases_between_swaps(part.path, SWAP_WAIT_S)
         for i, base in enumerate(bases):
             nxt = bases[i + 1] if i + 1 < len(bases) else None
-            if bounds.restricts_batches and not _segment_may_match(part.path, base, nxt, bounds):
+            plan = SegmentPlan(part, base, nxt, _remote_copy(part.path, base))
+            if bounds.restricts_batches and not _segment_may_match(plan, bounds):
                 continue
-            plans.append(SegmentPlan(part, base, nxt))
+            plans.append(plan)
     return plans
 
 
-def _segment_may_match(directory: str, base: int, nxt: int | None, bounds: Bounds) -> bool:
+def _remote_copy(directory: str, base: int) -> RemoteCopy | None:
+    """A remote-only segment's copy (its marker without a .log), else None."""
+    if os.path.exists(segment_file(directory, base, LOG_SUFFIX)):
+        return None
+    return read_remote_marker(directory, base)
+
+
+def _segment_may_match(plan: SegmentPlan, bounds: Bounds) -> bool:
     olo, ohi = bounds.offset
-    if ohi < base or (nxt is not None and olo >= nxt):
+    if ohi < plan.base or (plan.next_base is not None and olo >= plan.next_base):
         return False
-    try:
-        size = os.path.getsize(segment_file(directory, base, LOG_SUFFIX))
-    except OSError:
+    dlo, dhi = bounds.deliver_after
+    copy = plan.remote
+    if copy is not None:  # the manifest's keys: no request to the store
+        if copy.max_key is None or copy.min_deliver_after is None:
+            return copy.size != 0
+        return copy.next_offset > olo and copy.max_key[0] >= dlo and copy.min_deliver_after <= dhi
+    src = open_segment(plan.part.path, plan.base)
+    if src is None:
         return True  # let the reader report it
-    idx = load_dly_index(directory, base, size)
+    with src:
+        idx, size = src.dly_index(), src.size
     if idx is None:
         return True
     da = idx.disk_columns[0]
@@ -171,7 +183,6 @@ def _segment_may_match(directory: str, base: int, nxt: int | None, bounds: Bound
         return size != 0
     if idx.meta.next_offset <= olo:
         return False
-    dlo, dhi = bounds.deliver_after
     return int(da[-1]) >= dlo and int(da[0]) <= dhi
 
 
@@ -205,13 +216,13 @@ class ReadBuffers:
         self._buffers = [bytearray(), bytearray()]
         self._turn = 0
 
-    def read(self, fd: int, pos: int, length: int) -> memoryview:
-        """`length` bytes of `fd` at `pos` (fewer at the end of the file)."""
+    def read(self, src: SegmentBytes, pos: int, length: int) -> memoryview:
+        """`length` bytes of the segment at `pos` (fewer at its end)."""
         slot = self._turn = 1 - self._turn
         if len(self._buffers[slot]) < length:
             self._buffers[slot] = bytearray(length)
         view = memoryview(self._buffers[slot])[:length]
-        return view[:os.preadv(fd, [view], pos)]
+        return view[:src.read_into(view, pos)]
 
 
 class SegmentReader:
@@ -227,11 +238,12 @@ class SegmentReader:
     def __init__(self, directory: str, base: int, bounds: Bounds | None = None, *,
                  use_index: bool = True, chunk_bytes: int = CHUNK_BYTES,
                  check_crc: bool = True, buffers: ReadBuffers | None = None,
-                 next_base: int | None = None):
+                 next_base: int | None = None, remote: RemoteCopy | None = None):
         self.directory = directory
         self.base = base
         self.next_base = next_base
-        self.path = segment_file(directory, base, LOG_SUFFIX)
+        self.remote = remote
+        self.path = segment_file(directory, base, LOG_SUFFIX)  # the object's, if remote
         self.bounds = bounds if bounds is not None else Bounds()
         self.use_index = use_index
         self.chunk_bytes = chunk_bytes
@@ -239,31 +251,35 @@ class SegmentReader:
         self.stats = ScanStats(segment=base, log=self.path)
         self.buffers = buffers if buffers is not None else ReadBuffers()
 
+    def _open(self) -> SegmentBytes:
+        """The segment's bytes, local or remote (segment_bytes.py); LogChangedError if the
+        segment is gone."""
+        src = open_segment(self.directory, self.base, self.remote)
+        if src is None:
+            raise self._changed("was deleted")
+        self.path = self.stats.log = src.path
+        return src
+
     def chunks(self) -> Iterator[Chunk]:
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except FileNotFoundError:
-            raise self._changed("was deleted") from None
-        try:
-            size = os.fstat(fd).st_size
-            self._check_not_merged()
+        with self._open() as src:
+            size = src.size
+            if src.remote is None:
+                self._check_not_merged()
             idx = None
             if self.use_index and self.bounds.restricts_batches:
-                idx = load_dly_index(self.directory, self.base, size)
+                idx = src.dly_index()
             if idx is not None:
                 self.stats.mode = "index"
                 done: set[int] = set()
-                mismatch = yield from self._from_index(fd, idx, done)
+                mismatch = yield from self._from_index(src, idx, done)
                 if mismatch is None:
                     return
                 # the index disagrees with the log: fall back to walking every header
                 self.stats.notes.append(mismatch)
                 self.stats.mode = "index+scan"
-                yield from self._scan(fd, size, 0, skip=done)
+                yield from self._scan(src, size, 0, skip=done)
             else:
-                yield from self._scan(fd, size, self._scan_start(size))
-        finally:
-            os.close(fd)
+                yield from self._scan(src, size, self._scan_start(src))
 
     def _changed(self, what: str) -> LogChangedError:
         return LogChangedError(f"{self.path} {what} since the read was planned (retention or "
@@ -279,22 +295,20 @@ class SegmentReader:
         if marker is not None and marker.end_offset > self.next_base:
             raise self._changed(f"took in the segment {self.next_base} after it")
 
-    def _scan_start(self, size: int) -> int:
+    def _scan_start(self, src: SegmentBytes) -> int:
         """Where a header walk may start: the offset index's entry at or below the lower
         offset bound, when that index is valid."""
         olo = self.bounds.offset[0]
         if olo <= self.base:
             return 0
-        try:
-            oi = OffsetIndex.load(segment_file(self.directory, self.base, INDEX_SUFFIX),
-                                  base_offset=self.base, log_bytes=size)
-        except (IndexFileError, ValueError, OSError):
+        oi = src.offset_index()
+        if oi is None:
             return 0
         pos = oi.lookup(olo)
-        return pos if 0 <= pos < size else 0
+        return pos if 0 <= pos < src.size else 0
 
-    def _read(self, fd: int, pos: int, length: int) -> memoryview:
-        view = self.buffers.read(fd, pos, length)
+    def _read(self, src: SegmentBytes, pos: int, length: int) -> memoryview:
+        view = self.buffers.read(src, pos, length)
         self.stats.bytes_read += len(view)
         return view
 
@@ -302,13 +316,13 @@ class SegmentReader:
         self.stats.error = err.reason  # the row says where: segment and position
         self.stats.error_position = err.position
 
-    def _scan(self, fd: int, size: int, start: int,
+    def _scan(self, src: SegmentBytes, size: int, start: int,
               skip: set[int] | None = None) -> Iterator[Chunk]:
         """The walker's columnar mode: every header from `start` (one compiled walk per
         read), keeping the batches in bounds (and not at a position in `skip`); a batch out
         of bounds costs its header parse only."""
         def read(pos: int, length: int) -> memoryview:
-            return self._read(fd, pos, length)
+            return self._read(src, pos, length)
 
         skipped = np.fromiter(skip, np.int64, len(skip)) if skip else None
         try:
@@ -349,14 +363,16 @@ class SegmentReader:
         O(batches), vectorised: no Python per batch."""
         if not self.use_index:
             return None
-        try:
-            size = os.path.getsize(self.path)
-        except OSError:
+        src = open_segment(self.directory, self.base, self.remote)
+        if src is None:
             return None
-        idx = load_dly_index(self.directory, self.base, size)
-        if idx is None:
-            return None
-        self._check_not_merged()
+        with src:
+            self.path = self.stats.log = src.path
+            idx = src.dly_index()
+            if idx is None:
+                return None
+            if src.remote is None:
+                self._check_not_merged()
         da, base, pos, lod, size = (np.asarray(c).astype(np.int64) for c in idx.disk_columns)
         order = self._wanted(da, base, pos, lod)
         counts = lod[order] + 1
@@ -370,7 +386,7 @@ class SegmentReader:
         columns = walker.HeaderColumns.of(rels, headers)
         return self._take(buf, columns, buf_pos + columns.rel)
 
-    def _from_index(self, fd: int, idx: DeliverAfterIndex, done: set[int]):
+    def _from_index(self, src: SegmentBytes, idx: DeliverAfterIndex, done: set[int]):
         """Read the batches the index puts in range; returns None, or a message when the
         log disagrees with the index (the caller then walks the headers instead)."""
         da, base, pos, lod, size = (np.asarray(c) for c in idx.disk_columns)
@@ -384,7 +400,7 @@ class SegmentReader:
                              max_gap=_MAX_GAP):
             start = want[i][2]
             end = want[j - 1][2] + want[j - 1][4]
-            buf = self._read(fd, start, end - start)
+            buf = self._read(src, start, end - start)
             rels, headers = [], []
             for entry in want[i:j]:
                 rel = entry[2] - start

@@ -71,6 +71,7 @@ from ..log.cancellation.per_batch import cancelled_per_batch
 from ..log.segments.layout import DLYINDEX_SUFFIX, LOG_SUFFIX, segment_file, segment_name
 from . import columnar, scan
 from .columnar import TOPIC_FIELDS
+from .segment_bytes import RemoteBytes, remote_store
 
 MODES = ("records", "batches", "dlyindex")
 PARTITION_BYTES = 128 << 20  # .log bytes per Spark task (Spark's maxPartitionBytes default)
@@ -210,12 +211,7 @@ def group_plans(plans: list[scan.SegmentPlan], target_bytes: int = PARTITION_BYT
     which small segments would otherwise pay one by one. As Spark sizes its file splits,
     a group holds at most 1/`min_groups` of all the bytes, so that a small read still
     gives every core a task (a segment is never split, so fewer groups may result)."""
-    sizes = []
-    for plan in plans:
-        try:
-            sizes.append(os.path.getsize(segment_file(plan.part.path, plan.base, suffix)))
-        except OSError:
-            sizes.append(0)  # the reader reports it
+    sizes = [plan.size(suffix) for plan in plans]
     target_bytes = min(target_bytes, max(1, -(-sum(sizes) // max(1, min_groups))))
     groups: list[list[scan.SegmentPlan]] = []
     size = 0
@@ -287,7 +283,7 @@ class KdelayReader(DataSourceReader):
         reader = scan.SegmentReader(plan.part.path, plan.base, self.bounds,
                                     use_index=self.use_index,
                                     check_crc="crc_valid" in self.names, buffers=buffers,
-                                    next_base=plan.next_base)
+                                    next_base=plan.next_base, remote=plan.remote)
         topic, part = plan.part.topic, plan.part.partition
         # the segment's cancelled offsets, for the column that shows them (either mode's)
         cancelled = read_cancelled(plan.part.path, plan.base) \
@@ -436,9 +432,15 @@ def _index_batch(plan: scan.SegmentPlan, schema: pa.Schema, with_topic: bool) ->
     directory, base = plan.part.path, plan.base
     path = segment_file(directory, base, DLYINDEX_SUFFIX)
     try:
-        size = os.path.getsize(segment_file(directory, base, LOG_SUFFIX))
-        idx = DeliverAfterIndex.load(path, base_offset=base, log_bytes=size)
-        status = None
+        if plan.remote is not None:  # a remote copy's index: current, or no index at all
+            with RemoteBytes(remote_store(directory), plan.remote) as src:
+                idx = src.dly_index()
+            status = None if idx is not None else \
+                f"{src.remote.object_name(DLYINDEX_SUFFIX)}: missing or damaged in the store"
+        else:
+            size = os.path.getsize(segment_file(directory, base, LOG_SUFFIX))
+            idx = DeliverAfterIndex.load(path, base_offset=base, log_bytes=size)
+            status = None
     except (IndexFileError, OSError, ValueError) as e:
         idx, status = None, _unusable_because(e, path)
     if idx is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -40,3 +41,12 @@ def started(module: str, *args: str, ready: str) -> Iterator[subprocess.Popen]:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+
+
+def kill_9(proc: subprocess.Popen, acked: set[int]) -> None:
+    """SIGKILL `proc` (its stdout a text pipe), then add to `acked` the offsets of the
+    `ack <offset>` lines it printed before it died and nobody had read yet."""
+    os.kill(proc.pid, signal.SIGKILL)
+    for line in proc.stdout:
+        if line.startswith("ack"):
+            acked.add(int(line.split()[1]))

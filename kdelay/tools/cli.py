@@ -2,7 +2,7 @@
 
     kdelay dump-log FILE.log [--print-data] [--offsets A..B] [--json]
     kdelay dump-index FILE.dlyindex|.index|.timeindex|.cancels|.cancelindex [--summary] [--json]
-    kdelay verify DIR|FILE [--json] [-q]
+    kdelay verify DIR|FILE [--remote] [--json] [-q]
     kdelay rebuild-index DIR [--index-interval-bytes N]
     kdelay stats DIR [--now MS] [--json]
     kdelay compact DIR [--retention-ms MS] [--min-ratio R] [--json]
@@ -121,6 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="check CRCs, offset continuity and every index")
     v.add_argument("path", help="a partition directory, a topic directory, or one segment file")
     v.add_argument("--json", action="store_true", help="one JSON report")
+    v.add_argument("--remote", action="store_true",
+                   help="also check every remote copy (tiered storage) in the object store "
+                        "the directory records: manifests, objects' sizes and CRCs, and the "
+                        "copies' batches and indexes; orphan objects are notes")
     v.add_argument("-q", "--quiet", action="store_true",
                    help="print only the problems and a one-line verdict (no notes, no "
                         "progress bar)")

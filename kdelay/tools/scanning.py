@@ -267,6 +267,7 @@ class VerifyReport:
     records: int = 0
     bytes: int = 0
     indexes_checked: int = 0
+    remote_copies: int = 0  # committed copies checked in the object store (verify --remote)
 
     @property
     def problems(self) -> list[Finding]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..clock import wall_clock
-from ..errors import KdelayError
+from ..errors import CorruptLogError, KdelayError
 from ..fetch.group_positions import GroupStore
 from ..fetch.lag import due_after
 from ..fetch.queue_state.queue_groups import group_counts
@@ -22,6 +22,8 @@ from ..log.batch.walker import Progress
 from ..log.cancellation.per_batch import cancelled_per_batch
 from ..log.segments.layout import CLEAN_SHUTDOWN_FILE, SegmentFiles
 from ..log.segments.loader import read_recovery_point
+from ..log.tiered import inventory, tier
+from ..log.tiered.placement import placement_counts
 from . import cancels
 from .formatting import Out, fmt_duration, fmt_time
 from .progress import ProgressBar, fmt_size
@@ -128,11 +130,15 @@ def _stats_once(directory: str, now: int, progress: Progress | None) -> dict:
     queues = _queue_groups(directory, now, da[order], base[order], counts[order] - 1, gone)
     clean = os.path.exists(os.path.join(directory, CLEAN_SHUTDOWN_FILE))
     cancelled, cancelled_pending = _cancelled_counts(gone, base, counts, da, now)
+    remote = remote_summary(directory)
+    starts = [s.base_offset for s in segments[:1]]
+    if remote["log_start_offset"] is not None:  # remote-only segments come first
+        starts.append(remote["log_start_offset"])
     return {
         "path": directory,
         "now": now,
         "segments": len(segments),
-        "log_start_offset": segments[0].base_offset if segments else 0,
+        "log_start_offset": min(starts, default=0),
         "log_end_offset": sums[-1].next_offset if sums else 0,
         "records": records,
         "batches": int(len(da)),
@@ -152,6 +158,29 @@ def _stats_once(directory: str, now: int, progress: Progress | None) -> dict:
         "recovery_point": read_recovery_point(directory),
         "groups": groups,
         "queues": queues,
+        "remote": remote,
+    }
+
+
+def remote_summary(directory: str) -> dict:
+    """Tiered storage as the directory's `N.remote` markers record it (no store request):
+    where the segments are, counted as `log.metrics()["remote"]` counts them (placement.py),
+    and those held only remotely. The other counts of stats cover local segments only; `remote_only_records` is what the remote-only segments' offsets span
+    (an upper bound for a compacted one). `damaged_markers` lists unreadable markers (their
+    segments are left out; kdelay verify says more)."""
+    settings = None
+    with contextlib.suppress(CorruptLogError):
+        settings = tier.read_settings(directory)
+    damaged: list[str] = []
+    listed = inventory.list_all_segments(directory, damaged=damaged)
+    only = [s.remote for s in listed if s.remote_only and s.remote is not None]
+    return {
+        "storage": None if settings is None else settings[0],
+        **placement_counts([(s.log_size, s.remote) for s in listed]),
+        "segments_remote_only": len(only),
+        "remote_only_records": sum(c.next_offset - c.base_offset for c in only),
+        "log_start_offset": only[0].base_offset if only else None,
+        "damaged_markers": damaged,
     }
 
 
@@ -221,7 +250,8 @@ def cmd_stats(args: argparse.Namespace, out: Out) -> int:
             out.line(f"TOTAL over {len(parts)} partitions")
             _stats_body(result, out)
     # the exit code agrees with what was printed: damage reported is a failure
-    return EXIT_PROBLEMS if any(p["damaged_segments"] for p in parts) else EXIT_OK
+    return EXIT_PROBLEMS if any(p["damaged_segments"] or p["remote"]["damaged_markers"]
+                                for p in parts) else EXIT_OK
 
 
 def _cancelled_offsets(directory: str, sums: list[SegmentSummary]) -> np.ndarray:
@@ -256,7 +286,12 @@ def _totals(parts: list[dict], now: int) -> dict:
     t["latest_deliver_after"] = opt("latest_deliver_after", max)
     t["forecast"] = {k: sum(p["forecast"][k] for p in parts) for k in parts[0]["forecast"]}
     t["damaged_segments"] = [s for p in parts for s in p["damaged_segments"]]
+    t["remote"] = {k: sum(p["remote"][k] for p in parts) for k in _REMOTE_COUNTS}
     return t
+
+
+_REMOTE_COUNTS = ("segments_local", "segments_remote", "segments_remote_only", "bytes_local",
+                  "bytes_remote", "copies_pending", "remote_only_records")
 
 
 def _stats_text(p: dict, out: Out) -> None:
@@ -264,6 +299,7 @@ def _stats_text(p: dict, out: Out) -> None:
     out.line(f"  {'offsets':<22} {p['log_start_offset']}..{p['log_end_offset'] - 1} "
              f"(log end {p['log_end_offset']})")
     _stats_body(p, out)
+    _remote_text(p["remote"], out)
     shut = "clean" if p["clean_shutdown"] else "not clean (open now, or crashed)"
     out.line(f"  {'last shutdown':<22} {shut}; recovery point {p['recovery_point']}")
     for g in p["groups"]:
@@ -279,6 +315,18 @@ def _stats_text(p: dict, out: Out) -> None:
                  f"{q['available']:,} | delayed {q['delayed']:,} | acked {q['acked']:,} | "
                  f"rejected {q['rejected']:,}")
     out.line()
+
+
+def _remote_text(r: dict, out: Out) -> None:
+    if r["storage"] is None and not r["segments_remote"]:
+        return  # no tiered storage
+    out.line(f"  {'tiered storage':<22} {r['storage'] or 'UNKNOWN (no remote-storage.json)'}")
+    out.line(f"  {'local':<22} {r['segments_local']} segments, {fmt_size(r['bytes_local'])}")
+    out.line(f"  {'remote copies':<22} {r['segments_remote']} segments, "
+             f"{fmt_size(r['bytes_remote'])}; {r['segments_remote_only']} held only remotely "
+             f"({r['remote_only_records']:,} offsets, not counted above)")
+    for path in r["damaged_markers"]:
+        out.line(f"  {'DAMAGED':<22} {path} (run kdelay verify)")
 
 
 def _stats_body(p: dict, out: Out) -> None:

@@ -8,15 +8,16 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..errors import KdelayError
+from ..errors import CorruptLogError, KdelayError
 from ..fetch.group_positions import GroupStore
 from ..fetch.queue_state import state_store
 from ..log.batch.offset_continuity import continues
-from ..log.batch.walker import Batch, FramingBreak, Progress, base_offsets_crc
+from ..log.batch.walker import Progress
 from ..log.compaction.swap_watch import between_swaps
 from ..log.segments import append_horizon, layout
 from ..log.segments.layout import LOG_SUFFIX, SegmentFiles, parse_segment_name, segment_file
-from ..log.segments.live_tail import in_flight_message
+from ..log.tiered import inventory
+from ..log.tiered.manifest import RemoteCopy
 from . import cancels
 from .formatting import Out
 from .progress import ProgressBar, fmt_size
@@ -29,14 +30,15 @@ from .scanning import (
     SegmentScan,
     VerifyReport,
     existing,
-    in_flight,
     in_motion,
     list_segments,
     partition_dirs,
     scan_segment,
     settle,
 )
+from .verify_batches import check_batches
 from .verify_index import check_index
+from .verify_remote import check_remote
 
 EXIT_OK, EXIT_PROBLEMS = 0, 1
 SWAP_WAIT_S = 10.0  # how long a check waits for a live compaction's swap to finish
@@ -73,8 +75,13 @@ def _verify_once(directory: str, only_base: int | None, progress: Progress | Non
     if not segments:
         rep.add(False, directory, None, "no segments (an empty log)")
         return rep
+    remote_only = _remote_only(rep, directory)
     if only_base is None:
         for name in layout.leftover_files(directory):
+            parsed = parse_segment_name(name)
+            if parsed is not None and parsed[0] in remote_only and \
+                    parsed[1] in layout.CANCEL_SUFFIXES:
+                continue  # a remote-only segment's cancellations stay local
             rep.add(False, os.path.join(directory, name), None,
                     "leftover file (removed on next open)")
         for name in layout.compaction_in_progress(directory):
@@ -83,10 +90,20 @@ def _verify_once(directory: str, only_base: int | None, progress: Progress | Non
                     "was interrupted: the next open finishes or undoes it)")
     prev_next: int | None = None
     prev_path = ""
-    for i, seg in enumerate(segments):
-        active = i == len(segments) - 1
+    for i, seg in enumerate(_with_remote_only(segments, remote_only)):
+        active = i == len(segments) + len(remote_only) - 1
         if only_base is not None and seg.base_offset != only_base:
             continue  # one segment asked for: its neighbours are not read
+        if isinstance(seg, RemoteCopy):  # its bytes are in the store: --remote checks them
+            _check_continues(rep, seg.base_offset, prev_next, prev_path,
+                             segment_file(directory, seg.base_offset, layout.REMOTE_SUFFIX))
+            rep.add(False, segment_file(directory, seg.base_offset, layout.REMOTE_SUFFIX),
+                    None, f"offsets {seg.base_offset}..{seg.next_offset - 1} are held only in "
+                          f"the object store (kdelay verify --remote checks them)")
+            cancels.check_segment(rep, directory, seg.base_offset, seg.next_offset)
+            prev_next = seg.next_offset
+            prev_path = segment_file(directory, seg.base_offset, layout.REMOTE_SUFFIX)
+            continue
         scan = _scan_for_verify(seg, active and not clean, progress)
         if scan is None:
             rep.add(False, seg.log_path, None, "segment deleted during the check (retention)")
@@ -96,22 +113,12 @@ def _verify_once(directory: str, only_base: int | None, progress: Progress | Non
         rep.batches += len(scan.batches)
         rep.records += scan.records
         rep.bytes += seg.log_size
-        # the segment before ends where its last batch does, or (compacted) its marker says
-        if prev_next is not None and not continues(seg.base_offset, prev_next, False):
-            if seg.base_offset > prev_next:
-                rep.add(True, seg.log_path, 0,
-                        f"offset gap across segments: offsets {prev_next}..{seg.base_offset - 1}"
-                        f" are missing (the previous segment {os.path.basename(prev_path)} "
-                        f"ends at {prev_next - 1})")
-            else:
-                rep.add(True, seg.log_path, 0,
-                        f"segment overlaps the previous one: it starts at offset "
-                        f"{seg.base_offset}, the previous ends at {prev_next - 1}")
+        _check_continues(rep, seg.base_offset, prev_next, prev_path, seg.log_path)
         if scan.marker_damaged:
             rep.add(True, seg.path(layout.MARKER_SUFFIX), 0,
                     "compaction marker unreadable (the next open rewrites it from the next "
                     "segment's base offset)")
-        _check_batches(rep, seg, scan, active, clean)
+        check_batches(rep, seg, scan, active, clean)
         for kind in (DLY, OFFSET, TIME):
             check_index(rep, seg, scan, kind, active, clean)
         cancels.check_segment(rep, directory, seg.base_offset, scan.next_offset())
@@ -124,6 +131,38 @@ def _verify_once(directory: str, only_base: int | None, progress: Progress | Non
                     f"append horizon unreadable ({bad}): lock-free readers treat it as no "
                     f"writer; the next open rewrites it")
     return rep
+
+
+def _check_continues(rep: VerifyReport, base: int, prev_next: int | None, prev_path: str,
+                     path: str) -> None:
+    """The segment before ends where its last batch does, or (compacted) its marker says:
+    this one must start there."""
+    if prev_next is None or continues(base, prev_next, False):
+        return
+    if base > prev_next:
+        rep.add(True, path, 0,
+                f"offset gap across segments: offsets {prev_next}..{base - 1} are missing (the "
+                f"previous segment {os.path.basename(prev_path)} ends at {prev_next - 1})")
+    else:
+        rep.add(True, path, 0, f"segment overlaps the previous one: it starts at offset "
+                               f"{base}, the previous ends at {prev_next - 1}")
+
+
+def _remote_only(rep: VerifyReport, directory: str) -> dict[int, RemoteCopy]:
+    """The directory's remote-only segments (tiered storage: a marker without a .log); a
+    damaged marker is a problem (its segment is then left out)."""
+    try:
+        return {s.base_offset: s.remote for s in inventory.list_all_segments(directory)
+                if s.remote_only and s.remote is not None}
+    except CorruptLogError as e:
+        rep.add(True, e.path or directory, None, e.reason)
+        return {}
+
+
+def _with_remote_only(segments: list[SegmentFiles], remote_only: dict[int, RemoteCopy]
+                      ) -> list[SegmentFiles | RemoteCopy]:
+    """Local segments and remote-only copies, in offset order."""
+    return sorted([*segments, *remote_only.values()], key=lambda s: s.base_offset)
 
 
 def _scan_for_verify(seg: SegmentFiles, live_tail: bool,
@@ -143,60 +182,6 @@ def _scan_for_verify(seg: SegmentFiles, live_tail: bool,
         if size > seg.log_size:
             return scan_segment(SegmentFiles(seg.directory, seg.base_offset, size))
     return scan
-
-
-def _check_batches(rep: VerifyReport, seg: SegmentFiles, scan: SegmentScan, active: bool,
-                   clean: bool) -> None:
-    path = seg.log_path
-    expected = seg.base_offset
-    # compaction removes records: in a segment it rewrote (and only there) offsets may
-    # skip forward, but every batch must still lie before the end its marker gives
-    compacted = scan.end_offset is not None
-    items: list[Batch | FramingBreak] = sorted(
-        [*scan.batches, *scan.breaks], key=lambda x: (x.position, isinstance(x, Batch)))
-    after_break = False
-    for item in items:
-        if isinstance(item, FramingBreak):
-            torn_tail = item.resume_at is None and active and not clean
-            if torn_tail and in_flight(seg, item):
-                rep.add(False, path, item.position,
-                        in_flight_message(item.position, item.file_size))
-                continue
-            note = " (a torn tail from a crash: the next open truncates it)" if torn_tail else ""
-            rep.add(True, path, item.position, item.describe() + note)
-            after_break = True
-            continue
-        b = item
-        if not b.crc_valid:
-            rep.add(True, path, b.position,
-                    f"CRC-32C mismatch in batch of offsets {b.base_offset}..{b.last_offset} "
-                    f"({b.size} bytes)")
-        if after_break and b.base_offset > expected:
-            rep.add(True, path, b.position,
-                    f"offsets {expected}..{b.base_offset - 1} are lost in the damaged bytes "
-                    f"before this batch")
-        elif not after_break and not continues(b.base_offset, expected, compacted):
-            if b.base_offset > expected:
-                msg = (f"offset gap: batch starts at offset {b.base_offset}, expected "
-                       f"{expected} (offsets {expected}..{b.base_offset - 1} missing)")
-            else:
-                msg = (f"offsets go backwards: batch starts at offset {b.base_offset}, "
-                       f"expected {expected}")
-            if expected == seg.base_offset and b is scan.batches[0]:
-                msg = (f"first batch starts at offset {b.base_offset} but the file name says "
-                       f"{seg.base_offset}")
-            rep.add(True, path, b.position, msg)
-        if compacted and b.last_offset >= scan.end_offset:
-            rep.add(True, path, b.position,
-                    f"batch of offsets {b.base_offset}..{b.last_offset} lies past the end "
-                    f"offset {scan.end_offset} of this compacted segment")
-        after_break = False
-        expected = b.last_offset + 1
-    if (scan.bases_crc is not None and not scan.breaks
-            and base_offsets_crc([b.entry() for b in scan.batches]) != scan.bases_crc):
-        rep.add(True, path, 0, "batch base offsets differ from those compaction wrote (the "
-                "checksum in its marker): one is damaged; once its indexes are rebuilt, the "
-                "segment reads as empty")
 
 
 def _check_groups(rep: VerifyReport, directory: str, log_end: int | None) -> None:
@@ -238,6 +223,8 @@ def cmd_verify(args: argparse.Namespace, out: Out) -> int:
     try:
         for directory, only in targets:
             rep = verify_partition(directory, only_base=only, progress=bar)
+            if args.remote and only is None:
+                check_remote(rep, directory)
             reports.append(rep)
             bar.close()
             if not args.json:
@@ -253,7 +240,7 @@ def cmd_verify(args: argparse.Namespace, out: Out) -> int:
             "partitions": [{
                 "path": r.directory, "ok": r.ok, "segments": r.segments, "batches": r.batches,
                 "records": r.records, "bytes": r.bytes, "indexes_checked": r.indexes_checked,
-                "findings": [f.as_dict() for f in r.findings]} for r in reports]})
+                "remote_copies": r.remote_copies, "findings": [f.as_dict() for f in r.findings]} for r in reports]})
     else:
         segs = sum(r.segments for r in reports)
         nbytes = sum(r.bytes for r in reports)
@@ -261,6 +248,9 @@ def cmd_verify(args: argparse.Namespace, out: Out) -> int:
                 f"{sum(r.batches for r in reports)} batches, "
                 f"{sum(r.records for r in reports)} records, {fmt_size(nbytes)}, "
                 f"{sum(r.indexes_checked for r in reports)} indexes")
+        copies = sum(r.remote_copies for r in reports)
+        if args.remote:
+            what += f", {copies} remote cop{'y' if copies == 1 else 'ies'}"
         out.line(f"{'OK' if not problems else 'DAMAGED'}: {what}"
                  + (f"; {problems} problem{'s' if problems != 1 else ''}" if problems else ""))
     return EXIT_PROBLEMS if problems else EXIT_OK

@@ -118,10 +118,11 @@ def _mapped(tmp_path, buf: bytes) -> mapped_file.MappedFile:
 
 
 def _window(mapped, limit: int, entries, *, more: bool = False, gone=(NONE, NONE),
-            end: int | None = None) -> tuple:
+            end: int | None = None, ready: int | None = None) -> tuple:
     cols = [np.array([e[k] for e in entries], np.int64) for k in range(5)]
     cols[3], cols[4] = cols[3].astype(np.int32), cols[4].astype(np.int32)
-    return (mapped, limit, *cols, len(entries) if end is None else end, more, *gone)
+    end = len(entries) if end is None else end
+    return (mapped, limit, *cols, end, more, end if ready is None else ready, *gone)
 
 
 def _fill(out: list, window: tuple, head: int = 0, *, after=None, now: int = NOW,
@@ -218,6 +219,25 @@ def test_a_window_with_more_behind_it_asks_for_a_refill_and_the_first_not_due_is
     first = entries[0][0]
     outcome, _, detail, head = _fill([], _window(mapped, len(buf), entries), now=first - 1)
     assert (outcome, detail, head) == (page_fill.DONE, first, 0)
+    mapped.close()
+
+
+def test_a_batch_past_ready_is_fetched_first_unless_the_page_need_not_read_it(tmp_path):
+    buf, entries = _segment(5, 6)
+    mapped = _mapped(tmp_path, buf)
+    out: list = []
+    outcome, _, detail, head = _fill(out, _window(mapped, len(buf), entries, ready=2))
+    assert (outcome, detail, head) == (page_fill.FETCH, 0, 2)
+    assert len(out) == sum(e[3] + 1 for e in entries[:2])  # the batches before it are taken
+    # a page full before it, a byte cap before it, or its records all cancelled: no fetch
+    for fill in ({"max_records": len(out)}, {"max_bytes": entries[0][4] + entries[1][4]}):
+        assert _fill([], _window(mapped, len(buf), entries, ready=2), **fill)[0] == \
+            page_fill.DONE
+    da, base, _, lod, _ = entries[2]
+    gone = np.arange(base, base + lod + 1, dtype=np.int64)
+    outcome, _, _, head = _fill([], _window(mapped, len(buf), entries, ready=2,
+                                            gone=(gone, NONE)))
+    assert (outcome, head) == (page_fill.FETCH, 3)
     mapped.close()
 
 

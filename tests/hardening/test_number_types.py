@@ -263,7 +263,9 @@ def test_clock_value_types(tmp_path, op_name: str, value_name: str) -> None:
 CONFIG_FIELDS = {"segment_bytes": (1 << 20, 1), "segment_ms": (3_600_000, 1),
                  "index_interval_bytes": (64, 1), "max_delivery_delay_ms": (60_000, 0),
                  "retention_ms": (3_600_000, -1), "retention_bytes": (1 << 20, -1),
-                 "flush_messages": (1, 1), "flush_ms": (1000, 1), "max_batch_bytes": (1 << 16, 1)}
+                 "flush_messages": (1, 1), "flush_ms": (1000, 1), "max_batch_bytes": (1 << 16, 1),
+                 "local_retention_ms": (3_600_000, -2), "local_retention_bytes": (1 << 20, -2),
+                 "remote_timeout_ms": (1000, 1), "remote_cache_bytes": (1 << 20, 1)}
 CONFIG_NULLABLE = ("flush_messages", "flush_ms")  # None: leave flushing to the OS
 # the settings that are not integers: values accepted, values refused
 CONFIG_OTHERS = {
@@ -271,6 +273,10 @@ CONFIG_OTHERS = {
     "compaction_min_ratio": ([0, 0.0, 0.3, 1, 1.0, np.float64(0.5)],
                              [-0.01, 1.01, -1, 2, float("nan"), float("inf"), True, None,
                               "0.5"]),
+    "remote_storage": ([None, "s3://bucket/prefix", "file:///tmp/kdelay-store"],
+                       ["bucket", "", 3, b"s3://b/p"]),
+    "remote_storage_options": ([{}, {"region": "us-east-1", "allow_http": True}],
+                               [[("region", "x")], {"region": None}, {1: "x"}, "region=x"]),
 }
 
 

@@ -1,7 +1,9 @@
 """Per-chunk checksums of persisted indexes, checked lazily (kdelay/index/chunk_checks.py,
 index_file.py): the chunk rule; damage to a real file found by the first read that reaches
-it, never used, and reported by the lenient reader; searches and windows that stay correct
-at every entry count around the chunk boundaries; version 1 files still read."""
+it, never used, never written out or encoded for upload, and reported by the lenient
+reader; `encoded` (what tiered storage uploads) is the file `persist` writes; searches and
+windows that stay correct at every entry count around the chunk boundaries; version 1
+files still read."""
 
 from __future__ import annotations
 
@@ -137,6 +139,31 @@ def test_a_damaged_index_is_never_written_out_again(tmp_path):
     with pytest.raises(CorruptLogError):
         idx.persist(copy, log_bytes=LOG_BYTES, next_offset=10**6 + 1)
     assert not os.path.exists(copy)
+
+
+def test_a_damaged_index_is_never_encoded_for_upload(tmp_path):
+    # tiered storage uploads `encoded` as the index object: never under a fresh checksum
+    path = _persist(tmp_path, _entries(N))
+    _flip(path, _byte_of(N, 3, 3 * C + 1))
+    with pytest.raises(CorruptLogError):
+        _lazy(path).encoded(log_bytes=LOG_BYTES, next_offset=10**6)
+
+
+@settings(max_examples=12, deadline=None)
+@given(n=st.sampled_from([0, 1, C - 1, C, C + 1, 2 * C + 1]), recent=st.integers(0, 3))
+def test_encoded_is_the_version_2_file_persist_writes(tmp_path_factory, n, recent):
+    directory = tmp_path_factory.mktemp("enc")
+    idx = _lazy(_persist(directory, _entries(n)))
+    for i in range(recent):  # entries appended since the index was persisted
+        idx.add(10**6 + i, 10**6 + i, 80 * (n + i), 0, 80)
+    kw = {"log_bytes": LOG_BYTES + recent, "next_offset": 10**6 + recent}
+    encoded = idx.encoded(**kw)
+    path = os.fspath(directory / "again.dlyindex")
+    idx.persist(path, **kw)
+    assert encoded == Path(path).read_bytes()
+    assert encoded[:8] == b"KDLYIDX2"
+    chunks = -(-(n + recent) // C)
+    assert len(encoded) == index_file.HEADER_SIZE + (n + recent) * sum(WIDTHS) + 4 * chunks
 
 
 def test_a_search_answer_its_neighbours_do_not_bear_out_checks_every_chunk(tmp_path):

@@ -55,7 +55,8 @@ def test_inventory_lists_segments_and_leftovers(tmp_path):
     orphans = [layout.segment_name(gone) + s for s in layout.INDEX_SUFFIXES
                if os.path.exists(layout.segment_file(d, gone, s))]
     assert orphans  # the closed log had persisted indexes for the sealed segment
-    bases_now, leftovers = layout.inventory(d)
+    listing = layout.classify_directory(d)
+    bases_now, leftovers = listing.local, listing.leftovers
     assert bases_now == expect_bases
     assert leftovers == sorted(orphans + ["x.index.tmp", layout.segment_name(7) + ".log.deleted"])
     assert "unrelated.txt" not in leftovers and ".lock" not in leftovers

@@ -171,7 +171,7 @@ def test_encode_records_writes_only_what_adds_up(lengths, payload_size, kind, he
     blocks = [1] * n if nh == 0 else [int(hl[0])] * n if nh == 1 else hl.tolist()
     adds_up = (min(lengths, default=0) >= -1 and nh in (0, 1, n) and min(blocks, default=1) >= 1
                and sum(max(x, 0) for x in lengths) == payload_size
-               and (nh == 0 or (nh == 1 and blocks[0] == header_size)
+               and (nh == 0 or (nh == 1 and int(hl[0]) == header_size)
                     or (nh > 1 and sum(blocks) == header_size)))
     fits = 69 + payload_size + sum(blocks) + record_loops.RECORD_OVERHEAD * n <= out_size
     if not adds_up:

@@ -130,6 +130,7 @@ def run(directory: str, segments, lock, settings: Settings, *, now: Callable[[],
         after_change: Callable[[], None] = lambda: None,
         is_closed: Callable[[], bool] = lambda: False,
         may_swap: Callable[[list[LogSegment], LogSegment], bool] = lambda olds, new: True,
+        keep: Callable[[LogSegment], bool] = lambda seg: False,
         ) -> CompactionResult:
     """Compact a live log's sealed segments. `segments` is its SegmentSet and `lock` the
     lock guarding it: held only to take a snapshot of the sealed segments and, per group,
@@ -139,14 +140,18 @@ def run(directory: str, segments, lock, settings: Settings, *, now: Callable[[],
     whose source turns out damaged (logged; verify reports the damage), and one `may_swap`
     refuses (asked under the lock with the old segments and the rewritten one: state kept
     beside a segment, such as cancellations made during the rewrite, may not survive a
-    merge; a later run plans afresh). Call with the
-    caller's compaction lock held (one compaction at a time per log)."""
+    merge; a later run plans afresh). Segments `keep` holds (asked under the lock: one in
+    the object store, or being copied there) are never rewritten. Call with the caller's
+    compaction lock held (one compaction at a time per log)."""
     with lock:
         if settings.min_ratio <= 0 or is_closed():
             total = sum(s.size for s in segments)
             return CompactionResult(0, total, total, active_segment_bytes=segments.active.size)
         hz = horizon(now(), settings.retention_ms)
-        live = {s.base_offset: s for s in segments if s is not segments.active}
+        # a segment in the object store (or being copied there) is never rewritten: its copy
+        # is its record
+        live = {s.base_offset: s for s in segments
+                if s is not segments.active and not keep(s)}
         sources = [Source.of(s) for s in live.values()]
         before = sum(s.size for s in segments)
     groups = plan(sources, horizon_ms=hz, min_ratio=settings.min_ratio,
@@ -165,7 +170,8 @@ def run(directory: str, segments, lock, settings: Settings, *, now: Callable[[],
         with lock:
             held = time.perf_counter()
             olds = [_current(segments, live, src) for src in group]
-            if is_closed() or any(o is None for o in olds) or not may_swap(olds, rw.segment):
+            if (is_closed() or any(o is None or keep(o) for o in olds)
+                    or not may_swap(olds, rw.segment)):
                 rw.segment.close()
                 swap.discard_cleaned(directory, group[0].base_offset)
                 continue
@@ -193,13 +199,14 @@ def run(directory: str, segments, lock, settings: Settings, *, now: Callable[[],
 
 
 def _current(segments, live: dict, src: Source) -> LogSegment | None:
-    """The segment object `src` was taken from, if it is still in the log unchanged."""
+    """The segment object `src` was taken from, if it is still in the log unchanged (and
+    was not copied to the object store meanwhile)."""
     seg = live.get(src.base_offset)
     try:
         still = segments[src.base_offset] is seg
     except KeyError:
         return None
-    return seg if still and seg.size == src.size else None
+    return seg if still and seg.size == src.size and seg.remote is None else None
 
 
 class Compactor:
@@ -221,8 +228,8 @@ class Compactor:
 
     def compact(self, config: LogConfig, *, now: Callable[[], int],
                 cancelled: Cancelled | None, before_change: Callable[[], None],
-                after_change: Callable[[], None], is_closed: Callable[[], bool]
-                ) -> CompactionResult:
+                after_change: Callable[[], None], is_closed: Callable[[], bool],
+                keep: Callable[[LogSegment], bool] = lambda seg: False) -> CompactionResult:
         """`run` with the Log's hooks (see there), then count it and forget cancellations
         that were compacted away."""
         with self._one_at_a_time:
@@ -230,7 +237,7 @@ class Compactor:
             result = run(self._directory, self._segments, self._lock, Settings.of(config),
                          now=now, cancelled=cancelled, before_change=before_change,
                          after_change=after_change, is_closed=is_closed,
-                         may_swap=self._may_swap)
+                         may_swap=self._may_swap, keep=keep)
             totals = self.totals
             totals["runs"] += 1
             totals["seconds"] += time.perf_counter() - t

@@ -14,6 +14,10 @@ Layout of a partition directory (as in Kafka):
                                         for a segment with cancellations)
     .lock, .kdelay_cleanshutdown, recovery-point-offset-checkpoint, group files
     append.horizon                      the live writer's state for lock-free readers
+    <base offset>.remote                the segment is in the object store (tiered storage);
+                                        .remote-deleting while its copy is being deleted
+    remote-storage.json                 the object store's URL and options, secrets left out
+    remote-cache/                       remote segments' indexes and byte ranges, cached
     queues/<group>.snapshot, .journal   queue group state (kdelay.fetch.queue_state.state_store)
     *.tmp, *.deleted                    leftovers of an interrupted atomic write or deletion
 
@@ -42,6 +46,11 @@ CANCEL_SUFFIXES = (CANCELS_SUFFIX, CANCEL_INDEX_SUFFIX)
 MARKER_SUFFIX = ".compacted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
+# tiered storage (kdelay/log/tiered/): the local copy of a committed remote copy's manifest
+# (the segment is in the object store; its .log and indexes may be gone locally), and the
+# same file renamed while the remote copy is being deleted (retention of the whole log)
+REMOTE_SUFFIX = ".remote"
+REMOTE_DELETING_SUFFIX = ".remote-deleting"
 # files that belong to a segment besides its .log: removed with it, orphans without it
 COMPANION_SUFFIXES = (*INDEX_SUFFIXES, MARKER_SUFFIX, *CANCEL_SUFFIXES)
 # an interrupted atomic write leaves `.tmp`, an interrupted delete `.deleted`
@@ -106,26 +115,74 @@ def is_temporary(name: str) -> bool:
     return name.endswith(TEMP_SUFFIXES)
 
 
-def classify(names: list[str]) -> tuple[list[int], list[str]]:
-    """(segment bases in offset order, leftover names in name order) of a directory listing.
-    Leftovers are temporary files and index files (or compaction markers) whose .log is
-    gone: the next open removes them. O(n log n) in the number of names."""
+@dataclass(frozen=True)
+class Listing:
+    """A partition directory's segments and leftovers as one listing shows them (`classify`).
+    Every reader of a directory, the loader and the offline ones alike, takes its segments
+    from here, so they agree on which exist."""
+
+    local: list[int]         # segments with a .log, ascending
+    remote_only: list[int]   # held only in the object store (`N.remote` alone), ascending
+    copied: frozenset[int]   # segments with `N.remote`: a committed copy (local or not)
+    deleting: list[int]      # no longer in the log: their remote copies are being deleted
+    leftovers: list[str]     # names the next open removes, in name order
+
+    @property
+    def bases(self) -> list[int]:
+        """Every segment of the log, local or remote-only, ascending."""
+        return sorted([*self.local, *self.remote_only])
+
+
+def classify(names: list[str]) -> Listing:
+    """The segments and leftovers of a directory listing. Leftovers are temporary files and
+    index files (or compaction markers) whose .log is gone: the next open removes them. A
+    remote-only segment keeps its cancellation files; a segment whose remote copy is being
+    deleted (`N.remote-deleting`) is no longer in the log: its .log and every companion
+    are leftovers (the marker itself is left to the deletion to finish).
+    O(n log n) in the number of names."""
+    logs, remote, deleting, companions, leftovers = _sort_names(names)
+    bases = logs - deleting
+    remote_only = remote - bases - deleting
+    leftovers += [name for base, suffix, name in companions
+                  if base not in bases
+                  and not (suffix in CANCEL_SUFFIXES and base in remote_only)]
+    leftovers += [segment_name(base) + LOG_SUFFIX for base in deleting & logs]
+    return Listing(sorted(bases), sorted(remote_only), frozenset(remote - deleting),
+                   sorted(deleting), sorted(leftovers))
+
+
+def remote_deletions(directory: str) -> list[int]:
+    """Base offsets of the segments whose remote copies are being deleted (a
+    `N.remote-deleting` marker), ascending."""
+    return classify_directory(directory).deleting
+
+
+def _sort_names(names: list[str]) -> tuple[set[int], set[int], set[int],
+                                          list[tuple[int, str, str]], list[str]]:
+    """(bases with a .log, with `.remote`, with `.remote-deleting`, (base, suffix, name) of
+    companion files, temporary names) of a listing."""
     bases: set[int] = set()
-    indexes: list[tuple[int, str]] = []
-    leftovers: list[str] = []
+    remote: set[int] = set()
+    deleting: set[int] = set()
+    companions: list[tuple[int, str, str]] = []
+    temporary: list[str] = []
     for name in names:
         if is_temporary(name):
-            leftovers.append(name)
+            temporary.append(name)
             continue
         parsed = parse_segment_name(name)
         if parsed is None:
             continue
-        if parsed[1] == LOG_SUFFIX:
-            bases.add(parsed[0])
-        elif parsed[1] in COMPANION_SUFFIXES:
-            indexes.append((parsed[0], name))
-    leftovers += [name for base, name in indexes if base not in bases]
-    return sorted(bases), sorted(leftovers)
+        base, suffix = parsed
+        if suffix == LOG_SUFFIX:
+            bases.add(base)
+        elif suffix == REMOTE_SUFFIX:
+            remote.add(base)
+        elif suffix == REMOTE_DELETING_SUFFIX:
+            deleting.add(base)
+        elif suffix in COMPANION_SUFFIXES:
+            companions.append((base, suffix, name))
+    return bases, remote, deleting, companions, temporary
 
 
 def compaction_in_progress(directory: str) -> list[str]:
@@ -134,19 +191,19 @@ def compaction_in_progress(directory: str) -> list[str]:
                   if n.endswith((CLEANED_SUFFIX, SWAP_SUFFIX)) and parse_segment_name(n))
 
 
-def inventory(directory: str) -> tuple[list[int], list[str]]:
-    """(segment bases, leftover names) of a partition directory. Raises OSError."""
+def classify_directory(directory: str) -> Listing:
+    """`classify` of the directory's listing. Raises OSError."""
     return classify(os.listdir(directory))
 
 
 def segment_bases(directory: str) -> list[int]:
-    """The base offsets of the directory's segments (one per .log), ascending."""
-    return inventory(directory)[0]
+    """The base offsets of the directory's local segments (one per .log), ascending."""
+    return classify_directory(directory).local
 
 
 def leftover_files(directory: str) -> list[str]:
     """Names of the directory's leftovers (see `classify`), sorted."""
-    return inventory(directory)[1]
+    return classify_directory(directory).leftovers
 
 
 def list_segments(directory: str) -> list[SegmentFiles]:

@@ -22,10 +22,10 @@ import fcntl
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from ... import fsio
-from ...errors import CorruptLogError, IndexFileError, LogLockedError
+from ...errors import CorruptLogError, IndexFileError, LogLockedError, RemoteStorageError
 from ..compaction import swap
 from .layout import (
     CLEAN_SHUTDOWN_FILE,
@@ -34,7 +34,8 @@ from .layout import (
     LOG_SUFFIX,
     MARKER_SUFFIX,
     RECOVERY_POINT_FILE,
-    inventory,
+    Listing,
+    classify,
     segment_file,
 )
 from .segment import LogSegment
@@ -139,17 +140,32 @@ def read_clock_floor(directory: str) -> int:
         return 0
 
 
+class TieredOpening(Protocol):
+    """What the loader asks of tiered storage (kdelay.log.tiered.opening.TieredDirectory,
+    passed in: this layer does not import that one)."""
+
+    problems: list[str]
+
+    def adopt(self) -> list[int]: ...
+
+    def committed_copy(self, base: int): ...  # RemoteCopy | None
+
+    def remote_segment(self, base: int): ...  # RemoteSegment
+
+
 class OpenedDirectory(NamedTuple):
     lock_fd: int                # holds the directory's lock
-    segments: list[LogSegment]  # at least one; the last is the active segment
+    segments: list  # LogSegments and RemoteSegments; the last (a LogSegment) is the active one
     report: LoadReport
     marker_present: bool        # the clean-shutdown marker is still on disk
     clock_floor: int            # the log clock at the last clean close (0: unknown)
 
 
-def open_directory(directory: str, index_interval_bytes: int) -> OpenedDirectory:
-    """Lock the directory (creating it if missing), load and if need be recover its
-    segments, and create the first segment of an empty log.
+def open_directory(directory: str, index_interval_bytes: int,
+                   tiered: TieredOpening | None = None) -> OpenedDirectory:
+    """Lock the directory (creating it if missing), adopt the store's copies it does not
+    know (with `tiered`), load and if need be recover its segments, and create the first
+    segment of an empty log (or, after remote-only segments, the active one where they end).
 
     The clean-shutdown marker stays until the Log's first change to the segments: until
     then the directory is exactly as the clean close left it, so a crash is still a clean
@@ -157,9 +173,12 @@ def open_directory(directory: str, index_interval_bytes: int) -> OpenedDirectory
     os.makedirs(directory, exist_ok=True)
     lock_fd = take_lock(directory)
     try:
-        segments, report = load_segments(directory, index_interval_bytes)
-        if not segments:
-            segments = [LogSegment.create(directory, 0)]
+        if tiered is not None:
+            tiered.adopt()
+        segments, report = load_segments(directory, index_interval_bytes, tiered)
+        if not segments or not isinstance(segments[-1], LogSegment):
+            segments.append(LogSegment.create(directory, segments[-1].next_offset
+                                              if segments else 0))
             fsio.fsync_dir(directory)
         marker_present = os.path.exists(os.path.join(directory, CLEAN_SHUTDOWN_FILE))
         floor = read_clock_floor(directory) if marker_present else 0
@@ -173,8 +192,10 @@ def open_directory(directory: str, index_interval_bytes: int) -> OpenedDirectory
     return OpenedDirectory(lock_fd, segments, report, marker_present, floor)
 
 
-def load_segments(directory: str, index_interval_bytes: int) -> tuple[list[LogSegment],
-                                                                      LoadReport]:
+def load_segments(directory: str, index_interval_bytes: int,
+                  tiered: TieredOpening | None = None) -> tuple[list, LoadReport]:
+    """Segments in offset order: a LogSegment per .log (its `remote` set from `N.remote`
+    with `tiered`), a RemoteSegment per remote-only segment (`N.remote` alone)."""
     report = LoadReport()
     report.clean = os.path.exists(os.path.join(directory, CLEAN_SHUTDOWN_FILE))
     recovery_point = read_recovery_point(directory)
@@ -182,8 +203,11 @@ def load_segments(directory: str, index_interval_bytes: int) -> tuple[list[LogSe
     report.swaps = swap.recover(directory)
     for note in report.swaps:
         log.info("kdelay recovery: %s", note)
-    bases = _tidy_directory(directory, report)
-    segments: list[LogSegment] = []
+    listing = _tidy_directory(directory, report)
+    bases, remote_bases = listing.bases, set(listing.remote_only)
+    if remote_bases and tiered is None:
+        raise _store_needed(directory, listing.remote_only[0])
+    segments: list = []
     try:
         for i, base in enumerate(bases):
             if segments and base < segments[-1].next_offset and _empty_log(directory, base):
@@ -200,6 +224,9 @@ def load_segments(directory: str, index_interval_bytes: int) -> tuple[list[LogSe
                 report.problems.append(
                     f"offset gap: {segments[-1].next_offset}..{base - 1} missing before "
                     f"segment {base}")
+            if tiered is not None and base in remote_bases:
+                segments.append(tiered.remote_segment(base))
+                continue
             unflushed = not report.clean and (i == len(bases) - 1 or base >= recovery_point)
             cut = 0
             marker = _compaction_marker(directory, bases, i, report)
@@ -225,6 +252,8 @@ def load_segments(directory: str, index_interval_bytes: int) -> tuple[list[LogSe
                     # last segment's damage was cut off, so it is whole again.
                     if last or not damaged:
                         seg.persist_indexes()
+            if tiered is not None:
+                seg.remote = tiered.committed_copy(base)
             segments.append(seg)
             if cut and i < len(bases) - 1:
                 # The log is cut inside a sealed segment: what follows no longer continues it.
@@ -301,13 +330,31 @@ def _recover(directory: str, base: int, interval: int, report: LoadReport, *,
     return seg, cut, error is not None
 
 
-def _tidy_directory(directory: str, report: LoadReport) -> list[int]:
-    """Remove leftovers (temp files, indexes without a .log); return the segment bases."""
-    bases, leftovers = inventory(directory)
-    for name in leftovers:
+def _tidy_directory(directory: str, report: LoadReport) -> Listing:
+    """Remove leftovers (temp files, indexes without a .log, see layout.classify); return
+    the directory's listing."""
+    listing = classify(os.listdir(directory))
+    for name in listing.leftovers:
         fsio.unlink(os.path.join(directory, name))
         report.orphans_removed += 1
-    return bases
+    return listing
+
+
+def _store_needed(directory: str, first_remote: int) -> RemoteStorageError:
+    """The refusal to open, without its object store, a directory whose segments from
+    `first_remote` on are held only there: it names the store the directory records."""
+    # lazily: the tiered layer builds on this module, and only this refusal needs it
+    from ..tiered.tier import SETTINGS_FILE, read_settings
+
+    try:
+        settings = read_settings(directory)
+    except CorruptLogError:
+        settings = None
+    store = (f"the object store {settings[0]}" if settings is not None
+             else f"an object store ({SETTINGS_FILE} does not say which)")
+    return RemoteStorageError(
+        f"{directory}: segment {first_remote} and others are held only in {store}: open the "
+        f"log with LogConfig(remote_storage=..., remote_storage_options=...) naming that store")
 
 
 def _empty_log(directory: str, base: int) -> bool:

@@ -15,7 +15,13 @@ from ... import fsio
 from ..cancellation import cancel_ops
 from ..cancellation.cancel_store import CancelStore
 from .append_horizon import Horizon
-from .loader import CLEAN_SHUTDOWN_FILE, LoadReport, open_directory, write_recovery_point
+from .loader import (
+    CLEAN_SHUTDOWN_FILE,
+    LoadReport,
+    TieredOpening,
+    open_directory,
+    write_recovery_point,
+)
 from .segment_set import SegmentSet
 
 
@@ -28,10 +34,13 @@ class Opened(NamedTuple):
     clock_floor: int  # the log clock at the last clean close (0: unknown)
 
 
-def open_log_directory(path: str, index_interval_bytes: int) -> Opened:
-    """Lock and recover the directory (loader.open_directory), then load its cancellation
-    journals; on failure every descriptor is closed again (and the lock released)."""
-    opened = open_directory(path, index_interval_bytes)
+def open_log_directory(path: str, index_interval_bytes: int,
+                       tiered: TieredOpening | None = None) -> Opened:
+    """Lock and recover the directory (loader.open_directory; with `tiered`, adopting the
+    store's copies it does not know and serving remote-only segments), then load its
+    cancellation journals; on failure every descriptor is closed again (and the lock
+    released)."""
+    opened = open_directory(path, index_interval_bytes, tiered)
     segments = SegmentSet(path, opened.segments)
     cancels = CancelStore(path)
     try:
@@ -44,6 +53,8 @@ def open_log_directory(path: str, index_interval_bytes: int) -> Opened:
         release(segments, opened.lock_fd, cancels)
         raise
     opened.report.problems.extend(cancels.problems)
+    if tiered is not None:
+        opened.report.problems.extend(tiered.problems)
     return Opened(opened.lock_fd, segments, cancels, opened.report, opened.marker_present,
                   opened.clock_floor)
 

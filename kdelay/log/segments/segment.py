@@ -23,7 +23,6 @@ from ...index.offset_index import OffsetIndex
 from ...index.time_index import TimeIndex
 from ..batch import codec
 from ..batch.entry_check import check_batch
-from ..batch.offset_continuity import check_continues, continues
 from ..batch.walker import ScanResult, base_offsets_crc, iter_headers, scan_log
 from .layout import (
     CANCEL_SUFFIXES,
@@ -36,12 +35,13 @@ from .layout import (
     segment_name,
 )
 from .mapped_file import MappedFile
+from .offset_lookup import OffsetLookup
 
 # a mapping reaches this far past the file's end, so the active segment grows into it
 _MAP_HEADROOM = 1 << 20
 
 
-class LogSegment:
+class LogSegment(OffsetLookup):
     def __init__(self, directory: str, base_offset: int, fd: int, size: int, next_offset: int,
                  offset_index: OffsetIndex, time_index: TimeIndex,
                  dly_index: DeliverAfterIndex, first_timestamp: int | None):
@@ -60,6 +60,9 @@ class LogSegment:
         self._bytes_since_index_entry = 0
         self.max_timestamp = -1 if time_index.last_key() is None else time_index.last_key()
         self.compacted = False  # may have offset gaps (set by the loader and compaction)
+        # tiered storage: the segment's committed copy in the object store
+        # (kdelay.log.tiered.manifest.RemoteCopy), None until copied
+        self.remote = None
         self._mapped: MappedFile | None = None
 
     @property
@@ -69,6 +72,11 @@ class LogSegment:
             self._first_timestamp = codec.parse_header(
                 head, path=self.log_path, file_pos=0, available=self.size).max_timestamp
         return self._first_timestamp
+
+    @property
+    def max_key(self) -> tuple[int, int] | None:
+        """The largest (deliverAfter, offset) of any record here (None: no batch)."""
+        return self.dly_index.max_key()
 
     # ------------------------------------------------------------------ paths
 
@@ -262,44 +270,3 @@ class LogSegment:
     def batch_headers(self, start: int = 0) -> Iterator[tuple[int, codec.BatchHeader]]:
         """(position, header) of each batch from byte `start`, reading headers only."""
         return iter_headers(self.fd, self.log_path, start, self.size)
-
-    def find_batch(self, offset: int) -> tuple[int, codec.BatchHeader] | None:
-        """The batch holding `offset`, found via the sparse offset index (None if it is not
-        in this segment, or was removed by compaction)."""
-        found = self.find_from(offset)
-        if found is None or found[1].base_offset > offset:
-            return None
-        return found
-
-    def expected_base(self, position: int, expected: int) -> int:
-        """The base offset the batch at `position` must have, `expected` being the offset
-        after the batch before it. Outside compaction that is `expected`. A compacted
-        segment may skip forward past removed offsets; the base offset is not covered by
-        the batch CRC, so the skip is taken from this segment's index, never from the
-        header (a damaged header is reported, not believed)."""
-        if not self.compacted:
-            return expected
-        indexed = self.dly_index.base_offset_at(position)
-        if indexed is None or not (continues(indexed, expected, self.compacted)
-                                   and indexed < self.next_offset):
-            raise CorruptLogError(f"batch at {position} is not where the index of this "
-                                  f"compacted segment has one after offset {expected}",
-                                  self.log_path, position)
-        return indexed
-
-    def find_from(self, offset: int) -> tuple[int, codec.BatchHeader] | None:
-        """The first batch holding `offset` or, in a compacted segment, the first after it
-        (offsets removed by compaction are skipped). None if there is none."""
-        if not (self.base_offset <= offset < self.next_offset):
-            return None
-        entry = self.offset_index.floor(offset)
-        expected, start = (self.base_offset, 0) if entry is None else entry
-        for pos, h in self.batch_headers(start):
-            # the index entry (or the segment base) says which offset each batch must start
-            # at, exactly; a damaged base offset would otherwise be believed
-            expected = self.expected_base(pos, expected)
-            check_continues(h.base_offset, expected, False, self.log_path, pos)
-            if h.last_offset >= offset:
-                return pos, h
-            expected = h.last_offset + 1
-        return None

@@ -1,4 +1,6 @@
-"""SegmentSet: a partition's open segments, kept three ways.
+"""SegmentSet: a partition's open segments, kept three ways. Sealed segments are
+LogSegments or, with tiered storage, RemoteSegments (kdelay/log/tiered/remote_segment.py),
+which offer the same reads; the active one is always a LogSegment.
 
 - by base offset (a SortedDict), to find the segment holding an offset: O(log segments);
 - sealed segments by the largest (deliverAfter, offset) they hold (a SortedList of
@@ -33,10 +35,11 @@ class SegmentSet:
             self._add_sealed(seg)
         self.active: LogSegment = segments[-1]
 
-    def _add_sealed(self, seg: LogSegment) -> None:
-        key = seg.dly_index.max_key()
+    def _add_sealed(self, seg) -> None:
+        key = seg.max_key
         if key is not None:
-            seg.min_deliver_after = seg.dly_index.min_deliver_after()
+            if isinstance(seg, LogSegment):  # a RemoteSegment has it from its manifest
+                seg.min_deliver_after = seg.dly_index.min_deliver_after()
             self._by_max_key.add((key[0], key[1], seg.base_offset))
 
     # ------------------------------------------------------------------ changes
@@ -78,11 +81,19 @@ class SegmentSet:
         seg = self._by_base.peekitem(0)[1]
         if seg is self.active:
             raise ValueError("the active segment cannot be removed")
-        key = seg.dly_index.max_key()
+        key = seg.max_key
         if key is not None:
             self._by_max_key.discard((key[0], key[1], seg.base_offset))
         del self._by_base[seg.base_offset]
         return seg
+
+    def hold_remotely(self, local: LogSegment, remote) -> None:
+        """Serve the copied sealed segment `local` from `remote` (a RemoteSegment of the same
+        offsets and keys) once local retention deleted its files (the caller closes
+        `local`)."""
+        if local is self.active or self._by_base.get(local.base_offset) is not local:
+            raise ValueError(f"segment {local.base_offset} is not a sealed segment here")
+        self._by_base[local.base_offset] = remote
 
     def replace(self, old: list[LogSegment], new: LogSegment) -> None:
         """Swap adjacent sealed segments `old` for `new`, which covers their offsets
@@ -91,7 +102,7 @@ class SegmentSet:
             if seg is self.active or self._by_base.get(seg.base_offset) is not seg:
                 raise ValueError(f"segment {seg.base_offset} is not a sealed segment here")
         for seg in old:
-            key = seg.dly_index.max_key()
+            key = seg.max_key
             if key is not None:
                 self._by_max_key.discard((key[0], key[1], seg.base_offset))
             del self._by_base[seg.base_offset]

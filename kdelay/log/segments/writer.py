@@ -26,6 +26,10 @@ from .segment_set import SegmentSet
 _new_tuple = tuple.__new__  # a NamedTuple without its Python-level __new__ (every append)
 
 
+def _nothing() -> None:
+    pass
+
+
 class Writer:
     def __init__(self, config: LogConfig, segments: SegmentSet, cancels: CancelStore,
                  life: Lifetime):
@@ -34,6 +38,7 @@ class Writer:
         self._cancels = cancels
         self._life = life
         self.policy = FlushPolicy(config)
+        self.rolled: Callable[[], None] = _nothing  # after every roll (wakes the remote sync)
 
     def append(self, columns: BatchColumns | RecordsBatch, requested: int | None,
                clock: Callable[[], int], floor: int) -> AppendResult:
@@ -103,6 +108,7 @@ class Writer:
             self._cancels.checkpoint(everything=True)
         self._segments.roll()
         self.policy.flushed()
+        self.rolled()
 
     def flush(self) -> None:
         self._segments.active.flush()

@@ -1,0 +1,115 @@
+"""Opening a directory with tiered storage: what the loader (which may not import this
+layer's modules) asks of it, and the adoption of copies the directory does not know.
+
+- `committed_copy(base)`: the RemoteCopy recorded in `N.remote` beside a local segment
+  (None if there is none, or it is damaged: the next sync copies the segment again and
+  adopts the committed manifest);
+- `remote_segment(base)`: a RemoteSegment for a remote-only segment (only `N.remote`
+  local); a damaged `N.remote` is restored from the store's manifest;
+- `adopt(names)`: one list request; every committed manifest whose offsets overlap no
+  segment the directory knows is adopted: its `.cancelled` object (checked against the
+  manifest) becomes the segment's cancellation journal unless the directory still has
+  that journal, then its manifest is written as `N.remote` (the commit point of the
+  adoption: a crash before it leaves only a journal without a segment, a leftover). This
+  is how an empty directory serves the copied history and appends after it. A store that
+  cannot be reached, or a damaged copy (manifest or `.cancelled` object), stops the
+  adoption there: an existing directory opens with what it knows (the error is recorded
+  and reported), an empty one, which cannot know where the log ends, is refused. Before
+  that, the cache keeps only the index files of the remote-only segments (index_cache.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from ... import fsio
+from ...errors import CorruptLogError, RemoteStorageError
+from ..cancellation.journal import CANCEL, JOURNAL_SUFFIX, encode_entry, journal_header
+from ..segments.layout import classify_directory, segment_file
+from .cancelled_object import CANCELLED_SUFFIX, decode_cancelled
+from .index_cache import remove_stale_files
+from .manifest import MANIFEST_SUFFIX, RemoteCopy, decode, manifest_name, parse_object_name
+from .remote_marker import read_remote_marker, write_remote_marker
+from .remote_segment import RemoteSegment
+from .tier import RemoteTier, record_settings
+
+log = logging.getLogger("kdelay")
+
+
+class TieredDirectory:
+    def __init__(self, directory: str, tier: RemoteTier):
+        self.directory = directory
+        self.tier = tier
+        self.problems: list[str] = []
+
+    def committed_copy(self, base: int) -> RemoteCopy | None:
+        try:
+            return read_remote_marker(self.directory, base)
+        except CorruptLogError as e:
+            self.problems.append(f"segment {base}: {e}; it will be copied again")
+            return None
+
+    def remote_segment(self, base: int) -> RemoteSegment:
+        copy = self.committed_copy(base)
+        if copy is None:  # damaged locally: the store's manifest is the same bytes
+            name = manifest_name(base)
+            copy = decode(self.tier.store.get(name), self.tier.store.describe(name))
+            write_remote_marker(self.directory, copy)
+        return RemoteSegment(self.directory, copy, self.tier)
+
+    def adopt(self) -> list[int]:
+        """Adopt the store's committed copies the directory does not know (see the
+        module's docstring); returns their bases. Raises only for a directory with no
+        segment: RemoteStorageError, or CorruptLogError naming a damaged object."""
+        record_settings(self.directory, self.tier.config)  # for the CLI and Spark
+        listing = classify_directory(self.directory)
+        remove_stale_files(self.tier, listing.remote_only)
+        known = listing.bases
+        # retention gave these up: a crash before the sync deleted their manifests
+        deleting = set(listing.deleting)
+        adopted: list[int] = []
+        try:
+            listing = self.tier.store.list()
+            for name in sorted(listing, reverse=True):  # newest first: see _overlaps
+                parsed = parse_object_name(name)
+                if (parsed is None or parsed[2] != MANIFEST_SUFFIX or parsed[0] in known
+                        or parsed[0] in deleting):
+                    continue
+                copy = decode(self.tier.store.get(name), self.tier.store.describe(name))
+                if _overlaps(copy, known):
+                    continue
+                self._adopt(copy)
+                known.insert(0, copy.base_offset)
+                adopted.append(copy.base_offset)
+        except (RemoteStorageError, CorruptLogError) as e:
+            self.tier.failed(e)
+            if not known and isinstance(e, CorruptLogError):
+                raise  # damage (named): a log opened without that copy would reuse its offsets
+            if not known:
+                raise RemoteStorageError(f"{self.directory} holds no segment and the object "
+                                         f"store cannot say where the log ends: {e}") from e
+            self.problems.append(f"copies in the store not adopted: {e}")
+            log.warning("kdelay open: %s", self.problems[-1])
+        return adopted
+
+    def _adopt(self, copy: RemoteCopy) -> None:
+        journal_path = segment_file(self.directory, copy.base_offset, JOURNAL_SUFFIX)
+        # a journal still here (only the marker was lost) holds the copy's cancellations
+        # and those made since: the object would take the later ones away
+        if CANCELLED_SUFFIX in copy.objects and not os.path.exists(journal_path):
+            name = copy.object_name(CANCELLED_SUFFIX)
+            data = self.tier.store.get(name)
+            where = self.tier.store.describe(name)
+            copy.check_object(CANCELLED_SUFFIX, data, where)  # size and CRC: the manifest's
+            offsets = decode_cancelled(data, copy.base_offset, copy.next_offset, where)
+            journal = journal_header(copy.base_offset, 0) + b"".join(
+                encode_entry(CANCEL, offset) for offset in offsets.tolist())
+            fsio.atomic_write(journal_path, journal)
+        write_remote_marker(self.directory, copy)
+
+
+def _overlaps(copy: RemoteCopy, known: list[int]) -> bool:
+    """Might `copy` reach into a known segment? Their ends are not known before loading,
+    so only a copy below every known segment, ending at or before the first, does not."""
+    return bool(known) and (copy.base_offset >= known[0] or copy.next_offset > known[0])

@@ -1,0 +1,209 @@
+"""`kdelay verify DIR --remote`: check every remote copy of a partition (tiered storage).
+
+The store is the one the directory records (`remote-storage.json`; credentials from the
+environment). One listing of the partition's objects, then:
+
+* every committed manifest (`N.manifest`) parses;
+* every local `N.remote` marker has its manifest in the store, with the same bytes (a
+  marker whose manifest is missing is a problem: the directory believes in a copy the
+  store does not hold);
+* every object a manifest names exists, with the size and CRC-32C the manifest gives (each
+  read back whole);
+* the copy's .log and indexes pass the checks `kdelay verify` makes of a local segment
+  (CRC, offset continuity, each index against the log): they are laid out in a temporary
+  directory as a partition's files and checked by the same code (verify.py,
+  verify_index.py), and the messages name the remote objects;
+* its `.cancelled` object holds sorted offsets of the segment.
+
+Objects no committed manifest names are orphans of an interrupted copy: a later sync
+removes them, so they are reported as information, not as problems. Only reads.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import crc32c
+
+from ..errors import CorruptLogError, RemoteStorageError
+from ..log.segments.layout import (
+    COMPANION_SUFFIXES,
+    LOG_SUFFIX,
+    REMOTE_SUFFIX,
+    SegmentFiles,
+    parse_segment_name,
+    segment_file,
+)
+from ..log.tiered import inventory, tier
+from ..log.tiered.cancelled_object import CANCELLED_SUFFIX, decode_cancelled
+from ..log.tiered.manifest import (
+    MANIFEST_SUFFIX,
+    RemoteCopy,
+    decode,
+    manifest_name,
+    parse_object_name,
+)
+from ..log.tiered.remote_marker import read_remote_marker
+from ..remote.store import RemoteStore
+from .scanning import DLY, OFFSET, TIME, VerifyReport, scan_segment
+from .verify_batches import check_batches
+from .verify_index import check_index
+
+
+def check_remote(rep: VerifyReport, directory: str) -> None:
+    """Add the problems of the partition's remote copies to `rep` (see the module
+    docstring); counts the remote-only segments' batches, records and bytes into it."""
+    try:
+        settings = tier.read_settings(directory)
+    except CorruptLogError as e:
+        rep.add(True, e.path or directory, None, e.reason)
+        return
+    markers = _local_markers(rep, directory)
+    if settings is None:
+        if markers:
+            rep.add(True, os.path.join(directory, tier.SETTINGS_FILE), None,
+                    f"missing: {len(markers)} segments are marked as copied to an object "
+                    f"store, but the directory does not say which")
+        else:
+            rep.add(False, directory, None, "no tiered storage (no remote-storage.json)")
+        return
+    url, options = settings
+    try:
+        store = RemoteStore.open(url, options, os.path.basename(os.path.abspath(directory)))
+        listing = store.list()
+    except RemoteStorageError as e:
+        rep.add(True, f"{url.rstrip('/')}/{os.path.basename(os.path.abspath(directory))}/",
+                None, f"object store unreachable: {e}")
+        return
+    committed = _manifests(rep, store, listing)
+    for base, marker in sorted(markers.items()):
+        path = segment_file(directory, base, REMOTE_SUFFIX)
+        copy = committed.get(base)
+        if copy is None:
+            rep.add(True, path, None, f"the store has no committed copy of this segment "
+                                      f"({store.describe(manifest_name(base))} is missing)")
+        elif copy != marker:
+            rep.add(True, path, None, f"differs from the store's manifest (copy "
+                                      f"{marker.copy_id} here, {copy.copy_id} there)")
+    named = {(c.base_offset, c.copy_id) for c in committed.values()}
+    for name in sorted(listing):
+        parsed = parse_object_name(name)
+        if parsed is None:
+            rep.add(False, store.describe(name), None, "not an object of kdelay's")
+        elif parsed[1] is not None and (parsed[0], parsed[1]) not in named:
+            rep.add(False, store.describe(name), None, "orphan: no committed manifest names "
+                    "it (an interrupted copy left it; the next sync removes it)")
+    local = {s.base_offset for s in inventory.list_all_segments(directory) if not s.remote_only}
+    for base, copy in sorted(committed.items()):
+        _check_copy(rep, store, listing, copy, counted=base not in local)
+    rep.remote_copies += len(committed)
+
+
+def _local_markers(rep: VerifyReport, directory: str) -> dict[int, RemoteCopy]:
+    out = {}
+    for name in sorted(os.listdir(directory)):
+        parsed = parse_segment_name(name)
+        if parsed is None or parsed[1] != REMOTE_SUFFIX:
+            continue
+        try:
+            marker = read_remote_marker(directory, parsed[0])
+        except CorruptLogError as e:
+            rep.add(True, e.path or name, None, e.reason)
+            continue
+        if marker is not None:
+            out[parsed[0]] = marker
+    return out
+
+
+def _manifests(rep: VerifyReport, store: RemoteStore, listing: dict[str, int]
+               ) -> dict[int, RemoteCopy]:
+    """base -> the committed copy, of every manifest in the listing that parses."""
+    out = {}
+    for name in sorted(listing):
+        parsed = parse_object_name(name)
+        if parsed is None or parsed[2] != MANIFEST_SUFFIX:
+            continue
+        where = store.describe(name)
+        try:
+            copy = decode(store.get(name), where)
+        except (CorruptLogError, RemoteStorageError) as e:
+            rep.add(True, where, None, getattr(e, "reason", str(e)))
+            continue
+        if copy.base_offset != parsed[0]:
+            rep.add(True, where, None, f"describes segment {copy.base_offset}, not the one "
+                                       f"its name says")
+            continue
+        out[parsed[0]] = copy
+    return out
+
+
+def _check_copy(rep: VerifyReport, store: RemoteStore, listing: dict[str, int],
+                copy: RemoteCopy, *, counted: bool) -> None:
+    """Every object of one committed copy: there, of its size and CRC, and (the .log and
+    indexes) sound by verify's own checks. `counted`: the segment is remote-only, so its
+    batches count into the report's totals."""
+    with tempfile.TemporaryDirectory(prefix="kdelay-verify-remote-") as tmp:
+        names: dict[str, str] = {}  # temporary path -> the object's full name
+        damaged: set[str] = set()  # suffixes of objects that differ from the manifest
+        for suffix, (size, crc) in sorted(copy.objects.items()):
+            name = copy.object_name(suffix)
+            where = store.describe(name)
+            if name not in listing:
+                rep.add(True, where, None, "missing (its manifest names it)")
+                continue
+            if listing[name] != size:
+                damaged.add(suffix)
+                rep.add(True, where, None, f"{listing[name]} bytes, its manifest says {size} "
+                                           f"(truncated or replaced)")
+            try:
+                data = store.get(name)
+            except RemoteStorageError as e:
+                rep.add(True, where, None, str(e))
+                continue
+            if crc32c.crc32c(data) != crc:
+                damaged.add(suffix)
+                rep.add(True, where, None, f"CRC-32C {crc32c.crc32c(data):08x} differs from "
+                                           f"its manifest's {crc:08x}: damaged")
+            if suffix == CANCELLED_SUFFIX:
+                _check_cancelled(rep, where, data, copy)
+            elif suffix == LOG_SUFFIX or suffix in COMPANION_SUFFIXES:
+                path = segment_file(tmp, copy.base_offset, suffix)
+                with open(path, "wb") as f:
+                    f.write(data)
+                names[path] = where
+        log_path = segment_file(tmp, copy.base_offset, LOG_SUFFIX)
+        if log_path in names:  # as long as its manifest says: a truncated one reads short
+            _check_segment(rep, SegmentFiles(tmp, copy.base_offset, copy.size), copy, names,
+                           counted, indexes=LOG_SUFFIX not in damaged)
+
+
+def _check_segment(rep: VerifyReport, seg: SegmentFiles, copy: RemoteCopy,
+                   names: dict[str, str], counted: bool, *, indexes: bool) -> None:
+    """verify's per-segment checks over the copy laid out in a temporary directory; their
+    findings name the remote objects. Without `indexes` (the .log differs from what its
+    manifest says, so the indexes made from it cannot agree) they are not compared."""
+    local = VerifyReport(seg.directory)
+    scan = scan_segment(seg)
+    check_batches(local, seg, scan, False, True)  # a sealed segment: nothing in flight
+    for kind in (DLY, OFFSET, TIME) if indexes else ():
+        check_index(local, seg, scan, kind, False, True)
+    if not scan.breaks and scan.next_offset() != copy.next_offset:
+        local.add(True, seg.log_path, None, f"ends before offset {scan.next_offset()}, its "
+                                            f"manifest says {copy.next_offset}")
+    for f in local.findings:
+        rep.add(f.problem, names.get(f.path, f.path), f.position, f.message)
+    if counted:
+        rep.segments += 1
+        rep.batches += len(scan.batches)
+        rep.records += scan.records
+        rep.bytes += seg.log_size
+    rep.indexes_checked += local.indexes_checked
+
+
+def _check_cancelled(rep: VerifyReport, where: str, data: bytes, copy: RemoteCopy) -> None:
+    """The `.cancelled` object decodes as offsets of the segment (cancelled_object.py)."""
+    try:
+        decode_cancelled(data, copy.base_offset, copy.next_offset, where)
+    except CorruptLogError as e:
+        rep.add(True, where, None, e.reason)
