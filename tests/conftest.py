@@ -8,11 +8,14 @@ import importlib
 import io
 import os
 import shutil
+import struct
 
+import crc32c
 import pytest
 from hypothesis import settings
 
 from kdelay import Log, LogConfig
+from kdelay.index import index_file
 from kdelay.validation import MAX_INT64
 
 T0 = 1_700_000_000_000  # a fixed, realistic epoch-ms start for fake clocks
@@ -88,6 +91,32 @@ def entries_after(idx, after):
         recent = [*zip(*ordered.tolist(), strict=True),
                   *zip(*idx.arrivals_window(after, MAX_INT64).tolist(), strict=True)]
     return list(heapq.merge(persisted, sorted(recent)))
+
+
+@contextlib.contextmanager
+def chunks_of(entries: int):
+    """Index files written meanwhile have chunks of `entries` entries (kdelay writes 1024;
+    small chunks put several in a small test file)."""
+    saved = index_file.CHUNK_ENTRIES
+    index_file.CHUNK_ENTRIES = entries
+    try:
+        yield
+    finally:
+        index_file.CHUNK_ENTRIES = saved
+
+
+def rewrite_as_version_1(path: str) -> None:
+    """Rewrite an index file as kdelay wrote it before chunk checksums (format version 1,
+    docs/formats.md): magic ending in b"1", bytes 40..56 zero, the CRC-32C of all the
+    columns at byte 56, no chunk table."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    magic, base, log_bytes, next_offset, n, chunk, _, _, _ = struct.unpack_from("<8sqqqqqqII", raw)
+    body = raw[64:len(raw) - (4 * -(-n // chunk) if n else 0)]
+    head = struct.pack("<8sqqqqqqI", magic[:7] + b"1", base, log_bytes, next_offset, n, 0, 0,
+                       crc32c.crc32c(body))
+    with open(path, "wb") as f:
+        f.write(head + struct.pack("<I", crc32c.crc32c(head[:56])) + body)
 
 
 def in_ci() -> bool:

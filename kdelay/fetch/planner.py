@@ -83,7 +83,7 @@ def column_run(seg: LogSegment | RemoteSegment, key: tuple[int, int] | None) -> 
     """A run over `seg`'s persisted index columns from the first entry past `key`."""
     idx = seg.dly_index
     kind = RemoteColumnRun if isinstance(seg, RemoteSegment) else ColumnRun
-    return kind(seg, (seg.base_offset, idx.generation), idx.disk_columns,
+    return kind(seg, (seg.base_offset, idx.generation), idx.chunks,
                 idx.start_in_columns(key))
 
 
@@ -139,7 +139,7 @@ def active_runs(active: LogSegment, cursor: DeliveryKey | None) -> list:
     key = _cursor_key(cursor)
     idx = active.dly_index
     runs: list = []
-    if len(idx.disk_columns[0]):
+    if idx.chunks.n:
         runs.append(column_run(active, key))
     if idx.has_recent:
         runs.append(RecentRun(active, idx, idx.recent_start(key)))

@@ -2,10 +2,11 @@
 order, from which the page fill (due_merge.py) takes a window at a time.
 
 A ColumnRun walks persisted, memmap'd (immutable) columns: its window is the columns
-themselves from its position on, no copy. The active segment's entries appended since its
-index was last persisted are two runs: a RecentRun over those merged into their key order,
-and an ArrivalsRun over the latest arrivals not merged yet; their windows are their due
-entries, gathered into columns.
+themselves from its position on, no copy, as far as their chunks are checked (a window
+checks the chunks it reaches, index/chunk_checks.py). The active segment's entries
+appended since its index was last persisted are two runs: a RecentRun over those merged
+into their key order, and an ArrivalsRun over the latest arrivals not merged yet; their
+windows are their due entries, gathered into columns.
 
 A window also says up to which entry its batches' bytes are at hand (`ready`): all of them,
 but for a RemoteColumnRun, whose bytes are fetched only when the page fill is about to read
@@ -18,6 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
+from ..index.chunk_checks import ChunkChecks
 from ..index.deliver_after_index import DeliverAfterIndex, Entry
 from ..log.batch import codec
 from ..log.segments.mapped_file import MappedFile
@@ -46,21 +48,26 @@ class BatchSource(Protocol):
 
 
 class ColumnRun:
-    """Entries of immutable index columns from index `i` on."""
+    """Entries of immutable, persisted index columns from index `i` on."""
 
-    __slots__ = ("seg", "key", "cols", "i", "n")
+    __slots__ = ("seg", "key", "cols", "i", "n", "_chunks", "_checked_to")
 
-    def __init__(self, seg: BatchSource, key: tuple, cols: Columns, start: int):
-        self.seg, self.key, self.cols = seg, key, cols
-        self.i, self.n = start, len(cols[0])
+    def __init__(self, seg: BatchSource, key: tuple, chunks: ChunkChecks, start: int):
+        self.seg, self.key, self.cols, self._chunks = seg, key, chunks.columns, chunks
+        self.i, self.n = start, chunks.n
+        self._checked_to = max(start, chunks.checked_prefix)  # [i, _checked_to) checked
 
     @property
     def exhausted(self) -> bool:
         return self.i >= self.n
 
     def window(self, now: int, limit: int) -> Window:
-        """The entries from the run's position on, all of them (see Window)."""
-        return self.cols, self.i, self.n, False, self.n
+        """The entries from the run's position on as far as their chunks are checked, all
+        of their bytes at hand (see Window)."""
+        end = self._checked_to
+        if end - self.i < limit and end < self.n:  # per chunk, not per page
+            end = self._checked_to = self._chunks.window_end(self.i, limit)
+        return self.cols, self.i, end, end < self.n, self.n
 
     def moved_to(self, head: int) -> None:
         """The page consumed the window's entries before `head`."""
@@ -69,7 +76,8 @@ class ColumnRun:
 
 class RemoteColumnRun(ColumnRun):
     """A ColumnRun over a remote-only segment (kdelay.log.tiered.remote_segment): its
-    window is every entry, as a local run's, and ready up to where its bytes were fetched.
+    window is a local run's (its index, fetched whole, was checked whole on loading), and
+    ready up to where its bytes were fetched.
     The page fill asks for a batch past that (FETCH) only when it is about to read it, so a
     page fetches nothing for runs it takes nothing from; `fetch` then gets the bytes of
     that entry and of some after it, in one coalesced request: one entry the first time,
@@ -79,15 +87,16 @@ class RemoteColumnRun(ColumnRun):
 
     __slots__ = ("_ready", "_cache_generation", "_ahead")
 
-    def __init__(self, seg, key: tuple, cols: Columns, start: int):
-        super().__init__(seg, key, cols, start)
+    def __init__(self, seg, key: tuple, chunks: ChunkChecks, start: int):
+        super().__init__(seg, key, chunks, start)
         self._ready = start  # entries [i, _ready) have their bytes in the segment's cache
         self._cache_generation = -1  # ... as long as that cache is this generation
         self._ahead = 1
 
     def window(self, now: int, limit: int) -> Window:
+        cols, start, end, more, _ = super().window(now, limit)
         ready = self._ready if self._cache_generation == self.seg.cache_generation else 0
-        return self.cols, self.i, self.n, False, ready
+        return cols, start, end, more, ready
 
     def fetch(self, head: int, now: int) -> None:
         """The page fill is about to read entry `head`, whose bytes are not at hand: fetch

@@ -19,7 +19,7 @@ from .recent_entries import RecentEntries as _RecentEntries
 Entry = tuple[int, int, int, int, int]
 
 class DeliverAfterIndex(AbstractIndex):
-    MAGIC = b"KDLYIDX1"
+    MAGIC = b"KDLYIDX2"
     DTYPES = [np.dtype("<i8"), np.dtype("<i8"), np.dtype("<i8"), np.dtype("<i4"),
               np.dtype("<i4")]
     NAME = "DeliverAfterIndex"
@@ -59,6 +59,7 @@ class DeliverAfterIndex(AbstractIndex):
         return bool(self._recent)
 
     def columns(self) -> list[np.ndarray]:
+        self._checks.check_all()
         if not self._recent:
             return [np.asarray(c) for c in self._columns]
         fresh = [c.astype(d) for c, d in zip(self._recent.columns(), self.DTYPES, strict=True)]
@@ -71,6 +72,7 @@ class DeliverAfterIndex(AbstractIndex):
     def min_deliver_after(self) -> int | None:
         cands = []
         if len(self._columns[0]):
+            self._checks.check(0, 1)
             cands.append(int(self._columns[0][0]))
         if self._recent:
             cands.append(self._recent.min_deliver_after())
@@ -80,7 +82,9 @@ class DeliverAfterIndex(AbstractIndex):
         """The largest (deliverAfter, offset) of any record in the segment."""
         cands = []
         da = self._columns[0]
-        if len(da):
+        n = len(da)
+        if n:
+            self._checks.check(n - 1, n)
             cands.append((int(da[-1]), int(self._columns[1][-1]) + int(self._columns[3][-1])))
         if self._recent:
             e = self._recent.max_entry()
@@ -91,7 +95,7 @@ class DeliverAfterIndex(AbstractIndex):
         """The smallest deliverAfter > `now` (None if no entry is that late)."""
         cands = []
         da = self._columns[0]
-        j = int(np.searchsorted(da, now, side="right"))
+        j = self._checks.search_right(da, now)
         if j < len(da):
             cands.append(int(da[j]))
         later = self._recent.first_after(now)
@@ -102,7 +106,8 @@ class DeliverAfterIndex(AbstractIndex):
     def count_pending(self, now: int) -> tuple[int, int]:
         """(records not yet due at `now`, batches not yet due)."""
         da, _, _, lod, _ = self._columns
-        j = int(np.searchsorted(da, now, side="right"))
+        j = self._checks.search_right(da, now)
+        self._checks.check(j, len(da))
         records = int((lod[j:].astype(np.int64) + 1).sum())
         batches = len(da) - j
         r, b = self._recent.count_not_due(now)
@@ -117,15 +122,20 @@ class DeliverAfterIndex(AbstractIndex):
     # ------------------------------------------------------------------ reading
 
     def start_in_columns(self, after: tuple[int, int] | None) -> int:
-        """Index of the first persisted entry that may hold a record with key > `after`."""
+        """Index of the first persisted entry that may hold a record with key > `after`.
+        Checks only the chunks either side of the answer (ChunkChecks.certify)."""
         if after is None:
             return 0
         da_c, off_c = after
         da, off, _, lod, _ = self._columns
         lo = int(np.searchsorted(da, da_c, side="left"))
         hi = int(np.searchsorted(da, da_c, side="right"))
-        j = lo + int(np.searchsorted(off[lo:hi], off_c, side="right"))
-        if j > lo and int(off[j - 1]) + int(lod[j - 1]) > off_c:
+        j = lo + int(np.searchsorted(off[lo:hi], off_c, side="right"))  # first key > after
+        below = (int(da[j - 1]), int(off[j - 1])) if j else None
+        if not self._checks.complete:
+            above = (int(da[j]), int(off[j])) if j < len(da) else None
+            self._checks.certify(j, below, above, (da_c, off_c))
+        if below is not None and below[0] == da_c and below[1] + int(lod[j - 1]) > off_c:
             j -= 1  # the batch holding the cursor still has records after it
         return j
 

@@ -1,20 +1,31 @@
-"""The on-disk format shared by every index kind (.index, .timeindex, .dlyindex).
+"""The on-disk format shared by every index kind (.index, .timeindex, .dlyindex, and the
+cancellations' cache .cancelindex).
 
     header (64 bytes, little-endian)
-      0  8s  magic       b"KDLYIDX1" / b"KOFFIDX1" / b"KTIMIDX1" (kind and version)
-      8  q   base_offset the segment's base offset (must match the file name)
-     16  q   log_bytes   size of the .log the index was built from (staleness check)
-     24  q   next_offset the segment's last offset + 1 (log end without reading the log)
-     32  q   entries     number of entries
-     40  q   reserved
+      0  8s  magic          7 bytes naming the kind (b"KDLYIDX", b"KOFFIDX", b"KTIMIDX",
+                            b"KCANIDX"), then the format version, b"2"
+      8  q   base_offset    the segment's base offset (must match the file name)
+     16  q   log_bytes      size of the .log the index was built from (staleness check)
+     24  q   next_offset    the segment's last offset + 1 (log end without reading the log)
+     32  q   entries        number of entries n
+     40  q   chunk_entries  entries per chunk C (>= 1)
      48  q   reserved
-     56  I   data_crc    CRC-32C of everything after the header
-     60  I   header_crc  CRC-32C of bytes 0..56
-    columns, one after another, each `entries` values long, in the kind's column order
+     56  I   table_crc      CRC-32C of the chunk table
+     60  I   header_crc     CRC-32C of bytes 0..56
+    columns, one after another, each n values long, in the kind's column order
+    chunk table: ceil(n / C) uint32, the CRC of each chunk, entries [k*C, (k+1)*C) of every
+      column in turn (chunk_checks.chunk_crc)
 
-A reader maps the columns with numpy.memmap, so loading costs no copy and searching is
-numpy's searchsorted on the page cache. Any mismatch raises IndexFileError; the caller
-then rebuilds the index from its .log.
+A reader maps the file (numpy views over an mmap: loading costs no copy, and searching is
+numpy's searchsorted on the page cache) and checks the header and the chunk table at once;
+then every chunk (`load_index`, `map_index(lazy=False)`), or the first and last chunk and
+the others on first use (`map_index(lazy=True)`, chunk_checks.py). A header, table
+or chunk that does not hold raises IndexFileError when found on loading; the caller then
+rebuilds the index from its .log.
+
+Version 1 (magic ending in b"1") had no chunks: bytes 40..56 were reserved, byte 56 held
+the CRC of all the columns, and no table followed. Such a file is still read, and checked
+whole when it is mapped; every index written is version 2.
 """
 
 from __future__ import annotations
@@ -30,10 +41,22 @@ import numpy as np
 
 from .. import fsio
 from ..errors import IndexFileError
+from .chunk_checks import ChunkChecks, chunk_table
 
 HEADER = struct.Struct("<8sqqqqqqII")
 HEADER_SIZE = HEADER.size
 assert HEADER_SIZE == 64
+KIND_BYTES = 7  # the magic's first 7 bytes name the kind, the last one the format version
+VERSION = b"2"
+VERSION_1 = b"1"  # one CRC over all the columns, no chunks
+# 128 KiB of a .dlyindex, checked in about 10 µs; smaller chunks cost more Python per
+# entry checked (1024: twice the time of one CRC over the whole file)
+CHUNK_ENTRIES = 4096
+
+
+def kind_of(magic: bytes) -> bytes:
+    """The kind a magic names, whatever its format version."""
+    return magic[:KIND_BYTES]
 
 
 class IndexMeta(NamedTuple):
@@ -44,17 +67,22 @@ class IndexMeta(NamedTuple):
 
 
 def encode_index(magic: bytes, meta: IndexMeta, columns: list[np.ndarray]) -> bytes:
-    """The bytes of an index file (header and columns)."""
-    body = b"".join(np.ascontiguousarray(c).tobytes() for c in columns)
-    head = HEADER.pack(magic, meta.base_offset, meta.log_bytes, meta.next_offset, meta.entries,
-                       0, 0, crc32c.crc32c(body), 0)
+    """The bytes of an index file of `magic`'s kind in the current format version (header,
+    columns, chunk table): what `write_index` writes, and tiered storage uploads."""
+    columns = [np.ascontiguousarray(c) for c in columns]
+    table = chunk_table(columns, CHUNK_ENTRIES)
+    body = b"".join(c.tobytes() for c in columns) + table.tobytes()
+    head = HEADER.pack(kind_of(magic) + VERSION, meta.base_offset, meta.log_bytes,
+                       meta.next_offset, meta.entries, CHUNK_ENTRIES, 0, crc32c.crc32c(table),
+                       0)
     return head[:60] + struct.pack("<I", crc32c.crc32c(head[:56])) + body
 
 
 def write_index(path: str, magic: bytes, meta: IndexMeta, columns: list[np.ndarray], *,
                 atomic: bool = True) -> None:
-    """Write an index file: atomically (temp file + rename), or, with `atomic=False`, in
-    place with one fsync (for a file published later by a rename of its own)."""
+    """Write an index file (encode_index): atomically (temp file + rename), or, with
+    `atomic=False`, in place with one fsync (for a file published later by a rename of its
+    own)."""
     data = encode_index(magic, meta, columns)
     if atomic:
         fsio.atomic_write(path, data)
@@ -63,7 +91,8 @@ def write_index(path: str, magic: bytes, meta: IndexMeta, columns: list[np.ndarr
 
 
 def read_meta(path: str, magic: bytes) -> tuple[IndexMeta, int]:
-    """(header fields, data crc) of an index file, checking magic and header CRC."""
+    """(header fields, the header's checksum of the rest: of the chunk table, or in version
+    1 of the columns) of an index file, checking magic and header CRC."""
     try:
         with open(path, "rb") as f:
             head = f.read(HEADER_SIZE)
@@ -71,7 +100,8 @@ def read_meta(path: str, magic: bytes) -> tuple[IndexMeta, int]:
         raise IndexFileError(f"{path}: missing") from None
     except OSError as e:
         raise IndexFileError(f"{path}: {e}") from None
-    return _parse_header(head, path, magic)
+    raw = _parse_header(head, path, magic)
+    return raw.meta, raw.crc
 
 
 class RawHeader(NamedTuple):
@@ -79,8 +109,19 @@ class RawHeader(NamedTuple):
 
     magic: bytes
     meta: IndexMeta
-    data_crc: int
+    chunk_entries: int  # 0 in version 1 (reserved there)
+    crc: int  # of the chunk table; in version 1 of the columns
     header_crc_ok: bool
+
+    @property
+    def version(self) -> bytes:
+        return self.magic[KIND_BYTES:]
+
+    def body_bytes(self, entry_size: int) -> int:
+        """How many bytes follow the header in a file this header describes."""
+        n = self.meta.entries
+        chunks = -(-n // self.chunk_entries) if self.version == VERSION and n > 0 else 0
+        return n * entry_size + 4 * chunks
 
 
 def unpack_header(head: bytes) -> RawHeader | None:
@@ -89,7 +130,12 @@ def unpack_header(head: bytes) -> RawHeader | None:
         return None
     fields = HEADER.unpack_from(head)
     return RawHeader(fields[0], IndexMeta(fields[1], fields[2], fields[3], fields[4]),
-                     fields[7], crc32c.crc32c(head[:56]) == fields[8])
+                     fields[5], fields[7], crc32c.crc32c(head[:56]) == fields[8])
+
+
+def known_magic(found: bytes, magic: bytes) -> bool:
+    """Is `found` the magic of `magic`'s kind, in a format version this module reads?"""
+    return kind_of(found) == kind_of(magic) and found[KIND_BYTES:] in (VERSION, VERSION_1)
 
 
 class Mismatch(NamedTuple):
@@ -115,25 +161,48 @@ def currency_mismatches(meta: IndexMeta, *, base_offset: int | None,
     return out
 
 
-def _parse_header(head: bytes, path: str, magic: bytes) -> tuple[IndexMeta, int]:
+def _parse_header(head: bytes, path: str, magic: bytes) -> RawHeader:
     raw = unpack_header(head)
     if raw is None:
         raise IndexFileError(f"{path}: truncated header")
-    if raw.magic != magic:
+    if not known_magic(raw.magic, magic):
         raise IndexFileError(f"{path}: bad magic {raw.magic!r}")
     if not raw.header_crc_ok:
         raise IndexFileError(f"{path}: header checksum mismatch")
     meta = raw.meta
     if meta.entries < 0 or meta.log_bytes < 0:
         raise IndexFileError(f"{path}: negative sizes in header")
-    return meta, raw.data_crc
+    if raw.version == VERSION and raw.chunk_entries < 1:
+        raise IndexFileError(f"{path}: {raw.chunk_entries} entries per chunk")
+    return raw
+
+
+def _column_views(body: np.ndarray, dtypes: list[np.dtype], n: int) -> list[np.ndarray]:
+    """The columns of `n` entries at the start of `body` (bytes after the header)."""
+    columns, pos = [], 0
+    for d in dtypes:
+        width = n * np.dtype(d).itemsize
+        columns.append(body[pos:pos + width].view(d))
+        pos += width
+    return columns
 
 
 def load_index(path: str, magic: bytes, dtypes: list[np.dtype], *, base_offset: int,
                log_bytes: int) -> tuple[IndexMeta, list[np.ndarray]]:
+    """Map a persisted index and check it whole (map_index with `lazy=False`)."""
+    meta, columns, _ = map_index(path, magic, dtypes, base_offset=base_offset,
+                                 log_bytes=log_bytes, lazy=False)
+    return meta, columns
+
+
+def map_index(path: str, magic: bytes, dtypes: list[np.dtype], *, base_offset: int,
+              log_bytes: int, lazy: bool) -> tuple[IndexMeta, list[np.ndarray], ChunkChecks]:
     """Map a persisted index, verifying it belongs to this segment, covers exactly
-    `log_bytes` of its .log, and that its data checksum matches. The file is opened once:
-    header read, size checked and data mapped through the same descriptor."""
+    `log_bytes` of its .log, and that its header and chunk table checksums match; then
+    every chunk's, or with `lazy` those of the first and last chunk only (what opening a
+    log reads: a segment's first and last keys), the others as reads reach them (the
+    ChunkChecks returned; the file is removed if one fails then). The file is opened
+    once: header read, size checked and data mapped through the same descriptor."""
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed below; the map outlives it
     except FileNotFoundError:
@@ -141,7 +210,8 @@ def load_index(path: str, magic: bytes, dtypes: list[np.dtype], *, base_offset: 
     except OSError as e:
         raise IndexFileError(f"{path}: {e}") from None
     with f:
-        meta, data_crc = _parse_header(f.read(HEADER_SIZE), path, magic)
+        raw = _parse_header(f.read(HEADER_SIZE), path, magic)
+        meta = raw.meta
         mismatches = currency_mismatches(meta, base_offset=base_offset, log_bytes=log_bytes)
         if mismatches and mismatches[0].field == "base_offset":
             raise IndexFileError(
@@ -149,28 +219,36 @@ def load_index(path: str, magic: bytes, dtypes: list[np.dtype], *, base_offset: 
         if mismatches:
             raise IndexFileError(
                 f"{path}: stale (covers {meta.log_bytes} log bytes, the log has {log_bytes})")
-        widths = [np.dtype(d).itemsize for d in dtypes]
-        expected = HEADER_SIZE + meta.entries * sum(widths)
-        size = os.fstat(f.fileno()).st_size
-        if size != expected:
-            raise IndexFileError(f"{path}: {size} bytes, header implies {expected}")
+        entry_size = sum(np.dtype(d).itemsize for d in dtypes)
+        expected = HEADER_SIZE + raw.body_bytes(entry_size)
+        st = os.fstat(f.fileno())
+        if st.st_size != expected:
+            raise IndexFileError(f"{path}: {st.st_size} bytes, header implies {expected}")
         if meta.entries == 0:
-            if data_crc != crc32c.crc32c(b""):
+            if raw.crc != crc32c.crc32c(b""):
                 raise IndexFileError(f"{path}: data checksum mismatch")
-            return meta, [np.empty(0, dtype=d) for d in dtypes]
+            columns = [np.empty(0, dtype=d) for d in dtypes]
+            return meta, columns, ChunkChecks.trusted(columns)
         # a plain ndarray over an mmap: np.memmap's Python-level hooks cost more than the
         # searches themselves
-        data = np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ),
+        body = np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ),
                              dtype=np.uint8)[HEADER_SIZE:]
-    if crc32c.crc32c(data) != data_crc:
-        raise IndexFileError(f"{path}: data checksum mismatch")
-    columns = []
-    pos = 0
-    for d, w in zip(dtypes, widths, strict=True):
-        n = meta.entries * w
-        columns.append(data[pos:pos + n].view(d))
-        pos += n
-    return meta, columns
+    columns = _column_views(body, dtypes, meta.entries)
+    if raw.version == VERSION_1:
+        if crc32c.crc32c(body) != raw.crc:
+            raise IndexFileError(f"{path}: data checksum mismatch")
+        return meta, columns, ChunkChecks.trusted(columns)
+    table = body[meta.entries * entry_size:].view("<u4")
+    if crc32c.crc32c(table) != raw.crc:
+        raise IndexFileError(f"{path}: chunk table checksum mismatch")
+    checks = ChunkChecks(path, columns, table, raw.chunk_entries, first_byte=HEADER_SIZE,
+                         file_id=(st.st_dev, st.st_ino))
+    damaged = checks.damaged(checks.ends if lazy else None)
+    if damaged:
+        start, stop = checks.span(damaged[0])
+        raise IndexFileError(f"{path}: data checksum mismatch (entries {start}..{stop - 1}"
+                             f"{' and more' if len(damaged) > 1 else ''})")
+    return meta, columns, checks
 
 
 # ---------------------------------------------------------------------------- lenient reading
@@ -179,9 +257,10 @@ def load_index(path: str, magic: bytes, dtypes: list[np.dtype], *, base_offset: 
 @dataclass
 class IndexReading:
     """A persisted index read without trusting it, for tools: `problems` lists what is
-    wrong with the file itself (empty when header and data checksums hold); `columns` are
-    the entries (None when the file is too damaged to hold them); `magic` is what the file
-    says it is (None if unread)."""
+    wrong with the file itself (empty when header, chunk table and data checksums hold);
+    `columns` are the entries (None when the file is too damaged to hold them);
+    `damaged_entries` the entries [start, stop) of each chunk that fails its checksum;
+    `magic` is what the file says it is (None if unread)."""
 
     path: str
     meta: IndexMeta | None = None
@@ -191,6 +270,7 @@ class IndexReading:
     problems: list[str] = field(default_factory=list)
     missing: bool = False
     magic: bytes | None = None
+    damaged_entries: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def entries(self) -> int:
@@ -200,7 +280,7 @@ class IndexReading:
 def read_lenient(path: str, magic: bytes, dtypes: list[np.dtype]) -> IndexReading:
     """Read whatever an index file holds and say why it is unreadable, never raising for
     damage (IsADirectoryError propagates: the caller asked for the wrong thing). Reads the
-    whole file; O(file size)."""
+    whole file and checks every chunk; O(file size)."""
     out = IndexReading(path)
     try:
         with open(path, "rb") as f:
@@ -220,7 +300,7 @@ def read_lenient(path: str, magic: bytes, dtypes: list[np.dtype]) -> IndexReadin
                             f"{HEADER_SIZE}-byte header")
         return out
     out.magic = head.magic
-    if head.magic != magic:
+    if not known_magic(head.magic, magic):
         out.problems.append(f"not a kdelay index: magic {head.magic!r}, expected {magic!r}")
         return out
     out.header_crc_ok = head.header_crc_ok
@@ -229,18 +309,27 @@ def read_lenient(path: str, magic: bytes, dtypes: list[np.dtype]) -> IndexReadin
         return out
     out.meta = meta = head.meta
     n = meta.entries
-    body = raw[HEADER_SIZE:]
     entry_size = sum(np.dtype(d).itemsize for d in dtypes)
-    if n < 0 or len(body) != n * entry_size:
-        out.problems.append(f"{len(raw)} bytes, but the header's {n} entries need "
-                            f"{HEADER_SIZE + max(n, 0) * entry_size}")
+    body = np.frombuffer(raw, dtype=np.uint8)[HEADER_SIZE:]
+    chunked = head.version == VERSION
+    if chunked and head.chunk_entries < 1:
+        out.problems.append(f"header says {head.chunk_entries} entries per chunk")
         return out
-    out.data_crc_ok = crc32c.crc32c(body) == head.data_crc
+    need = HEADER_SIZE + (head.body_bytes(entry_size) if n > 0 else 0)
+    if n < 0 or len(raw) != need:
+        out.problems.append(f"{len(raw)} bytes, but the header's {n} entries need {need}")
+        return out
+    out.columns = _column_views(body, dtypes, n)
+    if not chunked:
+        out.data_crc_ok = crc32c.crc32c(body) == head.crc
+    else:
+        table = body[n * entry_size:].view("<u4")
+        if crc32c.crc32c(table) != head.crc:
+            out.problems.append("chunk table checksum mismatch")
+            return out
+        checks = ChunkChecks(path, out.columns, table, head.chunk_entries)
+        out.damaged_entries = [checks.span(k) for k in checks.damaged()]
+        out.data_crc_ok = not out.damaged_entries
     if not out.data_crc_ok:
         out.problems.append("data checksum mismatch")
-    cols, pos = [], 0
-    for d in dtypes:
-        cols.append(np.frombuffer(body, dtype=d, count=n, offset=pos))
-        pos += n * np.dtype(d).itemsize
-    out.columns = cols
     return out

@@ -10,7 +10,7 @@ from .base import AppendOnlyIndex
 
 
 class OffsetIndex(AppendOnlyIndex):
-    MAGIC = b"KOFFIDX1"
+    MAGIC = b"KOFFIDX2"
     DTYPES = [np.dtype("<i8"), np.dtype("<i8")]  # offset, position
     NAME = "offset index"
     COLUMNS = ("offset", "position")

@@ -10,7 +10,7 @@ from .base import AppendOnlyIndex
 
 
 class TimeIndex(AppendOnlyIndex):
-    MAGIC = b"KTIMIDX1"
+    MAGIC = b"KTIMIDX2"
     DTYPES = [np.dtype("<i8"), np.dtype("<i8")]  # timestamp, offset
     NAME = "time index"
     COLUMNS = ("timestamp", "offset")

@@ -65,10 +65,11 @@ def cmd_dump_index(args: argparse.Namespace, out: Out) -> int:
         raise IndexUnreadable(f"{path}: {'; '.join(idx.problems)}")
     current, why = _index_currency(path, idx)
     meta = idx.meta
-    summary = {"path": path, "kind": kind.name, "magic": kind.magic.decode(),
+    summary = {"path": path, "kind": kind.name, "magic": (idx.magic or kind.magic).decode(),
                "base_offset": meta.base_offset, "log_bytes": meta.log_bytes,
                "next_offset": meta.next_offset, "entries": meta.entries,
                "header_crc_ok": idx.header_crc_ok, "data_crc_ok": idx.data_crc_ok,
+               "damaged_entries": [list(span) for span in idx.damaged_entries],
                "current": current, "current_detail": why}
     if args.json and args.summary:
         out.json(summary)
@@ -88,7 +89,9 @@ def cmd_dump_index(args: argparse.Namespace, out: Out) -> int:
     if not args.summary and idx.columns is not None:
         _dump_entries(kind, idx, out, args.json)
     if not idx.data_crc_ok:
-        err(f"{path}: data checksum mismatch (entries shown may be wrong)")
+        where = ", ".join(f"{a}..{b - 1}" for a, b in idx.damaged_entries)
+        err(f"{path}: {'; '.join(idx.problems)}"
+            + (f" in entries {where}" if where else "") + " (entries shown may be wrong)")
         return EXIT_PROBLEMS
     return EXIT_OK
 

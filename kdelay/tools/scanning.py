@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import InspectError
 from ..index.base import AbstractIndex
 from ..index.deliver_after_index import DeliverAfterIndex
-from ..index.index_file import HEADER_SIZE, IndexReading
+from ..index.index_file import HEADER_SIZE, IndexReading, kind_of
 from ..index.offset_index import OffsetIndex
 from ..index.time_index import TimeIndex
 from ..log.batch.walker import Batch, FramingBreak, Progress, walk
@@ -58,7 +58,7 @@ DLY = IndexKind(layout.DLYINDEX_SUFFIX, DeliverAfterIndex)
 OFFSET = IndexKind(layout.INDEX_SUFFIX, OffsetIndex)
 TIME = IndexKind(layout.TIMEINDEX_SUFFIX, TimeIndex)
 KINDS = {k.suffix: k for k in (DLY, OFFSET, TIME)}
-_KIND_BY_MAGIC = {k.magic: k for k in (DLY, OFFSET, TIME)}
+_KIND_BY_MAGIC = {kind_of(k.magic): k for k in (DLY, OFFSET, TIME)}  # any format version
 
 
 def kind_for_path(path: str) -> IndexKind | None:
@@ -92,7 +92,8 @@ def read_index_file(path: str, kind: IndexKind) -> IndexFile:
     except IsADirectoryError:
         raise InspectError(f"{path}: is a directory, expected an index file") from None
     out = IndexFile(**vars(reading), kind=kind)
-    other = _KIND_BY_MAGIC.get(reading.magic) if reading.magic != kind.magic else None
+    found = None if reading.magic is None else kind_of(reading.magic)
+    other = _KIND_BY_MAGIC.get(found) if found != kind_of(kind.magic) else None
     if other is not None:
         out.wrong_kind = other
         out.problems[:] = [f"holds {_a(other.name)} (magic {reading.magic!r}), not "

@@ -22,6 +22,9 @@ from .scanning import (
 )
 
 _REBUILT = " (rebuilt from the .log on next open)"
+# Log.open checks chunks as reads reach them (index/chunk_checks.py), not on opening
+_DAMAGED_CHUNK = (" (a read reaching it fails, and the next open rebuilds the index from "
+                  "the .log; kdelay rebuild-index repairs it now)")
 # content errors under a sound header: Log.open checks only the header and checksums
 _TRUSTED = " (Log.open would trust this index: run kdelay rebuild-index)"
 
@@ -53,7 +56,11 @@ def check_index(rep: VerifyReport, seg: SegmentFiles, scan: SegmentScan, kind: I
     meta = idx.meta
     assert meta is not None and idx.columns is not None
     if not idx.data_crc_ok:
-        rep.add(True, path, HEADER_SIZE, "data checksum mismatch" + rebuilt)
+        for start, stop in idx.damaged_entries:
+            rep.add(True, path, entry_file_position(idx, start),
+                    f"entries {start}..{stop - 1}: chunk checksum mismatch" + _DAMAGED_CHUNK)
+        if not idx.damaged_entries:  # the chunk table, or a version 1 file's one checksum
+            rep.add(True, path, HEADER_SIZE, "; ".join(idx.problems) + rebuilt)
         return
     mismatches = currency_mismatches(meta, base_offset=seg.base_offset, log_bytes=seg.log_size)
     if mismatches and mismatches[0].field == "base_offset":

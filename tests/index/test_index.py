@@ -136,20 +136,29 @@ def _persisted(tmp_path, entries=None):
 
 
 def test_file_format_as_documented(tmp_path):
-    path, entries = _persisted(tmp_path)
+    """Version 2: header, columns, then one CRC per chunk of 4096 entries (every column's
+    slice of the chunk in turn), the table's CRC in the header."""
+    n = 10_000  # three chunks, the last one short
+    path, entries = _persisted(tmp_path, _batches([(i % 7, 1 + i % 3) for i in range(n)]))
     raw = Path(path).read_bytes()
-    magic, base, log_bytes, next_off, n, _r1, _r2, data_crc, head_crc = HEADER.unpack_from(raw)
-    assert (magic, base, log_bytes, next_off, n) == (b"KDLYIDX1", 100, 4321, 106, 3)
+    magic, base, log_bytes, next_off, count, chunk, _r, table_crc, head_crc = \
+        HEADER.unpack_from(raw)
+    assert (magic, base, log_bytes, next_off, count) == (b"KDLYIDX2", 100, 4321, 106, n)
+    assert chunk == 4096
     assert head_crc == crc32c.crc32c(raw[:56])
     body = raw[64:]
-    assert data_crc == crc32c.crc32c(body)
-    assert len(body) == 3 * (8 + 8 + 8 + 4 + 4)
+    assert len(body) == n * (8 + 8 + 8 + 4 + 4) + 3 * 4
     cols, pos = [], 0
     for dt in ("<i8", "<i8", "<i8", "<i4", "<i4"):
-        w = np.dtype(dt).itemsize * 3
-        cols.append(np.frombuffer(body[pos:pos + w], dtype=dt).tolist())
+        w = np.dtype(dt).itemsize * n
+        cols.append(np.frombuffer(body[pos:pos + w], dtype=dt))
         pos += w
-    assert list(zip(*cols, strict=True)) == sorted(entries)
+    assert list(zip(*(c.tolist() for c in cols), strict=True)) == sorted(entries)
+    table = body[pos:]
+    assert table_crc == crc32c.crc32c(table)
+    want = [crc32c.crc32c(b"".join(c[a:a + 4096].tobytes() for c in cols))
+            for a in (0, 4096, 8192)]
+    assert list(struct.unpack("<3I", table)) == want
 
 
 def test_empty_index_file(tmp_path):

@@ -22,7 +22,7 @@ Each segment with at least one cancelled record has two files beside its .log:
 
 ``<base>.cancelindex``: a cache of the journal's outcome, the sorted cancelled offsets as one
 int64 column, in the shared index-file format (kdelay/index/index_file.py, magic
-``KCANIDX1``). Its header's ``log_bytes`` field holds the journal size it covers and its
+``KCANIDX2``). Its header's ``log_bytes`` field holds the journal size it covers and its
 ``next_offset`` field the journal generation; it is trusted only if both match the journal
 (so a clean open reads one header per segment and maps the column lazily; it is O(segments)
 whatever the number of cancellations). Anything else (missing, stale, corrupt) is rebuilt by
@@ -75,7 +75,7 @@ from ..segments.layout import CANCELS_SUFFIX as JOURNAL_SUFFIX
 __all__ = ["CANCEL_INDEX_SUFFIX", "CANCEL_SUFFIXES", "JOURNAL_SUFFIX", "check_cancels",
            "read_cancelled", "replay"]
 JOURNAL_MAGIC = b"KDCANJ01"
-INDEX_MAGIC = b"KCANIDX1"
+INDEX_MAGIC = b"KCANIDX2"
 CACHE_DTYPES = [np.dtype("<i8")]
 
 JOURNAL_HEAD = struct.Struct("<8sqq4xI")

@@ -113,12 +113,14 @@ class LogSegment(SegmentTail, OffsetLookup):
     @classmethod
     def load(cls, directory: str, base_offset: int) -> LogSegment:
         """Open with its persisted indexes, reading no log data beyond the first header.
-        Raises IndexFileError if any index is missing, stale or corrupt."""
+        Raises IndexFileError if any index is missing or stale, or its header, chunk table,
+        first or last chunk corrupt; its other chunks are checked as reads reach them
+        (index/chunk_checks.py)."""
         fd = fsio.open_append(os.path.join(directory, segment_name(base_offset) + LOG_SUFFIX))
         try:
             size = os.fstat(fd).st_size
             name = os.path.join(directory, segment_name(base_offset))
-            kw = {"base_offset": base_offset, "log_bytes": size}
+            kw = {"base_offset": base_offset, "log_bytes": size, "lazy": True}
             oi = OffsetIndex.load(name + INDEX_SUFFIX, **kw)
             ti = TimeIndex.load(name + TIMEINDEX_SUFFIX, **kw)
             di = DeliverAfterIndex.load(name + DLYINDEX_SUFFIX, **kw)
