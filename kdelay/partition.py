@@ -27,6 +27,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -46,9 +47,6 @@ from .log.segments import retention
 from .log.segments.flush_policy import start_flusher
 from .log.segments.open_and_close import Lifetime, Opened, open_log_directory
 from .log.segments.writer import Writer
-from .log.tiered.opening import TieredDirectory
-from .log.tiered.sync import RemoteSync
-from .log.tiered.tier import RemoteTier
 from .records import (
     AppendResult,
     CompactionResult,
@@ -73,6 +71,10 @@ from .validation import (
     requested_deliver_after,
     reschedule_args,
 )
+
+if TYPE_CHECKING:  # tiered storage is imported by the logs that use it (Log.open)
+    from .log.tiered.sync import RemoteSync
+    from .log.tiered.tier import RemoteTier
 
 __all__ = ["Clock", "Log", "OffsetOutOfRangeError"]
 
@@ -121,10 +123,16 @@ class Log(forks.Owned):
              clock: Clock | None = None) -> Log:
         """Open (creating if missing) and recover the log directory at `path`."""
         path, config = check_open_args(path, config, clock)
-        tier = None if config.remote_storage is None else RemoteTier(path, config)
+        tier = tiered = None
+        if config.remote_storage is not None:
+            # here, not at the top: a process without tiered storage never loads it
+            from .log.tiered.opening import TieredDirectory
+            from .log.tiered.tier import RemoteTier
+
+            tier = RemoteTier(path, config)
+            tiered = TieredDirectory(path, tier)
         opened = os_errors("opening", path, lambda: open_log_directory(
-            path, config.index_interval_bytes,
-            None if tier is None else TieredDirectory(path, tier)))
+            path, config.index_interval_bytes, tiered))
         log = cls(path, config, clock or wall_clock, opened)
         log._tier = tier
         # the log clock must not run backwards across a restart: the clean close stored
@@ -141,6 +149,8 @@ class Log(forks.Owned):
 
     def _start_remote_sync(self) -> None:
         """Tiered storage: start the background sync, woken by every roll."""
+        from .log.tiered.sync import RemoteSync
+
         self._remote = RemoteSync(self._tier, self._segments, self._lock, self._cancels,
                                   self.config, now=self.now, before_change=self._life.mark_dirty,
                                   after_change=self._due_order.reset)

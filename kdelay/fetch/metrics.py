@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from typing import TYPE_CHECKING
 
 from ..errors import KdelayError
 from ..log.cancellation.cancel_store import CancelStore
@@ -13,10 +14,12 @@ from ..log.segments.layout import INDEX_SUFFIXES
 from ..log.segments.segment import LogSegment
 from ..log.segments.segment_set import SegmentSet
 from ..log.tiered.placement import placement_counts
-from ..log.tiered.tier import RemoteTier
 from ..records import DeliveryKey
 from .group_positions import GroupStore
 from .lag import due_after
+
+if TYPE_CHECKING:
+    from ..log.tiered.tier import RemoteTier
 
 
 def log_metrics(segments: SegmentSet, group_store: GroupStore, cancels: CancelStore,

@@ -18,13 +18,16 @@ import heapq
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from itertools import islice
+from typing import TYPE_CHECKING
 
 from ..log.segments.layout import DLYINDEX_SUFFIX
 from ..log.segments.segment import LogSegment
 from ..log.segments.segment_set import SegmentSet
-from ..log.tiered.remote_segment import RemoteSegment
 from ..records import DeliveryKey
 from .runs import ArrivalsRun, BatchSource, ColumnRun, RecentRun, RemoteColumnRun
+
+if TYPE_CHECKING:  # a process without tiered storage never loads it
+    from ..log.tiered.remote_segment import RemoteSegment
 
 # remote segments whose indexes a plan fetches in the background ahead of use (KIP-1003)
 PREFETCH_SEGMENTS = 8
@@ -82,7 +85,7 @@ def _cursor_key(cursor: DeliveryKey | None) -> tuple[int, int] | None:
 def column_run(seg: LogSegment | RemoteSegment, key: tuple[int, int] | None) -> ColumnRun:
     """A run over `seg`'s persisted index columns from the first entry past `key`."""
     idx = seg.dly_index
-    kind = RemoteColumnRun if isinstance(seg, RemoteSegment) else ColumnRun
+    kind = ColumnRun if isinstance(seg, LogSegment) else RemoteColumnRun
     return kind(seg, (seg.base_offset, idx.generation), idx.chunks,
                 idx.start_in_columns(key))
 
@@ -120,7 +123,7 @@ def prefetch_indexes(segments: Iterable[LogSegment | RemoteSegment],
     """Have the first PREFETCH_SEGMENTS remote ones among `segments` fetch their indexes
     `suffixes` in the background, so that they arrive together rather than one after
     another."""
-    remote = (s for s in segments if isinstance(s, RemoteSegment))
+    remote = (s for s in segments if not isinstance(s, LogSegment))
     for seg in islice(remote, PREFETCH_SEGMENTS):
         seg.prefetch_indexes(suffixes)
 
