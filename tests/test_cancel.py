@@ -10,17 +10,8 @@ import pytest
 from conftest import T0
 
 from kdelay import Consumer, DeliveryDelayExceededError, KdelayError, Log, LogConfig, Record, Topic
+from kdelay.testing.checks import fetch_everything
 from kdelay.testing.faults import close_abandoned
-
-
-def _drain(log: Log, page: int = 500) -> list:
-    out, after = [], None
-    while True:
-        res = log.fetch(after, max_records=page)
-        if not res.records:
-            return out
-        out += res.records
-        after = res.next
 
 
 def _fill(log: Log, n: int, da: int, per_batch: int = 1) -> list[int]:
@@ -45,7 +36,7 @@ def test_cancel_withdraws_pending_records_one_by_one(open_log, clock):
     assert log.cancel([1, 9, 100, 6]) == 0  # cancelled already, or not in the log
     assert log.metrics()["cancelled_records"] == 4
     clock.t = T0 + 1000
-    got = [r.offset for r in _drain(log, page=3)]
+    got = [r.offset for r in fetch_everything(log, page_size=3)]
     assert got == [o for o in offs if o not in (1, 2, 6, 9)]
     assert [r.offset for r in log.read(0, max_records=100)] == offs  # read still shows them
     assert log.cancel([0, 3]) == 0  # due now: refused, not counted
@@ -68,7 +59,7 @@ def test_page_fills_past_cancelled_records(open_log, clock):
     page = log.fetch(None, max_records=30)
     want = [o for o in range(1, 200, 2) if not 100 <= o < 150]
     assert [r.offset for r in page.records] == want[:30]
-    rest = _drain(log)
+    rest = fetch_everything(log, 500)
     assert len(rest) == len(want)
 
 
@@ -78,7 +69,7 @@ def test_whole_cancelled_batches_and_segments(open_log, clock):
     assert len(log.segments) > 3
     assert log.cancel(offs[:30]) == 30
     clock.t = T0 + 50
-    assert [r.offset for r in _drain(log, page=7)] == offs[30:]
+    assert [r.offset for r in fetch_everything(log, page_size=7)] == offs[30:]
 
 
 def test_numpy_ints_and_iterables(open_log):
@@ -126,7 +117,7 @@ def test_reschedule_moves_one_record(open_log, clock):
     assert earlier.deliver_after == T0 + 200
     assert log.metrics()["cancelled_records"] == 2
     clock.t = T0 + 5000
-    got = _drain(log)
+    got = fetch_everything(log, 500)
     assert [(r.offset, r.deliver_after) for r in got] == [(3, T0 + 200), (2, T0 + 3000)]
     copy = got[1]
     assert (copy.key, copy.value, copy.headers, copy.timestamp) == \
@@ -140,7 +131,7 @@ def test_reschedule_into_the_past_is_due_now(open_log, clock):
     clock.t = T0 + 10
     res = log.reschedule(0, T0 - 50)
     assert res.deliver_after == T0 + 10
-    assert [r.offset for r in _drain(log)] == [1]
+    assert [r.offset for r in fetch_everything(log, 500)] == [1]
 
 
 def test_reschedule_refusals_change_nothing(open_log, log_dir, clock):
@@ -180,7 +171,7 @@ def test_cancellations_survive_reopen(log_dir, clock, how):
         # new appends after the reopen are not cancelled
         extra = _fill(log, 3, T0 + 100)
         clock.t = T0 + 1000
-        got = [r.offset for r in _drain(log, page=9)]
+        got = [r.offset for r in fetch_everything(log, page_size=9)]
         want = [o for o in offs if o not in cancelled] + extra + [moved.base_offset]
         assert sorted(got) == sorted(want) and len(got) == len(want)
     finally:
@@ -297,7 +288,7 @@ def test_compaction_removes_cancelled_records_and_the_count_follows(log_dir, clo
         assert len(left) == after and offs[55] in left
         assert {r.offset for r in log.read(0, max_records=1000)} >= set(left)
         clock.t = T0 + 1000
-        got = [r.offset for r in _drain(log)]
+        got = [r.offset for r in fetch_everything(log, 500)]
         want = sorted(set(offs[45:]) - {offs[50], offs[55]}) + [moved.base_offset,
                                                                 moved2.base_offset]
         assert sorted(got) == sorted(want)
@@ -305,7 +296,7 @@ def test_compaction_removes_cancelled_records_and_the_count_follows(log_dir, clo
         log.close()
     with Log.open(log_dir, config=cfg, clock=clock) as log:
         assert log.metrics()["cancelled_records"] == after
-        assert sorted(r.offset for r in _drain(log)) == sorted(want)
+        assert sorted(r.offset for r in fetch_everything(log, 500)) == sorted(want)
 
 
 def test_cancelled_count_is_exact_after_compacting_a_segment_with_a_pending_move(log_dir,
@@ -330,7 +321,7 @@ def test_cancelled_count_is_exact_after_compacting_a_segment_with_a_pending_move
     with Log.open(log_dir, config=cfg, clock=clock) as log:
         assert log.metrics()["cancelled_records"] == 1
         clock.t = T0 + 10
-        assert [r.offset for r in _drain(log)] == [3]
+        assert [r.offset for r in fetch_everything(log, 500)] == [3]
 
 
 def test_compaction_keeps_the_original_of_an_unconfirmed_move(log_dir, clock):
@@ -370,8 +361,8 @@ def test_compaction_never_merges_away_a_cancellation_made_during_the_rewrite(log
             log._cancelled_offsets = hook
         assert log.metrics()["cancelled_records"] == 2
         clock.t = T0 + 6000
-        assert sorted(r.offset for r in _drain(log) if r.offset >= later[0]) == later[2:]
+        assert sorted(r.offset for r in fetch_everything(log, 500) if r.offset >= later[0]) == later[2:]
     finally:
         log.close()
     with Log.open(log_dir, config=cfg, clock=clock) as log:
-        assert sorted(r.offset for r in _drain(log) if r.offset >= later[0]) == later[2:]
+        assert sorted(r.offset for r in fetch_everything(log, 500) if r.offset >= later[0]) == later[2:]

@@ -15,10 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kdelay import Log, LogConfig, Record
-from kdelay.log.segments.layout import INDEX_SUFFIXES, LOG_SUFFIX, MARKER_SUFFIX, segment_file
 from kdelay.log.tiered import remote_segment
 from kdelay.log.tiered.chunk_cache import ChunkCache
 from kdelay.log.tiered.remote_segment import RemoteSegment
+from kdelay.testing.checks import fetch_everything
+from kdelay.testing.tiering import drop_local
 
 
 def _build(root: str, delays: list[int], cancels: list[int], clock: FakeClock) -> str:
@@ -36,19 +37,8 @@ def _build(root: str, delays: list[int], cancels: list[int], clock: FakeClock) -
     bases = log.segments[:-1]
     log.close()
     shutil.copytree(directory, os.path.join(root, "local"))
-    for base in bases:
-        for suffix in (LOG_SUFFIX, *INDEX_SUFFIXES, MARKER_SUFFIX):
-            if os.path.exists(segment_file(directory, base, suffix)):
-                os.unlink(segment_file(directory, base, suffix))
+    drop_local(directory, bases)
     return directory
-
-
-def _drain(log: Log, page: int) -> list:
-    out, cursor = [], None
-    while (got := log.fetch(cursor, max_records=page)).records:
-        out += got.records
-        cursor = got.next
-    return out
 
 
 @pytest.fixture
@@ -74,13 +64,13 @@ def test_fetching_on_demand_reads_what_the_local_log_holds(
     clock.advance(500)  # some due, some not
     local = Log.open(os.path.join(root, "local"), config=LogConfig(segment_bytes=1500),
                      clock=clock)
-    expected = [_drain(local, page) for page in pages]
+    expected = [fetch_everything(local, page) for page in pages]
     local.close()
     log = Log.open(directory, config=LogConfig(
         remote_storage=f"file://{root}/store", segment_bytes=1500, remote_cache_bytes=cache),
         clock=clock)
     try:
-        assert [_drain(log, page) for page in pages] == expected
+        assert [fetch_everything(log, page) for page in pages] == expected
     finally:
         log.close()
 

@@ -1,3 +1,4 @@
+
 """A log whose sealed segments are held remotely reads exactly as the same log all local:
 fetch in due order (pages of several sizes, the clock moving), read by offset, Consumer,
 metrics' counts; each remote byte fetched at most once per drain while cached; cancels of
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from kdelay import Consumer, Log, LogConfig, Record, RemoteStorageError
 from kdelay.log.tiered.remote_segment import RemoteSegment
+from kdelay.testing.checks import fetch_everything
 from kdelay.testing.tiering import drop_local
 
 FAR = 10**7  # the delay of every tenth batch of `remote_log`: pending throughout
@@ -36,23 +38,13 @@ def _copy_sealed(log: Log) -> list[int]:
     return log.segments[:-1]
 
 
-def _drain(log: Log, page: int) -> list:
-    out, cursor = [], None
-    while True:
-        got = log.fetch(cursor, max_records=page)
-        if not got.records:
-            return out
-        out += got.records
-        cursor = got.next
-
-
 def _observe(log: Log, clock: FakeClock, pages=(1, 7, 500)) -> dict:
     seen = {"metrics": {k: log.metrics()[k] for k in COUNTED},
             "read": [log.read(o, max_records=50) for o in range(0, log.metrics()[
                 "log_end_offset"], 37)]}
     for step in (0, 300, 10_000):
         clock.advance(step)
-        seen[f"now+{step}"] = [_drain(log, page) for page in pages]
+        seen[f"now+{step}"] = [fetch_everything(log, page) for page in pages]
     return seen
 
 
@@ -109,7 +101,7 @@ def remote_log(tmp_path, file_remote, clock):
         log = Log.open(directory, config=cfg, clock=clock)
         _fill(log, [(i * 53) % 900 if i % 10 else FAR for i in range(600)])
         clock.advance(1000)
-        expected = _drain(log, 10_000)
+        expected = fetch_everything(log, 10_000)
         bases = _copy_sealed(log)
         log.close()
         drop_local(directory, bases)
@@ -129,7 +121,7 @@ def test_a_drain_fetches_each_remote_byte_at_most_once(remote_log):
     assert len(remote) >= 5
     stored = sum(c.remote.stored_bytes for c in remote)
     for page in (3, 50):
-        assert _drain(log, page) == expected
+        assert fetch_everything(log, page) == expected
     counters = log._tier.counters
     assert counters.bytes_fetched <= stored  # indexes and .log bytes, each once
     m = log.metrics()["remote"]
@@ -139,7 +131,7 @@ def test_a_drain_fetches_each_remote_byte_at_most_once(remote_log):
 def test_a_cache_smaller_than_the_log_still_reads_right(remote_log):
     log, expected = remote_log(remote_cache_bytes=3000)
     for page in (1, 13, 1000):
-        assert _drain(log, page) == expected
+        assert fetch_everything(log, page) == expected
     assert log._tier.cache_budget.held <= 3000 + 4096 + 4096
 
 
@@ -153,7 +145,7 @@ def test_cancel_of_a_remote_only_record_survives_a_restart(remote_log, file_remo
     log = Log.open(path, config=file_remote.config(segment_bytes=4096), clock=clock)
     try:
         clock.advance(2 * FAR)
-        assert sorted(r.offset for r in _drain(log, 100)) == [
+        assert sorted(r.offset for r in fetch_everything(log, 100)) == [
             o for o in range(end) if o != victim]
     finally:
         log.close()
@@ -179,7 +171,7 @@ def test_an_empty_directory_serves_the_copied_history_and_appends_after_it(
     log = Log.open(path, config=file_remote.config(segment_bytes=4096), clock=clock)
     try:
         assert log.log_start_offset == 0 and log.metrics()["log_end_offset"] == copied_end
-        assert _drain(log, 100) == [r for r in expected if r.offset < copied_end]
+        assert fetch_everything(log, 100) == [r for r in expected if r.offset < copied_end]
         log.append([Record(b"after")])
         assert log.read(copied_end)[0].value == b"after"
     finally:
