@@ -10,10 +10,11 @@ import os
 from kdelay.log.tiered.manifest import parse_object_name
 from kdelay.log.tiered.remote_segment import RemoteSegment
 from kdelay.log.tiered.tier import CACHE_DIR
+from kdelay.testing.checks import fetch_everything
 from tiered import test_remote_reads as reads
 
 remote_log = reads.remote_log  # the fixture: a log whose sealed segments are remote-only
-FAR, _drain = reads.FAR, reads._drain
+FAR = reads.FAR
 
 
 def _cached(log) -> dict[str, int]:
@@ -47,7 +48,7 @@ def test_the_cache_files_stay_within_the_bound_across_a_drain(remote_log):
 def test_retention_takes_the_cache_files_of_the_remote_segments_it_deletes(remote_log,
                                                                            clock):
     log, expected = remote_log(retention_ms=1)
-    assert _drain(log, 10_000) == expected
+    assert fetch_everything(log, 10_000) == expected
     assert _cached(log)
     clock.advance(2 * FAR)
     assert log.enforce_retention() > 0
@@ -58,7 +59,7 @@ def test_retention_takes_the_cache_files_of_the_remote_segments_it_deletes(remot
 def test_an_open_keeps_the_files_of_remote_only_segments_and_removes_the_rest(
         remote_log, file_remote, clock):
     log, expected = remote_log()
-    assert _drain(log, 10_000) == expected
+    assert fetch_everything(log, 10_000) == expected
     kept = _cached(log)
     assert kept
     path = log.path
@@ -73,7 +74,7 @@ def test_an_open_keeps_the_files_of_remote_only_segments_and_removes_the_rest(
         assert _cached(reopened) == kept
         assert reopened._tier.cache_budget.held == sum(kept.values())
         requests = reopened._tier.counters.requests
-        assert _drain(reopened, 10_000) == expected
+        assert fetch_everything(reopened, 10_000) == expected
         fetched = reopened._tier.counters.requests - requests
         assert fetched == len([s for s in reopened._segments
                                if isinstance(s, RemoteSegment)])  # .log bytes only
