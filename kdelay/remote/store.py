@@ -26,6 +26,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..errors import RemoteStorageError
@@ -162,7 +163,9 @@ def _failure(store: RemoteStore, name: str | None, what: str, e: Exception) -> R
 def _not_found(e: Exception) -> bool:
     """Does obstore's `e` say the object is not there? (FileNotFoundError from a local
     store, its NotFoundError from the others.)"""
-    return isinstance(e, FileNotFoundError) or type(e).__name__ == "NotFoundError"
+    from obstore.exceptions import NotFoundError
+
+    return isinstance(e, FileNotFoundError | NotFoundError)
 
 
 def _read_failure(store: RemoteStore, name: str, e: Exception) -> RemoteStorageError:
@@ -174,19 +177,16 @@ def _read_failure(store: RemoteStore, name: str, e: Exception) -> RemoteStorageE
 
 def _put(store: RemoteStore, name: str, data, create: bool) -> None:
     import obstore
+    from obstore.exceptions import AlreadyExistsError, PreconditionError
 
-    size = os.path.getsize(data) if isinstance(data, str) else len(data)
+    # a path is sent as a file (in parts when large), bytes as they are
+    source, size = (Path(data), os.path.getsize(data)) if isinstance(data, str) \
+        else (data, len(data))
     try:
-        if isinstance(data, str):
-            with open(data, "rb") as f:
-                obstore.put(store._store, store.key(name), f, mode="create" if create else None)
-        else:
-            obstore.put(store._store, store.key(name), data, mode="create" if create else None)
-    except obstore.exceptions.AlreadyExistsError as e:
+        obstore.put(store._store, store.key(name), source, mode="create" if create else None)
+    except (AlreadyExistsError, PreconditionError) as e:  # (S3 answers a create with 412)
         raise ObjectExistsError(f"{store.describe(name)} exists already") from e
     except Exception as e:
-        if "PreconditionError" in type(e).__name__ or "AlreadyExists" in type(e).__name__:
-            raise ObjectExistsError(f"{store.describe(name)} exists already") from e
         raise _failure(store, name, "writing", e) from e
     finally:
         store.counters.count(1, put=size)

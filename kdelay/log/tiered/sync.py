@@ -40,8 +40,8 @@ __all__ = ["RemoteSync"]
 
 _log = logging.getLogger("kdelay")
 _IDLE_S = 10.0  # a pass at least this often (local retention by time comes due unasked)
-_BACKOFF_S = (0.1, 30.0)
-_END = 1 << 63  # first and longest wait before retrying a failed pass
+_BACKOFF_S = (0.1, 30.0)  # first and longest wait before retrying a failed pass
+_END = 1 << 63  # past every offset
 
 
 class RemoteSync:
