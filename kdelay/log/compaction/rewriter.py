@@ -107,7 +107,7 @@ def rewrite(directory: str, group: list[Source], *, horizon_ms: int,
     swap.discard_cleaned(directory, base)
     fd = fsio.open_append(swap.cleaned_path(directory, base, LOG_SUFFIX))
     seg = LogSegment(directory, base, fd, 0, end, OffsetIndex(base), TimeIndex(base),
-                     DeliverAfterIndex(base), None)
+                     DeliverAfterIndex(base))
     try:
         writer = _Writer(fd)
         entries: list[Entry] = []

@@ -48,7 +48,7 @@ class LogSegment(SegmentTail, OffsetLookup):
 
     def __init__(self, directory: str, base_offset: int, fd: int, size: int, next_offset: int,
                  offset_index: OffsetIndex, time_index: TimeIndex,
-                 dly_index: DeliverAfterIndex, first_timestamp: int | None):
+                 dly_index: DeliverAfterIndex):
         self.directory = directory
         self.log_path = segment_file(directory, base_offset, LOG_SUFFIX)
         self.base_offset = base_offset
@@ -60,7 +60,7 @@ class LogSegment(SegmentTail, OffsetLookup):
         self.dly_index = dly_index
         # max timestamp of the first batch, for segment_ms; read lazily so that opening a
         # sealed segment reads none of its .log
-        self._first_timestamp = first_timestamp
+        self._first_timestamp = None
         self._bytes_since_index_entry = 0
         self.max_timestamp = -1 if time_index.last_key() is None else time_index.last_key()
         self.compacted = False  # may have offset gaps (set by the loader and compaction)
@@ -108,7 +108,7 @@ class LogSegment(SegmentTail, OffsetLookup):
                 fsio.unlink(path)
             raise
         return cls(directory, base_offset, fd, 0, base_offset, OffsetIndex(base_offset),
-                   TimeIndex(base_offset), DeliverAfterIndex(base_offset), None)
+                   TimeIndex(base_offset), DeliverAfterIndex(base_offset))
 
     @classmethod
     def load(cls, directory: str, base_offset: int) -> LogSegment:
@@ -132,7 +132,7 @@ class LogSegment(SegmentTail, OffsetLookup):
         except BaseException:
             os.close(fd)
             raise
-        return cls(directory, base_offset, fd, size, next_offset, oi, ti, di, None)
+        return cls(directory, base_offset, fd, size, next_offset, oi, ti, di)
 
     @classmethod
     def recover(cls, directory: str, base_offset: int, *, index_interval_bytes: int,
@@ -174,7 +174,7 @@ class LogSegment(SegmentTail, OffsetLookup):
             os.close(fd)
             raise
         seg = cls(directory, base_offset, fd, size, base_offset, OffsetIndex(base_offset),
-                  TimeIndex(base_offset), DeliverAfterIndex(base_offset), None)
+                  TimeIndex(base_offset), DeliverAfterIndex(base_offset))
         for entry, max_ts in zip(result.entries, result.max_timestamps, strict=True):
             seg._index_batch(entry, max_ts, index_interval_bytes)
         seg.dly_index = DeliverAfterIndex.from_entries(base_offset, result.entries)
