@@ -25,16 +25,19 @@ class FlushPolicy:
     def due_after(self, n: int) -> bool:
         """True if appending `n` more records makes a flush due (changes nothing): the
         append then fsyncs its batch before acknowledging it."""
-        return (self._messages is not None and self._unflushed + n >= self._messages
-                or self._ms is not None and self.overdue())
+        return self._due(self._unflushed + n)
 
     def appended(self, n: int) -> bool:
         """Note an append of `n` records; True if the segment should be flushed now."""
         self._unflushed += n
         if self._oldest is None:
             self._oldest = time.monotonic()
-        return (self._messages is not None and self._unflushed >= self._messages
-                or self._ms is not None and self.overdue())
+        return self._due(self._unflushed)
+
+    def _due(self, unflushed: int) -> bool:
+        """The flush rule: `unflushed` records reach flush_messages, or the oldest unflushed
+        append is flush_ms old."""
+        return self._messages is not None and unflushed >= self._messages or self.overdue()
 
     def overdue(self) -> bool:
         """True if the oldest unflushed append is at least `flush_ms` old."""
