@@ -74,3 +74,17 @@ def test_remove_oldest_never_takes_the_active_one(segs):
     segs.remove_oldest().close()
     with pytest.raises(ValueError):
         segs.remove_oldest()
+
+
+def test_min_deliver_after_follows_appends_persists_and_rolls(segs):
+    assert [segs[b].min_deliver_after for b in (0, 2, 5)] == [T0 + 50, T0 + 10, T0 + 5]
+    active = segs.active
+    active.persist_indexes()  # as a clean close leaves it: every entry persisted
+    assert active.min_deliver_after == T0 + 5
+    _append(active, 1, T0 + 1)  # an append after the answer was kept
+    assert active.min_deliver_after == T0 + 1
+    segs.roll()
+    assert segs[5].min_deliver_after == T0 + 1
+    assert segs.active.min_deliver_after is None
+    _append(segs.active, 1, T0 + 7)
+    assert segs.active.min_deliver_after == T0 + 7

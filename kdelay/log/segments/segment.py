@@ -62,6 +62,8 @@ class LogSegment(SegmentTail, OffsetLookup):
         # sealed segment reads none of its .log
         self._first_timestamp = None
         self._bytes_since_index_entry = 0
+        # (dly_index.generation, min_deliver_after): see min_deliver_after
+        self._min_deliver_after: tuple[int, int | None] = (0, None)
         self.max_timestamp = -1 if time_index.last_key() is None else time_index.last_key()
         self.compacted = False  # may have offset gaps (set by the loader and compaction)
         # tiered storage: the segment's committed copy in the object store
@@ -81,6 +83,18 @@ class LogSegment(SegmentTail, OffsetLookup):
     def max_key(self) -> tuple[int, int] | None:
         """The largest (deliverAfter, offset) of any record here (None: no batch)."""
         return self.dly_index.max_key()
+
+    @property
+    def min_deliver_after(self) -> int | None:
+        """The smallest deliverAfter of any record here (None: no batch). Worked out once
+        per persisted index (a generation), so a sealed segment answers from memory, as a
+        remote one does from its manifest; entries appended since change it at once."""
+        idx = self.dly_index
+        if idx.has_recent:
+            return idx.min_deliver_after()
+        if self._min_deliver_after[0] != idx.generation:
+            self._min_deliver_after = (idx.generation, idx.min_deliver_after())
+        return self._min_deliver_after[1]
 
     # ------------------------------------------------------------------ paths
 

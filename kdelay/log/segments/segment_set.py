@@ -38,8 +38,6 @@ class SegmentSet:
     def _add_sealed(self, seg) -> None:
         key = seg.max_key
         if key is not None:
-            if isinstance(seg, LogSegment):  # a RemoteSegment has it from its manifest
-                seg.min_deliver_after = seg.dly_index.min_deliver_after()
             self._by_max_key.add((key[0], key[1], seg.base_offset))
 
     # ------------------------------------------------------------------ changes
