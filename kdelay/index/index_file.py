@@ -41,7 +41,7 @@ import numpy as np
 
 from .. import fsio
 from ..errors import IndexFileError
-from .chunk_checks import ChunkChecks, chunk_table
+from .chunk_checks import ChunkChecks, FileId, chunk_table
 
 HEADER = struct.Struct("<8sqqqqqqII")
 HEADER_SIZE = HEADER.size
@@ -219,36 +219,56 @@ def map_index(path: str, magic: bytes, dtypes: list[np.dtype], *, base_offset: i
         if mismatches:
             raise IndexFileError(
                 f"{path}: stale (covers {meta.log_bytes} log bytes, the log has {log_bytes})")
-        entry_size = sum(np.dtype(d).itemsize for d in dtypes)
-        expected = HEADER_SIZE + raw.body_bytes(entry_size)
+        expected = _file_bytes(raw, dtypes)
         st = os.fstat(f.fileno())
         if st.st_size != expected:
             raise IndexFileError(f"{path}: {st.st_size} bytes, header implies {expected}")
-        if meta.entries == 0:
-            if raw.crc != crc32c.crc32c(b""):
-                raise IndexFileError(f"{path}: data checksum mismatch")
-            columns = [np.empty(0, dtype=d) for d in dtypes]
-            return meta, columns, ChunkChecks.trusted(columns)
         # a plain ndarray over an mmap: np.memmap's Python-level hooks cost more than the
-        # searches themselves
-        body = np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ),
-                             dtype=np.uint8)[HEADER_SIZE:]
-    columns = _column_views(body, dtypes, meta.entries)
-    if raw.version == VERSION_1:
-        if crc32c.crc32c(body) != raw.crc:
-            raise IndexFileError(f"{path}: data checksum mismatch")
-        return meta, columns, ChunkChecks.trusted(columns)
-    table = body[meta.entries * entry_size:].view("<u4")
-    if crc32c.crc32c(table) != raw.crc:
-        raise IndexFileError(f"{path}: chunk table checksum mismatch")
-    checks = ChunkChecks(path, columns, table, raw.chunk_entries, first_byte=HEADER_SIZE,
-                         file_id=(st.st_dev, st.st_ino))
-    damaged = checks.damaged(checks.ends if lazy else None)
-    if damaged:
-        start, stop = checks.span(damaged[0])
-        raise IndexFileError(f"{path}: data checksum mismatch (entries {start}..{stop - 1}"
-                             f"{' and more' if len(damaged) > 1 else ''})")
-    return meta, columns, checks
+        # searches themselves (no map for an empty index: nothing to read)
+        body = np.empty(0, np.uint8) if meta.entries == 0 else np.frombuffer(
+            mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), dtype=np.uint8)[HEADER_SIZE:]
+    checked = _check_body(path, raw, body, dtypes, lazy=lazy, file_id=(st.st_dev, st.st_ino))
+    if checked.problem is not None:
+        spans = checked.damaged
+        where = f" (entries {spans[0][0]}..{spans[0][1] - 1}" \
+                f"{' and more' if len(spans) > 1 else ''})" if spans else ""
+        raise IndexFileError(f"{path}: {checked.problem}{where}")
+    return meta, checked.columns, checked.checks
+
+
+def _file_bytes(head: RawHeader, dtypes: list[np.dtype]) -> int:
+    """The size of the file `head` describes, for an index of columns `dtypes`."""
+    return HEADER_SIZE + head.body_bytes(sum(np.dtype(d).itemsize for d in dtypes))
+
+
+class _CheckedBody(NamedTuple):
+    """An index file's columns and what their checksums say (see _check_body)."""
+
+    columns: list[np.ndarray]
+    checks: ChunkChecks | None  # None if the chunk table fails its checksum
+    problem: str | None  # None: every checksum checked holds
+    damaged: list[tuple[int, int]]  # the entries [start, stop) of each chunk that fails
+
+
+def _check_body(path: str, head: RawHeader, body: np.ndarray, dtypes: list[np.dtype], *,
+                lazy: bool = False, file_id: FileId | None = None) -> _CheckedBody:
+    """The columns in `body` (the bytes after the header, as long as `head` says) with their
+    checksums checked: the one over all of them (version 1), or the chunk table's, then
+    every chunk's (with `lazy`, the first and last chunk's: the returned ChunkChecks checks
+    the others as reads reach them, and removes the file `file_id` if one fails)."""
+    n = head.meta.entries
+    columns = _column_views(body, dtypes, n)
+    if head.version == VERSION_1:
+        ok = crc32c.crc32c(body) == head.crc
+        return _CheckedBody(columns, ChunkChecks.trusted(columns),
+                           None if ok else "data checksum mismatch", [])
+    table = body[sum(c.nbytes for c in columns):].view("<u4")
+    if crc32c.crc32c(table) != head.crc:
+        return _CheckedBody(columns, None, "chunk table checksum mismatch", [])
+    checks = ChunkChecks(path, columns, table, head.chunk_entries, first_byte=HEADER_SIZE,
+                         file_id=file_id)
+    damaged = [checks.span(k) for k in checks.damaged(checks.ends if lazy else None)]
+    return _CheckedBody(columns, checks, "data checksum mismatch" if damaged else None, damaged)
 
 
 # ---------------------------------------------------------------------------- lenient reading
@@ -309,27 +329,17 @@ def read_lenient(path: str, magic: bytes, dtypes: list[np.dtype]) -> IndexReadin
         return out
     out.meta = meta = head.meta
     n = meta.entries
-    entry_size = sum(np.dtype(d).itemsize for d in dtypes)
-    body = np.frombuffer(raw, dtype=np.uint8)[HEADER_SIZE:]
-    chunked = head.version == VERSION
-    if chunked and head.chunk_entries < 1:
+    if head.version == VERSION and head.chunk_entries < 1:
         out.problems.append(f"header says {head.chunk_entries} entries per chunk")
         return out
-    need = HEADER_SIZE + (head.body_bytes(entry_size) if n > 0 else 0)
+    need = _file_bytes(head, dtypes) if n > 0 else HEADER_SIZE
     if n < 0 or len(raw) != need:
         out.problems.append(f"{len(raw)} bytes, but the header's {n} entries need {need}")
         return out
-    out.columns = _column_views(body, dtypes, n)
-    if not chunked:
-        out.data_crc_ok = crc32c.crc32c(body) == head.crc
-    else:
-        table = body[n * entry_size:].view("<u4")
-        if crc32c.crc32c(table) != head.crc:
-            out.problems.append("chunk table checksum mismatch")
-            return out
-        checks = ChunkChecks(path, out.columns, table, head.chunk_entries)
-        out.damaged_entries = [checks.span(k) for k in checks.damaged()]
-        out.data_crc_ok = not out.damaged_entries
-    if not out.data_crc_ok:
-        out.problems.append("data checksum mismatch")
+    checked = _check_body(path, head, np.frombuffer(raw, dtype=np.uint8)[HEADER_SIZE:], dtypes)
+    out.columns = checked.columns
+    out.damaged_entries = checked.damaged
+    out.data_crc_ok = checked.problem is None
+    if checked.problem is not None:
+        out.problems.append(checked.problem)
     return out

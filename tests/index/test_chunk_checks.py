@@ -312,3 +312,21 @@ def test_a_version_1_file_is_read_and_checked_whole(tmp_path):
     with pytest.raises(IndexFileError, match="data checksum mismatch"):
         _lazy(path)
     assert DeliverAfterIndex.read_lenient(path).problems == ["data checksum mismatch"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.sampled_from([0, 1, C + 1]), version_1=st.booleans(), data=st.data())
+def test_loading_and_the_lenient_reader_name_the_same_damage(tmp_path_factory, n, version_1,
+                                                             data):
+    """Whatever byte past the header is damaged (the chunk table's CRC in the header
+    included), loading refuses the file with the problem the lenient reader reports."""
+    path = _persist(tmp_path_factory.mktemp("idx"), _entries(n))
+    if version_1:
+        rewrite_as_version_1(path)
+    size = os.path.getsize(path)
+    _flip(path, data.draw(st.sampled_from([56, *range(index_file.HEADER_SIZE, size)])))
+    problems = DeliverAfterIndex.read_lenient(path).problems
+    assert len(problems) == 1
+    with pytest.raises(IndexFileError) as refused:
+        DeliverAfterIndex.load(path, base_offset=100, log_bytes=LOG_BYTES)
+    assert str(refused.value).startswith(f"{path}: {problems[0]}")
