@@ -21,7 +21,6 @@ import numpy as np
 from ..errors import KdelayError
 from ..log.batch import codec
 from ..log.batch.record_decode import shared_headers
-from ..log.batch.walker import HEADER_LAYOUT
 from ..log.cancellation.cancel_store import CancelStore
 from ..records import NO_HEADERS, DeliveryKey, FetchedRecord
 from ..validation import MAX_INT64
@@ -72,7 +71,7 @@ def read_page(runs: list, after: DeliveryKey | None, now: int, max_records: int,
     taken = 0
     while True:
         outcome, taken, detail = fill_page(
-            out, windows, heads, HEADER_LAYOUT, after_da, after_off, now, max_records,
+            out, windows, heads, codec.HEADER_LAYOUT, after_da, after_off, now, max_records,
             min(max_bytes, MAX_INT64), taken, FetchedRecord, NO_HEADERS, shared_headers)
         if outcome != REFILL and outcome != FETCH:
             break

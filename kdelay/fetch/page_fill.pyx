@@ -105,7 +105,7 @@ def fill_page(list out, list windows, int64_t[:] heads, const int64_t[:] layout,
     may be taken; `more` when entries past `end` may be due; `ready`: the batches of the
     entries before it can be read through the mapping, the others are fetched first (a
     remote segment's); the sorted int64 offsets cancelled in its segment, in two arrays.
-    `layout` is walker.HEADER_LAYOUT.
+    `layout` is codec.HEADER_LAYOUT.
 
     The page takes records with key > (after_da, after_off) (after_off -1: from the start)
     and deliverAfter <= now, at most max_records of them, and batches while their bytes

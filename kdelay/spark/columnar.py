@@ -124,8 +124,9 @@ def _decode_fields(buf: np.ndarray, rel: np.ndarray, sizes: np.ndarray, counts: 
     total = int(counts.sum())
     fields = _Fields(np.empty(len(rel), dtype=bool), *(np.empty(total, dtype=np.int64)
                                                        for _ in range(5)))
-    record_loops.scan_chunk(buf, rel, sizes, counts, base_ts, fields.timestamps, fields.kpos,
-                       fields.klen, fields.vpos, fields.vlen, fields.ok)
+    record_loops.scan_chunk(buf, codec.HEADER_SIZE, rel, sizes, counts, base_ts,
+                            fields.timestamps, fields.kpos, fields.klen, fields.vpos,
+                            fields.vlen, fields.ok)
     return fields
 
 

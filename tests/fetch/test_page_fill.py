@@ -22,7 +22,6 @@ from kdelay.index.deliver_after_index import DeliverAfterIndex
 from kdelay.log.batch import codec
 from kdelay.log.batch.entry_check import CHECKED_FIELDS, check_batch
 from kdelay.log.batch.record_decode import shared_headers
-from kdelay.log.batch.walker import HEADER_LAYOUT
 from kdelay.log.segments import mapped_file
 from kdelay.log.segments.layout import segment_bases, segment_file
 from kdelay.records import NO_HEADERS, FetchedRecord
@@ -131,7 +130,7 @@ def _fill(out: list, window: tuple, head: int = 0, *, after=None, now: int = NOW
     heads = np.full(1, head, np.int64)
     a_da, a_off = (-1, -1) if after is None else after
     outcome, taken, detail = page_fill.fill_page(
-        out, [window], heads, HEADER_LAYOUT, a_da, a_off, now, max_records, max_bytes, 0,
+        out, [window], heads, codec.HEADER_LAYOUT, a_da, a_off, now, max_records, max_bytes, 0,
         FetchedRecord, NO_HEADERS, shared_headers)
     return outcome, taken, detail, int(heads[0])
 

@@ -584,10 +584,10 @@ def test_chunk_kernel_flags_a_batch_past_its_buffer():
     buf = np.frombuffer(blob, np.uint8)
     cols = [np.empty(3, np.int64) for _ in range(5)]
     ok = np.empty(1, bool)
-    record_loops.scan_chunk(buf, np.array([0]), np.array([len(blob)]), np.array([3]),
+    record_loops.scan_chunk(buf, codec.HEADER_SIZE, np.array([0]), np.array([len(blob)]), np.array([3]),
                        np.array([BASE_TS]), *cols, ok)
     assert ok[0] and cols[2].tolist() == [1, 1, 1]
-    record_loops.scan_chunk(buf, np.array([0]), np.array([len(blob) + 100]), np.array([3]),
+    record_loops.scan_chunk(buf, codec.HEADER_SIZE, np.array([0]), np.array([len(blob) + 100]), np.array([3]),
                        np.array([BASE_TS]), *cols, ok)
     assert not ok[0] and cols[2].tolist() == [0, 0, 0]
 

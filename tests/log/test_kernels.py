@@ -65,7 +65,8 @@ def _chunk(buf, starts, sizes, counts, total=None, ok_size=None):
     total = sum(counts) if total is None else total
     cols = [np.full(total, 7, np.int64) for _ in range(5)]
     ok = np.ones(len(starts) if ok_size is None else ok_size, bool)
-    record_loops.scan_chunk(buf, np.array(starts, np.int64), np.array(sizes, np.int64),
+    record_loops.scan_chunk(buf, codec.HEADER_SIZE, np.array(starts, np.int64),
+                            np.array(sizes, np.int64),
                             np.array(counts, np.int64), np.full(len(counts), T0, np.int64),
                             *cols, ok)
     return ok, cols
@@ -83,6 +84,19 @@ def test_scan_chunk_refuses_columns_shorter_than_its_batches():
         _chunk(blob, [0], [len(blob)], [3], ok_size=0)
     with pytest.raises(ValueError):
         _chunk(blob, [0, 0], [len(blob)] * 2, [3, -1], total=3)  # a negative count
+
+
+def test_scan_chunk_reads_records_from_the_header_size_it_is_given():
+    blob = np.frombuffer(_batch(), np.uint8)
+    cols = [np.zeros(3, np.int64) for _ in range(5)]
+    ok = np.zeros(1, bool)
+    shifted = np.concatenate([np.zeros(5, np.uint8), blob])  # 5 bytes more before records
+    record_loops.scan_chunk(shifted, codec.HEADER_SIZE + 5, np.array([0]),
+                            np.array([len(shifted)]), np.array([3]), np.array([T0]), *cols, ok)
+    assert ok.tolist() == [True] and cols[0].tolist() == [T0, T0 + 1, T0 + 2]
+    with pytest.raises(ValueError):
+        record_loops.scan_chunk(blob, -1, np.array([0]), np.array([len(blob)]), np.array([3]),
+                                np.array([T0]), *cols, ok)
 
 
 def test_scan_chunk_flags_a_batch_outside_its_buffer():
@@ -180,7 +194,7 @@ def test_encode_records_writes_only_what_adds_up(lengths, payload_size, kind, he
         assert 69 <= size <= out_size
 
 
-def _walk(buf, start=0, out=None, layout=walker.HEADER_LAYOUT):
+def _walk(buf, start=0, out=None, layout=codec.HEADER_LAYOUT):
     out = np.zeros((walker.HEADER_ROWS, 8), np.int64) if out is None else out
     return header_walk.walk_headers(np.frombuffer(buf, np.uint8), start, out, layout)
 
@@ -188,14 +202,14 @@ def _walk(buf, start=0, out=None, layout=walker.HEADER_LAYOUT):
 def test_walk_headers_refuses_a_layout_outside_the_header():
     blob = _batch() * 2
     assert _walk(blob) == (2, len(blob))
-    for i in range(4, len(walker.HEADER_LAYOUT)):  # the field positions
+    for i in range(4, len(codec.HEADER_LAYOUT)):  # the field positions
         for at in (-1, codec.HEADER_SIZE):
-            layout = walker.HEADER_LAYOUT.copy()
+            layout = codec.HEADER_LAYOUT.copy()
             layout[i] = at
             with pytest.raises(ValueError):
                 _walk(blob, layout=layout)
     with pytest.raises(ValueError):
-        _walk(blob, layout=walker.HEADER_LAYOUT[:-1])
+        _walk(blob, layout=codec.HEADER_LAYOUT[:-1])
     with pytest.raises(ValueError):
         _walk(blob, out=np.zeros((walker.HEADER_ROWS - 1, 8), np.int64))
     with pytest.raises(ValueError):
@@ -242,7 +256,7 @@ def test_check_crcs_is_the_crc32c_of_any_bytes_by_either_method(blob, tables, wr
     table[walker.H_SIZE, 0] = len(blob)
     table[walker.H_CRC, 0] = crc32c.crc32c(blob[codec.CRC_START:]) ^ (1 if wrong else 0)
     out = np.full(1, 7, np.uint8)
-    header_walk.check_crcs(blob, table, walker.HEADER_LAYOUT, out, tables)
+    header_walk.check_crcs(blob, table, codec.HEADER_LAYOUT, out, tables)
     assert out[0] == (not wrong)
 
 
@@ -255,11 +269,11 @@ def test_check_crcs_gives_each_batch_s_verdict(counts, flip, tables):
     out = np.zeros((walker.HEADER_ROWS, len(counts)), np.int64)
     n, _ = _walk(bytes(blob), out=out)
     crc_ok = np.zeros(n, np.uint8)
-    header_walk.check_crcs(bytes(blob), out[:, :n], walker.HEADER_LAYOUT, crc_ok, tables)
+    header_walk.check_crcs(bytes(blob), out[:, :n], codec.HEADER_LAYOUT, crc_ok, tables)
     assert crc_ok.astype(bool).tolist() == [
         codec.crc_ok(blob, int(out[walker.H_REL, i]), codec.parse_header(blob, int(
             out[walker.H_REL, i]))) for i in range(n)]
     if n == len(counts):  # the last batch ends the buffer: a byte less and it lies past it
         with pytest.raises(ValueError):
-            header_walk.check_crcs(bytes(blob[:-1]), out[:, :n], walker.HEADER_LAYOUT,
+            header_walk.check_crcs(bytes(blob[:-1]), out[:, :n], codec.HEADER_LAYOUT,
                                    crc_ok, tables)

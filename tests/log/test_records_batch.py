@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from kdelay import KdelayError, LogConfig, Record
 from kdelay.log.batch import builder, codec, records_batch
-from kdelay.log.batch.walker import HEADER_LAYOUT
 from kdelay.validation import record_columns, requested_deliver_after
 
 T0 = 1_700_000_000_000
@@ -81,6 +80,6 @@ def test_the_compiled_builder_takes_what_the_python_path_takes_and_builds_the_sa
 
 def test_encode_takes_only_a_header_long_template():
     fast = records_batch.RecordsBatch.of([Record(b"v")], None, True)
-    assert fast.encode(T0, 0, T0, HEADER_LAYOUT, codec.HEADER_TEMPLATE) is not None
+    assert fast.encode(T0, 0, T0, codec.HEADER_LAYOUT, codec.HEADER_TEMPLATE) is not None
     with pytest.raises(ValueError):
-        fast.encode(T0, 0, T0, HEADER_LAYOUT, codec.HEADER_TEMPLATE[:-1])
+        fast.encode(T0, 0, T0, codec.HEADER_LAYOUT, codec.HEADER_TEMPLATE[:-1])

@@ -5,9 +5,9 @@ agreement with an index entry, the CRC-32C, and big-endian fields written. One d
 each, held equal to the Python rules by tests (tests/log/test_walker.py,
 tests/fetch/test_page_fill.py, tests/log/test_records_batch.py).
 
-The header layout comes from codec at run time (walker.HEADER_LAYOUT, read by
-`read_layout`):
-the compiled code keeps no copy of it."""
+The header layout comes from codec at run time (codec.HEADER_LAYOUT, read by
+`read_layout`; record_loops.scan_chunk takes codec.HEADER_SIZE): the compiled code keeps
+no copy of it."""
 
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 
@@ -17,11 +17,11 @@ cdef extern from "crc32c_impl.h":
     uint32_t kd_crc32c_tables(const uint8_t* p, size_t n) noexcept nogil
 
 cdef enum:
-    LAYOUT_FIELDS = 14  # walker.HEADER_LAYOUT's length
+    LAYOUT_FIELDS = 14  # codec.HEADER_LAYOUT's length
 
 
 cdef struct Layout:
-    # where each header field lies (walker.HEADER_LAYOUT, in its order)
+    # where each header field lies (codec.HEADER_LAYOUT, in its order)
     int64_t header_size, overhead, min_record, magic
     int64_t at_base, at_length, at_magic, at_crc, at_lod, at_base_ts, at_max_ts, at_da
     int64_t at_count, crc_start
@@ -33,7 +33,7 @@ cdef struct Header:
 
 
 cdef inline int read_layout(const int64_t[:] layout, Layout* out) except -1:
-    """walker.HEADER_LAYOUT into *out; ValueError if a field would lie outside the header."""
+    """codec.HEADER_LAYOUT into *out; ValueError if a field would lie outside the header."""
     if layout.shape[0] < LAYOUT_FIELDS:
         raise ValueError("a layout out of range")
     out.header_size, out.overhead, out.min_record, out.magic = (

@@ -19,11 +19,10 @@ from kdelay.log.batch.records_batch cimport RecordsBatch
 
 from kdelay.errors import InvalidRecordError
 from kdelay.log.batch import codec
-from kdelay.log.batch.walker import HEADER_LAYOUT
 from kdelay.validation import check_delay_limit, record_columns
 
-cdef Layout _LAYOUT  # walker.HEADER_LAYOUT, read once
-read_layout(HEADER_LAYOUT, &_LAYOUT)
+cdef Layout _LAYOUT  # codec.HEADER_LAYOUT, read once
+read_layout(codec.HEADER_LAYOUT, &_LAYOUT)
 cdef bytes _TEMPLATE = codec.HEADER_TEMPLATE
 
 

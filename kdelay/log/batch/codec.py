@@ -77,6 +77,12 @@ MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 _SPLIT = 1 + BatchHeader._fields.index("attributes")  # HEADER.format[0] is the byte order
 _HEAD = struct.Struct(HEADER.format[:_SPLIT])
 _TAIL = struct.Struct(HEADER.format[0] + HEADER.format[_SPLIT:])
+# what the compiled readers and writers (batch_header.pxd reads it, in this order) need of
+# the layout, passed in: they keep no copy of it of their own
+HEADER_LAYOUT = np.array(
+    [HEADER_SIZE, LOG_OVERHEAD, MIN_RECORD_SIZE, MAGIC, *(FIELD_OFFSETS[name] for name in (
+        "base_offset", "batch_length", "magic", "crc", "last_offset_delta", "base_timestamp",
+        "max_timestamp", "deliver_after", "record_count")), CRC_START], dtype=np.int64)
 
 
 def parse_header(buf, pos: int = 0, *, path: str | None = None, file_pos: int | None = None,
@@ -169,7 +175,7 @@ def encode_batch(
 
 
 # the header of a batch this codec writes, for the compiled builder (records_batch.pyx), which
-# writes the fields a batch varies in (at walker.HEADER_LAYOUT's offsets) over those of this
+# writes the fields a batch varies in (at HEADER_LAYOUT's offsets) over those of this
 # one and keeps the rest: leader epoch 0, magic, no attributes, no producer
 HEADER_TEMPLATE = encode_batch(base_offset=0, base_timestamp=0, deliver_after=0, keys=[None],
                                values=[None])[:HEADER_SIZE]

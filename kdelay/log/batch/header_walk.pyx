@@ -32,7 +32,7 @@ def walk_headers(const uint8_t[::1] buf, int64_t start, int64_t[:, :] out,
     columns of `out` (HEADER_ROWS x capacity; at most capacity batches). Stops at the first
     batch whose header or bytes run past `buf`, or whose header fails codec.parse_header's
     checks (the same checks, held equal by a test; the caller has parse_header say what is
-    wrong). `layout` is walker.HEADER_LAYOUT. Returns (batches parsed, position where it
+    wrong). `layout` is codec.HEADER_LAYOUT. Returns (batches parsed, position where it
     stopped). ValueError if `layout`, `out` or `start` are out of range."""
     cdef Layout L
     read_layout(layout, &L)

@@ -64,9 +64,6 @@ cpdef enum:
     FIELD_FMT = 22  # widest "<gap>x<len>s" in a buffer under 10**10 bytes: 10 digits twice
     RECORD_OVERHEAD = 31  # most bytes a record adds besides payloads and headers (5 varints)
 
-cdef enum:
-    BATCH_HEADER = 69  # where a batch's records start (scan_chunk)
-
 cdef int64_t MAX_SCANNED = 9_999_999_999  # keeps every decimal in a format within 10 digits
 
 
@@ -195,20 +192,23 @@ def scan_layout(n: int) -> tuple[int, int, int]:
 
 @cython.boundscheck(False)  # batch b is read only after its bounds are checked against buf,
 @cython.wraparound(False)   # and the columns' lengths are checked at the top
-def scan_chunk(const uint8_t[::1] buf, const int64_t[:] starts, const int64_t[:] sizes,
-               const int64_t[:] counts, const int64_t[:] base_ts, int64_t[:] timestamps,
-               int64_t[:] kpos, int64_t[:] klen, int64_t[:] vpos, int64_t[:] vlen,
-               uint8_t[:] ok) -> None:
+def scan_chunk(const uint8_t[::1] buf, int64_t header_size, const int64_t[:] starts,
+               const int64_t[:] sizes, const int64_t[:] counts, const int64_t[:] base_ts,
+               int64_t[:] timestamps, int64_t[:] kpos, int64_t[:] klen, int64_t[:] vpos,
+               int64_t[:] vlen, uint8_t[:] ok) -> None:
     """Walk every record of many batches (the Spark reader's chunk of a .log): batch b lies
     at buf[starts[b]:][:sizes[b]] and holds counts[b] records; record r of the chunk (in
-    batch order) gets its timestamp, key and value position and length (-1: null). `ok[b]`
-    (a bool array) says whether batch b parsed exactly (its header blocks checked to hold
-    their count's worth of headers, each at least two bytes); a batch that did not has its
+    batch order) gets its timestamp, key and value position and length (-1: null); a
+    batch's records start `header_size` (codec.HEADER_SIZE) bytes in. `ok[b]` (a bool
+    array) says whether batch b parsed exactly (its header blocks checked to hold their
+    count's worth of headers, each at least two bytes); a batch that did not has its
     records' fields zeroed, for the caller to take another way. ValueError if the columns
-    are shorter than `starts` and the counts say."""
+    are shorter than `starts` and the counts say, or `header_size` is negative."""
     cdef Py_ssize_t nb = starts.shape[0]
     cdef int64_t total = 0
     cdef Py_ssize_t b
+    if header_size < 0:
+        raise ValueError("a negative header size")
     if min(sizes.shape[0], counts.shape[0], base_ts.shape[0], ok.shape[0]) < nb:
         raise ValueError("fewer sizes, counts, timestamps or flags than batches")
     for b in range(nb):
@@ -226,7 +226,7 @@ def scan_chunk(const uint8_t[::1] buf, const int64_t[:] starts, const int64_t[:]
     with nogil:
         for b in range(nb):
             n = counts[b]
-            pos = starts[b] + BATCH_HEADER
+            pos = starts[b] + header_size
             good = 0 <= starts[b] <= length and sizes[b] <= length - starts[b]
             end = starts[b] + sizes[b] if good else 0
             for i in range(n if good else 0):

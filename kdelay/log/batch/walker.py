@@ -91,15 +91,6 @@ def frames(read: Reader, start: int, end: int, *, path: str | None = None,
 (H_REL, H_BASE_OFFSET, H_SIZE, H_LAST_OFFSET_DELTA, H_BASE_TIMESTAMP, H_MAX_TIMESTAMP,
  H_DELIVER_AFTER, H_RECORD_COUNT, H_CRC) = range(9)
 HEADER_ROWS = 9
-# what the compiled readers (walk_headers, the page fill's batch checks) need of codec's
-# header layout, passed in as an argument: they keep no copy of the layout of their own
-# (batch_header.pxd reads it, in this order)
-_AT = codec.FIELD_OFFSETS
-HEADER_LAYOUT = np.array(
-    [codec.HEADER_SIZE, codec.LOG_OVERHEAD, codec.MIN_RECORD_SIZE, codec.MAGIC,
-     _AT["base_offset"], _AT["batch_length"], _AT["magic"], _AT["crc"],
-     _AT["last_offset_delta"], _AT["base_timestamp"], _AT["max_timestamp"],
-     _AT["deliver_after"], _AT["record_count"], codec.CRC_START], dtype=np.int64)
 
 
 class HeaderColumns:
@@ -129,7 +120,7 @@ class HeaderColumns:
         `capacity` of them, parsed and checked by one compiled walk (walk_headers), and the
         position where the walk stopped."""
         table = np.empty((HEADER_ROWS, capacity), dtype=np.int64)
-        n, stop = walk_headers(buf, start, table, HEADER_LAYOUT)
+        n, stop = walk_headers(buf, start, table, codec.HEADER_LAYOUT)
         return cls(table[:, :n]), stop
 
     def take(self, which: np.ndarray) -> HeaderColumns:
@@ -144,7 +135,7 @@ class HeaderColumns:
     def crc_valid(self, buf) -> np.ndarray:
         """Per batch: does its CRC-32C match? One compiled pass (check_crcs)."""
         out = np.empty(len(self), dtype=np.uint8)
-        check_crcs(np.frombuffer(buf, dtype=np.uint8), self.table, HEADER_LAYOUT, out)
+        check_crcs(np.frombuffer(buf, dtype=np.uint8), self.table, codec.HEADER_LAYOUT, out)
         return out.view(bool)
 
     rel = property(lambda self: self.table[H_REL])
