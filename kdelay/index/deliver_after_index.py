@@ -116,7 +116,7 @@ class DeliverAfterIndex(AbstractIndex):
         return records, batches
 
     def memory_bytes(self) -> int:
-        # numpy columns: ~20 B per recent batch (recent_entries.py), no Python object each
+        # numpy columns: ~16 B per recent batch (recent_entries.py), no Python object each
         return self._recent.nbytes()
 
     # ------------------------------------------------------------------ reading

@@ -5,9 +5,13 @@ Layout (docs/formats.md, "Record batch"): a 69-byte big-endian header, deliverAf
 to the end. HEADER's format is the one definition of that header: every field's offset, and
 the constants below, are worked out from it.
 
-Every batch shape takes one path: record_encode.py gathers a batch into flat columns and
-record_decode.py cuts one apart, each with a constant number of C-level calls per batch,
-around the per-record loops compiled from record_loops.pyx.
+There are two encoders and two decoders, held equal by tests. Here, for every batch shape:
+record_encode.py gathers a batch into flat columns and record_decode.py cuts one apart,
+each with a constant number of C-level calls per batch around the per-record loops compiled
+from record_loops.pyx. In C, for the hot paths: records_batch.pyx encodes an append's
+batch of plain Records in one pass (byte for byte as encode_batch:
+tests/log/test_records_batch.py), and the page fill decodes the batches it fetches
+(batch_read.pxd: the same records as decode_records, tests/fetch/test_page_fill.py).
 """
 
 from __future__ import annotations

@@ -11,10 +11,12 @@ lock-free reader) passes every other check. A header walk that reads a batch aga
 it against the entry it expects (the offset the batch before it ended at, the header it
 just walked).
 
-`check_batch` checks one batch (the fetch path: no Python per batch beyond a header parse
-and the comparison); `check_run` checks batches lying back to back in one buffer, as
-columns (one compiled header walk, one CRC call per batch). A test holds the two to the
-same verdicts.
+`check_batch` checks one batch: a segment's verified read (fetches in offset order,
+cancellations, and the due-order page fill's second look at a batch its compiled check,
+batch_read.pxd, refused), compaction's copy of a single batch, Spark's readers; no Python
+beyond a header parse and the comparison. `check_run` checks batches lying back to back in
+one buffer, as columns (one compiled header walk, one compiled CRC pass: check_crcs). A
+test holds the two to the same verdicts.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ def check_batch(buf, rel: int, entry: Entry, *, path: str | None,
     entry's position."""
     deliver_after, base_offset, position, last_offset_delta, size = entry
     h = codec.parse_header(buf, rel, path=path, file_pos=position)
-    # CHECKED_FIELDS spelled out: a tuple of them costs the fetch path more per batch
+    # CHECKED_FIELDS spelled out: a tuple of them costs every caller more per batch
     if h.base_offset != base_offset or h.size != size or h.deliver_after != deliver_after \
             or h.last_offset_delta != last_offset_delta:
         raise CorruptLogError(
