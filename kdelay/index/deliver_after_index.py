@@ -42,7 +42,7 @@ class DeliverAfterIndex(AbstractIndex):
 
     def add(self, deliver_after: int, base_offset: int, position: int, last_offset_delta: int,
             size: int) -> None:
-        self._recent.add(deliver_after, base_offset, position, last_offset_delta, size)
+        self.recent_columns.add(deliver_after, base_offset, position, last_offset_delta, size)
 
     def _clear_recent(self) -> None:
         self._recent = _RecentEntries()

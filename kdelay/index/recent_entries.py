@@ -27,8 +27,6 @@ more.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 
 from . import recent_columns
@@ -37,8 +35,6 @@ from .recent_columns import IntColumn, RecentColumns
 Entry = tuple[int, int, int, int, int]  # (deliver_after, base_offset, position, lod, size)
 
 _TAIL = 4096  # unsorted arrivals kept before a merge into the order even if nobody reads
-_FIRST_CHUNK = 16
-_MAX_CHUNK = 4096
 _NEVER = (1 << 63) - 1
 _NO_CURSOR = (-1, -1)
 
@@ -69,20 +65,13 @@ class RecentEntries:
     def nbytes(self) -> int:
         return self.cols.nbytes() + self.order.nbytes
 
-    # ------------------------------------------------------------------ writing
-
-    def add(self, da: int, base: int, pos: int, lod: int, size: int) -> None:
-        """One entry more (folded into the order with the rest of the tail once that is
-        _TAIL arrivals long); the append path calls `cols.add` itself."""
-        self.cols.add(da, base, pos, lod, size)
-
-    def _merge(self) -> None:
-        """Fold the unsorted tail of arrivals into the sorted order."""
-        self.cols.merge()
+    # ------------------------------------------------------------------ the order
 
     def _sorted(self) -> np.ndarray:
+        """The whole order, the tail merged into it first (entries are added to `cols`,
+        by the append path, which merges every _TAIL arrivals)."""
         if len(self.order) != len(self.cols):
-            self._merge()
+            self.cols.merge()
         return self.order
 
     def _rank(self, da: int, side_right: bool) -> int:
@@ -128,20 +117,6 @@ class RecentEntries:
             return 0
         return recent_columns.start_after(self.cols, self.order, *after)
 
-    def entries(self, start: int = 0) -> Iterator[Entry]:
-        """Entries in key order from the `start`-th, produced in growing chunks (a reader
-        that stops early decodes little). The order is taken now: appends made while the
-        iterator is consumed do not disturb it."""
-        return self._walk(self._sorted(), start)
-
-    def _walk(self, order: np.ndarray, i: int) -> Iterator[Entry]:
-        chunk = _FIRST_CHUNK
-        while i < len(order):
-            j = min(len(order), i + chunk)
-            yield from self.entry_rows(order[i:j])
-            i = j
-            chunk = min(chunk * 4, _MAX_CHUNK)
-
     def min_deliver_after(self) -> int | None:
         return int(self.da.raw().min()) + self.da.base if self else None
 
@@ -166,10 +141,6 @@ class RecentEntries:
             return 0, 0
         lod = self.columns_of(order[j:])[3]
         return int((lod + 1).sum()), len(order) - j
-
-    def not_due(self, now: int) -> Iterator[Entry]:
-        """Entries with deliverAfter > `now`, in key order."""
-        return self.entries(self._rank(now, True)) if self else iter(())
 
     def columns(self) -> list[np.ndarray]:
         """All entries as five int64 columns in key order (for persisting)."""

@@ -58,7 +58,7 @@ def _run(seq, base0) -> None:
             if gap:  # an entry that does not follow its predecessor
                 nxt += 3
                 pos += 11
-            r.add(da, nxt, pos, count - 1, size + 7)
+            r.cols.add(da, nxt, pos, count - 1, size + 7)
             model.append((da, nxt, pos, count - 1, size + 7))
             nxt += count
             pos += size + 7
@@ -68,18 +68,18 @@ def _run(seq, base0) -> None:
             after = (da_c, base0 + off_rel)
             now = da_c
             _check_fetch_windows(r, model, after, now)  # (before anything merges the tail)
-            r._merge()  # the whole order, as a reader that merges the tail sees it
+            r.cols.merge()  # the whole order, as a reader that merges the tail sees it
             k = r.order_start(after)
             assert k == model_rank(model, after)
-            assert list(r.entries(k)) == model[k:]
+            assert r.entry_rows(r.order[k:]) == model[k:]
             assert r.order_start(None) == 0
-            assert list(r.not_due(now)) == [e for e in model if e[0] > now]
+            assert r.entry_rows(r.order[r._rank(now, True):]) == [e for e in model if e[0] > now]
             assert r.count_not_due(now) == (sum(e[3] + 1 for e in model if e[0] > now),
                                             sum(1 for e in model if e[0] > now))
             later = [e[0] for e in model if e[0] > now]
             assert r.first_after(now) == (min(later) if later else None)
     assert len(r) == len(model)
-    assert list(r.entries()) == model
+    assert _rows(r.columns()) == model
     assert r.max_entry() == (model[-1] if model else None)
     assert r.min_deliver_after() == (min(e[0] for e in model) if model else None)
     cols = r.columns()
@@ -113,44 +113,48 @@ def _check_fetch_windows(r: RecentEntries, model: list, after, now: int) -> None
 
 def test_out_of_order_refused():
     r = RecentEntries()
-    r.add(5, 100, 0, 9, 50)
+    r.cols.add(5, 100, 0, 9, 50)
     try:
-        r.add(5, 105, 50, 0, 10)
+        r.cols.add(5, 105, 50, 0, 10)
     except ValueError:
         pass
     else:
         raise AssertionError("an overlapping entry was accepted")
-    assert list(r.entries()) == [(5, 100, 0, 9, 50)]
+    assert _rows(r.columns()) == [(5, 100, 0, 9, 50)]
 
 
 def test_wide_values_widen_columns():
     r = RecentEntries()
-    r.add(1, 0, 0, 0, 10)
-    r.add(2, 1, 10, 2**33, 2**33)  # a last-offset-delta and size past uint32
-    r.add(0, 2**33 + 2, 2**33 + 10, 0, 5)
-    assert list(r.entries()) == [(0, 2**33 + 2, 2**33 + 10, 0, 5), (1, 0, 0, 0, 10),
+    r.cols.add(1, 0, 0, 0, 10)
+    r.cols.add(2, 1, 10, 2**33, 2**33)  # a last-offset-delta and size past uint32
+    r.cols.add(0, 2**33 + 2, 2**33 + 10, 0, 5)
+    assert _rows(r.columns()) == [(0, 2**33 + 2, 2**33 + 10, 0, 5), (1, 0, 0, 0, 10),
                                  (2, 1, 10, 2**33, 2**33)]
 
 
-def test_walk_is_a_snapshot():
-    """Entries added while a reader walks do not disturb what it sees."""
+def test_order_is_a_snapshot():
+    """Entries added (and merged) while a reader walks the order it took do not disturb
+    what it sees."""
     r = RecentEntries()
     for i in range(100):
-        r.add(i % 10, i, i * 10, 0, 10)
-    it = r.entries()
-    first = [next(it) for _ in range(20)]
+        r.cols.add(i % 10, i, i * 10, 0, 10)
+    r.cols.merge()
+    order = r.order
+    first = r.entry_rows(order[:20])
     for i in range(100, 200):
-        r.add(i % 10, i, i * 10, 0, 10)
-    rest = list(it)
+        r.cols.add(i % 10, i, i * 10, 0, 10)
+    r.cols.merge()
+    rest = r.entry_rows(order[20:])
     assert len(first) + len(rest) == 100
 
 
 def test_compact_per_entry():
-    """The point of the structure: about 20 bytes per entry, no Python object per entry."""
+    """The point of the structure: about 16 bytes per entry (growth slack aside), no Python
+    object per entry."""
     r = RecentEntries()
     n = 100_000
     for i in range(n):
-        r.add(int(np.int64(i * 7919 % 1000)), i, i * 120, 0, 120)
+        r.cols.add(int(np.int64(i * 7919 % 1000)), i, i * 120, 0, 120)
     r.columns()  # merges the tail
     assert r.nbytes() <= 26 * n
 
@@ -160,11 +164,11 @@ def test_deliver_after_spread_beyond_int32():
     r = RecentEntries()
     das = [2**40, 5, 2**62, 2**40 - 2**33, 0, 2**40 + 1]
     for i, da in enumerate(das):
-        r.add(da, i, i * 10, 0, 10)
-    assert [e[0] for e in r.entries()] == sorted(das)
+        r.cols.add(da, i, i * 10, 0, 10)
+    assert [e[0] for e in _rows(r.columns())] == sorted(das)
     assert r.first_after(2**40) == 2**40 + 1
     assert r.min_deliver_after() == 0
-    r._merge()
+    r.cols.merge()
     assert r.order_start((2**40, 0)) == 4  # past (2**40, offset 0), a 1-record batch
     assert r.count_not_due(2**40 - 1) == (3, 3)
 
