@@ -212,13 +212,15 @@ def open_segment(directory: str, base: int, remote: RemoteCopy | None = None
 def remote_store(directory: str) -> RemoteStore:
     """The store of the directory's tiered storage, from its `remote-storage.json` (one
     per process and store). Raises KdelayError when the directory records none."""
-    settings = tier.read_settings(directory)
-    if settings is None:
+    store = tier.recorded_store(directory, _cached_store)
+    if store is None:
         raise KdelayError(f"{directory}: a segment is held only in an object store, but the "
                           f"directory records no store ({tier.SETTINGS_FILE} is missing)")
-    url, options = settings
-    return _store(url, json.dumps(options, sort_keys=True),
-                  os.path.basename(os.path.abspath(directory)))
+    return store
+
+
+def _cached_store(url: str, options: dict, partition: str) -> RemoteStore:
+    return _store(url, json.dumps(options, sort_keys=True), partition)
 
 
 @functools.lru_cache(maxsize=64)

@@ -55,12 +55,16 @@ def check_remote(rep: VerifyReport, directory: str) -> None:
     """Add the problems of the partition's remote copies to `rep` (see the module
     docstring); counts the remote-only segments' batches, records and bytes into it."""
     try:
-        settings = tier.read_settings(directory)
+        store = tier.recorded_store(directory)
     except CorruptLogError as e:
         rep.add(True, e.path or directory, None, e.reason)
         return
+    except RemoteStorageError as e:  # the recorded URL or options refused
+        rep.add(True, os.path.join(directory, tier.SETTINGS_FILE), None,
+                f"object store unreachable: {e}")
+        return
     markers = _local_markers(rep, directory)
-    if settings is None:
+    if store is None:
         if markers:
             rep.add(True, os.path.join(directory, tier.SETTINGS_FILE), None,
                     f"missing: {len(markers)} segments are marked as copied to an object "
@@ -68,13 +72,10 @@ def check_remote(rep: VerifyReport, directory: str) -> None:
         else:
             rep.add(False, directory, None, "no tiered storage (no remote-storage.json)")
         return
-    url, options = settings
     try:
-        store = RemoteStore.open(url, options, os.path.basename(os.path.abspath(directory)))
         listing = store.list()
     except RemoteStorageError as e:
-        rep.add(True, f"{url.rstrip('/')}/{os.path.basename(os.path.abspath(directory))}/",
-                None, f"object store unreachable: {e}")
+        rep.add(True, store.describe(""), None, f"object store unreachable: {e}")
         return
     committed = _manifests(rep, store, listing)
     for base, marker in sorted(markers.items()):
