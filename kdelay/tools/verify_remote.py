@@ -32,7 +32,6 @@ from ..log.segments.layout import (
     LOG_SUFFIX,
     REMOTE_SUFFIX,
     SegmentFiles,
-    parse_segment_name,
     segment_file,
 )
 from ..log.tiered import inventory, tier
@@ -44,7 +43,6 @@ from ..log.tiered.manifest import (
     manifest_name,
     parse_object_name,
 )
-from ..log.tiered.remote_marker import read_remote_marker
 from ..remote.store import RemoteStore
 from .scanning import DLY, OFFSET, TIME, VerifyReport, scan_segment
 from .verify_batches import check_batches
@@ -53,7 +51,8 @@ from .verify_index import check_index
 
 def check_remote(rep: VerifyReport, directory: str) -> None:
     """Add the problems of the partition's remote copies to `rep` (see the module
-    docstring); counts the remote-only segments' batches, records and bytes into it."""
+    docstring); counts the remote-only segments' batches, records and bytes into it. Runs
+    after verify_partition made `rep` (which reports damaged `N.remote` markers)."""
     try:
         store = tier.recorded_store(directory)
     except CorruptLogError as e:
@@ -63,7 +62,9 @@ def check_remote(rep: VerifyReport, directory: str) -> None:
         rep.add(True, os.path.join(directory, tier.SETTINGS_FILE), None,
                 f"object store unreachable: {e}")
         return
-    markers = _local_markers(rep, directory)
+    # a damaged marker is verify's finding already (it runs first): left out here
+    listed = inventory.list_all_segments(directory, damaged=[])
+    markers = {s.base_offset: s.remote for s in listed if s.remote is not None}
     if store is None:
         if markers:
             rep.add(True, os.path.join(directory, tier.SETTINGS_FILE), None,
@@ -95,26 +96,10 @@ def check_remote(rep: VerifyReport, directory: str) -> None:
         elif parsed[1] is not None and (parsed[0], parsed[1]) not in named:
             rep.add(False, store.describe(name), None, "orphan: no committed manifest names "
                     "it (an interrupted copy left it; the next sync removes it)")
-    local = {s.base_offset for s in inventory.list_all_segments(directory) if not s.remote_only}
+    local = {s.base_offset for s in listed if not s.remote_only}
     for base, copy in sorted(committed.items()):
         _check_copy(rep, store, listing, copy, counted=base not in local)
     rep.remote_copies += len(committed)
-
-
-def _local_markers(rep: VerifyReport, directory: str) -> dict[int, RemoteCopy]:
-    out = {}
-    for name in sorted(os.listdir(directory)):
-        parsed = parse_segment_name(name)
-        if parsed is None or parsed[1] != REMOTE_SUFFIX:
-            continue
-        try:
-            marker = read_remote_marker(directory, parsed[0])
-        except CorruptLogError as e:
-            rep.add(True, e.path or name, None, e.reason)
-            continue
-        if marker is not None:
-            out[parsed[0]] = marker
-    return out
 
 
 def _manifests(rep: VerifyReport, store: RemoteStore, listing: dict[str, int]
