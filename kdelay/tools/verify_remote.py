@@ -15,8 +15,10 @@ environment). One listing of the partition's objects, then:
   verify_index.py), and the messages name the remote objects;
 * its `.cancelled` object holds sorted offsets of the segment.
 
-Objects no committed manifest names are orphans of an interrupted copy: a later sync
-removes them, so they are reported as information, not as problems. Only reads.
+Objects no committed manifest names are orphans, reported as information, not as
+problems: those of an interrupted copy, which the next sync removes (copier.orphans, the
+sync's own rule), and those of a copy only the directory's marker records, which it keeps.
+Every object of a segment whose manifest cannot be read stays unjudged. Only reads.
 """
 
 from __future__ import annotations
@@ -36,10 +38,10 @@ from ..log.segments.layout import (
 )
 from ..log.tiered import inventory, tier
 from ..log.tiered.cancelled_object import CANCELLED_SUFFIX, decode_cancelled
+from ..log.tiered.copier import orphans, read_manifest
 from ..log.tiered.manifest import (
     MANIFEST_SUFFIX,
     RemoteCopy,
-    decode,
     manifest_name,
     parse_object_name,
 )
@@ -78,7 +80,8 @@ def check_remote(rep: VerifyReport, directory: str) -> None:
     except RemoteStorageError as e:
         rep.add(True, store.describe(""), None, f"object store unreachable: {e}")
         return
-    committed = _manifests(rep, store, listing)
+    manifests = _manifests(rep, store, listing)
+    committed = {base: copy for base, copy in manifests.items() if copy is not None}
     for base, marker in sorted(markers.items()):
         path = segment_file(directory, base, REMOTE_SUFFIX)
         copy = committed.get(base)
@@ -88,14 +91,18 @@ def check_remote(rep: VerifyReport, directory: str) -> None:
         elif copy != marker:
             rep.add(True, path, None, f"differs from the store's manifest (copy "
                                       f"{marker.copy_id} here, {copy.copy_id} there)")
-    named = {(c.base_offset, c.copy_id) for c in committed.values()}
+    copy_ids = {base: None if copy is None else copy.copy_id for base, copy in manifests.items()}
+    unnamed = set(orphans(listing, copy_ids))
+    # the sync's sweep also keeps the objects of every copy the directory's markers record
+    swept = set(orphans(listing, {**copy_ids, **{b: m.copy_id for b, m in markers.items()}}))
     for name in sorted(listing):
-        parsed = parse_object_name(name)
-        if parsed is None:
+        if parse_object_name(name) is None:
             rep.add(False, store.describe(name), None, "not an object of kdelay's")
-        elif parsed[1] is not None and (parsed[0], parsed[1]) not in named:
+        elif name in unnamed:
             rep.add(False, store.describe(name), None, "orphan: no committed manifest names "
-                    "it (an interrupted copy left it; the next sync removes it)")
+                    "it " + ("(an interrupted copy left it; the next sync removes it)"
+                             if name in swept else
+                             "(the directory's marker does: a sync keeps it)"))
     local = {s.base_offset for s in listed if not s.remote_only}
     for base, copy in sorted(committed.items()):
         _check_copy(rep, store, listing, copy, counted=base not in local)
@@ -103,24 +110,22 @@ def check_remote(rep: VerifyReport, directory: str) -> None:
 
 
 def _manifests(rep: VerifyReport, store: RemoteStore, listing: dict[str, int]
-               ) -> dict[int, RemoteCopy]:
-    """base -> the committed copy, of every manifest in the listing that parses."""
-    out = {}
+               ) -> dict[int, RemoteCopy | None]:
+    """base -> the committed copy of every manifest in the listing; None (a problem
+    added) for one that is damaged or cannot be read."""
+    out: dict[int, RemoteCopy | None] = {}
     for name in sorted(listing):
         parsed = parse_object_name(name)
         if parsed is None or parsed[2] != MANIFEST_SUFFIX:
             continue
-        where = store.describe(name)
         try:
-            copy = decode(store.get(name), where)
-        except (CorruptLogError, RemoteStorageError) as e:
-            rep.add(True, where, None, getattr(e, "reason", str(e)))
-            continue
-        if copy.base_offset != parsed[0]:
-            rep.add(True, where, None, f"describes segment {copy.base_offset}, not the one "
-                                       f"its name says")
-            continue
-        out[parsed[0]] = copy
+            out[parsed[0]] = read_manifest(store, parsed[0])
+        except CorruptLogError as e:
+            rep.add(True, e.path or store.describe(name), None, e.reason)
+            out[parsed[0]] = None
+        except RemoteStorageError as e:
+            rep.add(True, store.describe(name), None, str(e))
+            out[parsed[0]] = None
     return out
 
 
