@@ -51,7 +51,7 @@ class SegmentBytes:
     base: int
     path: str  # for messages: the local path, or the remote object's full name
     size: int
-    ident: int | str  # the local file's inode, or the remote copy's id
+    ident: int  # the local file's inode (LocalBytes only: read where `remote` is None)
     remote: RemoteCopy | None = None  # set when the bytes come from the store
 
     def read(self, pos: int, length: int) -> bytes:
@@ -143,7 +143,6 @@ class RemoteBytes(SegmentBytes):
         self.remote = copy
         self.base = copy.base_offset
         self.size = copy.size
-        self.ident = copy.copy_id
         self.name = copy.object_name(LOG_SUFFIX)
         self.path = store.describe(self.name)
 
