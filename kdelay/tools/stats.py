@@ -290,8 +290,8 @@ def _totals(parts: list[dict], now: int) -> dict:
     return t
 
 
-_REMOTE_COUNTS = ("segments_local", "segments_remote", "segments_remote_only", "bytes_local",
-                  "bytes_remote", "copies_pending", "remote_only_records")
+# the counts of remote_summary that add up across partitions: placement's, and its own two
+_REMOTE_COUNTS = (*placement_counts([]), "segments_remote_only", "remote_only_records")
 
 
 def _stats_text(p: dict, out: Out) -> None:
