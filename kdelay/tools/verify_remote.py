@@ -26,8 +26,6 @@ from __future__ import annotations
 import os
 import tempfile
 
-import crc32c
-
 from ..errors import CorruptLogError, RemoteStorageError
 from ..log.segments.layout import (
     COMPANION_SUFFIXES,
@@ -137,25 +135,22 @@ def _check_copy(rep: VerifyReport, store: RemoteStore, listing: dict[str, int],
     with tempfile.TemporaryDirectory(prefix="kdelay-verify-remote-") as tmp:
         names: dict[str, str] = {}  # temporary path -> the object's full name
         damaged: set[str] = set()  # suffixes of objects that differ from the manifest
-        for suffix, (size, crc) in sorted(copy.objects.items()):
+        for suffix in sorted(copy.objects):
             name = copy.object_name(suffix)
             where = store.describe(name)
             if name not in listing:
                 rep.add(True, where, None, "missing (its manifest names it)")
                 continue
-            if listing[name] != size:
-                damaged.add(suffix)
-                rep.add(True, where, None, f"{listing[name]} bytes, its manifest says {size} "
-                                           f"(truncated or replaced)")
             try:
                 data = store.get(name)
             except RemoteStorageError as e:
                 rep.add(True, where, None, str(e))
                 continue
-            if crc32c.crc32c(data) != crc:
+            try:
+                copy.check_object(suffix, data, where)
+            except CorruptLogError as e:  # truncated, replaced or damaged
                 damaged.add(suffix)
-                rep.add(True, where, None, f"CRC-32C {crc32c.crc32c(data):08x} differs from "
-                                           f"its manifest's {crc:08x}: damaged")
+                rep.add(True, where, None, e.reason)
             if suffix == CANCELLED_SUFFIX:
                 _check_cancelled(rep, where, data, copy)
             elif suffix == LOG_SUFFIX or suffix in COMPANION_SUFFIXES:
