@@ -8,8 +8,9 @@ files and remote-only `N.remote` markers, layout.classify) and hands the remote 
 the task in its plan; the task reaches the store from the directory's
 `remote-storage.json` and the environment (credentials, as the AWS SDKs read them), and
 fetches its own byte ranges (RemoteStore.get_ranges): nothing goes through the driver, and
-nothing is written to the partition directory (a remote index is fetched into a temporary
-file, mapped, and the file removed).
+nothing is written to the partition directory (a remote index is fetched and checked
+against its manifest as the log's own cache does, index_cache.py, into a temporary file,
+mapped, and the file removed; one that fails the checks reads as no index).
 
 A remote copy never changes (compaction rewrites only segments not yet copied), so it has
 no compaction merge to check. A local segment whose .log is deleted after planning because
@@ -25,7 +26,7 @@ import os
 import tempfile
 from collections.abc import Sequence
 
-from ..errors import KdelayError
+from ..errors import CorruptLogError, KdelayError
 from ..index.base import AbstractIndex
 from ..index.deliver_after_index import DeliverAfterIndex
 from ..index.index_file import IndexFileError
@@ -38,6 +39,7 @@ from ..log.segments.layout import (
     segment_file,
 )
 from ..log.tiered import tier
+from ..log.tiered.index_cache import checked_index_object, load_copy_index
 from ..log.tiered.manifest import RemoteCopy
 from ..log.tiered.remote_marker import read_remote_marker
 from ..remote.store import ObjectMissingError, RemoteStore
@@ -173,19 +175,19 @@ class RemoteBytes(SegmentBytes):
         return got
 
     def _index(self, cls: type[AbstractIndex], suffix: str):
-        if suffix not in self.remote.objects:
-            return None
+        # an object its manifest does not vouch for reads as no index: the .log is walked
         try:
-            raw = self.store.get(self.remote.object_name(suffix))
-        except ObjectMissingError:
+            raw = checked_index_object(self.store, self.remote, suffix)
+        except (CorruptLogError, ObjectMissingError):
             return None
         # the loaders map a file: a temporary one, removed once mapped
         with tempfile.NamedTemporaryFile(prefix="kdelay-remote-", suffix=suffix) as f:
             f.write(raw)
             f.flush()
             try:
-                return cls.load(f.name, base_offset=self.base, log_bytes=self.size)
-            except (IndexFileError, ValueError):
+                return load_copy_index(f.name, self.remote, cls,
+                                       self.store.describe(self.remote.object_name(suffix)))
+            except (IndexFileError, CorruptLogError, ValueError):
                 return None
 
     def still_current(self) -> bool:
