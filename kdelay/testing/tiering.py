@@ -1,5 +1,5 @@
 """Making tiered logs for tests and benchmarks: copy a log's sealed segments to a
-store with the copier (kdelay/log/tiered/copier.py), then make some remote-only by
+store with the log's own sync (kdelay/log/tiered/sync.py), then make some remote-only by
 deleting their local .log and indexes (their `N.remote` marker and cancel files stay), as
 local retention does. And the check of a directory restored from its copies."""
 
@@ -12,7 +12,6 @@ from dataclasses import dataclass, replace
 
 from kdelay import Log, LogConfig, Record
 from kdelay.fsio import read_small
-from kdelay.log.cancellation.journal import read_cancelled
 from kdelay.log.segments.layout import (
     INDEX_SUFFIXES,
     LOG_SUFFIX,
@@ -22,23 +21,21 @@ from kdelay.log.segments.layout import (
     segment_bases,
     segment_file,
 )
-from kdelay.log.tiered.copier import copy_segment
 from kdelay.log.tiered.manifest import manifest_name
-from kdelay.log.tiered.tier import RemoteTier, record_settings
 from kdelay.testing.checks import fetch_everything, read_everything
 
 
 def tier_out(path: str, config: LogConfig, *, remote_only: int | None = None) -> list[int]:
-    """Copy every sealed segment of the (closed) log at `path` to `config`'s store and
-    record the store in the directory; then delete the local files of the first
-    `remote_only` copied segments (all of them when None). Returns the copied bases."""
-    with Log.open(path, config=config) as log:
-        tier = RemoteTier(path, config)
-        sealed = [s for s in log._segments if s is not log._segments.active]
-        for seg in sealed:
-            seg.remote = copy_segment(tier, seg, read_cancelled(path, seg.base_offset))
-        bases = [s.base_offset for s in sealed]
-    record_settings(path, config)
+    """Copy every sealed segment of the (closed) log at `path` to `config`'s store (the
+    log's own sync pass, which also records the store in the directory); then delete the
+    local files of the first `remote_only` copied segments (all of them when None).
+    Returns the copied bases."""
+    keep_local = replace(config, local_retention_ms=-1, local_retention_bytes=-1)
+    # a clock that never passes the one the log last closed with (the log's clock is the
+    # max of every reading): copying moves no record nearer to being due
+    with Log.open(path, config=keep_local, clock=lambda: 0) as log:
+        log.sync_remote()
+        bases = log.segments[:-1]
     drop_local(path, bases[:remote_only])
     return bases
 
