@@ -19,7 +19,7 @@ the Python data source and ingested by the JVM; one warm-up run, then the median
   last copied to a `file://` store on the same disk and its local files deleted (tiered
   storage), read in full beside the local log: what reading remote-only segments through
   ranged requests and temporary index files costs, store latency aside; with `--moto`
-  also from moto's S3 server on loopback (bench/tiered.py's `moto_s3`; the tasks take
+  also from moto's S3 server on loopback (kdelay.testing.tiering.moto_server; the tasks take
   its credentials from the environment, as they would AWS's);
 * the writer: N cached rows (100-byte values, 8-byte keys, a timestamp per row, a
   deliverAfter per 200 rows) into a new 2-partition topic, beside a no-work Arrow sink of
@@ -325,9 +325,9 @@ def main() -> int:
         scratch = tmp or tempfile.mkdtemp()
         stores = [("file://", f"file://{scratch}/store", {})]
         if args.only == "remote" and args.moto:
-            from tiered import moto_s3  # bench/tiered.py, beside this script
+            from kdelay.testing.tiering import moto_server
 
-            options = moto.enter_context(moto_s3())
+            options = moto.enter_context(moto_server("kdelay-bench"))
             stores.append(("moto S3", "s3://kdelay-bench/spark", options))
             # the tasks find the store in remote-storage.json and its credentials in the
             # environment they inherit, as they would AWS's

@@ -13,16 +13,12 @@ import argparse
 import contextlib
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
 
 from kdelay import Log, LogConfig, Record
 from kdelay.log.segments.layout import parse_segment_name
+from kdelay.testing.tiering import moto_server
 
 VALUE = b"x" * 1000
 
@@ -97,35 +93,6 @@ def steady_writer(label: str, url: str, options: dict, mb: int, rate: float) -> 
         shutil.rmtree(root, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def moto_s3() -> Iterator[dict]:
-    """A `moto_server` on a free loopback port with bucket kdelay-bench: yields the
-    RemoteStore options that reach it; stopped by its PID on exit."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    moto = os.path.join(os.path.dirname(sys.executable), "moto_server")
-    proc = subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    endpoint = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.05)
-    import boto3
-
-    try:
-        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                     aws_access_key_id="x", aws_secret_access_key="x"
-                     ).create_bucket(Bucket="kdelay-bench")
-        yield {"endpoint": endpoint, "region": "us-east-1", "access_key_id": "x",
-               "secret_access_key": "x", "allow_http": True}
-    finally:
-        os.kill(proc.pid, signal.SIGTERM)
-        proc.wait()
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=256)
@@ -139,7 +106,7 @@ def main() -> None:
     finally:
         shutil.rmtree(store, ignore_errors=True)
     if args.moto:
-        with moto_s3() as options:
+        with moto_server("kdelay-bench") as options:
             copy_throughput("moto S3", "s3://kdelay-bench/a", options, args.mb)
             steady_writer("moto S3", "s3://kdelay-bench/b", options, args.mb, args.rate)
 

@@ -1,7 +1,7 @@
 """Tiered reads: the first page from a remote-only segment, and a due-order drain of a
 log held remotely beside the same log held locally (records/s; requests and bytes
 fetched per segment), then the same drain again with every byte in the local cache. Stores: file:// always; moto's S3 with --moto (a `moto_server`
-started on a free loopback port, stopped by its PID at the end, as bench/tiered.py does).
+started on a free loopback port, stopped by its PID at the end: testing.tiering.moto_server).
 
     python bench/tiered_read.py [--records N] [--moto]
 """
@@ -14,10 +14,8 @@ import shutil
 import tempfile
 import time
 
-from tiered import moto_s3  # bench/tiered.py, beside this script
-
 from kdelay import Log, LogConfig, Record
-from kdelay.testing.tiering import drop_local
+from kdelay.testing.tiering import drop_local, moto_server
 
 
 def _build(directory: str, cfg: LogConfig, records: int) -> list[int]:
@@ -100,7 +98,7 @@ def main() -> None:
     finally:
         shutil.rmtree(store, ignore_errors=True)
     if args.moto:
-        with moto_s3() as options:
+        with moto_server("kdelay-bench") as options:
             run("moto S3", "s3://kdelay-bench/bench", options, args.records)
 
 

@@ -18,6 +18,7 @@ import time
 from pyspark.sql import SparkSession
 
 from ..clock import wall_clock
+from ..log.tiered.tier import partition_name
 from .local_session import session
 
 # readable forecast windows: (Spark interval, seconds, short label)
@@ -155,7 +156,7 @@ def cli_forecast(argv: list[str] | None = None) -> int:
     if args.png:
         what = "records" if args.all else "pending records"
         plot(rows, args.png, f"{what} coming due per {window}: "
-                             f"{os.path.basename(os.path.abspath(args.path))}")
+                             f"{partition_name(args.path)}")
         print(f"wrote {args.png}", file=sys.stderr)
     return 0
 

@@ -8,8 +8,9 @@ files and remote-only `N.remote` markers, layout.classify) and hands the remote 
 the task in its plan; the task reaches the store from the directory's
 `remote-storage.json` and the environment (credentials, as the AWS SDKs read them), and
 fetches its own byte ranges (RemoteStore.get_ranges): nothing goes through the driver, and
-nothing is written to the partition directory (a remote index is fetched into a temporary
-file, mapped, and the file removed).
+nothing is written to the partition directory (a remote index is fetched and checked
+against its manifest as the log's own cache does, index_cache.py, into a temporary file,
+mapped, and the file removed; one that fails the checks reads as no index).
 
 A remote copy never changes (compaction rewrites only segments not yet copied), so it has
 no compaction merge to check. A local segment whose .log is deleted after planning because
@@ -25,7 +26,7 @@ import os
 import tempfile
 from collections.abc import Sequence
 
-from ..errors import KdelayError
+from ..errors import CorruptLogError, KdelayError
 from ..index.base import AbstractIndex
 from ..index.deliver_after_index import DeliverAfterIndex
 from ..index.index_file import IndexFileError
@@ -38,6 +39,7 @@ from ..log.segments.layout import (
     segment_file,
 )
 from ..log.tiered import tier
+from ..log.tiered.index_cache import checked_index_object, load_copy_index
 from ..log.tiered.manifest import RemoteCopy
 from ..log.tiered.remote_marker import read_remote_marker
 from ..remote.store import ObjectMissingError, RemoteStore
@@ -51,7 +53,7 @@ class SegmentBytes:
     base: int
     path: str  # for messages: the local path, or the remote object's full name
     size: int
-    ident: int | str  # the local file's inode, or the remote copy's id
+    ident: int  # the local file's inode (LocalBytes only: read where `remote` is None)
     remote: RemoteCopy | None = None  # set when the bytes come from the store
 
     def read(self, pos: int, length: int) -> bytes:
@@ -143,7 +145,6 @@ class RemoteBytes(SegmentBytes):
         self.remote = copy
         self.base = copy.base_offset
         self.size = copy.size
-        self.ident = copy.copy_id
         self.name = copy.object_name(LOG_SUFFIX)
         self.path = store.describe(self.name)
 
@@ -174,19 +175,19 @@ class RemoteBytes(SegmentBytes):
         return got
 
     def _index(self, cls: type[AbstractIndex], suffix: str):
-        if suffix not in self.remote.objects:
-            return None
+        # an object its manifest does not vouch for reads as no index: the .log is walked
         try:
-            raw = self.store.get(self.remote.object_name(suffix))
-        except ObjectMissingError:
+            raw = checked_index_object(self.store, self.remote, suffix)
+        except (CorruptLogError, ObjectMissingError):
             return None
         # the loaders map a file: a temporary one, removed once mapped
         with tempfile.NamedTemporaryFile(prefix="kdelay-remote-", suffix=suffix) as f:
             f.write(raw)
             f.flush()
             try:
-                return cls.load(f.name, base_offset=self.base, log_bytes=self.size)
-            except (IndexFileError, ValueError):
+                return load_copy_index(f.name, self.remote, cls,
+                                       self.store.describe(self.remote.object_name(suffix)))
+            except (IndexFileError, CorruptLogError, ValueError):
                 return None
 
     def still_current(self) -> bool:
@@ -212,13 +213,15 @@ def open_segment(directory: str, base: int, remote: RemoteCopy | None = None
 def remote_store(directory: str) -> RemoteStore:
     """The store of the directory's tiered storage, from its `remote-storage.json` (one
     per process and store). Raises KdelayError when the directory records none."""
-    settings = tier.read_settings(directory)
-    if settings is None:
+    store = tier.recorded_store(directory, _cached_store)
+    if store is None:
         raise KdelayError(f"{directory}: a segment is held only in an object store, but the "
                           f"directory records no store ({tier.SETTINGS_FILE} is missing)")
-    url, options = settings
-    return _store(url, json.dumps(options, sort_keys=True),
-                  os.path.basename(os.path.abspath(directory)))
+    return store
+
+
+def _cached_store(url: str, options: dict, partition: str) -> RemoteStore:
+    return _store(url, json.dumps(options, sort_keys=True), partition)
 
 
 @functools.lru_cache(maxsize=64)

@@ -1,18 +1,25 @@
-"""Making tiered logs for tests and benchmarks: copy a log's sealed segments to a
-store with the copier (kdelay/log/tiered/copier.py), then make some remote-only by
-deleting their local .log and indexes (their `N.remote` marker and cancel files stay), as
-local retention does. And the check of a directory restored from its copies."""
+"""Making tiered logs for tests and benchmarks: an S3 store to copy to (moto's standalone
+server on loopback); copy a log's sealed segments to a store with the log's own sync
+(kdelay/log/tiered/sync.py), then make some remote-only by deleting their local .log and
+indexes (their `N.remote` marker and cancel files stay), as local retention does. And the
+check of a directory restored from its copies."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping, Set
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Set
 from dataclasses import dataclass, replace
 
 from kdelay import Log, LogConfig, Record
 from kdelay.fsio import read_small
-from kdelay.log.cancellation.journal import read_cancelled
 from kdelay.log.segments.layout import (
     INDEX_SUFFIXES,
     LOG_SUFFIX,
@@ -22,23 +29,70 @@ from kdelay.log.segments.layout import (
     segment_bases,
     segment_file,
 )
-from kdelay.log.tiered.copier import copy_segment
 from kdelay.log.tiered.manifest import manifest_name
-from kdelay.log.tiered.tier import RemoteTier, record_settings
 from kdelay.testing.checks import fetch_everything, read_everything
 
 
+@contextlib.contextmanager
+def moto_server(bucket: str) -> Iterator[dict]:
+    """A moto S3 server on a free 127.0.0.1 port with `bucket` created: yields the
+    RemoteStore options that reach it. Stopped (by its PID) on leaving."""
+    moto = shutil.which("moto_server") or os.path.join(os.path.dirname(sys.executable),
+                                                       "moto_server")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # its request log goes to a file: a pipe nobody reads would fill up and stall it
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(port)],
+                                stdout=log, stderr=subprocess.STDOUT)
+        try:
+            _wait_for_port(port, proc, log)
+            endpoint = f"http://127.0.0.1:{port}"
+            import boto3  # (moto's dependency: only where a server is started)
+
+            boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                         aws_access_key_id="x", aws_secret_access_key="x"
+                         ).create_bucket(Bucket=bucket)
+            yield {"endpoint": endpoint, "region": "us-east-1", "access_key_id": "x",
+                   "secret_access_key": "x", "allow_http": True}
+        finally:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen, log, timeout: float = 30.0) -> None:
+    """Until the server listens on `port`; RuntimeError (with the end of its `log`) if it
+    exits first or does not listen within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            log.seek(0)
+            raise RuntimeError(f"moto_server exited with {proc.returncode}: "
+                               f"{log.read().decode(errors='replace')[-2000:]}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"moto_server did not listen on 127.0.0.1:{port} within {timeout}s")
+
+
 def tier_out(path: str, config: LogConfig, *, remote_only: int | None = None) -> list[int]:
-    """Copy every sealed segment of the (closed) log at `path` to `config`'s store and
-    record the store in the directory; then delete the local files of the first
-    `remote_only` copied segments (all of them when None). Returns the copied bases."""
-    with Log.open(path, config=config) as log:
-        tier = RemoteTier(path, config)
-        sealed = [s for s in log._segments if s is not log._segments.active]
-        for seg in sealed:
-            seg.remote = copy_segment(tier, seg, read_cancelled(path, seg.base_offset))
-        bases = [s.base_offset for s in sealed]
-    record_settings(path, config)
+    """Copy every sealed segment of the (closed) log at `path` to `config`'s store (the
+    log's own sync pass, which also records the store in the directory); then delete the
+    local files of the first `remote_only` copied segments (all of them when None).
+    Returns the copied bases."""
+    keep_local = replace(config, local_retention_ms=-1, local_retention_bytes=-1)
+    # a clock that never passes the one the log last closed with (the log's clock is the
+    # max of every reading): copying moves no record nearer to being due
+    with Log.open(path, config=keep_local, clock=lambda: 0) as log:
+        log.sync_remote()
+        bases = log.segments[:-1]
     drop_local(path, bases[:remote_only])
     return bases
 

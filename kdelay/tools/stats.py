@@ -171,7 +171,7 @@ def remote_summary(directory: str) -> dict:
     settings = None
     with contextlib.suppress(CorruptLogError):
         settings = tier.read_settings(directory)
-    damaged: list[str] = []
+    damaged: list[CorruptLogError] = []
     listed = inventory.list_all_segments(directory, damaged=damaged)
     only = [s.remote for s in listed if s.remote_only and s.remote is not None]
     return {
@@ -180,7 +180,7 @@ def remote_summary(directory: str) -> dict:
         "segments_remote_only": len(only),
         "remote_only_records": sum(c.next_offset - c.base_offset for c in only),
         "log_start_offset": only[0].base_offset if only else None,
-        "damaged_markers": damaged,
+        "damaged_markers": [e.path for e in damaged],
     }
 
 
@@ -290,8 +290,8 @@ def _totals(parts: list[dict], now: int) -> dict:
     return t
 
 
-_REMOTE_COUNTS = ("segments_local", "segments_remote", "segments_remote_only", "bytes_local",
-                  "bytes_remote", "copies_pending", "remote_only_records")
+# the counts of remote_summary that add up across partitions: placement's, and its own two
+_REMOTE_COUNTS = (*placement_counts([]), "segments_remote_only", "remote_only_records")
 
 
 def _stats_text(p: dict, out: Out) -> None:

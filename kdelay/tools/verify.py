@@ -17,7 +17,6 @@ from ..log.compaction.swap_watch import between_swaps
 from ..log.segments import append_horizon, layout
 from ..log.segments.layout import LOG_SUFFIX, SegmentFiles, parse_segment_name, segment_file
 from ..log.tiered import inventory
-from ..log.tiered.manifest import RemoteCopy
 from . import cancels
 from .formatting import Out
 from .progress import ProgressBar, fmt_size
@@ -69,41 +68,45 @@ def _verify_once(directory: str, only_base: int | None, progress: Progress | Non
     rep = VerifyReport(directory)
     # mid-swap a compaction's new indexes sit beside the old .log: check once it is done
     # (one left half done by a crash is reported below; the next open completes it)
-    between_swaps(directory, SWAP_WAIT_S)
-    segments = list_segments(directory)
+    names = between_swaps(directory, SWAP_WAIT_S)
+    if names is None:
+        names = os.listdir(directory)
+    listing = layout.classify(names)
     clean = os.path.exists(os.path.join(directory, layout.CLEAN_SHUTDOWN_FILE))
-    if not segments:
+    if not listing.local:
         rep.add(False, directory, None, "no segments (an empty log)")
         return rep
-    remote_only = _remote_only(rep, directory)
+    damaged: list[CorruptLogError] = []  # a segment with a damaged marker: as if it had none
+    segments = inventory.list_all_segments(directory, damaged=damaged, listing=listing)
+    for e in damaged:
+        rep.add(True, e.path or directory, None, e.reason)
     if only_base is None:
-        for name in layout.leftover_files(directory):
-            parsed = parse_segment_name(name)
-            if parsed is not None and parsed[0] in remote_only and \
-                    parsed[1] in layout.CANCEL_SUFFIXES:
-                continue  # a remote-only segment's cancellations stay local
+        for name in listing.leftovers:
             rep.add(False, os.path.join(directory, name), None,
                     "leftover file (removed on next open)")
-        for name in layout.compaction_in_progress(directory):
+        for name in layout.compaction_in_progress(names):
             rep.add(False, os.path.join(directory, name), None,
                     "a compaction's replacement segment file (a compaction is running, or "
                     "was interrupted: the next open finishes or undoes it)")
     prev_next: int | None = None
     prev_path = ""
-    for i, seg in enumerate(_with_remote_only(segments, remote_only)):
-        active = i == len(segments) + len(remote_only) - 1
-        if only_base is not None and seg.base_offset != only_base:
+    for listed in segments:
+        active = listed is segments[-1]
+        if only_base is not None and listed.base_offset != only_base:
             continue  # one segment asked for: its neighbours are not read
-        if isinstance(seg, RemoteCopy):  # its bytes are in the store: --remote checks them
-            _check_continues(rep, seg.base_offset, prev_next, prev_path,
-                             segment_file(directory, seg.base_offset, layout.REMOTE_SUFFIX))
-            rep.add(False, segment_file(directory, seg.base_offset, layout.REMOTE_SUFFIX),
-                    None, f"offsets {seg.base_offset}..{seg.next_offset - 1} are held only in "
-                          f"the object store (kdelay verify --remote checks them)")
-            cancels.check_segment(rep, directory, seg.base_offset, seg.next_offset)
-            prev_next = seg.next_offset
-            prev_path = segment_file(directory, seg.base_offset, layout.REMOTE_SUFFIX)
+        if listed.remote_only:  # its bytes are in the store: --remote checks them
+            copy = listed.remote
+            assert copy is not None
+            remote_path = segment_file(directory, copy.base_offset, layout.REMOTE_SUFFIX)
+            _check_continues(rep, copy.base_offset, prev_next, prev_path, remote_path)
+            rep.add(False, remote_path, None,
+                    f"offsets {copy.base_offset}..{copy.next_offset - 1} are held only in "
+                    f"the object store (kdelay verify --remote checks them)")
+            cancels.check_segment(rep, directory, copy.base_offset, copy.next_offset)
+            prev_next, prev_path = copy.next_offset, remote_path
             continue
+        assert listed.log_size is not None
+        seg = SegmentFiles(directory, listed.base_offset, listed.log_size)
         scan = _scan_for_verify(seg, active and not clean, progress)
         if scan is None:
             rep.add(False, seg.log_path, None, "segment deleted during the check (retention)")
@@ -146,23 +149,6 @@ def _check_continues(rep: VerifyReport, base: int, prev_next: int | None, prev_p
     else:
         rep.add(True, path, 0, f"segment overlaps the previous one: it starts at offset "
                                f"{base}, the previous ends at {prev_next - 1}")
-
-
-def _remote_only(rep: VerifyReport, directory: str) -> dict[int, RemoteCopy]:
-    """The directory's remote-only segments (tiered storage: a marker without a .log); a
-    damaged marker is a problem (its segment is then left out)."""
-    try:
-        return {s.base_offset: s.remote for s in inventory.list_all_segments(directory)
-                if s.remote_only and s.remote is not None}
-    except CorruptLogError as e:
-        rep.add(True, e.path or directory, None, e.reason)
-        return {}
-
-
-def _with_remote_only(segments: list[SegmentFiles], remote_only: dict[int, RemoteCopy]
-                      ) -> list[SegmentFiles | RemoteCopy]:
-    """Local segments and remote-only copies, in offset order."""
-    return sorted([*segments, *remote_only.values()], key=lambda s: s.base_offset)
 
 
 def _scan_for_verify(seg: SegmentFiles, live_tail: bool,

@@ -15,8 +15,10 @@ environment). One listing of the partition's objects, then:
   verify_index.py), and the messages name the remote objects;
 * its `.cancelled` object holds sorted offsets of the segment.
 
-Objects no committed manifest names are orphans of an interrupted copy: a later sync
-removes them, so they are reported as information, not as problems. Only reads.
+Objects no committed manifest names are orphans, reported as information, not as
+problems: those of an interrupted copy, which the next sync removes (copier.orphans, the
+sync's own rule), and those of a copy only the directory's marker records, which it keeps.
+Every object of a segment whose manifest cannot be read stays unjudged. Only reads.
 """
 
 from __future__ import annotations
@@ -24,27 +26,23 @@ from __future__ import annotations
 import os
 import tempfile
 
-import crc32c
-
 from ..errors import CorruptLogError, RemoteStorageError
 from ..log.segments.layout import (
     COMPANION_SUFFIXES,
     LOG_SUFFIX,
     REMOTE_SUFFIX,
     SegmentFiles,
-    parse_segment_name,
     segment_file,
 )
 from ..log.tiered import inventory, tier
 from ..log.tiered.cancelled_object import CANCELLED_SUFFIX, decode_cancelled
+from ..log.tiered.copier import orphans, read_manifest
 from ..log.tiered.manifest import (
     MANIFEST_SUFFIX,
     RemoteCopy,
-    decode,
     manifest_name,
     parse_object_name,
 )
-from ..log.tiered.remote_marker import read_remote_marker
 from ..remote.store import RemoteStore
 from .scanning import DLY, OFFSET, TIME, VerifyReport, scan_segment
 from .verify_batches import check_batches
@@ -53,14 +51,21 @@ from .verify_index import check_index
 
 def check_remote(rep: VerifyReport, directory: str) -> None:
     """Add the problems of the partition's remote copies to `rep` (see the module
-    docstring); counts the remote-only segments' batches, records and bytes into it."""
+    docstring); counts the remote-only segments' batches, records and bytes into it. Runs
+    after verify_partition made `rep` (which reports damaged `N.remote` markers)."""
     try:
-        settings = tier.read_settings(directory)
+        store = tier.recorded_store(directory)
     except CorruptLogError as e:
         rep.add(True, e.path or directory, None, e.reason)
         return
-    markers = _local_markers(rep, directory)
-    if settings is None:
+    except RemoteStorageError as e:  # the recorded URL or options refused
+        rep.add(True, os.path.join(directory, tier.SETTINGS_FILE), None,
+                f"object store unreachable: {e}")
+        return
+    # a damaged marker is verify's finding already (it runs first): left out here
+    listed = inventory.list_all_segments(directory, damaged=[])
+    markers = {s.base_offset: s.remote for s in listed if s.remote is not None}
+    if store is None:
         if markers:
             rep.add(True, os.path.join(directory, tier.SETTINGS_FILE), None,
                     f"missing: {len(markers)} segments are marked as copied to an object "
@@ -68,15 +73,13 @@ def check_remote(rep: VerifyReport, directory: str) -> None:
         else:
             rep.add(False, directory, None, "no tiered storage (no remote-storage.json)")
         return
-    url, options = settings
     try:
-        store = RemoteStore.open(url, options, os.path.basename(os.path.abspath(directory)))
         listing = store.list()
     except RemoteStorageError as e:
-        rep.add(True, f"{url.rstrip('/')}/{os.path.basename(os.path.abspath(directory))}/",
-                None, f"object store unreachable: {e}")
+        rep.add(True, store.describe(""), None, f"object store unreachable: {e}")
         return
-    committed = _manifests(rep, store, listing)
+    manifests = _manifests(rep, store, listing)
+    committed = {base: copy for base, copy in manifests.items() if copy is not None}
     for base, marker in sorted(markers.items()):
         path = segment_file(directory, base, REMOTE_SUFFIX)
         copy = committed.get(base)
@@ -86,55 +89,41 @@ def check_remote(rep: VerifyReport, directory: str) -> None:
         elif copy != marker:
             rep.add(True, path, None, f"differs from the store's manifest (copy "
                                       f"{marker.copy_id} here, {copy.copy_id} there)")
-    named = {(c.base_offset, c.copy_id) for c in committed.values()}
+    copy_ids = {base: None if copy is None else copy.copy_id for base, copy in manifests.items()}
+    unnamed = set(orphans(listing, copy_ids))
+    # the sync's sweep also keeps the objects of every copy the directory's markers record
+    swept = set(orphans(listing, {**copy_ids, **{b: m.copy_id for b, m in markers.items()}}))
     for name in sorted(listing):
-        parsed = parse_object_name(name)
-        if parsed is None:
+        if parse_object_name(name) is None:
             rep.add(False, store.describe(name), None, "not an object of kdelay's")
-        elif parsed[1] is not None and (parsed[0], parsed[1]) not in named:
+        elif name in unnamed:
             rep.add(False, store.describe(name), None, "orphan: no committed manifest names "
-                    "it (an interrupted copy left it; the next sync removes it)")
-    local = {s.base_offset for s in inventory.list_all_segments(directory) if not s.remote_only}
+                    "it " + ("(an interrupted copy left it; the next sync removes it)"
+                             if name in swept else
+                             "(the directory's marker does: a sync keeps it)"))
+    local = {s.base_offset for s in listed if not s.remote_only}
     for base, copy in sorted(committed.items()):
         _check_copy(rep, store, listing, copy, counted=base not in local)
     rep.remote_copies += len(committed)
 
 
-def _local_markers(rep: VerifyReport, directory: str) -> dict[int, RemoteCopy]:
-    out = {}
-    for name in sorted(os.listdir(directory)):
-        parsed = parse_segment_name(name)
-        if parsed is None or parsed[1] != REMOTE_SUFFIX:
-            continue
-        try:
-            marker = read_remote_marker(directory, parsed[0])
-        except CorruptLogError as e:
-            rep.add(True, e.path or name, None, e.reason)
-            continue
-        if marker is not None:
-            out[parsed[0]] = marker
-    return out
-
-
 def _manifests(rep: VerifyReport, store: RemoteStore, listing: dict[str, int]
-               ) -> dict[int, RemoteCopy]:
-    """base -> the committed copy, of every manifest in the listing that parses."""
-    out = {}
+               ) -> dict[int, RemoteCopy | None]:
+    """base -> the committed copy of every manifest in the listing; None (a problem
+    added) for one that is damaged or cannot be read."""
+    out: dict[int, RemoteCopy | None] = {}
     for name in sorted(listing):
         parsed = parse_object_name(name)
         if parsed is None or parsed[2] != MANIFEST_SUFFIX:
             continue
-        where = store.describe(name)
         try:
-            copy = decode(store.get(name), where)
-        except (CorruptLogError, RemoteStorageError) as e:
-            rep.add(True, where, None, getattr(e, "reason", str(e)))
-            continue
-        if copy.base_offset != parsed[0]:
-            rep.add(True, where, None, f"describes segment {copy.base_offset}, not the one "
-                                       f"its name says")
-            continue
-        out[parsed[0]] = copy
+            out[parsed[0]] = read_manifest(store, parsed[0])
+        except CorruptLogError as e:
+            rep.add(True, e.path or store.describe(name), None, e.reason)
+            out[parsed[0]] = None
+        except RemoteStorageError as e:
+            rep.add(True, store.describe(name), None, str(e))
+            out[parsed[0]] = None
     return out
 
 
@@ -146,25 +135,22 @@ def _check_copy(rep: VerifyReport, store: RemoteStore, listing: dict[str, int],
     with tempfile.TemporaryDirectory(prefix="kdelay-verify-remote-") as tmp:
         names: dict[str, str] = {}  # temporary path -> the object's full name
         damaged: set[str] = set()  # suffixes of objects that differ from the manifest
-        for suffix, (size, crc) in sorted(copy.objects.items()):
+        for suffix in sorted(copy.objects):
             name = copy.object_name(suffix)
             where = store.describe(name)
             if name not in listing:
                 rep.add(True, where, None, "missing (its manifest names it)")
                 continue
-            if listing[name] != size:
-                damaged.add(suffix)
-                rep.add(True, where, None, f"{listing[name]} bytes, its manifest says {size} "
-                                           f"(truncated or replaced)")
             try:
                 data = store.get(name)
             except RemoteStorageError as e:
                 rep.add(True, where, None, str(e))
                 continue
-            if crc32c.crc32c(data) != crc:
+            try:
+                copy.check_object(suffix, data, where)
+            except CorruptLogError as e:  # truncated, replaced or damaged
                 damaged.add(suffix)
-                rep.add(True, where, None, f"CRC-32C {crc32c.crc32c(data):08x} differs from "
-                                           f"its manifest's {crc:08x}: damaged")
+                rep.add(True, where, None, e.reason)
             if suffix == CANCELLED_SUFFIX:
                 _check_cancelled(rep, where, data, copy)
             elif suffix == LOG_SUFFIX or suffix in COMPANION_SUFFIXES:

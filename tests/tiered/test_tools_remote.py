@@ -131,6 +131,20 @@ def test_verify_remote_a_marker_without_its_manifest_fails(tiered):
 
 
 @pytest.mark.parametrize("remote", ["file"], indirect=True)  # the format, not the store
+def test_verify_names_a_damaged_marker_once(tiered):
+    path, _, bases = tiered
+    marker = segment_file(path, bases[3], REMOTE_SUFFIX)  # a copied segment still local
+    with open(marker, "wb") as f:
+        f.write(b"garbage")
+    rc, rep, _ = _verify(path)
+    assert rc == 1
+    problems = [f for f in rep["partitions"][0]["findings"] if f["severity"] == "problem"]
+    assert [f["path"] for f in problems] == [marker], problems
+    held = [f for f in rep["partitions"][0]["findings"] if "held only in" in f["message"]]
+    assert len(held) == 3  # the remote-only segments beside it are still listed
+
+
+@pytest.mark.parametrize("remote", ["file"], indirect=True)  # the format, not the store
 def test_verify_remote_orphans_are_notes(tiered):
     path, cfg, bases = tiered
     store = RemoteTier(path, cfg).store

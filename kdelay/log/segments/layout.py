@@ -185,9 +185,9 @@ def _sort_names(names: list[str]) -> tuple[set[int], set[int], set[int],
     return bases, remote, deleting, companions, temporary
 
 
-def compaction_in_progress(directory: str) -> list[str]:
-    """Names of a compaction's `.cleaned`/`.swap` files in the directory, sorted."""
-    return sorted(n for n in os.listdir(directory)
+def compaction_in_progress(names: list[str]) -> list[str]:
+    """Names of a compaction's `.cleaned`/`.swap` files in a directory listing, sorted."""
+    return sorted(n for n in names
                   if n.endswith((CLEANED_SUFFIX, SWAP_SUFFIX)) and parse_segment_name(n))
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import crc32c
 import numpy as np
@@ -49,7 +49,7 @@ from .manifest import (
 from .remote_marker import write_remote_marker
 from .tier import RemoteTier
 
-__all__ = ["copy_segment", "file_crc", "sweep_orphans"]
+__all__ = ["copy_segment", "file_crc", "orphans", "read_manifest", "sweep_orphans"]
 
 # the .log is read back (to check its CRC) and hashed locally in pieces of this size
 _CHUNK = 8 << 20
@@ -163,6 +163,34 @@ def _delete_quietly(store: RemoteStore, names: list[str]) -> None:
             store.delete(name)
 
 
+def read_manifest(store: RemoteStore, base: int) -> RemoteCopy:
+    """The copy of segment `base` that its manifest in the store commits. Raises
+    CorruptLogError naming the manifest if it is damaged or describes another segment,
+    RemoteStorageError (ObjectMissingError: there is none)."""
+    name = manifest_name(base)
+    copy = decode(store.get(name), store.describe(name))
+    if copy.base_offset != base:
+        raise CorruptLogError(f"describes segment {copy.base_offset}, not the one its name "
+                              f"says", store.describe(name))
+    return copy
+
+
+def orphans(names: Iterable[str], committed: Mapping[int, str | None]) -> list[str]:
+    """The objects among `names` (a listing of the store) that no committed copy names,
+    sorted: `committed` maps each segment with a manifest to its copy id, or to None when
+    the manifest cannot be read (its copy id unknown, every object of the segment stays
+    for verify to report). Manifests and names not kdelay's are never orphans."""
+    out = []
+    for name in sorted(names):
+        parsed = parse_object_name(name)
+        if parsed is None or parsed[1] is None:
+            continue  # not kdelay's, or a manifest
+        base, copy_id, _ = parsed
+        if base not in committed or committed[base] not in (copy_id, None):
+            out.append(name)
+    return out
+
+
 def sweep_orphans(store: RemoteStore, listing: dict[str, int], known: dict[int, str]
                   ) -> int:
     """Delete every object that no committed manifest names: what interrupted copies left.
@@ -170,22 +198,15 @@ def sweep_orphans(store: RemoteStore, listing: dict[str, int], known: dict[int, 
     the manifests the directory already holds (`N.remote`); any other manifest listed is
     read to learn its copy id. Call only while no copy is in flight. Returns how many
     objects were deleted."""
-    committed = dict(known)
+    committed: dict[int, str | None] = dict(known)
     for name in listing:
         parsed = parse_object_name(name)
         if parsed is not None and parsed[2] == MANIFEST_SUFFIX and parsed[0] not in committed:
             try:
-                committed[parsed[0]] = decode(store.get(name), store.describe(name)).copy_id
+                committed[parsed[0]] = read_manifest(store, parsed[0]).copy_id
             except CorruptLogError:
-                committed[parsed[0]] = ""  # damaged: keep its objects for verify to report
-    deleted = 0
-    for name in sorted(listing):
-        parsed = parse_object_name(name)
-        if parsed is None or parsed[1] is None:
-            continue  # not kdelay's, or a manifest
-        base, copy_id, _ = parsed
-        if base in committed and committed[base] in (copy_id, ""):
-            continue
+                committed[parsed[0]] = None  # damaged: its objects stay (see orphans)
+    doomed = orphans(listing, committed)
+    for name in doomed:
         store.delete(name)
-        deleted += 1
-    return deleted
+    return len(doomed)

@@ -6,7 +6,8 @@ request, checked against the size and CRC-32C its manifest records, and written 
 reused as it is by later opens). It is then loaded by the index's own loader, which checks
 that it covers exactly the segment's bytes and ends at its end offset. A cached file that
 fails those checks (local damage) is fetched again; an object that fails them is damage in
-the store: CorruptLogError naming the object.
+the store: CorruptLogError naming the object. Spark's readers take the same two steps
+(`checked_index_object`, `load_copy_index`) through a temporary file instead.
 
 The files count against the log's cache bound like the fetched bytes: they go when their
 segment is evicted from the cache or deleted (`remove_cached_indexes`), and an open removes
@@ -21,6 +22,7 @@ import os
 from ... import fsio
 from ...errors import CorruptLogError, IndexFileError
 from ...index.base import AbstractIndex
+from ...remote.store import RemoteStore
 from ..segments.layout import INDEX_SUFFIXES
 from .manifest import RemoteCopy, parse_object_name
 from .remote_marker import read_remote_marker
@@ -80,28 +82,40 @@ def load_remote_index(tier: RemoteTier, copy: RemoteCopy, suffix: str,
     """(the index `suffix` of `copy`, the bytes its cached file added to the cache: 0 if
     it was there already). Raises CorruptLogError (a damaged or missing index object,
     named) or RemoteStorageError."""
-    name = copy.object_name(suffix)
-    where = tier.store.describe(name)
+    where = tier.store.describe(copy.object_name(suffix))
     path = cached_index_path(tier, copy, suffix)
     if os.path.exists(path):
         with contextlib.suppress(IndexFileError, CorruptLogError):
-            return _load(path, copy, kind, where), 0
+            return load_copy_index(path, copy, kind, where), 0
         fsio.unlink(path)  # damaged locally: fetch it again
-    if suffix not in copy.objects:
-        raise CorruptLogError(f"the manifest of this copy names no {suffix} object", where)
-    data = tier.store.get(name)
-    copy.check_object(suffix, data, where)
+    data = checked_index_object(tier.store, copy, suffix)
     os.makedirs(tier.cache_dir, exist_ok=True)
     fsio.atomic_write(path, data, sync_dir=False)  # a cache: losing it costs a fetch
     try:
-        return _load(path, copy, kind, where), len(data)
+        return load_copy_index(path, copy, kind, where), len(data)
     except IndexFileError as e:
         fsio.unlink(path)
         raise CorruptLogError(f"index object does not index this copy: {e}", where) from None
 
 
-def _load(path: str, copy: RemoteCopy, kind: type[AbstractIndex], where: str
-          ) -> AbstractIndex:
+def checked_index_object(store: RemoteStore, copy: RemoteCopy, suffix: str) -> bytes:
+    """`copy`'s index object `suffix`, fetched whole and checked against the size and
+    CRC-32C its manifest records. Raises CorruptLogError naming the object (damaged, or
+    not in the manifest), RemoteStorageError (ObjectMissingError: not in the store)."""
+    name = copy.object_name(suffix)
+    where = store.describe(name)
+    if suffix not in copy.objects:
+        raise CorruptLogError(f"the manifest of this copy names no {suffix} object", where)
+    data = store.get(name)
+    copy.check_object(suffix, data, where)
+    return data
+
+
+def load_copy_index(path: str, copy: RemoteCopy, kind: type[AbstractIndex], where: str
+                    ) -> AbstractIndex:
+    """The index file at `path` (a copy's index object `where`), loaded only if it covers
+    exactly `copy`'s bytes and ends at its end offset. Raises IndexFileError, or
+    CorruptLogError naming `where`."""
     index = kind.load(path, base_offset=copy.base_offset, log_bytes=copy.size)
     if index.meta.next_offset != copy.next_offset:
         raise CorruptLogError(f"index ends at offset {index.meta.next_offset}, the copy at "

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 
 from ...errors import CorruptLogError
-from ..segments.layout import LOG_SUFFIX, REMOTE_SUFFIX, classify_directory, segment_file
+from ..segments.layout import LOG_SUFFIX, Listing, classify_directory, segment_file
 from .manifest import RemoteCopy
 from .remote_marker import read_remote_marker
 
@@ -44,13 +44,16 @@ class ListedSegment:
         return self.remote.size
 
 
-def list_all_segments(directory: str, *, damaged: list[str] | None = None
-                      ) -> list[ListedSegment]:
+def list_all_segments(directory: str, *, damaged: list[CorruptLogError] | None = None,
+                      listing: Listing | None = None) -> list[ListedSegment]:
     """Every segment of the directory in offset order, local and remote-only; one listed
-    but deleted before it was looked at (retention) is left out. Raises OSError if the
+    but deleted before it was looked at (retention) is left out. `listing`: the caller's
+    own `classify` of the directory (else it is listed here). Raises OSError if the
     directory is unreadable, CorruptLogError if a marker is damaged (with `damaged`: the
-    marker's path is added to it instead, and the segment listed as if it had none)."""
-    listing = classify_directory(directory)
+    error, naming the marker, is added to it instead, and the segment listed as if it had
+    none)."""
+    if listing is None:
+        listing = classify_directory(directory)
     local = set(listing.local)
     out = []
     for base in listing.bases:
@@ -63,10 +66,10 @@ def list_all_segments(directory: str, *, damaged: list[str] | None = None
         remote = None
         try:
             remote = read_remote_marker(directory, base) if base in listing.copied else None
-        except CorruptLogError:
+        except CorruptLogError as e:
             if damaged is None:
                 raise
-            damaged.append(segment_file(directory, base, REMOTE_SUFFIX))
+            damaged.append(e)
         if size is None and remote is None:
             continue
         out.append(ListedSegment(base, size, remote))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Callable
 
 from ... import fsio
 from ...config import LogConfig
@@ -23,7 +24,8 @@ from ...errors import CorruptLogError
 from ...remote.store import RemoteCounters, RemoteStore, public_options
 from .cache_budget import CacheBudget
 
-__all__ = ["CACHE_DIR", "SETTINGS_FILE", "RemoteTier", "read_settings", "record_settings"]
+__all__ = ["CACHE_DIR", "SETTINGS_FILE", "RemoteTier", "partition_name", "read_settings",
+           "record_settings", "recorded_store"]
 
 SETTINGS_FILE = "remote-storage.json"
 CACHE_DIR = "remote-cache"
@@ -36,7 +38,7 @@ class RemoteTier:
         self.config = config
         self.counters = RemoteCounters()
         self.store = RemoteStore.open(config.remote_storage, config.remote_storage_options,
-                                      os.path.basename(os.path.abspath(directory)),
+                                      partition_name(directory),
                                       timeout_ms=config.remote_timeout_ms,
                                       counters=self.counters)
         self.cache_dir = os.path.join(directory, CACHE_DIR)
@@ -79,3 +81,21 @@ def read_settings(directory: str) -> tuple[str, dict] | None:
     except (ValueError, KeyError, TypeError) as e:
         raise CorruptLogError(f"damaged tiered-storage settings: {e}", path) from None
     return url, options
+
+
+def partition_name(directory: str) -> str:
+    """The partition's place in its store (`<url>/<name>/`): the directory's base name."""
+    return os.path.basename(os.path.abspath(directory))
+
+
+def recorded_store(directory: str,
+                   open_store: Callable[[str, dict, str], RemoteStore] = RemoteStore.open
+                   ) -> RemoteStore | None:
+    """The store `remote-storage.json` records for the directory, opened by `open_store`
+    (url, options, partition name), or None if it records none. Raises CorruptLogError
+    if the file is damaged, RemoteStorageError if the store refuses the settings."""
+    settings = read_settings(directory)
+    if settings is None:
+        return None
+    url, options = settings
+    return open_store(url, options, partition_name(directory))
