@@ -1,7 +1,8 @@
 """The package's layers import one way, downwards only:
 
     base (errors, records, config, clock, validation, fsio, read_ranges, forks, remote)
-      <- index <- log <- fetch <- partition (the Log facade) <- clients <- tools, spark
+      <- index <- log <- fetch <- partition (the Log facade) <- clients <- broker
+      <- tools, spark
 
 A module may import its own layer and any layer below it. kdelay.testing (test support)
 may import anything. Every import is checked, including those inside functions.
@@ -20,7 +21,7 @@ PKG = pathlib.Path(__file__).resolve().parents[1] / "kdelay"
 BASE = {"errors", "records", "config", "clock", "validation", "fsio", "read_ranges", "forks",
         "remote"}
 TOOLS = {"__main__", "tools", "spark"}
-LAYERS = ["base", "index", "log", "fetch", "partition", "clients", "tools"]
+LAYERS = ["base", "index", "log", "fetch", "partition", "clients", "broker", "tools"]
 
 
 def layer_of(module: str) -> str | None:
@@ -36,7 +37,7 @@ def layer_of(module: str) -> str | None:
         return "base"
     if head in TOOLS:
         return "tools"
-    if head in ("index", "log", "fetch", "partition", "clients"):
+    if head in ("index", "log", "fetch", "partition", "clients", "broker"):
         return head
     raise AssertionError(f"kdelay.{head} is in no layer: add it to tests/test_layers.py")
 
