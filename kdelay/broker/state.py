@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .served import ServedPartitions
 from .settings import BrokerSettings
+from .topic_ids import TopicIds
 from .topics import TopicRegistry
 
 if TYPE_CHECKING:
@@ -21,6 +23,8 @@ class BrokerState:
         self.settings = settings
         self.dispatcher = dispatcher
         self.topics = TopicRegistry(root)
+        self.topic_ids = TopicIds()  # Metadata hands them out, Fetch v13+ names topics by them
+        self.served = ServedPartitions(self.topics)  # what consumers read of each partition
         self.connections: set[Connection] = set()
         self.host, self.port = settings.listen  # the bound address, once bound
 

@@ -9,6 +9,9 @@ from ..dispatcher import Api
 
 FAMILIES = (
     "api_versions",
+    "fetch",
+    "list_offsets",
+    "metadata_min",  # until the topics session's Metadata lands
 )
 
 
