@@ -65,14 +65,16 @@ def encode_entries(rows: list[tuple[int, int, int, int]]) -> bytes:
 
 class Reading:
     """What a view file holds: the first delivery offset, its sound entries, and where the
-    torn tail began (None: no torn tail) or, with damage, what is wrong."""
+    torn tail began (None: no torn tail) or, with damage, what is wrong and at which byte
+    the damaged part starts."""
 
     def __init__(self, first_delivery: int, rows: np.ndarray, torn_at: int | None,
-                 damage: str | None):
+                 damage: str | None, damage_at: int = 0):
         self.first_delivery = first_delivery
         self.rows = rows
         self.torn_at = torn_at
         self.damage = damage
+        self.damage_at = damage_at
 
 
 def read_view(path: str) -> Reading:
@@ -95,7 +97,8 @@ def read_view(path: str) -> Reading:
     if any(_entry_ok(data, i) for i in range(bad, n)):  # not what a torn append leaves
         at = HEADER_SIZE + bad * ENTRY_SIZE
         return Reading(first_delivery, rows[:bad].copy(), None,
-                       f"{path}: entry {bad} at byte {at} is damaged and is not a torn tail")
+                       f"{path}: entry {bad} at byte {at} is damaged and is not a torn tail",
+                       at)
     return Reading(first_delivery, rows[:bad].copy(), HEADER_SIZE + bad * ENTRY_SIZE, None)
 
 
