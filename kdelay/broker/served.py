@@ -125,10 +125,15 @@ class ServedPartitions:
         self._served[(topic, partition)] = found
         return found
 
-    def extend_all(self) -> None:
-        """Number what is due in every open view (before retention may remove it)."""
+    def before_retention(self) -> None:
+        """Number what is due in every open view and fsync it: the broker's retention,
+        compaction and tiered passes call this first, so that no record they remove can
+        lose its delivery offset to a power failure (renumbering after a crash is
+        identical only while every record it numbers is still there)."""
         for s in self._served.values():
-            s.partition.extend()
+            if isinstance(s.partition, DelayedPartition):
+                s.partition.view.extend()
+                s.partition.view.sync()
 
     def forget(self, topic: str) -> None:
         """Drop a deleted topic's partitions."""
