@@ -77,18 +77,17 @@ def _walk(segments: SegmentSet, offset: int) -> Iterator[tuple[BatchHeader, byte
 
 def offset_for_time(segments: SegmentSet, t: int) -> tuple[int, int] | None:
     """(offset, timestamp) of the first record whose timestamp is `t` or later, as Kafka's
-    ListOffsets finds it (None: none is): the first segment whose largest timestamp reaches `t`, its
-    time index for where to start, then a walk of batch headers to the first batch whose
-    largest timestamp reaches it, whose records' timestamps are read. O(segments + batches
-    walked in one segment)."""
+    ListOffsets finds it (None: none is): in each segment from the oldest, its time index
+    says from where records may reach `t` (the last entry below it), and batch headers are
+    walked from there to the first batch whose largest timestamp reaches it, whose
+    records' timestamps are read. O(segments * batches per index interval)."""
     for seg in segments:
-        if seg.max_timestamp < t:
-            continue
         start = seg.time_index.offset_before(t)
-        for h, data, _, pos in _walk(segments, seg.base_offset if start is None else start):
+        for h, data, at, pos in _walk(segments, seg.base_offset if start is None else start):
+            if at is not seg:
+                break  # nothing in this segment reaches t
             if h.max_timestamp >= t:
                 stamps = codec.decode_records(data, h, path=seg.log_path, file_pos=pos)[0]
                 return next((h.base_offset + i, int(ts)) for i, ts in enumerate(stamps)
                             if ts >= t)
-        return None
     return None

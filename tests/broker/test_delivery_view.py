@@ -9,12 +9,12 @@ import os
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from view_support import T0, FakeClock, decode_served, numbering
 
 from kdelay import Log, LogConfig, Record
 from kdelay.broker.delivery_view import DeliveryView
 from kdelay.errors import OffsetOutOfRangeError
 from kdelay.testing.faults import close_abandoned
-from view_support import T0, FakeClock, decode_served, numbering
 
 OPS = st.one_of(
     st.tuples(st.just("append"), st.integers(1, 4), st.integers(-50, 400)),

@@ -11,6 +11,7 @@ import os
 import shutil
 
 import pytest
+from view_support import T0, FakeClock, numbering
 
 from kdelay import Log, LogConfig, Record
 from kdelay.broker import delivery_view
@@ -18,7 +19,6 @@ from kdelay.broker.delivery_view import DeliveryView
 from kdelay.broker.view_file import ENTRY_SIZE, HEADER_SIZE, VIEW_FILE, ViewDamagedError
 from kdelay.testing.faults import CRASH_MODES, FaultInjector, SimulatedCrash, close_abandoned
 from kdelay.tools.cli import main as cli_main
-from view_support import T0, FakeClock, numbering
 
 CONFIG = LogConfig(retention_ms=1000, compaction_min_ratio=0)
 
@@ -96,9 +96,9 @@ def test_a_crash_at_every_file_operation_keeps_the_numbering(tmp_path, monkeypat
         shutil.copytree(setup, run)
         clock = FakeClock(T0)
         opened = []
-        with FaultInjector(roots=[os.path.dirname(run)], crash_at=k, seed=k) as faults:
-            with pytest.raises(SimulatedCrash):
-                _script(run, clock, opened, {})
+        with FaultInjector(roots=[os.path.dirname(run)], crash_at=k, seed=k) as faults, \
+                pytest.raises(SimulatedCrash):
+            _script(run, clock, opened, {})
         for o in opened:
             if isinstance(o, DeliveryView):
                 o.close()
