@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -33,28 +34,32 @@ _EMPTY = Records(b"")
 async def handle_fetch(ctx: RequestContext, request: Any) -> Any:
     deadline = time.monotonic() + request.max_wait.total_seconds()
     while True:
-        topics, total, waits, due_ms = _answer(ctx, request)
+        topics, total, read = _answer(ctx, request)
         remaining = deadline - time.monotonic()
-        if total >= request.min_bytes or remaining <= 0 or not waits:
+        if total >= request.min_bytes or remaining <= 0 or not read:
             break
-        timeout = remaining if due_ms is None else min(remaining, due_ms / 1000)
-        await wait_any(waits, timeout)
+        await wait_any([s.wakeups for s in read], partial(_next_due_ms, read), remaining)
     return build(ctx.response_type, throttle_time=i32Timedelta.parse(timedelta(0)),
                  error_code=ErrorCode.none, session_id=i32(0), responses=tuple(topics),
                  node_endpoints=())
 
 
-def _answer(ctx: RequestContext, request: Any) -> tuple[list, int, list, int | None]:
-    """(topic responses, bytes of records, wakeups of the partitions read, ms until the
-    first of them may have a record come due) for one look at every partition."""
+def _next_due_ms(read: list) -> int | None:
+    """ms until the first of the partitions `read` may have a record come due."""
+    dues = [d for d in (s.partition.next_due_ms() for s in read) if d is not None]
+    return min(dues, default=None)
+
+
+def _answer(ctx: RequestContext, request: Any) -> tuple[list, int, list]:
+    """(topic responses, bytes of records, the partitions read without error) for one
+    look at every partition."""
     state = ctx.broker
     topic_type = entry_type(ctx.response_type, "responses")
     part_type = entry_type(topic_type, "partitions")
     by_id = ctx.api_version >= 13
     budget = request.max_bytes
     total = 0
-    waits = []
-    due_ms: int | None = None
+    read = []
     out = []
     names = state.topics.names() if by_id else []
     for t in request.topics:
@@ -85,14 +90,11 @@ def _answer(ctx: RequestContext, request: Any) -> tuple[list, int, list, int | N
             budget -= len(records)
             total += len(records)
             if error == ErrorCode.none:
-                waits.append(served.wakeups)
-                due = sp.next_due_ms()
-                if due is not None:
-                    due_ms = due if due_ms is None else min(due_ms, due)
+                read.append(served)
             parts.append(_partition(part_type, p.partition, error, hw, start, records))
         out.append(build(topic_type, topic=t.topic if not by_id else None,
                          topic_id=t.topic_id if by_id else None, partitions=tuple(parts)))
-    return out, total, waits, due_ms
+    return out, total, read
 
 
 def _partition(cls: type, index: int, error: ErrorCode, hw: int, start: int,
