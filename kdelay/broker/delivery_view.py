@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import OffsetOutOfRangeError
 from ..records import DeliveryKey
-from .batch_rewrite import as_v2, as_v2_only
+from .batch_rewrite import as_v2_only, v2_batches
 from .view_file import ENTRY_DTYPE, VIEW_FILE, ViewDamagedError, ViewFile, read_view
 
 if TYPE_CHECKING:
@@ -175,8 +175,8 @@ class DeliveryView:
 
     # ------------------------------------------------------------------ serving
 
-    def read(self, n: int, max_bytes: int) -> list[bytes | memoryview]:
-        """Kafka v2 batches (as pieces to join) holding the records numbered `n` on, in
+    def read(self, n: int, max_bytes: int) -> bytearray:
+        """Kafka v2 batches, back to back, holding the records numbered `n` on, in
         delivery-offset order, the first one holding `n` or the first record after it that
         is still in the log; their sizes within `max_bytes`, but at least one batch.
         OffsetOutOfRangeError outside [log start, high watermark]."""
@@ -185,12 +185,12 @@ class DeliveryView:
             raise OffsetOutOfRangeError(f"delivery offset {n} is outside "
                                         f"[{self.log_start}, {hw}]")
         if n == hw:
-            return []
+            return bytearray()
+        parts: list[tuple[bytes, int | None]] = []
         batches, _, _ = self.log._read_due_batches(self.key_before(n), max_batches=_MAX,
                                                    max_bytes=max_bytes, with_bytes=True)
         rows = self._rows[:self._n]
         j = self._entry_of(n)
-        out: list[bytes | memoryview] = []
         for b in batches:
             # entries of records removed since they were numbered: gaps
             while j < self._n and (int(rows[j]["deliver_after"]), int(rows[j]["first"]) +
@@ -207,25 +207,28 @@ class DeliveryView:
                 if j >= self._n:
                     break  # due since the view was extended: past the high watermark
                 continue  # nothing of the batch is numbered (all cancelled)
-            out += _served(b, rows[j:k])
+            _serve(parts, b, rows[j:k])
             j = k - 1 if int(rows[k - 1]["first"]) + int(rows[k - 1]["count"]) - 1 > \
                 b.last_offset else k
-        return out
+        return v2_batches(parts)
 
 
-def _served(batch, entries: np.ndarray) -> list[bytes | memoryview]:
-    """The batch as served: its header rewritten when one entry numbers all of it, else
-    re-encoded with only its numbered records."""
+def _serve(parts: list, batch, entries: np.ndarray) -> None:
+    """Add the batch as it is served to `parts` (batch_rewrite.v2_batches): its header to
+    be rewritten when one entry numbers all of it, else re-encoded now with only its
+    numbered records."""
     if len(entries) == 1 and int(entries[0]["first"]) == batch.base_offset and \
             int(entries[0]["count"]) == batch.last_offset - batch.base_offset + 1:
-        return as_v2(batch.data, int(entries[0]["base"]))
+        parts.append((batch.data, int(entries[0]["base"])))
+        return
     delivery = {}
     for base, first, count in zip(entries["base"].tolist(), entries["first"].tolist(),
                                   entries["count"].tolist(), strict=True):
         for t in range(count):
             delivery[first + t] = base + t
     rebuilt = as_v2_only(batch.data, delivery)
-    return [] if rebuilt is None else [rebuilt]
+    if rebuilt is not None:
+        parts.append((rebuilt, None))
 
 
 def _new_entries(batches: list, after: DeliveryKey | None, next_delivery: int

@@ -15,7 +15,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from ..errors import OffsetOutOfRangeError
-from .batch_rewrite import as_v2
+from .batch_rewrite import v2_batches
 from .delivery_view import DeliveryView
 from .fetch_wait import Wakeups
 
@@ -41,17 +41,15 @@ class PlainPartition:
     def high_watermark(self) -> int:
         return self.log.log_end_offset
 
-    def read(self, n: int, max_bytes: int) -> list[bytes | memoryview]:
+    def read(self, n: int, max_bytes: int) -> bytearray:
         """Batches from the one holding offset `n`, headers rewritten (own offsets)."""
         if not self.log_start <= n <= self.high_watermark:
             raise OffsetOutOfRangeError(f"offset {n} is outside [{self.log_start}, "
                                         f"{self.high_watermark}]")
         if n == self.high_watermark:
-            return []
-        out: list[bytes | memoryview] = []
-        for data in self.log._read_batches(n, max_bytes):
-            out += as_v2(data, int.from_bytes(data[:8], "big"))
-        return out
+            return bytearray()
+        return v2_batches([(data, int.from_bytes(data[:8], "big"))
+                           for data in self.log._read_batches(n, max_bytes)])
 
     def offset_for_time(self, t: int) -> tuple[int, int]:
         """(offset, timestamp) of the first record whose timestamp is `t` or later
@@ -81,7 +79,7 @@ class DelayedPartition:
     def high_watermark(self) -> int:
         return self.view.high_watermark
 
-    def read(self, n: int, max_bytes: int) -> list[bytes | memoryview]:
+    def read(self, n: int, max_bytes: int) -> bytearray:
         return self.view.read(n, max_bytes)
 
     def offset_for_time(self, t: int) -> tuple[int, int]:

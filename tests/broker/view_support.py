@@ -23,10 +23,10 @@ class FakeClock:
         return self.t
 
 
-def decode_served(pieces: list) -> list[tuple[int, int, object, object, list, int]]:
+def decode_served(data: bytes | bytearray) -> list[tuple[int, int, object, object, list, int]]:
     """(batch base offset, offset, key, value, headers, timestamp) of every record of the
     served v2 batches, each CRC checked, in wire order."""
-    data = b"".join(bytes(p) for p in pieces)
+    data = bytes(data)
     out = []
     pos = 0
     while pos < len(data):

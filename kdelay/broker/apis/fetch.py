@@ -78,9 +78,8 @@ def _answer(ctx: RequestContext, request: Any) -> tuple[list, int, list]:
             try:
                 sp.extend()
                 if budget > 0:
-                    pieces = sp.read(p.fetch_offset, min(p.partition_max_bytes, budget))
-                    if pieces:
-                        records = Records(b"".join(pieces))
+                    # kio writes any buffer: the bytearray goes out without another copy
+                    records = sp.read(p.fetch_offset, min(p.partition_max_bytes, budget))
                 hw, start = sp.high_watermark, sp.log_start
             except OffsetOutOfRangeError:
                 error = ErrorCode.offset_out_of_range
@@ -98,7 +97,7 @@ def _answer(ctx: RequestContext, request: Any) -> tuple[list, int, list]:
 
 
 def _partition(cls: type, index: int, error: ErrorCode, hw: int, start: int,
-               records: Records) -> Any:
+               records: bytes | bytearray) -> Any:
     return build(cls, partition_index=i32(index), error_code=error,
                  high_watermark=i64(hw), last_stable_offset=i64(hw),
                  log_start_offset=i64(start), diverging_epoch=_default(cls, "diverging_epoch"),
