@@ -161,3 +161,51 @@ def test_a_batch_with_cancelled_records_is_served_without_them(tmp_path) -> None
         assert [r[0] for r in records] == [0, 1, 1, 1]  # one re-encoded batch from 1
     finally:
         h.close()
+
+
+def _served_values(view, n: int = 0) -> dict[int, bytes]:
+    return {r[1]: r[3] for r in decode_served(view.read(n, 1 << 20)) if r[1] >= n}
+
+
+def test_compaction_and_retention_keep_every_delivery_offset(tmp_path) -> None:
+    """Compaction rewrites a segment without its cancelled records, then removes records
+    due long ago; retention deletes a segment: every record left keeps its delivery
+    offset, the removed ones leave gaps, and a read at a gap starts at the next record."""
+    clock = FakeClock(T0)
+    cfg = LogConfig(retention_ms=5000, compaction_min_ratio=0.2)
+    log = Log.open(os.fspath(tmp_path / "t-0"), config=cfg, clock=clock)
+    try:
+        def batch(tag: str, n: int, due: int) -> None:
+            log.append([Record(b"%s%d" % (tag.encode(), i)) for i in range(n)],
+                       deliver_after=due)
+
+        batch("a", 10, T0 + 10)                # offsets 0..9
+        batch("p", 10, T0 + 100_000)           # 10..19, pending; most cancelled
+        batch("b", 5, T0 + 20)                 # 20..24
+        log.roll()
+        batch("c", 3, T0 + 30)                 # 25..27
+        assert log.cancel([11, 12, 13, 15, 16, 17, 18, 19]) == 8
+        view = DeliveryView.open(log)
+        clock.advance(50)
+        view.extend()
+        before = _served_values(view)
+        assert [before[d] for d in range(18)] == [
+            *(b"a%d" % i for i in range(10)), *(b"b%d" % i for i in range(5)),
+            *(b"c%d" % i for i in range(3))]
+        assert log.compact().segments_rewritten >= 1  # the cancelled records go
+        assert _served_values(view) == before
+        clock.advance(100_000)  # p0 and p4 come due; a, b, c are due long enough ago
+        view.extend()
+        assert _served_values(view, 18) == {18: b"p0", 19: b"p4"}
+        log.roll()
+        log.enforce_retention()  # compacts: a and b leave segment 0, p0 and p4 stay
+        after = _served_values(view, view.log_start)
+        assert {18: b"p0", 19: b"p4"}.items() <= after.items()
+        assert after.items() <= {**before, 18: b"p0", 19: b"p4"}.items()
+        assert not set(range(15)) & set(after)  # a and b are gone: gaps
+        assert view.high_watermark == 20
+        got = _served_values(view, 5)  # a read at a gap starts at the next record
+        assert got == {d: v for d, v in after.items() if d >= 5}
+        view.close()
+    finally:
+        log.close()

@@ -67,8 +67,8 @@ def _answer(ctx: RequestContext, request: Any) -> tuple[list, int, list]:
         parts = []
         for p in t.partitions:
             served = None if name is None else state.served.get(name, p.partition)
-            if served is None:
-                error = ErrorCode.unknown_topic_id if by_id else \
+            if served is None:  # an id no topic has, else a topic or partition missing
+                error = ErrorCode.unknown_topic_id if by_id and name is None else \
                     ErrorCode.unknown_topic_or_partition
                 parts.append(_partition(part_type, p.partition, error, -1, -1, _EMPTY))
                 continue
