@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .security.credentials import User
 from .settings import BrokerSettings
 from .topics import TopicRegistry
 
@@ -22,6 +23,7 @@ class BrokerState:
         self.dispatcher = dispatcher
         self.topics = TopicRegistry(root)
         self.connections: set[Connection] = set()
+        self.sasl_users: dict[str, User] | None = None  # None: no SASL on the listener
         self.host, self.port = settings.listen  # the bound address, once bound
 
     @property

@@ -146,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     compact.add_parser(sub, non_negative_int)
     serve.add_parser(sub)
+    serve.add_sasl_user_parser(sub)
 
     sub.add_parser("demo", help="run the demo (options: kdelay demo --help)", add_help=False)
     # Spark commands (kdelay.spark; need the spark extra) parse their own options

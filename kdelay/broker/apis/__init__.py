@@ -9,6 +9,7 @@ from ..dispatcher import Api
 
 FAMILIES = (
     "api_versions",
+    "sasl",
 )
 
 
