@@ -92,7 +92,8 @@ def test_credentials_file_holds_no_password_and_round_trips(tmp_path):
     credentials.add_user(path, "alice", "hunter2-password", iterations=ITERATIONS)
     credentials.add_user(path, "bob", "other", iterations=ITERATIONS)
     credentials.add_user(path, "alice", "changed", iterations=ITERATIONS)  # replaces
-    text = open(path).read()
+    with open(path) as f:
+        text = f.read()
     assert "hunter2" not in text and "changed" not in text and "other" not in text
     assert oct(os.stat(path).st_mode & 0o777) == "0o600"
     users = credentials.load(path)
