@@ -1,7 +1,7 @@
 """The package's layers import one way, downwards only:
 
     base (errors, records, config, clock, validation, fsio, read_ranges, forks, remote)
-      <- index <- log <- fetch <- partition (the Log facade) <- clients <- tools, spark
+      <- index <- log <- fetch <- groups <- partition (the Log facade) <- clients <- tools, spark
 
 A module may import its own layer and any layer below it. kdelay.testing (test support)
 may import anything. Every import is checked, including those inside functions.
@@ -20,7 +20,7 @@ PKG = pathlib.Path(__file__).resolve().parents[1] / "kdelay"
 BASE = {"errors", "records", "config", "clock", "validation", "fsio", "read_ranges", "forks",
         "remote"}
 TOOLS = {"__main__", "tools", "spark"}
-LAYERS = ["base", "index", "log", "fetch", "partition", "clients", "tools"]
+LAYERS = ["base", "index", "log", "fetch", "groups", "partition", "clients", "tools"]
 
 
 def layer_of(module: str) -> str | None:
@@ -36,7 +36,7 @@ def layer_of(module: str) -> str | None:
         return "base"
     if head in TOOLS:
         return "tools"
-    if head in ("index", "log", "fetch", "partition", "clients"):
+    if head in ("index", "log", "fetch", "groups", "partition", "clients"):
         return head
     raise AssertionError(f"kdelay.{head} is in no layer: add it to tests/test_layers.py")
 
@@ -101,7 +101,8 @@ def test_lower_layers_never_import_higher_ones() -> None:
 
 
 BATCH_FORMAT = "kdelay.log.batch"
-ABOVE_BATCH_FORMAT = ("kdelay.log.segments", "kdelay.log.cancellation", "kdelay.log.compaction")
+ABOVE_BATCH_FORMAT = ("kdelay.log.segments", "kdelay.log.cancellation", "kdelay.log.compaction",
+                      "kdelay.log.tiered", "kdelay.log.local")
 
 
 def batch_format_violations() -> list[str]:

@@ -14,14 +14,14 @@ import numpy as np
 
 from ..clock import wall_clock
 from ..errors import CorruptLogError, KdelayError
-from ..fetch.group_positions import GroupStore
 from ..fetch.lag import due_after
-from ..fetch.queue_state.queue_groups import group_counts
+from ..groups.positions import GroupStore
+from ..groups.queue.queue_groups import group_counts
 from ..index.index_file import currency_mismatches
 from ..log.batch.walker import Progress
 from ..log.cancellation.per_batch import cancelled_per_batch
 from ..log.segments.layout import CLEAN_SHUTDOWN_FILE, SegmentFiles
-from ..log.segments.loader import read_recovery_point
+from ..log.segments.recovery_point import read_recovery_point
 from ..log.tiered import inventory, tier
 from ..log.tiered.placement import placement_counts
 from . import cancels

@@ -9,8 +9,8 @@ import argparse
 import os
 
 from ..errors import CorruptLogError, KdelayError
-from ..fetch.group_positions import GroupStore
-from ..fetch.queue_state import state_store
+from ..groups.positions import GroupStore
+from ..groups.queue import state_store
 from ..log.batch.offset_continuity import continues
 from ..log.batch.walker import Progress
 from ..log.compaction.swap_watch import between_swaps
