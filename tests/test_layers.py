@@ -3,7 +3,7 @@
     base (errors, records, config, clock, validation, fsio, read_ranges, forks, remote,
           settle)
       <- index <- log <- fetch <- groups <- partition (the Log facade) <- clients
-      <- tools, spark
+      <- broker <- tools, spark
 
 A module may import its own layer and any layer below it. kdelay.testing (test support)
 may import anything. Every import is checked: in .py files and in the compiled modules'
@@ -32,7 +32,8 @@ SOURCES = ("*.py", "*.pyx", "*.pxd")
 BASE = {"errors", "records", "config", "clock", "validation", "fsio", "read_ranges", "forks",
         "remote", "settle"}
 TOOLS = {"__main__", "tools", "spark"}
-LAYERS = ["base", "index", "log", "fetch", "groups", "partition", "clients", "tools"]
+LAYERS = ["base", "index", "log", "fetch", "groups", "partition", "clients", "broker",
+          "tools"]
 # the sub-packages of kdelay.log, lowest first; a tuple is peers that import neither way
 LOG_ROOMS: list[tuple[str, ...]] = [("batch",), ("segments",), ("cancellation",),
                                     ("compaction", "tiered"), ("local",)]
@@ -51,7 +52,7 @@ def layer_of(module: str) -> str | None:
         return "base"
     if head in TOOLS:
         return "tools"
-    if head in ("index", "log", "fetch", "groups", "partition", "clients"):
+    if head in ("index", "log", "fetch", "groups", "partition", "clients", "broker"):
         return head
     raise AssertionError(f"kdelay.{head} is in no layer: add it to tests/test_layers.py")
 

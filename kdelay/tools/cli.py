@@ -20,7 +20,7 @@ import os
 import sys
 
 from ..errors import InspectError, KdelayError
-from . import compact
+from . import compact, serve
 from .dump_index import cmd_dump_index
 from .dump_log import cmd_dump_log
 from .formatting import Out, err
@@ -145,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(handler=cmd_stats)
 
     compact.add_parser(sub, non_negative_int)
+    serve.add_parser(sub)
 
     sub.add_parser("demo", help="run the demo (options: kdelay demo --help)", add_help=False)
     # Spark commands (kdelay.spark; need the spark extra) parse their own options
