@@ -228,13 +228,14 @@ def test_the_rooms_of_the_log_import_one_way() -> None:
 
 
 def package_of(module: str) -> str:
-    """The unit a circle is looked for between: the package a module sits in, or a
-    top-level module (kdelay.errors) on its own."""
+    """The unit a circle is looked for between: a package of kdelay (kdelay.fetch, with its
+    own sub-packages), a room of kdelay.log (kdelay.log.segments), or a top-level module
+    (kdelay.errors) on its own. (A package may lean on its own sub-packages both ways, as
+    the broker's dispatcher lists the modules of broker.apis, which register with it.)"""
     parts = module.split(".")
-    path = PKG.parent.joinpath(*parts)
-    if (path / "__init__.py").exists():
-        return module
-    return module if len(parts) == 2 else ".".join(parts[:-1])
+    if parts[1:2] == ["log"] and len(parts) > 2:
+        return ".".join(parts[:3])
+    return ".".join(parts[:2])
 
 
 def package_graph() -> dict[str, set[str]]:
