@@ -81,7 +81,7 @@ class _TopicCollector:
             "hw": _gauge("kdelay_partition_high_watermark",
                          "The next delivery offset to be given out (log end offset on a "
                          "plain topic)", part),
-            "pending": _gauge("kdelay_partition_pending_records", "Records not yet due", part),
+            "pending": _gauge("kdelay_partition_pending_records", "Records not yet due (cancelled ones included)", part),
             "due": _gauge("kdelay_partition_due_records", "Records due", part),
             "cancelled": _gauge("kdelay_partition_cancelled_records",
                                 "Cancelled records still in the log", part),
