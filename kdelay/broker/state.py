@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .security.credentials import User
 from .served import ServedPartitions
 from .settings import BrokerSettings
 from .topic_ids import TopicIds
@@ -26,6 +27,7 @@ class BrokerState:
         self.topic_ids = TopicIds()  # Metadata hands them out, Fetch v13+ names topics by them
         self.served = ServedPartitions(self.topics)  # what consumers read of each partition
         self.connections: set[Connection] = set()
+        self.sasl_users: dict[str, User] | None = None  # None: no SASL on the listener
         self.host, self.port = settings.listen  # the bound address, once bound
 
     @property

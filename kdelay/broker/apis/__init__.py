@@ -9,6 +9,7 @@ from ..dispatcher import Api
 
 FAMILIES = (
     "api_versions",
+    "sasl",
     "fetch",
     "list_offsets",
     "metadata_min",  # until the topics session's Metadata lands
