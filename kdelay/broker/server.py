@@ -85,6 +85,7 @@ class Server:
         for conn in list(self.state.connections):
             conn.closing = True  # finish the request being answered, then stop
             conn.reader.feed_eof()  # a connection idle between requests ends now
+        self.state.groups.close()  # members waiting in a join or sync are answered
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=grace_s)
         for task in list(self._tasks):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .groups.coordinator import GroupCoordinator
+from .groups.offsets import OffsetStore
 from .security.credentials import User
 from .served import ServedPartitions
 from .settings import BrokerSettings
@@ -26,6 +28,9 @@ class BrokerState:
         self.topics = TopicRegistry(root)
         self.topic_ids = TopicIds()  # Metadata hands them out, Fetch v13+ names topics by them
         self.served = ServedPartitions(self.topics)  # what consumers read of each partition
+        self.groups = GroupCoordinator(settings.int_config(
+            "group.initial.rebalance.delay.ms", 3000))  # classic consumer groups
+        self.offsets = OffsetStore(self.served)  # their committed offsets
         self.connections: set[Connection] = set()
         self.sasl_users: dict[str, User] | None = None  # None: no SASL on the listener
         self.host, self.port = settings.listen  # the bound address, once bound

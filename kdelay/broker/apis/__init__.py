@@ -10,6 +10,8 @@ from ..dispatcher import Api
 FAMILIES = (
     "api_versions",
     "sasl",
+    "groups",
+    "offsets",
     "fetch",
     "list_offsets",
     "metadata_min",  # until the topics session's Metadata lands
