@@ -9,6 +9,8 @@ from .settings import BrokerSettings
 from .topics import TopicRegistry
 
 if TYPE_CHECKING:
+    from .apis.produce import ProducerIds
+    from .producer_state import ProducerStates
     from .connection import Connection
     from .dispatcher import Dispatcher
 
@@ -20,8 +22,11 @@ class BrokerState:
         self.root = root
         self.settings = settings
         self.dispatcher = dispatcher
-        self.topics = TopicRegistry(root)
+        self.topics = TopicRegistry(root, settings.configs)
         self.connections: set[Connection] = set()
+        # made by the produce family on first use (apis/produce.py)
+        self.producer_states: ProducerStates | None = None
+        self.producer_ids: ProducerIds | None = None
         self.host, self.port = settings.listen  # the bound address, once bound
 
     @property

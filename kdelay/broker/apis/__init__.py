@@ -9,6 +9,10 @@ from ..dispatcher import Api
 
 FAMILIES = (
     "api_versions",
+    "metadata",
+    "topics_admin",
+    "configs",
+    "produce",
 )
 
 
