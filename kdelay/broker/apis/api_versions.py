@@ -3,7 +3,7 @@ sends telemetry requests to a broker that advertises them)."""
 
 from __future__ import annotations
 
-import datetime
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -25,7 +25,7 @@ def api_versions_response(response_type: type, dispatcher: Dispatcher,
     fields: dict[str, Any] = {"error_code": error, "api_keys": keys}
     names = response_type.__dataclass_fields__
     if "throttle_time" in names:
-        fields["throttle_time"] = i32Timedelta.parse(datetime.timedelta(0))
+        fields["throttle_time"] = i32Timedelta.parse(timedelta(0))
     if "supported_features" in names:
         fields["supported_features"] = ()
     if "finalized_features_epoch" in names:
