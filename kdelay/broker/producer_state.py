@@ -111,8 +111,7 @@ def read_back(log: Log) -> dict[int, ProducerEntry]:
         fd = fsio.open_read(path)
         try:
             size = os.fstat(fd).st_size
-            for frame in walker.frames(lambda pos, n: fsio.pread(fd, n, pos), 0, size,
-                                       path=path):
+            for frame in walker.frames(_reader(fd), 0, size, path=path):
                 h = frame.header
                 if h.producer_id < 0:
                     continue
@@ -123,6 +122,10 @@ def read_back(log: Log) -> dict[int, ProducerEntry]:
         finally:
             os.close(fd)
     return producers
+
+
+def _reader(fd: int) -> walker.Reader:
+    return lambda pos, n: fsio.pread(fd, n, pos)
 
 
 def _remember(producers: dict[int, ProducerEntry], pid: int, epoch: int, first: int,

@@ -9,13 +9,29 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from ..errors import InvalidConfigError
 from .apis import all_apis
 from .connection import Connection
 from .dispatcher import Dispatcher
+from .errors import BrokerConfigError
+from .maintenance import interval_s, maintain
 from .settings import BrokerSettings
 from .state import BrokerState
+from .topic_configs import TopicConfigs
 
 log = logging.getLogger("kdelay.broker")
+
+
+def check_defaults(settings: BrokerSettings) -> None:
+    """Refuse bad broker-wide defaults at start (BrokerConfigError), not at the first
+    topic they would make."""
+    try:
+        TopicConfigs({}, settings.configs)
+    except InvalidConfigError as e:
+        raise BrokerConfigError(str(e)) from None
+    settings.int_config("num.partitions", 1, minimum=1)
+    settings.bool_config("auto.create.topics.enable", True)
+    interval_s(settings)
 
 
 class Server:
@@ -25,9 +41,11 @@ class Server:
         self.state = BrokerState(root, settings, Dispatcher(all_apis()))
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._maintenance: asyncio.Task | None = None
 
     async def start(self) -> None:
         """Open the topics and bind the listener (its port is then in state.port)."""
+        check_defaults(self.state.settings)
         self.state.topics.open_existing()
         host, port = self.state.settings.listen
         self._server = await asyncio.start_server(self._accept, host, port,
@@ -36,6 +54,7 @@ class Server:
         if host not in ("127.0.0.1", "::1", "localhost") and not self.state.settings.sasl_required:
             log.warning("listening on %s:%d without SASL: anyone who reaches it can read and "
                         "write every topic", host, self.state.port)
+        self._maintenance = asyncio.get_running_loop().create_task(maintain(self.state))
         log.info("kdelay broker serving %s on %s:%d", self.state.root, self.state.host,
                  self.state.port)
 
@@ -56,6 +75,8 @@ class Server:
         """Stop accepting, answer what is in flight (up to grace_s), close every topic."""
         if self._server is not None:
             self._server.close()
+        if self._maintenance is not None:
+            self._maintenance.cancel()
         for conn in list(self.state.connections):
             conn.closing = True  # finish the request being answered, then stop
             conn.reader.feed_eof()  # a connection idle between requests ends now

@@ -10,9 +10,9 @@ from .topics import TopicRegistry
 
 if TYPE_CHECKING:
     from .apis.produce import ProducerIds
-    from .producer_state import ProducerStates
     from .connection import Connection
     from .dispatcher import Dispatcher
+    from .producer_state import ProducerStates
 
 NODE_ID = 0  # the broker is node 0 of a one-node cluster, leader of every partition
 

@@ -28,14 +28,14 @@ from kio.schema.types import ProducerId
 
 from ...errors import CorruptBatchError, InvalidRecordError, KdelayError, LogWriteError
 from ..dispatcher import Api, RequestContext
-from ..messages import element, make
+from ..messages import element, has, make
 from ..producer_state import ProducerStates, Verdict
 from ..wire_batch import BatchTooLargeError, open_batches
 
 log = logging.getLogger("kdelay.broker")
 
 _RECORD_INDEX = re.compile(r"record (\d+): ")
-_EPOCH = datetime.timezone.utc
+_EPOCH = datetime.UTC
 
 
 def producer_states(ctx: RequestContext) -> ProducerStates:
@@ -110,7 +110,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     states = producer_states(ctx)
     topic_cls = element(ctx.response_type, "responses")
     part_cls = element(topic_cls, "partition_responses")
-    error_cls = element(part_cls, "record_errors")
+    error_cls = element(part_cls, "record_errors") if has(part_cls, "record_errors") else None
     refuse_all: tuple[ErrorCode, str] | None = None
     if request.transactional_id is not None:
         refuse_all = (ErrorCode.transactional_id_authorization_failed,
@@ -131,7 +131,7 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
             except _Refused as e:
                 log.debug("produce to %s-%d refused: %s", t.name, p.index, e.message)
                 code, message = e.code, e.message
-                if e.record is not None:
+                if e.record is not None and error_cls is not None:
                     record_errors = (make(error_cls, batch_index=e.record,
                                           batch_index_error_message=e.message),)
             except LogWriteError as e:
