@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from ...errors import InvalidConfigError, InvalidTopicError
 from ..dispatcher import Api, RequestContext
-from ..messages import element, make
+from ..messages import element, has, make
 from ..state import NODE_ID
 from ..topic_configs import SPECS
 
@@ -41,7 +41,7 @@ def _check_replicas(factor: int, assignments: tuple) -> tuple[ErrorCode, str] | 
 async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     registry = ctx.broker.topics
     result_cls = element(ctx.response_type, "topics")
-    config_cls = element(result_cls, "configs")
+    config_cls = element(result_cls, "configs") if has(result_cls, "configs") else None
     default_partitions = ctx.broker.settings.int_config("num.partitions", 1, minimum=1)
     results = []
     for t in request.topics:
@@ -72,7 +72,7 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
                 ErrorCode.invalid_topic_exception)
             message = str(e)
         described = ()
-        if error == ErrorCode.none:
+        if error == ErrorCode.none and config_cls is not None:
             shown = registry.configs(t.name)
             if shown is not None:
                 described = tuple(make(config_cls, name=name, value=shown.text(name)[0],
