@@ -59,6 +59,11 @@ class Server:
                  self.state.port)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self.state.connections) >= self.state.settings.max_connections:
+            log.warning("refusing a connection: max.connections (%d) are open",
+                        self.state.settings.max_connections)
+            writer.close()
+            return
         conn = Connection(reader, writer, self.state)
         self.state.connections.add(conn)
         task = asyncio.current_task()
