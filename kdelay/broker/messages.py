@@ -63,6 +63,7 @@ def make(cls: type, **values: Any) -> Any:
     return cls(**kwargs)
 
 
+@cache
 def _nested_default(cls: type, name: str) -> Any:
     """A nested struct nobody here sets (Produce's current_leader): one made of -1s."""
     hints = typing.get_type_hints(cls)

@@ -87,9 +87,15 @@ def open_batches(data: bytes, *, max_bytes: int, delays_allowed: bool,
         if count <= 0 or last_delta != count - 1:
             raise CorruptBatchError(f"record count {count} disagrees with lastOffsetDelta "
                                     f"{last_delta}")
-        records = decompress(attributes & _CODEC_MASK, view[V2_HEADER_SIZE:])
-        out.append(WireBatch(ClientBatch(records, count, base_ts, delays_allowed=delays_allowed,
-                                         max_delay_ms=max_delay_ms),
+        codec = attributes & _CODEC_MASK
+        if codec == 0:  # the request's own bytes, read where they are
+            records = ClientBatch(data, count, base_ts, start=pos + V2_HEADER_SIZE,
+                                  end=pos + size, delays_allowed=delays_allowed,
+                                  max_delay_ms=max_delay_ms)
+        else:
+            records = ClientBatch(decompress(codec, view[V2_HEADER_SIZE:]), count, base_ts,
+                                  delays_allowed=delays_allowed, max_delay_ms=max_delay_ms)
+        out.append(WireBatch(records,
                              producer_id, producer_epoch, base_sequence, count, size))
         pos += size
     return out
@@ -97,8 +103,6 @@ def open_batches(data: bytes, *, max_bytes: int, delays_allowed: bool,
 
 def decompress(codec: int, body: memoryview) -> bytes:
     """The records section, uncompressed (CorruptBatchError if it does not decompress)."""
-    if codec == 0:
-        return bytes(body)
     import cramjam  # only batches that are compressed pay for loading it
     try:
         if codec == 1:

@@ -86,8 +86,11 @@ cdef class ClientBatch:
     cdef object _rows_array
 
     def __init__(self, bytes records, int64_t n, int64_t base_timestamp, *,
-                 bint delays_allowed=True, int64_t max_delay_ms=0):
-        """Check the `n` records of a v2 records section and find their kdelay headers.
+                 int64_t start=0, int64_t end=-1, bint delays_allowed=True,
+                 int64_t max_delay_ms=0):
+        """Check the `n` records of a v2 records section, `records[start:end]` (end -1:
+        the end of `records`; a request's bytes are used where they are, not copied), and
+        find their kdelay headers.
         `max_delay_ms` (0: none) limits how far after its timestamp a record may ask to be
         due (kdelay.delay_ms counts from the append, so its value itself)."""
         if n <= 0:
@@ -98,7 +101,11 @@ cdef class ClientBatch:
         self._rows_array = np.empty((n, 6), dtype=np.int64)
         self._rows = self._rows_array
         cdef const uint8_t* buf = <const uint8_t*>PyBytes_AS_STRING(records)
-        cdef int64_t end = PyBytes_GET_SIZE(records), pos = 0, i, status = 0
+        if end < 0:
+            end = PyBytes_GET_SIZE(records)
+        if not 0 <= start <= end <= PyBytes_GET_SIZE(records):
+            raise ValueError("the records section lies outside the bytes given")
+        cdef int64_t pos = start, i, status = 0
         cdef int64_t p, count, h, klen, vlen, value, kind, requests = 0
         cdef int64_t limit_excess = 0, key_at
         cdef Fields f
