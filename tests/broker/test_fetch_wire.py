@@ -22,9 +22,15 @@ from view_support import decode_served
 
 from kdelay import Broker, Record, Topic
 from kdelay.broker.responses import build, entry_type
-from kdelay.broker.topic_ids import topic_id
 
 BATCHES, PER_BATCH = 6, 20
+
+
+TOPIC_IDS: dict = {}
+
+
+def topic_id(name: str):
+    return TOPIC_IDS[name]
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +42,7 @@ def broker(tmp_path_factory):
                 t.partition(p).append([Record(b"%d-%d-%d" % (p, b, i) + b"x" * 40)
                                        for i in range(PER_BATCH)])
     with Broker(root, listen="127.0.0.1:0") as b:
+        TOPIC_IDS["w"] = b._server.state.topics.topic_id("w")  # what Metadata hands out
         host, port = b.bootstrap_servers.rsplit(":", 1)
         with socket.create_connection((host, int(port)), timeout=60) as s:
             yield s

@@ -9,12 +9,15 @@ from ..dispatcher import Api
 
 FAMILIES = (
     "api_versions",
-    "sasl",
-    "groups",
-    "offsets",
+    "metadata",
+    "topics_admin",
+    "configs",
+    "produce",
     "fetch",
     "list_offsets",
-    "metadata_min",  # until the topics session's Metadata lands
+    "groups",
+    "offsets",
+    "sasl",
 )
 
 
