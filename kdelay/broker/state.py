@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 from .groups.coordinator import GroupCoordinator
 from .groups.offsets import OffsetStore
+from .groups.share import ShareGroups
+from .groups.share_configs import GroupConfigStore
 from .security.credentials import User
 from .served import ServedPartitions
 from .settings import BrokerSettings
@@ -33,6 +35,11 @@ class BrokerState:
         self.groups = GroupCoordinator(settings.int_config(
             "group.initial.rebalance.delay.ms", 3000))  # classic consumer groups
         self.offsets = OffsetStore(self.served)  # their committed offsets
+        self.share_groups = ShareGroups(  # share groups: kdelay's queue groups
+            self.topics, GroupConfigStore(root, settings.configs),
+            settings.int_config("group.share.session.timeout.ms", 45_000, minimum=1),
+            settings.int_config("group.share.heartbeat.interval.ms", 5_000, minimum=1))
+        self.topics.add_listener(self.share_groups.forget_topic)
         self.connections: set[Connection] = set()
         self.sasl_users: dict[str, User] | None = None  # None: no SASL on the listener
         # made by the produce family on first use (apis/produce.py)

@@ -17,6 +17,7 @@ FAMILIES = (
     "list_offsets",
     "groups",
     "offsets",
+    "share",
     "sasl",
 )
 
