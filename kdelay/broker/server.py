@@ -116,6 +116,7 @@ class Server:
             if not conn.busy:
                 task.cancel()  # idle between requests: ends now
         self.state.groups.close()  # members waiting in a join or sync are answered
+        self.state.consumer_groups.close()
         self.state.share_groups.close()  # share members release what they hold
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=grace_s)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .groups.consumer_protocol import ConsumerGroups
 from .groups.coordinator import GroupCoordinator
 from .groups.offsets import OffsetStore
 from .groups.share import ShareGroups
@@ -34,7 +35,11 @@ class BrokerState:
         self.topics.add_listener(lambda name, event: self.served.forget(name))
         self.groups = GroupCoordinator(settings.int_config(
             "group.initial.rebalance.delay.ms", 3000))  # classic consumer groups
-        self.offsets = OffsetStore(self.served)  # their committed offsets
+        self.consumer_groups = ConsumerGroups(  # KIP-848's: the broker assigns
+            self._partition_count,
+            settings.int_config("group.consumer.session.timeout.ms", 45_000, minimum=1),
+            settings.int_config("group.consumer.heartbeat.interval.ms", 5_000, minimum=1))
+        self.offsets = OffsetStore(self.served)  # committed offsets of both kinds
         self.share_groups = ShareGroups(  # share groups: kdelay's queue groups
             self.topics, GroupConfigStore(root, settings.configs),
             settings.int_config("group.share.session.timeout.ms", 45_000, minimum=1),
@@ -46,6 +51,10 @@ class BrokerState:
         self.producer_states: ProducerStates | None = None
         self.producer_ids: ProducerIds | None = None
         self.host, self.port = settings.listen  # the bound address, once bound
+
+    def _partition_count(self, name: str) -> int:
+        topic = self.topics.get(name)
+        return topic.partitions if topic is not None else 0
 
     @property
     def advertised(self) -> tuple[str, int]:

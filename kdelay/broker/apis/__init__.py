@@ -16,6 +16,7 @@ FAMILIES = (
     "fetch",
     "list_offsets",
     "groups",
+    "consumer_groups",
     "offsets",
     "share",
     "sasl",

@@ -5,12 +5,14 @@ The broker is every group's coordinator (node 0 at the advertised listener)."""
 
 from __future__ import annotations
 
+import struct
 from datetime import timedelta
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from ..dispatcher import Api, RequestContext
+from ..groups.consumer_protocol import ASSIGNOR, ConsumerGroup
 from ..groups.coordinator import GroupCoordinator
 from ..responses import build, entry_type
 from ..state import NODE_ID
@@ -43,6 +45,11 @@ def _coordinator(ctx: RequestContext) -> GroupCoordinator:
 
 
 async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
+    if ctx.broker.consumer_groups.has_members(request.group_id):
+        return build(ctx.response_type, throttle_time=NO_THROTTLE,
+                     error_code=ErrorCode.inconsistent_group_protocol, generation_id=-1,
+                     protocol_type=request.protocol_type, protocol_name="", leader="",
+                     skip_assignment=False, member_id=request.member_id, members=())
     session_ms = _ms(request.session_timeout)
     rebalance_ms = _ms(getattr(request, "rebalance_timeout", request.session_timeout))
     answer = await _coordinator(ctx).join(
@@ -92,11 +99,18 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
 
 async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
     wanted = {s.lower() for s in getattr(request, "states_filter", ())}
+    types = {s.lower() for s in getattr(request, "types_filter", ())}
     entry = entry_type(ctx.response_type, "groups")
-    groups = tuple(build(entry, group_id=g.group_id, protocol_type=g.protocol_type or "",
-                         group_state=g.state, group_type="classic")
-                   for g in _coordinator(ctx).groups.values()
-                   if not wanted or g.state.lower() in wanted)
+    found = [(g.group_id, g.protocol_type or "", g.state, "classic")
+             for g in _coordinator(ctx).groups.values()]
+    found += [(g.group_id, "consumer", g.state, "consumer")
+              for g in ctx.broker.consumer_groups.groups.values()
+              if g.members or g.group_id not in _coordinator(ctx).groups]
+    groups = tuple(build(entry, group_id=gid, protocol_type=ptype, group_state=state,
+                         group_type=gtype)
+                   for gid, ptype, state, gtype in found
+                   if (not wanted or state.lower() in wanted)
+                   and (not types or gtype in types))
     return build(ctx.response_type, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                  groups=groups)
 
@@ -106,6 +120,10 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     member_entry = entry_type(entry, "members")
     out = []
     for group_id in request.groups:
+        cg = ctx.broker.consumer_groups.groups.get(group_id)
+        if cg is not None and (cg.members or group_id not in _coordinator(ctx).groups):
+            out.append(_describe_consumer_group(entry, member_entry, cg))
+            continue
         g = _coordinator(ctx).groups.get(group_id)
         members = () if g is None else tuple(
             build(member_entry, member_id=m.member_id, group_instance_id=m.instance_id,
@@ -119,6 +137,41 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
                          protocol_data=(g.protocol_name or "") if g else "", members=members,
                          authorized_operations=-2147483648))
     return build(ctx.response_type, throttle_time=NO_THROTTLE, groups=tuple(out))
+
+
+def _describe_consumer_group(entry: type, member_entry: type, g: ConsumerGroup) -> Any:
+    """A consumer-protocol group as DescribeGroups shows it (as Kafka does): members'
+    subscriptions and assignments in the classic consumer protocol's encoding."""
+    members = tuple(build(member_entry, member_id=m.member_id, group_instance_id=m.instance_id,
+                          client_id=m.client_id, client_host=m.client_host,
+                          member_metadata=_subscription_bytes(m.topics),
+                          member_assignment=_assignment_bytes(m.assigned))
+                    for m in g.members.values())
+    return build(entry, error_code=ErrorCode.none, error_message=None, group_id=g.group_id,
+                 group_state=g.state, protocol_type="consumer", protocol_data=ASSIGNOR,
+                 members=members, authorized_operations=-2147483648)
+
+
+def _string(text: str) -> bytes:
+    data = text.encode()
+    return struct.pack(">h", len(data)) + data
+
+
+def _subscription_bytes(topics: tuple[str, ...]) -> bytes:
+    """ConsumerProtocolSubscription v0: version, topics, null user data."""
+    return (struct.pack(">hi", 0, len(topics)) + b"".join(_string(t) for t in topics)
+            + struct.pack(">i", -1))
+
+
+def _assignment_bytes(partitions: set[tuple[str, int]]) -> bytes:
+    """ConsumerProtocolAssignment v0: version, (topic, partitions)..., null user data."""
+    by_topic: dict[str, list[int]] = {}
+    for t, p in sorted(partitions):
+        by_topic.setdefault(t, []).append(p)
+    out = [struct.pack(">hi", 0, len(by_topic))]
+    for t, ps in by_topic.items():
+        out.append(_string(t) + struct.pack(f">i{len(ps)}i", len(ps), *ps))
+    return b"".join(out) + struct.pack(">i", -1)
 
 
 APIS = [

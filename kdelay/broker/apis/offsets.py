@@ -16,11 +16,17 @@ NO_THROTTLE = timedelta(0)
 
 
 def _membership_error(ctx: RequestContext, request: Any) -> ErrorCode:
-    """Kafka's checks of a commit's member and generation (a commit with neither, from a
-    consumer that assigns its own partitions, needs a group without members)."""
+    """Kafka's checks of a commit's member and generation, or member epoch in a
+    consumer-protocol group (a commit with neither, from a consumer that assigns its own
+    partitions, needs a group without members)."""
     generation = getattr(request, "generation_id_or_member_epoch",
                          getattr(request, "generation_id", -1))
     member_id = getattr(request, "member_id", "")
+    by_epoch = ctx.broker.consumer_groups.commit_error(  # a KIP-848 group: member epochs
+        request.group_id, member_id, generation,
+        [(t.name, p.partition_index) for t in request.topics for p in t.partitions])
+    if by_epoch is not None:
+        return by_epoch
     group = ctx.broker.groups.groups.get(request.group_id)
     if group is None or not group.members:
         return ErrorCode.none if generation < 0 else ErrorCode.illegal_generation
