@@ -17,6 +17,7 @@ from ..log.segments.segment_set import SegmentSet
 from ..records import DeliveryKey, FetchedRecord, FetchResult
 from ..validation import as_delivery_key, is_int
 from . import planner
+from .active_page import active_page
 from .due_merge import read_page
 from .long_poll import ActivitySignal, long_poll
 
@@ -78,6 +79,13 @@ class DueOrderReader:
         quiet = self._quiet
         if quiet is not None and quiet[0] == cursor and now < quiet[1]:
             return [], cursor, quiet[1]  # known: nothing after the cursor is due
+        small = active_page(segments, cursor, now, max_records, max_bytes, cancels)
+        if small is not None:  # only the active segment's recent entries can contribute
+            if small[0]:
+                return small
+            until = NEVER if small[2] is None else small[2]
+            self._quiet = (cursor, until)
+            return [], cursor, until
         sealed = planner.sealed_runs(segments, self._resume, cursor, now)
         runs = sealed.runs + planner.active_runs(segments.active, cursor)
         page = read_page(runs, cursor, now, max_records, max_bytes, cancels)

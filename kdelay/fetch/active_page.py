@@ -1,0 +1,80 @@
+"""A page read from the active segment's recent entries alone: the small fetch's path.
+
+A consumer at the head of the log (a scheduler loop: append, fetch what came due, and again)
+reads records that are all in the active segment's in-memory entries, and no sealed segment
+holds anything after its cursor. For such a page the general path (planner.py, due_merge.py)
+plans the sealed segments, builds a run for the recent entries' merged order and another for
+its unmerged arrivals, and merges their windows: fixed work in Python several times the cost
+of the records it returns. Here the due entries after the cursor come from one compiled call
+(recent_columns.due_entries, the two runs' windows merged) and the page from one call of the
+same page fill, so the records, the checks of each batch and the page's end are the general
+path's (tests/fetch/test_active_page.py holds the two equal).
+
+`active_page` returns None whenever the general path is needed: a sealed segment may hold a
+record after the cursor, the active segment has persisted entries (after a clean reopen), a
+page may need more due entries than one window holds, or the page fill refuses a batch (the
+general path then says what is wrong).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..index.recent_columns import due_entries
+from ..log.batch import codec
+from ..log.batch.record_decode import shared_headers
+from ..log.cancellation.cancel_store import CancelStore
+from ..log.segments.segment_set import SegmentSet
+from ..records import NO_HEADERS, DeliveryKey, FetchedRecord
+from ..validation import MAX_INT64
+from .page_fill import DONE, fill_page
+
+# the most due entries one window holds (a page that needs more takes the general path)
+MAX_ENTRIES = 4096
+_NO_OFFSETS = np.empty(0, np.int64)
+_HEAD = np.zeros(1, np.int64)  # the window's head before the fill (copied per page)
+_new_tuple = tuple.__new__
+
+
+def active_page(segments: SegmentSet, cursor: DeliveryKey | None, now: int, max_records: int,
+                max_bytes: int, cancels: CancelStore | None
+                ) -> tuple[list[FetchedRecord], DeliveryKey | None, int | None] | None:
+    """(records, next cursor, the deliverAfter of the first entry after the page not due
+    yet, None: none) of the page after `cursor`, as DueOrderReader.page's general path
+    reads it; None when that path is needed (see the module's doc). Cost: O(log entries +
+    the page's entries) and two compiled calls, plus a walk over the unmerged arrivals when
+    some of them are due."""
+    if segments.sealed_hold_after(cursor):
+        return None
+    active = segments.active
+    idx = active.dly_index
+    if idx.chunks.n:  # persisted entries (a clean reopen): a column run too
+        return None
+    if cursor is None:
+        after_da = after_off = -1
+    else:
+        after_da, after_off = cursor
+    cap = min(max_records, MAX_ENTRIES)
+    rows = np.empty((5, cap + 1), np.int64)
+    k, full = due_entries(idx.recent_columns, after_da, after_off, now, rows)
+    sc = None if cancels is None else cancels.get(active.base_offset)
+    if full and (cap < max_records or sc is not None):
+        return None  # the window may run out before the page is full
+    gone = (_NO_OFFSETS, _NO_OFFSETS) if sc is None else sc.sorted_parts()
+    out: list[FetchedRecord] = []
+    if k:
+        mapped = active.mapped()
+        window = (mapped, active.size, rows[0], rows[1], rows[2], rows[3], rows[4], k, False,
+                  k, *gone)
+        outcome, _, detail = fill_page(
+            out, [window], _HEAD.copy(), codec.HEADER_LAYOUT, after_da, after_off, now,
+            min(max_records, MAX_INT64), min(max_bytes, MAX_INT64), 0, FetchedRecord,
+            NO_HEADERS, shared_headers)
+        if outcome != DONE:
+            return None  # a damaged batch: the general path raises what is wrong
+    else:
+        detail = -1
+    if out:
+        last = out[-1]
+        return out, _new_tuple(DeliveryKey, (last.deliver_after, last.offset)), None
+    return out, cursor, detail if detail >= 0 else None
