@@ -244,9 +244,12 @@ class Log(forks.Owned):
     def _append_requested(self, columns: BatchColumns | RecordsBatch, requested: int | None
                           ) -> AppendResult:
         with self._lock:
-            self._check_open()
+            if self._closed:
+                self._check_open()
             result = self._appended_locked(self._writer.append(columns, requested))
-        return self._tell(result)
+        if self._listeners:
+            self._tell(result)
+        return result
 
     def _appended_locked(self, result: AppendResult) -> AppendResult:
         """Wake long-polling fetches that the batch is due before they would wake."""

@@ -53,7 +53,7 @@ def active_page(segments: SegmentSet, cursor: DeliveryKey | None, now: int, max_
     if cursor is None:
         after_da = after_off = -1
     else:
-        after_da, after_off = cursor
+        after_da, after_off = cursor  # (checked: offset >= 0, validation.as_delivery_key)
     cap = min(max_records, MAX_ENTRIES)
     rows = np.empty((5, cap + 1), np.int64)
     k, full = due_entries(idx.recent_columns, after_da, after_off, now, rows)
