@@ -321,7 +321,8 @@ class Log(forks.Owned):
                                                                 max_wait_ms)
         deadline = time.monotonic() + max_wait_ms / 1000 if max_wait_ms else 0.0
         with self._lock:
-            self._check_open()
+            if self._closed:
+                self._check_open()
             if not max_wait_ms:  # not a long poll
                 now = self._clock.now()
                 quiet = self._due_order.known_quiet(after, now)

@@ -5,34 +5,33 @@ reads records that are all in the active segment's in-memory entries, and no sea
 holds anything after its cursor. For such a page the general path (planner.py, due_merge.py)
 plans the sealed segments, builds a run for the recent entries' merged order and another for
 its unmerged arrivals, and merges their windows: fixed work in Python several times the cost
-of the records it returns. Here the due entries after the cursor come from one compiled call
-(recent_columns.due_entries, the two runs' windows merged) and the page from one call of the
-same page fill, so the records, the checks of each batch and the page's end are the general
-path's (tests/fetch/test_active_page.py holds the two equal).
+of the records it returns. Here one compiled call (active_fill.pyx) finds the due entries
+after the cursor (recent_columns' due_entries_into: the two runs merged) and reads their
+batches with the general fill's batch reader, by its rules, so the records, the checks of
+each batch and the page's end are the general path's (tests/fetch/test_active_page.py holds
+the two equal).
 
 `active_page` returns None whenever the general path is needed: a sealed segment may hold a
 record after the cursor, the active segment has persisted entries (after a clean reopen), a
-page may need more due entries than one window holds, or the page fill refuses a batch (the
-general path then says what is wrong).
+page may need more due entries than the call looks at (MAX_ENTRIES), or a batch fails a
+check (the general path then says what is wrong).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..index.recent_columns import due_entries
 from ..log.batch import codec
 from ..log.batch.record_decode import shared_headers
 from ..log.cancellation.cancel_store import CancelStore
 from ..log.segments.segment_set import SegmentSet
 from ..records import NO_HEADERS, DeliveryKey, FetchedRecord
 from ..validation import MAX_INT64
-from .page_fill import DONE, fill_page
+from .active_fill import FILLED, fill_active
 
-# the most due entries one window holds (a page that needs more takes the general path)
+# the most due entries one call looks at (a page that needs more takes the general path)
 MAX_ENTRIES = 4096
 _NO_OFFSETS = np.empty(0, np.int64)
-_HEAD = np.zeros(1, np.int64)  # the window's head before the fill (copied per page)
 _new_tuple = tuple.__new__
 
 
@@ -41,9 +40,8 @@ def active_page(segments: SegmentSet, cursor: DeliveryKey | None, now: int, max_
                 ) -> tuple[list[FetchedRecord], DeliveryKey | None, int | None] | None:
     """(records, next cursor, the deliverAfter of the first entry after the page not due
     yet, None: none) of the page after `cursor`, as DueOrderReader.page's general path
-    reads it; None when that path is needed (see the module's doc). Cost: O(log entries +
-    the page's entries) and two compiled calls, plus a walk over the unmerged arrivals when
-    some of them are due."""
+    reads it; None when that path is needed (see the module's doc). Cost: one compiled
+    call, O(log entries + the page's entries + the unmerged arrivals that are due)."""
     if segments.sealed_hold_after(cursor):
         return None
     active = segments.active
@@ -54,27 +52,16 @@ def active_page(segments: SegmentSet, cursor: DeliveryKey | None, now: int, max_
         after_da = after_off = -1
     else:
         after_da, after_off = cursor  # (checked: offset >= 0, validation.as_delivery_key)
-    cap = min(max_records, MAX_ENTRIES)
-    rows = np.empty((5, cap + 1), np.int64)
-    k, full = due_entries(idx.recent_columns, after_da, after_off, now, rows)
     sc = None if cancels is None else cancels.get(active.base_offset)
-    if full and (cap < max_records or sc is not None):
-        return None  # the window may run out before the page is full
-    gone = (_NO_OFFSETS, _NO_OFFSETS) if sc is None else sc.sorted_parts()
+    gone_a, gone_b = (_NO_OFFSETS, _NO_OFFSETS) if sc is None else sc.sorted_parts()
     out: list[FetchedRecord] = []
-    if k:
-        mapped = active.mapped()
-        window = (mapped, active.size, rows[0], rows[1], rows[2], rows[3], rows[4], k, False,
-                  k, *gone)
-        outcome, _, detail = fill_page(
-            out, [window], _HEAD.copy(), codec.HEADER_LAYOUT, after_da, after_off, now,
-            min(max_records, MAX_INT64), min(max_bytes, MAX_INT64), 0, FetchedRecord,
-            NO_HEADERS, shared_headers)
-        if outcome != DONE:
-            return None  # a damaged batch: the general path raises what is wrong
-    else:
-        detail = -1
+    outcome, pending = fill_active(
+        out, idx.recent_columns, active.mapped(), active.size, codec.HEADER_LAYOUT, after_da,
+        after_off, now, min(max_records, MAX_INT64), min(max_bytes, MAX_INT64), MAX_ENTRIES,
+        gone_a, gone_b, FetchedRecord, NO_HEADERS, shared_headers)
+    if outcome != FILLED:
+        return None
     if out:
         last = out[-1]
         return out, _new_tuple(DeliveryKey, (last.deliver_after, last.offset)), None
-    return out, cursor, detail if detail >= 0 else None
+    return out, cursor, pending if pending >= 0 else None

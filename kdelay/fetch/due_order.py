@@ -22,6 +22,7 @@ from .due_merge import read_page
 from .long_poll import ActivitySignal, long_poll
 
 NEVER = 1 << 63
+_new_tuple = tuple.__new__
 
 
 def resolve_cursor(segments: SegmentSet, after: DeliveryKey | int | None
@@ -104,7 +105,7 @@ class DueOrderReader:
                    max_records: int, max_bytes: int, cancels: CancelStore) -> FetchResult:
         """`page` as a fetch returns it (a fetch that does not wait: one page)."""
         records, nxt, _ = self.page(segments, cursor, now, max_records, max_bytes, cancels)
-        return FetchResult(records, nxt)
+        return _new_tuple(FetchResult, (records, nxt))  # (not its Python-level __new__)
 
     def wait_for_page(self, segments: SegmentSet, cursor: DeliveryKey | None,
                       max_records: int, max_bytes: int, cancels: CancelStore, *,

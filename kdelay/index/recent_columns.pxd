@@ -40,3 +40,8 @@ cdef class RecentColumns:
     cpdef merge(self)
     cdef int _explicit(self) except -1
     cdef void entry(self, Py_ssize_t s, int64_t* out) noexcept
+
+
+cdef Py_ssize_t due_entries_into(RecentColumns entries, int64_t after_da, int64_t after_off,
+                                 int64_t now, int64_t* buf, Py_ssize_t cap,
+                                 bint* full) except -1

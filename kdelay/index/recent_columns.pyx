@@ -527,16 +527,37 @@ def due_entries(RecentColumns entries, int64_t after_da, int64_t after_off, int6
     (after_da, after_off) (after_off -1: any), in key order: those due at `now`, at most
     out.shape[1] - 1 of them, then the first one not due (if any and if the due ones all
     fit), into the rows of `out` as `window` writes them. Returns (how many rows, whether
-    due entries were left out for want of room).
+    due entries were left out for want of room). (due_entries_into, for Python callers.)"""
+    cdef Py_ssize_t cap = out.shape[1] - 1, k, j
+    if out.shape[0] < 5 or cap < 0:
+        raise ValueError("output too small")
+    cdef int64_t* buf = <int64_t*>PyMem_Malloc((cap + 1) * 5 * sizeof(int64_t))
+    if buf == NULL:
+        raise MemoryError()
+    cdef bint full = False
+    try:
+        k = due_entries_into(entries, after_da, after_off, now, buf, cap, &full)
+        for j in range(k):
+            _store(out, j, buf + 5 * j)
+        return k, full
+    finally:
+        PyMem_Free(buf)
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef Py_ssize_t due_entries_into(RecentColumns entries, int64_t after_da, int64_t after_off,
+                                 int64_t now, int64_t* buf, Py_ssize_t cap,
+                                 bint* full) except -1:
+    """`due_entries` into `buf` (room for cap + 1 entries of 5 int64s each, entry j at
+    buf[5 * j:5 * j + 5]); *full when due entries were left out for want of room.
 
     One call for what a page of the active segment's recent entries needs (a RecentRun's
     and an ArrivalsRun's windows, merged): O(log entries + rows + the tail's due entries),
     the last by a walk down the tail's heap (kept by `add`), not over the whole tail."""
-    cdef Py_ssize_t n = entries.complete(), m = entries.merged, cap = out.shape[1] - 1
-    if out.shape[0] < 5 or cap < 0:
-        raise ValueError("output too small")
+    cdef Py_ssize_t n = entries.complete(), m = entries.merged
     cdef const uint32_t[:] order = entries.order
-    if m > n or order.shape[0] != m:
+    if m > n or order.shape[0] != m or cap < 0:
         raise ValueError("the order does not match the entries")
     cdef Py_ssize_t i = 0 if after_off < 0 else _start_after(entries, order, after_da,
                                                               after_off)
@@ -545,7 +566,7 @@ def due_entries(RecentColumns entries, int64_t after_da, int64_t after_off, int6
     cdef int64_t et[5]
     cdef int64_t later_e[5]
     cdef int64_t da
-    cdef bint have_later = False, full = False, have_o, have_t
+    cdef bint have_later = False, have_o, have_t
     cdef Key* keys
     if entries.heap_n == n - m:
         keys = _tail_due(entries, after_da, after_off, now, &nt, later_e, &have_later)
@@ -582,24 +603,24 @@ def due_entries(RecentColumns entries, int64_t after_da, int64_t after_off, int6
             if not have_o and not have_t:
                 break
             if k == cap:
-                full = True
+                full[0] = True
                 break
             if have_o and (not have_t or _key_below(eo, et)):
-                _store(out, k, eo)
+                memcpy(buf + 5 * k, eo, 5 * sizeof(int64_t))
                 i += 1
             else:
-                _store(out, k, et)
+                memcpy(buf + 5 * k, et, 5 * sizeof(int64_t))
                 j += 1
             k += 1
-        if not full:  # the first entry not due: the order's next, or the tail's earliest
+        if not full[0]:  # the first entry not due: the order's next, or the tail's earliest
             if i < m:  # (not due: the loop took every due one)
                 if not have_later or _key_below(eo, later_e):
                     later_e[0], later_e[1], later_e[2], later_e[3], later_e[4] = \
                         eo[0], eo[1], eo[2], eo[3], eo[4]
                     have_later = True
             if have_later:
-                _store(out, k, later_e)
+                memcpy(buf + 5 * k, later_e, 5 * sizeof(int64_t))
                 k += 1
-        return k, full
+        return k
     finally:
         PyMem_Free(keys)
