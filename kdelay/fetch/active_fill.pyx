@@ -20,9 +20,13 @@ from kdelay.log.segments.mapped_file cimport MappedFile
 
 cpdef enum:  # fill_active's outcome (the first item it returns)
     FILLED = 0   # the page is done: the detail is the deliverAfter of the first entry
-                 # after it not due yet (-1: none, or the page is full)
+                 # after it, which is not due yet; or STOPPED, or NOTHING_AFTER
     GENERAL = 1  # the page needs the general path: more due entries than the call holds
                  # may be wanted, or a batch failed a check (the general path says which)
+
+cpdef enum:  # FILLED's detail when it is not a deliverAfter
+    STOPPED = -1  # the page ended at a limit (records or bytes) before an entry not due
+    NOTHING_AFTER = -2  # no entry after the page (due or not)
 
 
 cdef inline int64_t _lower_bound(const int64_t* a, int64_t n, int64_t x) noexcept nogil:
@@ -73,10 +77,10 @@ def fill_active(list out, RecentColumns entries, MappedFile source, int64_t limi
     try:
         k = due_entries_into(entries, after_da, after_off, now, buf, cap, &full)
         if full and (cap < max_records or all_gone.na or all_gone.nb):
-            return GENERAL, -1  # (a batch holds at least one record, unless cancelled)
+            return GENERAL, STOPPED  # (a batch holds at least one record, unless cancelled)
         for j in range(k):
             if PyList_GET_SIZE(out) >= max_records:
-                return FILLED, -1
+                return FILLED, STOPPED
             da, base, pos = buf[5 * j], buf[5 * j + 1], buf[5 * j + 2]
             lod, size = buf[5 * j + 3], buf[5 * j + 4]
             if da > now:
@@ -95,17 +99,17 @@ def fill_active(list out, RecentColumns entries, MappedFile source, int64_t limi
             if left <= 0:
                 continue  # all cancelled: consumed unread
             if PyList_GET_SIZE(out) and taken + size > max_bytes:
-                return FILLED, -1
+                return FILLED, STOPPED
             want.first, want.count = skip, max_records - PyList_GET_SIZE(out)
             got = -1
             if 0 <= pos < limit:
                 got = read_batch(out, source.data + pos, limit - pos, &L, da, base, lod,
                                  size, want, c, record_type, no_headers, shared_headers)
             if got < 0:
-                return GENERAL, -1
+                return GENERAL, STOPPED
             taken += size
             if left > want.count:
-                return FILLED, -1
-        return FILLED, -1
+                return FILLED, STOPPED
+        return FILLED, STOPPED if full else NOTHING_AFTER
     finally:
         PyMem_Free(buf)

@@ -27,8 +27,9 @@ from ..log.cancellation.cancel_store import CancelStore
 from ..log.segments.segment_set import SegmentSet
 from ..records import NO_HEADERS, DeliveryKey, FetchedRecord
 from ..validation import MAX_INT64
-from .active_fill import FILLED, fill_active
+from .active_fill import FILLED, NOTHING_AFTER, STOPPED, fill_active
 
+NEVER = 1 << 63  # "until" when nothing after a cursor is pending at all
 # the most due entries one call looks at (a page that needs more takes the general path)
 MAX_ENTRIES = 4096
 _NO_OFFSETS = np.empty(0, np.int64)
@@ -38,10 +39,12 @@ _new_tuple = tuple.__new__
 def active_page(segments: SegmentSet, cursor: DeliveryKey | None, now: int, max_records: int,
                 max_bytes: int, cancels: CancelStore | None
                 ) -> tuple[list[FetchedRecord], DeliveryKey | None, int | None] | None:
-    """(records, next cursor, the deliverAfter of the first entry after the page not due
-    yet, None: none) of the page after `cursor`, as DueOrderReader.page's general path
-    reads it; None when that path is needed (see the module's doc). Cost: one compiled
-    call, O(log entries + the page's entries + the unmerged arrivals that are due)."""
+    """(records, next cursor, until) of the page after `cursor`, as DueOrderReader.page's
+    general path reads it, where nothing after the next cursor is due before `until` (the
+    deliverAfter of the first entry after the page, NEVER if there is none; None when the
+    page ended at a limit, so it is not known); None when that path is needed (see the
+    module's doc). Cost: one compiled call, O(log entries + the page's entries + the
+    unmerged arrivals that are due)."""
     if segments.sealed_hold_after(cursor):
         return None
     active = segments.active
@@ -55,13 +58,14 @@ def active_page(segments: SegmentSet, cursor: DeliveryKey | None, now: int, max_
     sc = None if cancels is None else cancels.get(active.base_offset)
     gone_a, gone_b = (_NO_OFFSETS, _NO_OFFSETS) if sc is None else sc.sorted_parts()
     out: list[FetchedRecord] = []
-    outcome, pending = fill_active(
+    outcome, detail = fill_active(
         out, idx.recent_columns, active.mapped(), active.size, codec.HEADER_LAYOUT, after_da,
         after_off, now, min(max_records, MAX_INT64), min(max_bytes, MAX_INT64), MAX_ENTRIES,
         gone_a, gone_b, FetchedRecord, NO_HEADERS, shared_headers)
     if outcome != FILLED:
         return None
+    until = None if detail == STOPPED else NEVER if detail == NOTHING_AFTER else detail
     if out:
         last = out[-1]
-        return out, _new_tuple(DeliveryKey, (last.deliver_after, last.offset)), None
-    return out, cursor, pending if pending >= 0 else None
+        return out, _new_tuple(DeliveryKey, (last.deliver_after, last.offset)), until
+    return out, cursor, until

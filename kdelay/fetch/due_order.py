@@ -17,11 +17,10 @@ from ..log.segments.segment_set import SegmentSet
 from ..records import DeliveryKey, FetchedRecord, FetchResult
 from ..validation import as_delivery_key, is_int
 from . import planner
-from .active_page import active_page
+from .active_page import NEVER, active_page
 from .due_merge import read_page
 from .long_poll import ActivitySignal, long_poll
 
-NEVER = 1 << 63
 _new_tuple = tuple.__new__
 
 
@@ -82,11 +81,13 @@ class DueOrderReader:
             return [], cursor, quiet[1]  # known: nothing after the cursor is due
         small = active_page(segments, cursor, now, max_records, max_bytes, cancels)
         if small is not None:  # only the active segment's recent entries can contribute
-            if small[0]:
-                return small
-            until = NEVER if small[2] is None else small[2]
-            self._quiet = (cursor, until)
-            return [], cursor, until
+            records, nxt, until = small
+            if until is not None:  # the page saw the end of what is due: a quiet spell
+                self._quiet = (nxt, until)  # after it, even when it returned records
+            if records:
+                return records, nxt, None
+            if until is not None:
+                return [], cursor, until
         sealed = planner.sealed_runs(segments, self._resume, cursor, now)
         runs = sealed.runs + planner.active_runs(segments.active, cursor)
         page = read_page(runs, cursor, now, max_records, max_bytes, cancels)

@@ -1,6 +1,6 @@
 """The small fetch's path (fetch/active_page.py, recent_columns.due_entries) against the
 general one (planner.py + due_merge.py) and against a model: the same records, the same
-`next`, and for an empty page the same first entry not due, for every cursor (a page's
+`next`, and the same first entry not due where the page says it saw it, for every cursor (a page's
 `next`, any record's key, keys that are not due yet or lie between records), page limit,
 byte cap, cancellation and tail length; and None (the general path) wherever it cannot
 answer alone."""
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from kdelay import Log, LogConfig, Record
 from kdelay.fetch import planner
-from kdelay.fetch.active_page import active_page
+from kdelay.fetch.active_page import NEVER, active_page
 from kdelay.fetch.due_merge import read_page
 from kdelay.index import recent_entries
 from kdelay.index.recent_columns import RecentColumns, due_entries
@@ -77,11 +77,17 @@ def _compare_paths(path, batches, cancel, data) -> None:
             if small is None:
                 continue
             answered += 1
-            records, nxt, pending = small
+            records, nxt, until = small
             assert records == general.records
             assert nxt == general.next
             if not records:
-                assert pending == general.next_pending
+                assert until == (NEVER if general.next_pending is None
+                                 else general.next_pending)
+            elif until is not None:  # a quiet spell after the page: nothing after it is due
+                with log._lock:
+                    after = _general(log, nxt, now, max_records, 1 << 20)
+                assert after.records == []
+                assert until == (NEVER if after.next_pending is None else after.next_pending)
         if batches and not cancel:
             assert answered  # (the small path answers at least the cursors past the due ones)
 
