@@ -18,6 +18,11 @@ from kdelay.log.batch.batch_header cimport Layout, read_layout
 from kdelay.log.batch.batch_read cimport Cancelled, Wanted, read_batch
 from kdelay.log.segments.mapped_file cimport MappedFile
 
+from kdelay.log.batch import codec
+
+cdef Layout _LAYOUT  # codec.HEADER_LAYOUT, read once
+read_layout(codec.HEADER_LAYOUT, &_LAYOUT)
+
 cpdef enum:  # fill_active's outcome (the first item it returns)
     FILLED = 0   # the page is done: the detail is the deliverAfter of the first entry
                  # after it, which is not due yet; or STOPPED, or NOTHING_AFTER
@@ -48,7 +53,7 @@ cdef const int64_t* _int64s(const int64_t[::1] column) except? NULL:
 @cython.boundscheck(False)
 @cython.wraparound(False)
 def fill_active(list out, RecentColumns entries, MappedFile source, int64_t limit,
-                const int64_t[:] layout, int64_t after_da, int64_t after_off, int64_t now,
+                int64_t after_da, int64_t after_off, int64_t now,
                 int64_t max_records, int64_t max_bytes, Py_ssize_t max_entries,
                 gone_a, gone_b, object record_type, object no_headers,
                 object shared_headers) -> tuple[int, int]:
@@ -56,16 +61,18 @@ def fill_active(list out, RecentColumns entries, MappedFile source, int64_t limi
     from the start) due at `now` in `entries` (the active segment's recent entries, whose
     batches `source` maps and whose file holds `limit` bytes): at most max_records, and
     batches while their bytes stay within max_bytes (always at least one batch), leaving
-    out the offsets cancelled in the segment (`gone_a`, `gone_b`: sorted int64 arrays).
+    out the offsets cancelled in the segment (`gone_a`, `gone_b`: sorted int64 arrays, or
+    None for none).
     Looks at no more than `max_entries` due entries. Returns (outcome, detail): see FILLED
     and GENERAL. O(log entries + the page's entries + the unmerged arrivals due)."""
-    cdef Layout L
-    read_layout(layout, &L)
     if source.data == NULL or not 0 <= limit <= source.capacity or max_entries < 1:
         raise ValueError("a mapping, limit or entry count out of range")
     cdef Cancelled all_gone, c
-    all_gone.a, all_gone.na = _int64s(gone_a), len(gone_a)
-    all_gone.b, all_gone.nb = _int64s(gone_b), len(gone_b)
+    all_gone.a, all_gone.na, all_gone.b, all_gone.nb = NULL, 0, NULL, 0
+    if gone_a is not None:
+        all_gone.a, all_gone.na = _int64s(gone_a), len(gone_a)
+    if gone_b is not None:
+        all_gone.b, all_gone.nb = _int64s(gone_b), len(gone_b)
     cdef Py_ssize_t cap = min(max_records, max_entries), k, j
     cdef int64_t* buf = <int64_t*>PyMem_Malloc((cap + 1) * 5 * sizeof(int64_t))
     if buf == NULL:
@@ -103,7 +110,7 @@ def fill_active(list out, RecentColumns entries, MappedFile source, int64_t limi
             want.first, want.count = skip, max_records - PyList_GET_SIZE(out)
             got = -1
             if 0 <= pos < limit:
-                got = read_batch(out, source.data + pos, limit - pos, &L, da, base, lod,
+                got = read_batch(out, source.data + pos, limit - pos, &_LAYOUT, da, base, lod,
                                  size, want, c, record_type, no_headers, shared_headers)
             if got < 0:
                 return GENERAL, STOPPED

@@ -19,9 +19,6 @@ check (the general path then says what is wrong).
 
 from __future__ import annotations
 
-import numpy as np
-
-from ..log.batch import codec
 from ..log.batch.record_decode import shared_headers
 from ..log.cancellation.cancel_store import CancelStore
 from ..log.segments.segment_set import SegmentSet
@@ -32,7 +29,6 @@ from .active_fill import FILLED, NOTHING_AFTER, STOPPED, fill_active
 NEVER = 1 << 63  # "until" when nothing after a cursor is pending at all
 # the most due entries one call looks at (a page that needs more takes the general path)
 MAX_ENTRIES = 4096
-_NO_OFFSETS = np.empty(0, np.int64)
 _new_tuple = tuple.__new__
 
 
@@ -56,12 +52,12 @@ def active_page(segments: SegmentSet, cursor: DeliveryKey | None, now: int, max_
     else:
         after_da, after_off = cursor  # (checked: offset >= 0, validation.as_delivery_key)
     sc = None if cancels is None else cancels.get(active.base_offset)
-    gone_a, gone_b = (_NO_OFFSETS, _NO_OFFSETS) if sc is None else sc.sorted_parts()
+    gone_a, gone_b = (None, None) if sc is None else sc.sorted_parts()
     out: list[FetchedRecord] = []
     outcome, detail = fill_active(
-        out, idx.recent_columns, active.mapped(), active.size, codec.HEADER_LAYOUT, after_da,
-        after_off, now, min(max_records, MAX_INT64), min(max_bytes, MAX_INT64), MAX_ENTRIES,
-        gone_a, gone_b, FetchedRecord, NO_HEADERS, shared_headers)
+        out, idx.recent_columns, active.mapped(), active.size, after_da, after_off, now,
+        min(max_records, MAX_INT64), min(max_bytes, MAX_INT64), MAX_ENTRIES, gone_a, gone_b,
+        FetchedRecord, NO_HEADERS, shared_headers)
     if outcome != FILLED:
         return None
     until = None if detail == STOPPED else NEVER if detail == NOTHING_AFTER else detail
