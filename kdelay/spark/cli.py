@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 
 from ..clock import wall_clock
 from ..log.tiered.tier import partition_name
+from ..tools.cli import positive_int
 from .local_session import session
 
 # readable forecast windows: (Spark interval, seconds, short label)
@@ -64,7 +65,7 @@ def _parser(prog: str, description: str) -> argparse.ArgumentParser:
     """The options both Spark commands take: a path, the local cores, --verbose."""
     p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("path", help="a partition directory or a directory of name-i partitions")
-    p.add_argument("--cores", type=int, default=2, help="local Spark cores (default 2)")
+    p.add_argument("--cores", type=positive_int, default=2, help="local Spark cores (default 2)")
     p.add_argument("--verbose", action="store_true", help="let Spark and Java log as usual")
     return p
 
