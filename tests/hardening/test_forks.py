@@ -360,6 +360,78 @@ def test_a_producer_made_in_the_child_works(tmp_path) -> None:
         assert parent.send(b"q").result(timeout=30).offset == 1
 
 
+def test_store_requests_in_a_child_forked_after_one_are_refused_not_hung(tmp_path) -> None:
+    """The sweep of issue 31, point 6, over what owns threads beyond kdelay's objects:
+    obstore's request threads are started at the first request and a fork copies none, so
+    in a child forked after one, every store request used to wait forever (a tiered Log
+    made in the child, as the docs advise, hung in Log.open). Now each raises
+    RemoteStorageError saying why; the parent goes on."""
+    from kdelay.remote.store import RemoteStore
+
+    store = RemoteStore.open("memory://", {}, "p-0")
+    store.put("x", b"1")  # a request: obstore's threads run in this process now
+    url = "file://" + str(tmp_path / "store")
+
+    def child() -> list:
+        return [outcome(lambda: store.get("x")),
+                outcome(lambda: RemoteStore.open(url, {}, "p-0")),
+                outcome(lambda: Log.open(tmp_path / "tiered",
+                                         config=LogConfig(remote_storage=url)))]
+
+    assert in_child(child, timeout_s=20) == ["RemoteStorageError"] * 3
+    assert store.get("x") == b"1"
+
+
+def test_a_child_forked_before_any_store_request_may_use_a_store(tmp_path) -> None:
+    """The refusal is for children forked after a request only (a fresh interpreter: this
+    one has made requests)."""
+    script = f"""
+import os, sys
+from kdelay import Log, LogConfig, Record
+pid = os.fork()
+if pid == 0:
+    with Log.open({str(tmp_path / 'p')!r},
+                  config=LogConfig(remote_storage="file://{tmp_path}/store")) as log:
+        log.append([Record(b"x")])
+        log.roll()
+        log.sync_remote()
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, PYTHONPATH=os.getcwd()))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert os.listdir(tmp_path / "store")
+
+
+def test_a_reader_fence_held_at_the_fork_does_not_hang_the_child(tmp_path) -> None:
+    """append_horizon's reader fence is a module-level lock a lock-free reader takes for
+    a moment: a parent thread holding it at the fork left it held forever in the child,
+    whose own readers (the Spark stream, the live tools) then hung."""
+    from kdelay.log.segments import append_horizon
+
+    path = str(tmp_path / "p")
+    with Log.open(path, clock=FakeClock()) as log:
+        log.append([Record(b"x")])
+    holding, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with append_horizon._READER_FENCE:
+            holding.set()
+            done.wait(30)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    holding.wait(10)
+    try:
+        got = in_child(lambda: append_horizon.read_bound(path, T0) == T0 - 1, timeout_s=10)
+    finally:
+        done.set()
+        t.join()
+    assert got is True
+
+
 # ---------------------------------------------------------------------- multiprocessing
 
 _TOPIC: Topic | None = None  # what a pool worker inherits through the fork
