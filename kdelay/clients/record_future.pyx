@@ -132,13 +132,16 @@ cdef _call_back(list futures):
 
 
 def abandon(list futures, exception: BaseException) -> None:
-    """In a forked child: fail the pending futures of `futures` with `exception` at once,
-    without their Condition (a thread of the parent may have held it at the fork: each gets
-    a new one) and without running their callbacks or telling their waiters (the parent's
-    threads, absent here)."""
+    """In a forked child: fail the pending futures of `futures` (a batch's) with `exception`
+    at once, without their Condition (a thread of the parent may have held it at the fork:
+    they share a new one) and without running their callbacks or telling their waiters
+    (the parent's threads, absent here)."""
+    condition = None
     for future in futures:
         if future._state == _PENDING:
-            future._condition = Condition()
+            if condition is None:
+                condition = Condition()
+            future._condition = condition
             future._exception = exception
             future._state = _FINISHED
             _track(future)
