@@ -41,9 +41,11 @@ class Producer(ProducerCore):
         if isinstance(target, Topic):
             topic: Topic | None = target
             logs = [target.partition(i) for i in range(target.partitions)]
+            what = f"topic {target.name!r}"
         elif isinstance(target, Log):
             topic = None
             logs = [target]
+            what = f"log {target.path}"
         else:
             raise KdelayError(f"a Producer writes to a Log or a Topic, got "
                               f"{type(target).__name__}")
@@ -60,7 +62,6 @@ class Producer(ProducerCore):
             log._check_open()  # a closed Log, or a forked child's copy of one
         super().__init__(logs, limits, topic, buffer_records)
         name = f"kdelay-producer-{next(_names)}"
-        what = f"topic {topic.name!r}" if topic is not None else f"log {target.path}"
         self._owner = forks.Ownership(self, f"producer {name} of {what}")
         self._held: list[Batch] = []  # the batches the sender is appending
         self._thread = threading.Thread(target=self._run, daemon=True, name=name)
