@@ -146,3 +146,31 @@ def test_due_entries_matches_a_model(entries, tail, now, cursor, cap):
     else:
         assert not full
         assert got == due + rest[:1]
+
+
+def test_a_page_with_records_starts_a_quiet_spell_that_appends_end(tmp_path):
+    t = [1_000]
+    with Log.open(tmp_path, config=LogConfig(), clock=lambda: t[0]) as log:
+        log.append([Record(b"a")], deliver_after=1_000)
+        log.append([Record(b"later")], deliver_after=5_000)
+        page = log.fetch()
+        assert [r.value for r in page.records] == [b"a"]
+        # the page reached the first entry not due (5,000): nothing after it before then
+        assert log._due_order.known_quiet(page.next, 4_999) is page.next
+        log.append([Record(b"b")], deliver_after=1_000)  # due now: ends the spell
+        assert log._due_order.known_quiet(page.next, 1_000) is False
+        nxt = log.fetch(page.next)
+        assert [r.value for r in nxt.records] == [b"b"]
+        log.append([Record(b"c")], deliver_after=2_000)  # due sooner than 5,000
+        t[0] = 2_000
+        assert [r.value for r in log.fetch(nxt.next).records] == [b"c"]
+
+
+def test_a_page_cut_at_its_limit_starts_no_quiet_spell(tmp_path):
+    t = [1_000]
+    with Log.open(tmp_path, config=LogConfig(), clock=lambda: t[0]) as log:
+        log.append([Record(b"a"), Record(b"b")], deliver_after=1_000)
+        page = log.fetch(max_records=1)
+        assert [r.value for r in page.records] == [b"a"]
+        assert log._due_order.known_quiet(page.next, 1_000) is False  # b is due
+        assert [r.value for r in log.fetch(page.next).records] == [b"b"]
