@@ -24,7 +24,7 @@ class BrokerState:
         self.settings = settings
         self.dispatcher = dispatcher
         self.topics = TopicRegistry(root)
-        self.topic_ids = TopicIds()  # Metadata hands them out, Fetch v13+ names topics by them
+        self.topic_ids = TopicIds(self.topics)  # Metadata hands them out; Fetch v13+ uses them
         self.served = ServedPartitions(self.topics)  # what consumers read of each partition
         self.connections: set[Connection] = set()
         self.sasl_users: dict[str, User] | None = None  # None: no SASL on the listener
