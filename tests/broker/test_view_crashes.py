@@ -202,3 +202,37 @@ def test_verify_finds_an_entry_the_log_disagrees_with(tmp_path, capsys) -> None:
     capsys.readouterr()
     assert cli_main(["verify", path]) == 1
     assert "which the log holds otherwise" in capsys.readouterr().out
+
+
+def test_a_broker_refuses_a_damaged_view_and_serves_the_other_partitions(tmp_path) -> None:
+    from kio.schema.errors import ErrorCode
+    from view_support import decode_served
+    from wire_support import connect, fetch
+
+    from kdelay import Broker, Topic
+
+    root = os.fspath(tmp_path)
+    with Topic.open(root, "d", partitions=2) as t:
+        for p in range(2):
+            for i in range(4):
+                t.partition(p).append([Record(b"%d-%d" % (p, i))])
+    for damaged in (False, True):
+        if damaged:
+            path = os.path.join(root, "d-0", VIEW_FILE)
+            with open(path, "r+b") as f:
+                f.seek(HEADER_SIZE + ENTRY_SIZE + 5)  # entry 1 of 4: not a torn tail
+                f.write(b"\xee")
+        with Broker(root, listen="127.0.0.1:0") as b:
+            conn = connect(b.bootstrap_servers, b._server.state.topic_ids.id_of("d"))
+            with conn.sock:
+                r = fetch(conn, 16, [(conn.w_id, [(0, 0, 1 << 20), (1, 0, 1 << 20)])])
+                p0, p1 = r.responses[0].partitions
+                assert len(decode_served(p1.records or b"")) == 4
+                if damaged:
+                    assert p0.error_code == ErrorCode.kafka_storage_error
+                    assert not p0.records
+                else:
+                    assert len(decode_served(p0.records)) == 4
+                # the connection goes on being served
+                r = fetch(conn, 12, [("d", [(1, 2, 1 << 20)])])
+                assert r.responses[0].partitions[0].high_watermark == 4

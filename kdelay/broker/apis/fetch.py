@@ -66,7 +66,12 @@ def _answer(ctx: RequestContext, request: Any) -> tuple[list, int, list]:
         name = state.topic_ids.name_of(t.topic_id, names) if by_id else t.topic
         parts = []
         for p in t.partitions:
-            served = None if name is None else state.served.get(name, p.partition)
+            try:
+                served = None if name is None else state.served.get(name, p.partition)
+            except ViewDamagedError:  # refused: never a record at a wrong offset
+                parts.append(_partition(part_type, p.partition,
+                                        ErrorCode.kafka_storage_error, -1, -1, _EMPTY))
+                continue
             if served is None:  # an id no topic has, else a topic or partition missing
                 error = ErrorCode.unknown_topic_id if by_id and name is None else \
                     ErrorCode.unknown_topic_or_partition
