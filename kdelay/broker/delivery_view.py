@@ -213,6 +213,7 @@ class DeliveryView:
                                                    max_bytes=max_bytes, with_bytes=True)
         rows = self._rows[:self._n]
         j = self._entry_of(n)
+        assert j is not None  # log start <= n < high watermark: the file holds n
         for b in batches:
             # entries of records removed since they were numbered: gaps
             while j < self._n and (int(rows[j]["deliver_after"]), int(rows[j]["first"]) +

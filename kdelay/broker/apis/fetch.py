@@ -78,7 +78,7 @@ def _answer(ctx: RequestContext, request: Any) -> tuple[list, int, list]:
                 parts.append(_partition(part_type, p.partition, error, -1, -1, _EMPTY))
                 continue
             sp = served.partition
-            records = _EMPTY
+            records: bytes | bytearray = _EMPTY
             error = ErrorCode.none
             try:
                 sp.extend()
