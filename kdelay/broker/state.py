@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .security.credentials import User
+from .served import ServedPartitions
 from .settings import BrokerSettings
+from .topic_ids import TopicIds
 from .topics import TopicRegistry
 
 if TYPE_CHECKING:
@@ -22,6 +24,8 @@ class BrokerState:
         self.settings = settings
         self.dispatcher = dispatcher
         self.topics = TopicRegistry(root)
+        self.topic_ids = TopicIds(self.topics)  # Metadata hands them out; Fetch v13+ uses them
+        self.served = ServedPartitions(self.topics)  # what consumers read of each partition
         self.connections: set[Connection] = set()
         self.sasl_users: dict[str, User] | None = None  # None: no SASL on the listener
         self.host, self.port = settings.listen  # the bound address, once bound

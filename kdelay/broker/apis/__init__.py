@@ -10,6 +10,9 @@ from ..dispatcher import Api
 FAMILIES = (
     "api_versions",
     "sasl",
+    "fetch",
+    "list_offsets",
+    "metadata_min",  # until the topics session's Metadata lands
 )
 
 
