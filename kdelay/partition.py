@@ -41,6 +41,7 @@ from .fetch.due_order import DueOrderReader, resolve_cursor
 from .fetch.long_poll import ActivitySignal, due_in_ms
 from .groups.positions import GroupStore, committed_positions
 from .groups.queue.queue_groups import QueueGroups
+from .log.batch.client_batch import ClientBatch
 from .log.batch.records_batch import RecordsBatch
 from .log.cancellation import cancel_ops
 from .log.compaction import compactor
@@ -238,6 +239,22 @@ class Log(forks.Owned):
         without a Record per row (validation.batch_columns). Values and keys may be
         PackedBinary (and timestamps an int array): no Python work per row at all."""
         return self._append(batch_columns(values, keys, timestamps), deliver_after)
+
+    @write_errors
+    def append_client_batch(self, batch: ClientBatch, *, spread_ms: int = 0,
+                            log_append_time: bool = False,
+                            producer: tuple[int, int, int] = (-1, -1, -1)) -> AppendResult:
+        """Store a Kafka client's batch (a checked ClientBatch: the broker's produce path)
+        as runs of consecutive offsets, each due at the latest time its records asked
+        for, no record more than `spread_ms` later than it asked (client_batch.pyx).
+        `producer`: (id, epoch, first sequence) kept in the stored headers. The result's
+        deliver_after is the earliest run's. All of it is written, or nothing. Cost: one
+        C pass over the records, one write, index upkeep per stored batch."""
+        with self._lock:
+            self._check_open()
+            result = self._appended_locked(self._writer.append_client_batch(
+                batch, spread_ms, log_append_time, *producer))
+        return self._tell(result)
 
     def _append(self, columns: BatchColumns, deliver_after: int | None) -> AppendResult:
         return self._append_requested(columns, requested_deliver_after(

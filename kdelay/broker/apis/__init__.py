@@ -9,10 +9,16 @@ from ..dispatcher import Api
 
 FAMILIES = (
     "api_versions",
-    "sasl",
+    "metadata",
+    "topics_admin",
+    "configs",
+    "produce",
     "fetch",
     "list_offsets",
-    "metadata_min",  # until the topics session's Metadata lands
+    "groups",
+    "offsets",
+    "share",
+    "sasl",
 )
 
 
