@@ -23,8 +23,11 @@ offsets of one stored batch: one per batch unless records in it were cancelled).
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import TYPE_CHECKING
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -39,6 +42,17 @@ if TYPE_CHECKING:
 _EXTEND_BATCHES = 4096      # due batches numbered per engine call
 _MAX = (1 << 63) - 1
 _REWRITE_DEAD = 1 << 16     # entries dead at the head before the file is rewritten without them
+F = TypeVar("F", bound=Callable)
+
+
+def _locked(method: F) -> F:
+    """Run under the view's lock: the event loop serves from the view while a maintenance
+    thread may extend it before retention (ServedPartitions.before_retention)."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return run  # type: ignore[return-value]
 
 
 class DeliveryView:
@@ -54,6 +68,7 @@ class DeliveryView:
         self._n = len(rows)
         self._head = 0   # entries before it hold only records retention removed
         self._sync = sync
+        self._lock = threading.RLock()
 
     @classmethod
     def open(cls, log: Log) -> DeliveryView:
@@ -73,6 +88,7 @@ class DeliveryView:
     # ------------------------------------------------------------------ offsets
 
     @property
+    @_locked
     def high_watermark(self) -> int:
         """The next delivery offset to be given out."""
         if not self._n:
@@ -81,6 +97,7 @@ class DeliveryView:
         return int(last["base"]) + int(last["count"])
 
     @property
+    @_locked
     def log_start(self) -> int:
         """The first delivery offset whose record retention has not removed."""
         self._advance_head()
@@ -146,6 +163,7 @@ class DeliveryView:
             return None
         return int(np.searchsorted(self._rows["base"][:self._n], n, side="right")) - 1
 
+    @_locked
     def offset_for_time(self, t: int) -> tuple[int, int]:
         """(delivery offset, deliverAfter) of the first record (from the log start) whose
         deliverAfter is `t` or later; (-1, -1) if none is numbered yet. O(log entries)."""
@@ -158,6 +176,7 @@ class DeliveryView:
 
     # ------------------------------------------------------------------ numbering
 
+    @_locked
     def extend(self) -> int:
         """Number every record due now and not numbered yet (written to the file before
         this returns); returns how many."""
@@ -183,14 +202,17 @@ class DeliveryView:
         self._rows[self._n:need] = rows
         self._n = need
 
+    @_locked
     def sync(self) -> None:
         self._file.sync()
 
+    @_locked
     def close(self) -> None:
         self._file.close()
 
     # ------------------------------------------------------------------ serving
 
+    @_locked
     def read(self, n: int, max_bytes: int) -> bytearray:
         """Kafka v2 batches, back to back, holding the records numbered `n` on, in
         delivery-offset order, the first one holding `n` or the first record after it that
@@ -207,6 +229,7 @@ class DeliveryView:
                                                    max_bytes=max_bytes, with_bytes=True)
         rows = self._rows[:self._n]
         j = self._entry_of(n)
+        assert j is not None  # log start <= n < high watermark: the file holds n
         for b in batches:
             # entries of records removed since they were numbered: gaps
             while j < self._n and (int(rows[j]["deliver_after"]), int(rows[j]["first"]) +

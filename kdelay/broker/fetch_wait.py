@@ -76,7 +76,7 @@ async def wait_any(wakeups: list[Wakeups], next_due_ms: Callable[[], int | None]
         finally:
             for w in wakeups:
                 w.settling -= 1
-        handle = loop.call_later(timeout_s, lambda: fut.done() or fut.set_result(None))
+        handle = loop.call_later(timeout_s, _resolve, fut)
         try:
             await fut
         finally:
@@ -84,3 +84,8 @@ async def wait_any(wakeups: list[Wakeups], next_due_ms: Callable[[], int | None]
     finally:
         for w in wakeups:
             w.remove(fut)
+
+
+def _resolve(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)

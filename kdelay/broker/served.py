@@ -5,7 +5,8 @@ watermark, batches from an offset, the offset for a time, when more may come due
 Fetch and ListOffsets need not tell them apart.
 
 `ServedPartitions` opens each partition's served form on first use and keeps it while the
-broker serves (close: at stop, before the topics close; `forget`: a deleted topic).
+broker serves (close: at stop, before the topics close; `forget`: a topic deleted or
+reopened with new configs, told by the registry's listener where it has one).
 Cost: a dict lookup per partition of a request.
 """
 
@@ -143,6 +144,9 @@ class ServedPartitions:
     def __init__(self, topics: TopicRegistry):
         self._topics = topics
         self._served: dict[tuple[str, int], Served] = {}
+        add_listener = getattr(topics, "add_listener", None)
+        if add_listener is not None:  # a registry that tells of deletes and reopens
+            add_listener(lambda name, event: self.forget(name))
 
     def get(self, topic: str, partition: int) -> Served | None:
         """The partition's served form (None: no such topic or partition). Raises
@@ -157,18 +161,22 @@ class ServedPartitions:
         self._served[(topic, partition)] = found
         return found
 
-    def before_retention(self) -> None:
-        """Number what is due in every open view and fsync it: the broker's retention,
-        compaction and tiered passes call this first, so that no record they remove can
-        lose its delivery offset to a power failure (renumbering after a crash is
-        identical only while every record it numbers is still there)."""
-        for s in self._served.values():
-            if isinstance(s.partition, DelayedPartition):
+    def before_retention(self, topic: str | None = None, partition: int | None = None
+                         ) -> None:
+        """Number what is due in the open views (of one topic or partition, else all) and
+        fsync them: the broker's retention, compaction and tiered passes call this first
+        (from any thread: a view has its lock), so that no record they remove can lose its
+        delivery offset to a power failure (numbering again after a crash is identical
+        only while every record it numbers is still there)."""
+        for (name, p), s in list(self._served.items()):
+            if (topic is None or name == topic) and (partition is None or p == partition) \
+                    and isinstance(s.partition, DelayedPartition):
                 s.partition.view.extend()
                 s.partition.view.sync()
 
     def forget(self, topic: str) -> None:
-        """Drop a deleted topic's partitions."""
+        """Drop a topic's served partitions (deleted, or reopened: they open again on
+        next use, over the new logs)."""
         for key in [k for k in self._served if k[0] == topic]:
             s = self._served.pop(key)
             if isinstance(s.partition, DelayedPartition):

@@ -8,7 +8,8 @@ batches with delivery offsets and serves their bytes with rewritten headers, so 
 is per batch, not per record.
 
 Cost of a page: planning as DueOrderReader's (resumed: O(runs with due batches)), then per
-batch one heap step, and with bytes one pread and one CRC-32C pass; cancelled offsets are
+batch one heap step, and with bytes one copy out of the segment's memory mapping and one
+CRC-32C pass; cancelled offsets are
 looked up (two binary searches) only in segments that have any.
 """
 
@@ -19,7 +20,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..log.batch.entry_check import check_batch
 from ..log.cancellation.cancel_store import CancelStore
+from ..log.segments.segment import LogSegment
 from ..log.segments.segment_set import SegmentSet
 from ..records import DeliveryKey
 from . import planner
@@ -75,7 +78,7 @@ class DueBatchReader:
                 seg = runs[k].seg
                 data = None
                 if with_bytes:
-                    data = seg.read_verified((da, base, pos, lod, size))[1]
+                    data = _read(seg, (da, base, pos, lod, size))
                 out.append(DueBatch(da, base, last, _cancelled_in(cancels, seg.base_offset,
                                                                   base, last), data))
                 taken += size
@@ -138,6 +141,18 @@ class _Merge:
         """Tell every run where the merge left it."""
         for k, run in enumerate(self._runs):
             run.moved_to(self._start[k] + self._head[k])
+
+
+def _read(seg, entry: tuple[int, int, int, int, int]) -> bytes:
+    """The batch `entry` points at, checked (entry_check's rule): from a local segment's
+    memory mapping, where the file holds it, else as the segment reads it (a remote one
+    fetches it; a local one past its size raises what a read there raises)."""
+    pos, size = entry[2], entry[4]
+    if isinstance(seg, LogSegment) and pos >= 0 and pos + size <= seg.size:
+        data = seg.mapped().read(pos, size)
+        check_batch(data, 0, entry, path=seg.log_path)
+        return data
+    return seg.read_verified(entry)[1]
 
 
 def _cancelled_in(cancels: CancelStore | None, seg_base: int, first: int,

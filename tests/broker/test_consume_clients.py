@@ -107,17 +107,25 @@ def test_list_offsets_by_delivery_offset(broker) -> None:
         c.close()
 
 
+def _create_plain(broker: Broker, monkeypatch) -> Topic:
+    """Topic "plain" created with delayed.delivery.enable=false through the broker's
+    registry (the topics session's takes configs; the skeleton's, without topic configs,
+    is told to open it so)."""
+    topics = broker._server.state.topics
+    try:
+        return topics.create("plain", 1, {"delayed.delivery.enable": "false"})
+    except TypeError:
+        monkeypatch.setattr(TopicRegistry, "config_for", lambda self, name: LogConfig(
+            delayed_delivery_enable=name != "plain"))
+        return topics.create("plain", 1)
+
+
 def test_a_plain_topic_is_served_by_log_offset(tmp_path, monkeypatch) -> None:
-    # stands in for the topic configs (another session's): this root's topic "plain" is
-    # opened with delayed delivery off, as `delayed.delivery.enable=false` will open it
-    monkeypatch.setattr(TopicRegistry, "config_for", lambda self, name: LogConfig(
-        delayed_delivery_enable=name != "plain"))
-    root = os.fspath(tmp_path)
-    with Topic.open(root, "plain", partitions=1,
-                    config=LogConfig(delayed_delivery_enable=False)) as t:
+    with Broker(os.fspath(tmp_path), listen="127.0.0.1:0") as b:
+        t = _create_plain(b, monkeypatch)
+        assert not t.partition(0).config.delayed_delivery_enable
         for i in range(5):
             t.send([Record(b"%d-%d" % (i, j), timestamp=1000 * i + j) for j in range(3)])
-    with Broker(root, listen="127.0.0.1:0") as b:
         got = read_kafka_python(b.bootstrap_servers, "plain", 4, 11)
         assert [(g.offset, g.value) for g in got] == [
             (o, b"%d-%d" % divmod(o, 3)) for o in range(4, 15)]

@@ -202,3 +202,69 @@ def test_verify_finds_an_entry_the_log_disagrees_with(tmp_path, capsys) -> None:
     capsys.readouterr()
     assert cli_main(["verify", path]) == 1
     assert "which the log holds otherwise" in capsys.readouterr().out
+
+
+def test_a_broker_refuses_a_damaged_view_and_serves_the_other_partitions(tmp_path) -> None:
+    from kio.schema.errors import ErrorCode
+    from view_support import decode_served
+    from wire_support import connect, fetch
+
+    from kdelay import Broker, Topic
+
+    root = os.fspath(tmp_path)
+    with Topic.open(root, "d", partitions=2) as t:
+        for p in range(2):
+            for i in range(4):
+                t.partition(p).append([Record(b"%d-%d" % (p, i))])
+    for damaged in (False, True):
+        if damaged:
+            path = os.path.join(root, "d-0", VIEW_FILE)
+            with open(path, "r+b") as f:
+                f.seek(HEADER_SIZE + ENTRY_SIZE + 5)  # entry 1 of 4: not a torn tail
+                f.write(b"\xee")
+        with Broker(root, listen="127.0.0.1:0") as b:
+            conn = connect(b.bootstrap_servers, b._server.state.topics.topic_id("d"))
+            with conn.sock:
+                r = fetch(conn, 16, [(conn.w_id, [(0, 0, 1 << 20), (1, 0, 1 << 20)])])
+                p0, p1 = r.responses[0].partitions
+                assert len(decode_served(p1.records or b"")) == 4
+                if damaged:
+                    assert p0.error_code == ErrorCode.kafka_storage_error
+                    assert not p0.records
+                else:
+                    assert len(decode_served(p0.records)) == 4
+                # the connection goes on being served
+                r = fetch(conn, 12, [("d", [(1, 2, 1 << 20)])])
+                assert r.responses[0].partitions[0].high_watermark == 4
+
+
+def test_a_batch_failing_its_crc_is_never_served(tmp_path) -> None:
+    """A byte of a stored record flipped (the file read through its memory mapping): the
+    fetch reaching that batch answers KAFKA_STORAGE_ERROR, serving none of it; the
+    batches before it are served."""
+    from kio.schema.errors import ErrorCode
+    from view_support import decode_served
+    from wire_support import connect, fetch
+
+    from kdelay import Broker, Topic
+
+    root = os.fspath(tmp_path)
+    with Topic.open(root, "c", partitions=1) as t:
+        sizes = [t.partition(0).append([Record(b"v%d" % i)]) for i in range(3)]
+    assert [r.base_offset for r in sizes] == [0, 1, 2]
+    log_path = os.path.join(root, "c-0", "0" * 20 + ".log")
+    with open(log_path, "r+b") as f:
+        data = f.read()
+        at = data.rindex(b"v2")  # inside the last batch's record
+        f.seek(at)
+        f.write(b"X")
+    with Broker(root, listen="127.0.0.1:0") as b:
+        conn = connect(b.bootstrap_servers, b._server.state.topics.topic_id("c"))
+        with conn.sock:
+            r = fetch(conn, 12, [("c", [(0, 0, 1 << 20)])])
+            part = r.responses[0].partitions[0]
+            assert part.error_code == ErrorCode.kafka_storage_error
+            assert not part.records
+            r = fetch(conn, 12, [("c", [(0, 0, 40)])])  # room for one batch: the first
+            part = r.responses[0].partitions[0]
+            assert [(o, v) for _, o, _, v, *_ in decode_served(part.records)] == [(0, b"v0")]

@@ -65,14 +65,19 @@ def _answer(ctx: RequestContext, request: Any) -> tuple[list, int, list]:
         name = state.topics.by_id(t.topic_id) if by_id else t.topic
         parts = []
         for p in t.partitions:
-            served = None if name is None else state.served.get(name, p.partition)
+            try:
+                served = None if name is None else state.served.get(name, p.partition)
+            except ViewDamagedError:  # refused: never a record at a wrong offset
+                parts.append(_partition(part_type, p.partition,
+                                        ErrorCode.kafka_storage_error, -1, -1, _EMPTY))
+                continue
             if served is None:  # an id no topic has, else a topic or partition missing
                 error = ErrorCode.unknown_topic_id if by_id and name is None else \
                     ErrorCode.unknown_topic_or_partition
                 parts.append(_partition(part_type, p.partition, error, -1, -1, _EMPTY))
                 continue
             sp = served.partition
-            records = _EMPTY
+            records: bytes | bytearray = _EMPTY
             error = ErrorCode.none
             try:
                 sp.extend()

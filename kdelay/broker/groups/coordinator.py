@@ -117,13 +117,13 @@ class GroupCoordinator:
         loop = asyncio.get_running_loop()
         if member.joining is not None and not member.joining.done():
             member.joining.set_result(JoinAnswer(ErrorCode.rebalance_in_progress))
-        member.joining = loop.create_future()
+        joining = member.joining = loop.create_future()
         self._touch(g, member)
         if g.state in (EMPTY, STABLE, COMPLETING):
             self._prepare(g, initial=g.state == EMPTY)
         elif g.all_joined() and not g.initial:  # the initial delay runs its course
             self._complete_join(g)
-        return await member.joining
+        return await joining  # completing the join may already have answered it
 
     def _common_protocols(self, g: Group, protocols: list[tuple[str, bytes]]) -> set[str]:
         names = {name for name, _ in protocols}
@@ -200,7 +200,7 @@ class GroupCoordinator:
         self._touch(g, member)
         if g.state == STABLE:
             return ErrorCode.none, member.assignment
-        member.syncing = asyncio.get_running_loop().create_future()
+        syncing = member.syncing = asyncio.get_running_loop().create_future()
         if member_id == g.leader:
             for m in g.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
@@ -208,7 +208,7 @@ class GroupCoordinator:
             for m in g.members.values():
                 if m.syncing is not None and not m.syncing.done():
                     m.syncing.set_result((ErrorCode.none, m.assignment))
-        result = await member.syncing
+        result = await syncing
         member.syncing = None
         return result
 
