@@ -2,8 +2,8 @@
 and share groups side by side with librdkafka's mock cluster.
 
 - `commits`: G groups (default 1,000) each commit one offset once a second, driven by P
-  client processes (raw OffsetCommit v2 requests, pre-encoded, one connection each, every
-  group's commit sent once a second and its answer checked); the broker process's CPU over
+  client processes (raw OffsetCommit v2 requests, pre-encoded, one connection per group as
+  each group's consumer has, every answer checked); the broker process's CPU over
   S seconds from /proc/<pid>/stat and per thread from /proc/<pid>/task (the event loop is
   the main thread; the commits' fsyncs run on executor threads).
 - `rebalance`: a 4-member group of confluent-kafka consumers (one thread each, 8
@@ -23,6 +23,7 @@ and share groups side by side with librdkafka's mock cluster.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import os
 import statistics
@@ -49,10 +50,8 @@ def cpu_seconds(pid: int, task: str | None = None) -> float:
 def thread_cpu(pid: int) -> dict[str, float]:
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
             out[tid] = cpu_seconds(pid, tid)
-        except OSError:
-            pass
     return out
 
 
@@ -87,26 +86,37 @@ def commit_frames(groups: list[str], offset: int) -> list[bytes]:
 
 
 def commit_client(bootstrap: str, first: int, count: int, seconds: float) -> None:
-    """Child process: groups first..first+count-1 each commit once a second."""
+    """Child process: groups first..first+count-1, each on its own connection (as each
+    group's consumer has its own coordinator connection), commit once a second; prints the
+    time and size of every round once all its answers are in."""
+    import selectors
     import socket
     groups = [f"group-{i}" for i in range(first, first + count)]
     frames = [commit_frames(groups, 1 + k) for k in range(4)]  # offsets move each second
     host, port = bootstrap.rsplit(":", 1)
-    s = socket.create_connection((host, int(port)))
-    reader = s.makefile("rb")
-    done, second = 0, 0
+    socks = [socket.create_connection((host, int(port))) for _ in groups]
+    sel = selectors.DefaultSelector()
+    for i, sock in enumerate(socks):
+        sel.register(sock, selectors.EVENT_READ, i)
+    second = 0
     started = time.monotonic()
     while time.monotonic() - started < seconds:
-        s.sendall(b"".join(frames[second % 4]))
-        for _ in range(count):
-            size = struct.unpack(">i", reader.read(4))[0]
-            answer = reader.read(size)
-            if answer[-2:] != b"\0\0":  # the one partition's error code
-                raise RuntimeError(f"commit refused: {answer[-2:].hex()}")
-        done += count
+        for i, sock in enumerate(socks):
+            sock.sendall(frames[second % 4][i])
+        buffers = [b""] * count
+        waiting = count
+        while waiting:
+            for key, _ in sel.select():
+                i = key.data
+                buffers[i] += socks[i].recv(65536)
+                b = buffers[i]
+                if len(b) >= 4 and len(b) >= 4 + struct.unpack(">i", b[:4])[0]:
+                    if b[-2:] != b"\0\0":  # the one partition's error code
+                        raise RuntimeError(f"commit refused: {b[-2:].hex()}")
+                    waiting -= 1
         second += 1
+        print(time.time(), count, flush=True)  # a round answered, when
         time.sleep(max(0.0, started + second - time.monotonic()))
-    print(done, flush=True)
 
 
 def read_all(bootstrap: str, topic: str, n: int) -> None:
@@ -126,7 +136,7 @@ def bench_commits(groups: int, procs: int, seconds: float) -> dict:
     root = tempfile.mkdtemp()
     with Topic.open(root, "t", partitions=1) as t:
         t.partition(0).append([Record(b"r%d" % i) for i in range(10)])
-    proc, bootstrap, _ = start_broker(root)
+    proc, bootstrap, _ = start_broker(root, f"max.connections={groups + 100}")
     read_all(bootstrap, "t", 10)  # due records get their delivery offsets as a fetch reads
     warm = 5.0
     per = groups // procs
@@ -136,18 +146,19 @@ def bench_commits(groups: int, procs: int, seconds: float) -> dict:
     try:
         time.sleep(warm)  # every group's position file made, clients at their pace
         before, threads_before = cpu_seconds(proc.pid), thread_cpu(proc.pid)
-        t0 = time.monotonic()
+        t0, w0 = time.monotonic(), time.time()
         time.sleep(seconds)
         used, threads_after = cpu_seconds(proc.pid), thread_cpu(proc.pid)
-        elapsed = time.monotonic() - t0
-        commits = sum(int(c.communicate()[0].split()[-1]) for c in clients)
+        elapsed, w1 = time.monotonic() - t0, time.time()
+        rounds = [line.split() for c in clients for line in c.communicate()[0].splitlines()]
+        commits = sum(int(n) for t, n in rounds if w0 <= float(t) <= w1)
     finally:
         proc.terminate()
         proc.wait(60)
     main = threads_after.get(str(proc.pid), 0) - threads_before.get(str(proc.pid), 0)
     return {"groups": groups, "cpu_share": (used - before) / elapsed,
             "loop_share": main / elapsed, "other_threads_share": (used - before - main) / elapsed,
-            "commits_per_s": commits / (warm + seconds + 1)}
+            "commits_per_s": commits / elapsed}
 
 
 # ---------------------------------------------------------------------------- rebalance
@@ -159,7 +170,7 @@ def rebalance_once(bootstrap: str, group: str, protocol: str, heartbeat_ms: int)
     lock = threading.Lock()
     stop = [threading.Event() for _ in range(4)]
     consumers = []
-    for i in range(4):
+    for _ in range(4):
         config = {"bootstrap.servers": bootstrap, "group.id": group,
                   "enable.auto.commit": False}
         if protocol == "classic":
@@ -269,24 +280,23 @@ def share_round(bootstrap: str, group: str, topic: str, n: int) -> float:
     return time.perf_counter() - started
 
 
-def share_worker(bootstrap: str, group: str, ready: str) -> None:
+def share_worker(bootstrap: str, group: str, topic: str, ready: str) -> None:
     """Child process: a ShareConsumer reading until 3 s pass without a record; prints
     its count and the times of its first and last record."""
     from confluent_kafka import ShareConsumer
     c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
                        "share.acknowledgement.mode": "implicit"})
-    c.subscribe(["s"])
+    c.subscribe([topic])
     for _ in range(3):
         c.poll(0.3)  # joined, with a share session
     open(ready, "w").close()
     got, first, last = 0, None, None
-    while last is None or time.time() - last < 3:
+    give_up = time.time() + 120
+    while (last is None or time.time() - last < 3) and time.time() < give_up:
         batch = [m for m in c.poll(0.5) if m.error() is None]
         if batch:
             now = time.time()
             first, last, got = first or now, now, got + len(batch)
-        elif last is None and not os.path.exists(ready + ".go"):
-            continue
     c.close()
     print(got, first, last, flush=True)
 
@@ -294,7 +304,9 @@ def share_worker(bootstrap: str, group: str, ready: str) -> None:
 def bench_share(records: int, rounds: int, workers: tuple[int, ...]) -> dict:
     from confluent_kafka import Producer
     root = tempfile.mkdtemp()
-    proc, bootstrap, _ = start_broker(root, "num.partitions=1")
+    # earliest: the scaling workers' group starts at the records produced once they joined
+    proc, bootstrap, _ = start_broker(root, "num.partitions=1",
+                                      "share.auto.offset.reset=earliest")
     holder, mock = mock_bootstrap()
     try:
         ours, theirs = [], []
@@ -323,20 +335,20 @@ def share_scaling(bootstrap: str, group: str, k: int, n: int) -> float:
     from confluent_kafka import Producer
     tmp = tempfile.mkdtemp()
     readies = [os.path.join(tmp, f"ready-{i}") for i in range(k)]
-    procs = [subprocess.Popen([sys.executable, __file__, "_share_worker", bootstrap, group, r],
+    topic = f"scale-{k}"
+    procs = [subprocess.Popen([sys.executable, __file__, "_share_worker", bootstrap, group,
+                               topic, r],
                               stdout=subprocess.PIPE, text=True) for r in readies]
     deadline = time.monotonic() + 60
     while not all(os.path.exists(r) for r in readies):
         if time.monotonic() > deadline:
             raise RuntimeError("share workers did not start")
         time.sleep(0.05)
-    for r in readies:
-        open(r + ".go", "w").close()
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for _ in range(n):
         while True:
             try:
-                p.produce("s", b"y" * 100, partition=0)
+                p.produce(topic, b"y" * 100, partition=0)
                 break
             except BufferError:
                 p.poll(0.005)
@@ -355,7 +367,7 @@ def main() -> None:
         return commit_client(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]),
                              float(sys.argv[5]))
     if sys.argv[1:2] == ["_share_worker"]:
-        return share_worker(*sys.argv[2:5])
+        return share_worker(*sys.argv[2:6])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("what", nargs="?", default="all",
                     choices=["commits", "rebalance", "share", "all"])

@@ -410,6 +410,14 @@ class Log(forks.Owned):
         self._check_open()
         self._groups.commit(group, key, self.now(), generation)
 
+    @write_errors
+    def commit_many(self, positions: dict[str, DeliveryKey | None]) -> None:
+        """Durably store several groups' positions at once (a broker's group commit): one
+        fsync per group and one directory fsync for them all."""
+        keys = {group: commit_key(key) for group, key in positions.items()}
+        self._check_open()
+        self._groups.commit_many(keys, self.now())
+
     def committed(self, group: str) -> DeliveryKey | None:
         self._check_open()
         return self._groups.committed(group)
