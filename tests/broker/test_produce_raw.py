@@ -9,9 +9,6 @@ import signal
 
 import pytest
 from kio.schema.errors import ErrorCode
-
-from kdelay import Broker
-
 from produce_support import (
     RawClient,
     broker_process,
@@ -21,6 +18,8 @@ from produce_support import (
     stored,
     v2_batch,
 )
+
+from kdelay import Broker
 
 V = 9  # kafka-python's Produce version
 
