@@ -16,6 +16,7 @@ from . import protocol
 from .errors import FrameError
 
 if TYPE_CHECKING:
+    from .security.sasl import Exchange
     from .state import BrokerState
 
 log = logging.getLogger("kdelay.broker")
@@ -34,6 +35,7 @@ class Connection:
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.authenticated = not broker.settings.sasl_required
         self.principal: str | None = None
+        self.sasl: Exchange | None = None  # the SASL exchange under way
         self.closing = False
 
     async def serve(self) -> None:

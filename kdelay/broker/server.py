@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+from typing import TYPE_CHECKING
 
 from ..errors import InvalidConfigError
 from .apis import all_apis
@@ -15,9 +17,13 @@ from .connection import Connection
 from .dispatcher import Dispatcher
 from .errors import BrokerConfigError
 from .maintenance import interval_s, maintain
-from .settings import BrokerSettings
+from .security import credentials, tls
+from .settings import BrokerSettings, parse_host_port
 from .state import BrokerState
 from .topic_configs import TopicConfigs
+
+if TYPE_CHECKING:
+    from .ops.http import OperationsEndpoint
 
 log = logging.getLogger("kdelay.broker")
 
@@ -35,10 +41,19 @@ def check_defaults(settings: BrokerSettings) -> None:
 
 
 class Server:
-    def __init__(self, root: str, settings: BrokerSettings, **security: object):
-        if security:  # SASL and TLS (sasl_users, tls_cert, tls_key) are not built yet
-            raise TypeError(f"unexpected arguments: {', '.join(sorted(security))}")
+    def __init__(self, root: str, settings: BrokerSettings, *, sasl_users: str | None = None,
+                 tls_cert: str | None = None, tls_key: str | None = None,
+                 http: str | None = None):
         self.state = BrokerState(root, settings, Dispatcher(all_apis()))
+        if sasl_users is not None:
+            self.state.sasl_users = credentials.load(os.fspath(sasl_users))
+            settings.sasl_required = True
+        if (tls_cert is None) != (tls_key is None):
+            raise BrokerConfigError("TLS needs both a certificate and a key")
+        self.tls = tls.server_context(os.fspath(tls_cert), os.fspath(tls_key)) \
+            if tls_cert is not None and tls_key is not None else None
+        self.http = parse_host_port(http, "http") if http else None
+        self.endpoint: OperationsEndpoint | None = None
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task] = set()
         self._maintenance: asyncio.Task | None = None
@@ -49,7 +64,8 @@ class Server:
         self.state.topics.open_existing()
         host, port = self.state.settings.listen
         self._server = await asyncio.start_server(self._accept, host, port,
-                                                  limit=1 << 16, reuse_address=True)
+                                                  limit=1 << 16, reuse_address=True,
+                                                  ssl=self.tls)
         self.state.host, self.state.port = self._server.sockets[0].getsockname()[:2]
         if host not in ("127.0.0.1", "::1", "localhost") and not self.state.settings.sasl_required:
             log.warning("listening on %s:%d without SASL: anyone who reaches it can read and "
@@ -57,6 +73,13 @@ class Server:
         self._maintenance = asyncio.get_running_loop().create_task(maintain(self.state))
         log.info("kdelay broker serving %s on %s:%d", self.state.root, self.state.host,
                  self.state.port)
+        if self.http is not None:
+            from .ops.http import OperationsEndpoint  # aiohttp loads only when asked for
+            from .ops.metrics import BrokerMetrics
+            metrics = BrokerMetrics(self.state)
+            self.state.dispatcher.observe = metrics.observe
+            self.endpoint = OperationsEndpoint(self.state, metrics)
+            await self.endpoint.start(*self.http, self.tls)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if len(self.state.connections) >= self.state.settings.max_connections:
@@ -82,6 +105,8 @@ class Server:
             self._server.close()
         if self._maintenance is not None:
             self._maintenance.cancel()
+        if self.endpoint is not None:
+            await self.endpoint.stop()
         for conn in list(self.state.connections):
             conn.closing = True  # finish the request being answered, then stop
             conn.reader.feed_eof()  # a connection idle between requests ends now

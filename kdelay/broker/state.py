@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .security.credentials import User
 from .settings import BrokerSettings
 from .topics import TopicRegistry
 
@@ -27,6 +28,7 @@ class BrokerState:
         # made by the produce family on first use (apis/produce.py)
         self.producer_states: ProducerStates | None = None
         self.producer_ids: ProducerIds | None = None
+        self.sasl_users: dict[str, User] | None = None  # None: no SASL on the listener
         self.host, self.port = settings.listen  # the bound address, once bound
 
     @property

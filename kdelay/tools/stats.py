@@ -224,6 +224,11 @@ def _index_bytes(segments: list[SegmentFiles]) -> int:
 
 
 def cmd_stats(args: argparse.Namespace, out: Out) -> int:
+    if args.broker:
+        from .remote_ops import cmd_broker_stats
+        return cmd_broker_stats(args, out)
+    if args.dir is None:
+        raise InspectError("stats needs a directory (or --broker URL)")
     existing(args.dir)
     if not os.path.isdir(args.dir):
         raise InspectError(f"{args.dir}: not a directory; stats takes a log directory")

@@ -13,6 +13,7 @@ FAMILIES = (
     "topics_admin",
     "configs",
     "produce",
+    "sasl",
 )
 
 
