@@ -30,7 +30,7 @@ from .. import fsio
 from ..clients.topic import META_DIR, Topic, validate_topic_name
 from ..config import LogConfig
 from ..errors import InvalidTopicError
-from .topic_configs import TopicConfigs
+from .topic_configs import SPECS, TopicConfigs
 from .topic_store import TopicRecord, TopicStore, new_topic_id
 
 log = logging.getLogger("kdelay.broker")
@@ -96,6 +96,14 @@ class TopicRegistry:
 
     def configs(self, name: str) -> TopicConfigs | None:
         return self._configs.get(name)
+
+    def configs_of(self, name: str) -> dict[str, str]:
+        """Every topic config's value as text (the operations endpoint shows them); {}
+        for a topic the broker does not serve."""
+        configs = self._configs.get(name)
+        if configs is None:
+            return {}
+        return {spec: configs.text(spec)[0] for spec in SPECS}
 
     def config_for(self, name: str) -> LogConfig:
         """The LogConfig the topic is (or a new one would be) opened with."""
