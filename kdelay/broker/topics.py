@@ -64,8 +64,8 @@ class TopicRegistry:
             if record is not None and record.deleting:
                 self._remove_files(name)
                 names.discard(name)
-            elif name not in names:  # CreateTopics crashed before the topic existed
-                self.store.remove(name)
+            elif name not in names:  # CreateTopics crashed before the topic existed:
+                self._remove_files(name)  # anything made of it goes too
         for name in sorted(names):
             record = self.store.read(name)
             if record is None:  # written in process, or by the Spark writer
