@@ -36,6 +36,7 @@ from .clock import Clock, wall_clock
 from .config import LogConfig
 from .errors import KdelayError, OffsetOutOfRangeError, raise_write_error, write_errors
 from .fetch import metrics, offset_order
+from .fetch.due_batches import DueBatch, DueBatchReader
 from .fetch.due_order import DueOrderReader, resolve_cursor
 from .fetch.long_poll import ActivitySignal, due_in_ms
 from .groups.positions import GroupStore, committed_positions
@@ -108,6 +109,7 @@ class Log(forks.Owned):
         self._groups = GroupStore(path)
         self._queue_groups = QueueGroups(path, self.add_append_listener)
         self._due_order = DueOrderReader()
+        self._due_batches = DueBatchReader()  # the broker's due-order view reads through it
         self._compactor = compactor.Compactor(path, self._segments, self._lock, self._cancels)
         self._listeners: list[AppendListener] = []
         # which offsets are cancelled, for compaction: (first, end) -> sorted offsets
@@ -155,7 +157,7 @@ class Log(forks.Owned):
 
         self._remote = RemoteSync(self._tier, self._segments, self._lock, self._cancels,
                                   self.config, now=self.now, before_change=self._life.mark_dirty,
-                                  after_change=self._due_order.reset)
+                                  after_change=self._segments_replaced)
         self._writer.rolled = self._remote.wake
         self._remote.start()
 
@@ -360,6 +362,34 @@ class Log(forks.Owned):
             return offset_order.read_from(self._segments, max(offset, self.log_start_offset),
                                           max_records)
 
+    def _segments_replaced(self) -> None:
+        """Compaction or the tiered sync swapped segments: forget remembered merges."""
+        self._due_order.reset()
+        self._due_batches.reset()
+
+    def _read_due_batches(self, after: DeliveryKey | None, *, max_batches: int,
+                          max_bytes: int, with_bytes: bool
+                          ) -> tuple[list[DueBatch], DeliveryKey | None, int]:
+        """(batches, next, now): stored batches due at the log clock `now` after `after`
+        (fetch/due_batches.py; the broker's due-order view reads through it)."""
+        with self._lock:
+            self._check_open()
+            now = self._clock.now()
+            return (*self._due_batches.read(self._segments, after, now, max_batches, max_bytes,
+                                            self._cancels, with_bytes), now)
+
+    def _read_batches(self, offset: int, max_bytes: int) -> list[bytes]:
+        """Stored batches in offset order from `offset` (offset_order.batches_from)."""
+        with self._lock:
+            self._check_open()
+            return offset_order.batches_from(self._segments, offset, max_bytes)
+
+    def _offset_for_time(self, t: int) -> tuple[int, int] | None:
+        """The first record with a timestamp >= `t` (offset_order.offset_for_time)."""
+        with self._lock:
+            self._check_open()
+            return offset_order.offset_for_time(self._segments, t)
+
     # ------------------------------------------------------------------ groups
 
     @write_errors
@@ -437,7 +467,7 @@ class Log(forks.Owned):
         return self._compactor.compact(self.config, now=self.now,
                                        cancelled=self._cancelled_offsets,
                                        before_change=self._life.mark_dirty,
-                                       after_change=self._due_order.reset,
+                                       after_change=self._segments_replaced,
                                        is_closed=lambda: self._closed,
                                        keep=self._kept_from_compaction)
 

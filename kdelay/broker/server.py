@@ -114,4 +114,7 @@ class Server:
             await asyncio.wait(list(self._tasks), timeout=grace_s)
         for task in list(self._tasks):
             task.cancel()
-        self.state.topics.close()
+        try:
+            self.state.served.close()  # the views number what is due and fsync
+        finally:
+            self.state.topics.close()

@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .security.credentials import User
+from .served import ServedPartitions
 from .settings import BrokerSettings
+from .topic_ids import TopicIds
 from .topics import TopicRegistry
 
 if TYPE_CHECKING:
@@ -24,6 +26,8 @@ class BrokerState:
         self.settings = settings
         self.dispatcher = dispatcher
         self.topics = TopicRegistry(root, settings.configs)
+        self.topic_ids = TopicIds(self.topics)  # Metadata hands them out; Fetch v13+ uses them
+        self.served = ServedPartitions(self.topics)  # what consumers read of each partition
         self.connections: set[Connection] = set()
         # made by the produce family on first use (apis/produce.py)
         self.producer_states: ProducerStates | None = None

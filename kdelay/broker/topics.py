@@ -190,11 +190,11 @@ class TopicRegistry:
         self.store.write(TopicRecord(name, record.topic_id, record.configs, deleting=True))
         del self._topics[name], self._records[name], self._configs[name]
         del self._by_id[record.topic_id]
+        self._tell(name, "deleted")  # what serves it lets go first
         try:
             topic.close()
         finally:
             self._remove_files(name)
-            self._tell(name, "deleted")
 
     def _remove_files(self, name: str) -> None:
         """Remove a topic's metadata, partition directories and record, in that order (the

@@ -14,6 +14,8 @@ FAMILIES = (
     "configs",
     "produce",
     "sasl",
+    "fetch",
+    "list_offsets",
 )
 
 
