@@ -18,7 +18,7 @@ def test_retention_runs_on_its_interval(tmp_path):
         registry = broker._server.state.topics
         registry.create("old", 1, {"retention.ms": "1", "segment.bytes": "200"})
         with RawClient(broker.bootstrap_servers) as c:
-            for i in range(6):  # each batch fills a segment: five sealed ones
+            for _ in range(6):  # each batch fills a segment: five sealed ones
                 answer = partition_answer(c.request(0, 9, produce_request(
                     9, "old", 0, v2_batch([b"x" * 150]))))
                 assert answer.error_code == ErrorCode.none

@@ -121,7 +121,8 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     for t in request.topic_data:
         parts = []
         for p in t.partition_data:
-            code, message, record_errors = ErrorCode.none, None, ()
+            code, message = ErrorCode.none, None
+            record_errors: tuple = ()
             base, start, append_time = -1, -1, -1
             try:
                 if refuse_all is not None:
