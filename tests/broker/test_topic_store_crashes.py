@@ -124,3 +124,24 @@ def test_a_damaged_topic_file_stops_the_start_naming_it(tmp_path):
     with pytest.raises(CorruptLogError, match="keep"):
         reg.open_existing()
     reg.close()
+
+
+def test_kdelay_verify_checks_the_topic_records(tmp_path):
+    import subprocess
+    import sys
+
+    from kdelay.testing.processes import child_env
+    root = str(tmp_path)
+    prepared(root).close()
+
+    def verify() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "kdelay", "verify", root],
+                              capture_output=True, text=True, env=child_env(), timeout=120)
+
+    assert verify().returncode == 0
+    path = os.path.join(TopicStore(root).dir, "keep")
+    with open(path, "r+b") as f:
+        f.write(b"{garbage")
+    damaged = verify()
+    assert damaged.returncode == 1 and path in damaged.stdout
+    assert "does not parse" in damaged.stdout
