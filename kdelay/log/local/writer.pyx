@@ -68,14 +68,17 @@ cdef class Writer:
         cdef int64_t base
         cdef Built built
         cdef bint sync = False
+        cdef SegmentTail active
         try:
-            base = self._active().next_offset
+            active = self._active()
+            base = active.next_offset
             data = build(columns, base, now, requested, self.config, &built)
-            self.make_room(len(data), built.max_timestamp)
+            if self._make_room(active, len(data), built.max_timestamp):
+                active = self._active()  # rolled: a new segment, starting at `base`
             if self._flushes:
                 sync = self.policy.due_after(built.records)
-            self._active().append(data, base, built.records - 1, built.deliver_after,
-                                  built.max_timestamp, self._index_interval_bytes, sync)
+            active.append(data, base, built.records - 1, built.deliver_after,
+                          built.max_timestamp, self._index_interval_bytes, sync)
         finally:
             horizon.end(now)
         if self._flushes:  # (without a flush setting, the policy has nothing to count)
@@ -153,11 +156,17 @@ cdef class Writer:
 
     cpdef make_room(self, int64_t size, int64_t max_timestamp):
         """Before writing a batch: the first change removes the clean marker; roll if due."""
+        self._make_room(self._active(), size, max_timestamp)
+
+    cdef bint _make_room(self, SegmentTail active, int64_t size,
+                         int64_t max_timestamp) except -1:
+        """make_room, given the active segment; True if it rolled (a new one is active)."""
         if self._life.marker_present:
             self._life.mark_dirty()
-        if self._active().rolls_before(size, max_timestamp, self._segment_bytes,
-                                       self._segment_ms):
+        if active.rolls_before(size, max_timestamp, self._segment_bytes, self._segment_ms):
             self._roll()
+            return True
+        return False
 
     def roll(self) -> None:
         """Seal the active segment if it holds anything."""

@@ -18,6 +18,8 @@ from posix.unistd cimport pwrite
 
 from kdelay import fsio
 
+from kdelay.index.recent_columns cimport RecentColumns
+
 # fsio's own write (kdelay's import loads this module before anything can replace it)
 cdef object _FSIO_WRITE = fsio.write
 
@@ -62,8 +64,8 @@ cdef class SegmentTail:
             raise
         self.size = pos + size
         self._index(header_base, pos, size, max_timestamp, index_interval_bytes)
-        self.dly_index.recent_columns.add(deliver_after, header_base, pos, last_offset_delta,
-                                          size)  # (DeliverAfterIndex.add, as one C call)
+        (<RecentColumns?>self.dly_index.recent_columns).add(
+            deliver_after, header_base, pos, last_offset_delta, size)  # (DeliverAfterIndex.add)
         self.next_offset = header_base + last_offset_delta + 1
         return pos
 
