@@ -219,7 +219,7 @@ def test_idempotent_state_survives_kill_9(tmp_path):
 def _metadata_all():
     from kio.index import load_request_schema
 
-    from kdelay.broker.messages import element, make
+    from kdelay.broker.responses import element, make
     req = load_request_schema(3, 9)
     return make(req, topics=(make(element(req, "topics"), name="k9"),),
                 allow_auto_topic_creation=True,

@@ -27,7 +27,7 @@ from produce_support import (
 )
 
 from kdelay import Broker
-from kdelay.broker.messages import make
+from kdelay.broker.responses import make
 
 
 @pytest.fixture(scope="module")

@@ -28,8 +28,8 @@ from kio.schema.types import ProducerId
 
 from ...errors import CorruptBatchError, InvalidRecordError, KdelayError, LogWriteError
 from ..dispatcher import Api, RequestContext
-from ..messages import element, has, make
 from ..producer_state import ProducerStates, Verdict
+from ..responses import element, has, make
 from ..wire_batch import BatchTooLargeError, open_batches
 
 log = logging.getLogger("kdelay.broker")
