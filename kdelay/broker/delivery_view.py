@@ -141,6 +141,22 @@ class DeliveryView:
         r = self._rows[i]
         return DeliveryKey(int(r["deliver_after"]), int(r["first"]) - 1)
 
+    def offset_after(self, key: DeliveryKey) -> int:
+        """The delivery offset of the first numbered record after `key` (the high watermark
+        when none is). O(log entries)."""
+        rows, n = self._rows, self._n
+        da = rows["deliver_after"][:n]
+        lo = int(np.searchsorted(da, key.deliver_after, side="left"))
+        hi = int(np.searchsorted(da, key.deliver_after, side="right"))
+        i = lo + int(np.searchsorted(rows["first"][lo:hi], key.offset, side="right")) - 1
+        if i < 0:
+            return self._first
+        r = rows[i]
+        if int(r["deliver_after"]) < key.deliver_after or \
+                key.offset >= int(r["first"]) + int(r["count"]):
+            return int(r["base"]) + int(r["count"])
+        return int(r["base"]) + key.offset - int(r["first"]) + 1
+
     def _entry_of(self, n: int) -> int | None:
         """The index of the entry holding delivery offset `n` (None: not in the file)."""
         if n < self._first or n >= self.high_watermark:

@@ -16,6 +16,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from ..errors import OffsetOutOfRangeError
+from ..records import DeliveryKey
 from .batch_rewrite import v2_batches
 from .delivery_view import DeliveryView
 from .fetch_wait import Wakeups
@@ -61,6 +62,23 @@ class PlainPartition:
     def next_due_ms(self) -> int | None:
         return None  # nothing comes due later: only appends wake a fetch
 
+    def key_before(self, n: int) -> DeliveryKey | None:
+        """The engine's group position for a consumer whose next offset is `n` (the key of
+        record n - 1; None from the start). One small read."""
+        if n <= 0:
+            return None
+        records = self.log.read(n - 1, max_records=1)
+        if not records:
+            raise OffsetOutOfRangeError(f"offset {n} is beyond the log end "
+                                        f"{self.log.log_end_offset}")
+        r = records[0]
+        return DeliveryKey(r.deliver_after, r.offset) if r.offset == n - 1 else \
+            DeliveryKey(r.deliver_after, n - 1)
+
+    def offset_after(self, key: DeliveryKey | None) -> int:
+        """The next offset of a consumer whose position is `key`."""
+        return 0 if key is None else key.offset + 1
+
 
 class DelayedPartition:
     """A delayed topic's partition, served by delivery offset."""
@@ -85,6 +103,22 @@ class DelayedPartition:
 
     def offset_for_time(self, t: int) -> tuple[int, int]:
         return self.view.offset_for_time(t)
+
+    def key_before(self, n: int) -> DeliveryKey | None:
+        """The engine's group position for a consumer whose next delivery offset is `n`
+        (OffsetOutOfRangeError past the high watermark)."""
+        if n > self.view.high_watermark:
+            raise OffsetOutOfRangeError(f"delivery offset {n} is beyond the high watermark "
+                                        f"{self.view.high_watermark}")
+        return None if n <= 0 else self.view.key_before(n)
+
+    def offset_after(self, key: DeliveryKey | None) -> int:
+        """The next delivery offset of a consumer whose position is `key` (numbering what
+        is due first, so that an in-process commit maps)."""
+        if key is None:
+            return 0
+        self.view.extend()
+        return self.view.offset_after(key)
 
     def next_due_ms(self) -> int | None:
         """How long until the next pending record comes due on the log clock (None: none

@@ -56,6 +56,7 @@ class Server:
         self.endpoint: OperationsEndpoint | None = None
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._connections: dict[Connection, asyncio.Task] = {}
         self._maintenance: asyncio.Task | None = None
 
     async def start(self) -> None:
@@ -90,26 +91,32 @@ class Server:
         conn = Connection(reader, writer, self.state)
         self.state.connections.add(conn)
         task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
+        assert task is not None  # asyncio runs each client callback in a task of its own
+        self._tasks.add(task)
+        self._connections[conn] = task
         try:
             await conn.serve()
+        except asyncio.CancelledError:
+            pass  # a stopping broker ended it between requests: a normal end
         finally:
             self.state.connections.discard(conn)
-            if task is not None:
-                self._tasks.discard(task)
+            self._tasks.discard(task)
+            self._connections.pop(conn, None)
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Stop accepting, answer what is in flight (up to grace_s), close every topic."""
         if self._server is not None:
             self._server.close()
-        if self._maintenance is not None:
-            self._maintenance.cancel()
         if self.endpoint is not None:
             await self.endpoint.stop()
-        for conn in list(self.state.connections):
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+        for conn, task in list(self._connections.items()):
             conn.closing = True  # finish the request being answered, then stop
-            conn.reader.feed_eof()  # a connection idle between requests ends now
+            if not conn.busy:
+                task.cancel()  # idle between requests: ends now
+        self.state.groups.close()  # members waiting in a join or sync are answered
+        self.state.share_groups.close()  # share members release what they hold
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=grace_s)
         for task in list(self._tasks):

@@ -30,7 +30,7 @@ def broker(tmp_path_factory):
     with Broker(root, listen="127.0.0.1:0") as b:
         host, port = b.bootstrap_servers.rsplit(":", 1)
         with socket.create_connection((host, int(port)), timeout=60) as s:
-            yield Conn(s, b._server.state.topic_ids.id_of("w"))
+            yield Conn(s, b._server.state.topics.topic_id("w"))
 
 
 def _records(part) -> list:

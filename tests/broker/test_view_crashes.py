@@ -223,7 +223,7 @@ def test_a_broker_refuses_a_damaged_view_and_serves_the_other_partitions(tmp_pat
                 f.seek(HEADER_SIZE + ENTRY_SIZE + 5)  # entry 1 of 4: not a torn tail
                 f.write(b"\xee")
         with Broker(root, listen="127.0.0.1:0") as b:
-            conn = connect(b.bootstrap_servers, b._server.state.topic_ids.id_of("d"))
+            conn = connect(b.bootstrap_servers, b._server.state.topics.topic_id("d"))
             with conn.sock:
                 r = fetch(conn, 16, [(conn.w_id, [(0, 0, 1 << 20), (1, 0, 1 << 20)])])
                 p0, p1 = r.responses[0].partitions
@@ -259,7 +259,7 @@ def test_a_batch_failing_its_crc_is_never_served(tmp_path) -> None:
         f.seek(at)
         f.write(b"X")
     with Broker(root, listen="127.0.0.1:0") as b:
-        conn = connect(b.bootstrap_servers, b._server.state.topic_ids.id_of("c"))
+        conn = connect(b.bootstrap_servers, b._server.state.topics.topic_id("c"))
         with conn.sock:
             r = fetch(conn, 12, [("c", [(0, 0, 1 << 20)])])
             part = r.responses[0].partitions[0]

@@ -13,9 +13,12 @@ FAMILIES = (
     "topics_admin",
     "configs",
     "produce",
-    "sasl",
     "fetch",
     "list_offsets",
+    "groups",
+    "offsets",
+    "share",
+    "sasl",
 )
 
 

@@ -61,9 +61,8 @@ def _answer(ctx: RequestContext, request: Any) -> tuple[list, int, list]:
     total = 0
     read = []
     out = []
-    names = state.topics.names() if by_id else []
     for t in request.topics:
-        name = state.topic_ids.name_of(t.topic_id, names) if by_id else t.topic
+        name = state.topics.by_id(t.topic_id) if by_id else t.topic
         parts = []
         for p in t.partitions:
             try:
