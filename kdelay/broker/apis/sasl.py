@@ -5,7 +5,6 @@ is answered with SASL_AUTHENTICATION_FAILED and the connection is then closed.""
 
 from __future__ import annotations
 
-import datetime
 import logging
 from datetime import timedelta
 from typing import Any
