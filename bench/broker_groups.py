@@ -64,7 +64,7 @@ def commit_frames(groups: list[str], offset: int) -> list[bytes]:
     from kio.index import load_request_schema
     from kio.serial import entity_writer
 
-    from kdelay.broker.messages import element, make
+    from kdelay.broker.responses import element, make
     req_cls = load_request_schema(8, 2)
     header_cls = req_cls.__header_schema__
     topic_cls = element(req_cls, "topics")

@@ -2,7 +2,9 @@
 `log.retention.check.interval.ms` (broker-wide, default 300000, Kafka's name), as Kafka's
 log manager does.
 
-Each pass visits every partition of every topic once, on a worker thread (the engine's
+Each pass visits every partition of every topic once, on a worker thread; before a
+partition's pass, its due-order view numbers what is due and fsyncs (served.py's
+`before_retention`) (the engine's
 calls block: `Log.enforce_retention`, which also compacts when the topic's
 `kdelay.compaction.min.ratio` > 0, and `Log.sync_remote` for tiered topics); each takes the
 partition's lock only for its own steps, so produce and fetch go on meanwhile. A failure of
@@ -42,6 +44,9 @@ def run_pass(broker: BrokerState) -> int:
             continue
         for i, plog in enumerate(topic.logs):
             try:
+                # the delivery offsets of what is due are numbered and fsynced first, so
+                # that no record retention or compaction removes loses its number (served.py)
+                broker.served.before_retention(name, i)
                 deleted += plog.enforce_retention()
                 if plog.config.remote_storage is not None:
                     plog.sync_remote()

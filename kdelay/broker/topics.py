@@ -30,7 +30,7 @@ from .. import fsio
 from ..clients.topic import META_DIR, Topic, validate_topic_name
 from ..config import LogConfig
 from ..errors import InvalidTopicError
-from .topic_configs import TopicConfigs
+from .topic_configs import SPECS, TopicConfigs
 from .topic_store import TopicRecord, TopicStore, new_topic_id
 
 log = logging.getLogger("kdelay.broker")
@@ -64,8 +64,8 @@ class TopicRegistry:
             if record is not None and record.deleting:
                 self._remove_files(name)
                 names.discard(name)
-            elif name not in names:  # CreateTopics crashed before the topic existed
-                self.store.remove(name)
+            elif name not in names:  # CreateTopics crashed before the topic existed:
+                self._remove_files(name)  # anything made of it goes too
         for name in sorted(names):
             record = self.store.read(name)
             if record is None:  # written in process, or by the Spark writer
@@ -96,6 +96,14 @@ class TopicRegistry:
 
     def configs(self, name: str) -> TopicConfigs | None:
         return self._configs.get(name)
+
+    def configs_of(self, name: str) -> dict[str, str]:
+        """Every topic config's value as text (the operations endpoint shows them); {}
+        for a topic the broker does not serve."""
+        configs = self._configs.get(name)
+        if configs is None:
+            return {}
+        return {spec: configs.text(spec)[0] for spec in SPECS}
 
     def config_for(self, name: str) -> LogConfig:
         """The LogConfig the topic is (or a new one would be) opened with."""
@@ -182,11 +190,11 @@ class TopicRegistry:
         self.store.write(TopicRecord(name, record.topic_id, record.configs, deleting=True))
         del self._topics[name], self._records[name], self._configs[name]
         del self._by_id[record.topic_id]
+        self._tell(name, "deleted")  # what serves it lets go first
         try:
             topic.close()
         finally:
             self._remove_files(name)
-            self._tell(name, "deleted")
 
     def _remove_files(self, name: str) -> None:
         """Remove a topic's metadata, partition directories and record, in that order (the

@@ -35,6 +35,7 @@ from .scanning import (
     scan_segment,
 )
 from .verify_batches import check_batches
+from .verify_broker import check_broker_files
 from .verify_index import check_index
 from .verify_remote import check_remote
 from .verify_view import check_view
@@ -223,14 +224,22 @@ def cmd_verify(args: argparse.Namespace, out: Out) -> int:
                         out.line(f.line())
     finally:
         bar.close()
-    problems = sum(len(r.problems) for r in reports)
+    broker = check_broker_files(args.path) if os.path.isdir(args.path) else None
+    if broker is not None and not args.json:
+        for f in broker.findings:
+            if f.problem or not args.quiet:
+                out.line(f.line())
+    problems = sum(len(r.problems) for r in reports) + (
+        len(broker.problems) if broker is not None else 0)
     if args.json:
         out.json({
             "ok": problems == 0, "problems": problems,
             "partitions": [{
                 "path": r.directory, "ok": r.ok, "segments": r.segments, "batches": r.batches,
                 "records": r.records, "bytes": r.bytes, "indexes_checked": r.indexes_checked,
-                "remote_copies": r.remote_copies, "findings": [f.as_dict() for f in r.findings]} for r in reports]})
+                "remote_copies": r.remote_copies, "findings": [f.as_dict() for f in r.findings]} for r in reports],
+            **({"broker_files": [f.as_dict() for f in broker.findings]}
+               if broker is not None else {})})
     else:
         segs = sum(r.segments for r in reports)
         nbytes = sum(r.bytes for r in reports)

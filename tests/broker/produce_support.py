@@ -22,7 +22,7 @@ from kio.serial import entity_reader, entity_writer
 
 from kdelay import Topic
 from kdelay.broker.apis import all_apis
-from kdelay.broker.messages import element, make
+from kdelay.broker.responses import element, make
 from kdelay.testing.processes import child_env
 
 TIMEOUT_S = 60.0  # an upper bound for anything to finish under load, never a measurement

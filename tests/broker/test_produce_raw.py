@@ -9,9 +9,6 @@ import signal
 
 import pytest
 from kio.schema.errors import ErrorCode
-
-from kdelay import Broker
-
 from produce_support import (
     RawClient,
     broker_process,
@@ -21,6 +18,8 @@ from produce_support import (
     stored,
     v2_batch,
 )
+
+from kdelay import Broker
 
 V = 9  # kafka-python's Produce version
 
@@ -220,7 +219,7 @@ def test_idempotent_state_survives_kill_9(tmp_path):
 def _metadata_all():
     from kio.index import load_request_schema
 
-    from kdelay.broker.messages import element, make
+    from kdelay.broker.responses import element, make
     req = load_request_schema(3, 9)
     return make(req, topics=(make(element(req, "topics"), name="k9"),),
                 allow_auto_topic_creation=True,

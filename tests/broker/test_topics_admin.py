@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 from produce_support import TIMEOUT_S, RawClient, broker_process, stop
 
 from kdelay import Broker, LogConfig, Topic
-from kdelay.broker.messages import element, make
+from kdelay.broker.responses import element, make
 
 
 def metadata_request(version: int, names: list[str] | None, auto: bool = True):

@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from ...errors import InvalidConfigError, KdelayError
 from ..dispatcher import Api, RequestContext
-from ..messages import element, make
+from ..responses import element, make
 from ..state import BrokerState
 from ..topic_configs import SPECS
 

@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from ..dispatcher import Api, RequestContext
 from ..groups.consumer_protocol import ASSIGNOR, HeartbeatAnswer
-from ..messages import element, make
+from ..responses import element, make
 
 
 def _ms(value: Any) -> int:

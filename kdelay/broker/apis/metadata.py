@@ -18,7 +18,7 @@ from kio.schema.types import BrokerId, TopicName
 
 from ...errors import InvalidConfigError, InvalidTopicError
 from ..dispatcher import Api, RequestContext
-from ..messages import element, has, make
+from ..responses import element, has, make
 from ..state import NODE_ID, BrokerState
 
 log = logging.getLogger("kdelay.broker")

@@ -28,8 +28,8 @@ from kio.schema.types import ProducerId
 
 from ...errors import CorruptBatchError, InvalidRecordError, KdelayError, LogWriteError
 from ..dispatcher import Api, RequestContext
-from ..messages import element, has, make
 from ..producer_state import ProducerStates, Verdict
+from ..responses import element, has, make
 from ..wire_batch import BatchTooLargeError, open_batches
 
 log = logging.getLogger("kdelay.broker")
@@ -121,7 +121,8 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     for t in request.topic_data:
         parts = []
         for p in t.partition_data:
-            code, message, record_errors = ErrorCode.none, None, ()
+            code, message = ErrorCode.none, None
+            record_errors: tuple = ()
             base, start, append_time = -1, -1, -1
             try:
                 if refuse_all is not None:

@@ -18,7 +18,7 @@ from ..dispatcher import Api, RequestContext
 from ..fetch_wait import wait_any
 from ..groups.share import ShareGroups, ShareMember
 from ..groups.share_configs import SPECS as GROUP_SPECS
-from ..messages import element, make
+from ..responses import element, make
 from ..state import NODE_ID
 from .configs import GROUP, ConfigEntry, ConfigRefused, ConfigResource, register
 

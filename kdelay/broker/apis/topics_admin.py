@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from ...errors import InvalidConfigError, InvalidTopicError
 from ..dispatcher import Api, RequestContext
-from ..messages import element, has, make
+from ..responses import element, has, make
 from ..state import NODE_ID
 from ..topic_configs import SPECS
 
