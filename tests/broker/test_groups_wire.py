@@ -1,8 +1,10 @@
-"""Consumer groups over the wire with real clients in real processes: workers that commit
-after processing see every record once per group; a worker killed with kill -9 loses its
-partitions to the others after its session timeout (at least once, nothing lost); commits
-survive a broker restart and kill -9; the wire group and `Consumer(topic, group)` in
-process are one position."""
+"""Consumer groups over the wire with real clients in real processes (confluent-kafka,
+kafka-python, aiokafka, KafkaJS, and confluent-kafka with KIP-848's group.protocol=consumer):
+workers that commit after processing see every record once per group; a worker killed with
+kill -9 loses its partitions to the others after its session timeout (at least once,
+nothing lost); a KIP-848 member leaving cleanly hands its partitions over; commits survive
+a broker restart and kill -9; the wire group and `Consumer(topic, group)` in process are
+one position."""
 
 from __future__ import annotations
 
@@ -179,17 +181,20 @@ def test_kip848_a_member_leaving_hands_its_partitions_over(tmp_path):
         assert stop(proc, signal.SIGTERM) == 0
 
 
-def test_a_killed_worker_loses_its_partitions_and_nothing_is_lost(tmp_path):
+@pytest.mark.parametrize(("victim_client", "survivor_client"),
+                         [("confluent", "kafka-python"), ("confluent-848", "confluent-848")])
+def test_a_killed_worker_loses_its_partitions_and_nothing_is_lost(tmp_path, victim_client,
+                                                                 survivor_client):
     root = str(tmp_path / "root")
     values = [f"job-{i}" for i in range(40)]
     fill(root, "jobs", 2, values)
     with broker_process(root, *FAST_GROUPS) as (proc, bootstrap):
         outputs = [str(tmp_path / "a"), str(tmp_path / "b")]
-        victim = start_worker("confluent", bootstrap, "jobs", "g", outputs[0])
+        victim = start_worker(victim_client, bootstrap, "jobs", "g", outputs[0])
         wait_for(lambda: len(processed(outputs[:1])) > 0, "the first worker's records")
         victim.send_signal(signal.SIGKILL)  # no leave: the session timeout must find it
         victim.wait(TIMEOUT_S)
-        survivor = start_worker("kafka-python", bootstrap, "jobs", "g", outputs[1])
+        survivor = start_worker(survivor_client, bootstrap, "jobs", "g", outputs[1])
         try:
             wait_for(lambda: set(processed(outputs)) >= set(values), "every record")
         finally:
