@@ -23,12 +23,11 @@ from ..log.batch import codec
 from ..log.cancellation.cancel_store import CancelStore
 from ..records import DeliveryKey, FetchedRecord
 from ..validation import MAX_INT64
-from .page_fill import NO_BOUND, Outcome, PageRequest, Window
+from .page_fill import DAMAGED, DONE, FETCH, NO_BOUND, PLAN, PageRequest, Window
 from .planner import MergeCursor, cursor_key
 from .runs import BatchSource
 
 _new_record = tuple.__new__
-DONE, DAMAGED, FETCH, PLAN = Outcome.DONE, Outcome.DAMAGED, Outcome.FETCH, Outcome.PLAN
 # most entries of a recent run gathered into a window at once (a larger page refills)
 RECENT_WINDOW = 4096
 

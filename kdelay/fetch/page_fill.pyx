@@ -26,7 +26,7 @@ from kdelay.log.batch.batch_header cimport Layout, read_layout
 from kdelay.log.batch.batch_read cimport Cancelled, Wanted, read_batch
 from kdelay.log.segments.mapped_file cimport MappedFile
 
-cpdef enum Outcome:  # KWayMerge.fill's result; PageRequest.detail says more
+cpdef enum:  # KWayMerge.fill's outcome; PageRequest.detail says more
     DONE = 0     # the page is full, or nothing more is due: detail is the smallest
                  # deliverAfter > now at a window's head (-1: none seen)
     REFILL = 1   # window `detail` ran out with more entries behind it (or its segment's
@@ -118,7 +118,7 @@ cdef class PageRequest:
     (after_off -1: from the start) and deliverAfter <= now, at most max_records of them,
     and batches while their bytes keep `taken_bytes` within max_bytes (always at least one
     batch); `bound_da`, `bound_off`: the smallest key a segment not in the merge may hold
-    (bound_da NO_BOUND: none). Out: `taken_bytes` so far, and `detail` (see Outcome)."""
+    (bound_da NO_BOUND: none). Out: `taken_bytes` so far, and `detail` (see the outcomes)."""
 
     cdef public int64_t after_da, after_off, now, max_records, max_bytes, taken_bytes
     cdef public int64_t bound_da, bound_off, detail
@@ -320,7 +320,7 @@ cdef class KWayMerge:
         """Merge the windows into the page `out` (records appended), as `r` asks, moving
         each head past the entries the page consumed whole, leaving cancelled records out
         (a batch whose remaining records are all cancelled is consumed unread). O(log k)
-        per batch taken. Returns an Outcome (as an int); `r.detail` and `r.taken_bytes` say more."""
+        per batch taken. Returns the outcome (DONE, REFILL, DAMAGED, FETCH or PLAN); `r.detail` and `r.taken_bytes` say more."""
         cdef Slot* s
         cdef Py_ssize_t best
         cdef int64_t n, skip, first, last, n_gone = 0, left, got, head, lod, size

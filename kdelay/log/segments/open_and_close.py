@@ -22,7 +22,9 @@ from .loader import (
     open_directory,
     write_recovery_point,
 )
+from .segment import LogSegment
 from .segment_set import SegmentSet
+from .segment_summary import SegmentSummary, write_summaries
 
 
 class Opened(NamedTuple):
@@ -94,6 +96,7 @@ class Lifetime:
         if not self.marker_present:
             self._segments.active.persist_indexes()
             write_recovery_point(self.path, self._segments.active.next_offset)
+            write_summaries(self.path, sealed_summaries(self._segments))
         self._cancels.checkpoint(everything=True)  # after the .log fsync above
         fsio.atomic_write(os.path.join(self.path, CLEAN_SHUTDOWN_FILE),
                           str(clock_floor).encode("ascii"))
@@ -115,6 +118,19 @@ class Lifetime:
         parent's writer is gone)."""
         self.finalizer()  # release(), once
         self.lock_fd = -1
+
+
+def sealed_summaries(segments: SegmentSet) -> list[SegmentSummary]:
+    """What the next clean open needs of each sealed local segment instead of its indexes
+    (segment_summary.py): from memory, O(sealed segments)."""
+    out = []
+    for seg in segments:
+        if seg is segments.active or not isinstance(seg, LogSegment):
+            continue
+        out.append(SegmentSummary(seg.base_offset, seg.next_offset, seg.size,
+                                  seg.min_deliver_after, seg.max_key, seg.max_timestamp,
+                                  seg.compacted))
+    return out
 
 
 def release(segments: SegmentSet, lock_fd: int, cancels: CancelStore) -> None:

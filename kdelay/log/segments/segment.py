@@ -4,6 +4,11 @@ The .log is append-only. Indexes of the active segment grow in memory; `persist_
 writes them atomically (on roll and on clean close) and re-maps them. A segment whose
 persisted indexes are missing, stale or corrupt is rebuilt from a scan of its .log.
 
+After a clean close a sealed segment opens from the segment summary (segment_summary.py)
+with none of its indexes read: each loads on first use (loader.DeferredIndexes), with
+every check a load makes, and what the fetch plans by (its end offset, smallest
+deliverAfter, largest key, largest timestamp) comes from the summary until then.
+
 A sealed segment rewritten by compaction (`compacted`, marked on disk by its `.compacted`
 file, see swap.py) may have offset gaps between its batches: its records lie in
 [base_offset, next_offset) but not every offset there exists. Offsets inside every batch
@@ -36,19 +41,40 @@ from .layout import (
 )
 from .mapped_file import MappedFile
 from .offset_lookup import OffsetLookup
+from .segment_summary import SegmentSummary
 from .segment_tail import SegmentTail
 
 # a mapping reaches this far past the file's end, so the active segment grows into it
 _MAP_HEADROOM = 1 << 20
 
 
+def _deferrable(name: str, suffix: str) -> property:
+    """The index `name` of SegmentTail (where it is kept once loaded), loaded on first use
+    when a clean open deferred it."""
+    kept = SegmentTail.__dict__[name]
+
+    def get(self: LogSegment):
+        index = kept.__get__(self, SegmentTail)
+        return self._deferred.load(self, suffix) if index is None else index
+
+    def set_(self: LogSegment, index) -> None:
+        kept.__set__(self, index)
+
+    return property(get, set_, doc=f"The segment's {suffix} index (loaded on first use "
+                                   f"after a clean open).")
+
+
 class LogSegment(SegmentTail, OffsetLookup):
     """A segment: its files, loading and recovery, and reads (appends: SegmentTail;
     finding a batch by offset: OffsetLookup, shared with remote segments)."""
 
+    offset_index = _deferrable("offset_index", INDEX_SUFFIX)
+    time_index = _deferrable("time_index", TIMEINDEX_SUFFIX)
+    dly_index = _deferrable("dly_index", DLYINDEX_SUFFIX)
+
     def __init__(self, directory: str, base_offset: int, fd: int, size: int, next_offset: int,
-                 offset_index: OffsetIndex, time_index: TimeIndex,
-                 dly_index: DeliverAfterIndex):
+                 offset_index: OffsetIndex | None, time_index: TimeIndex | None,
+                 dly_index: DeliverAfterIndex | None, summary: SegmentSummary | None = None):
         self.directory = directory
         self.log_path = segment_file(directory, base_offset, LOG_SUFFIX)
         self.base_offset = base_offset
@@ -64,7 +90,15 @@ class LogSegment(SegmentTail, OffsetLookup):
         self._bytes_since_index_entry = 0
         # (dly_index.generation, min_deliver_after): see min_deliver_after
         self._min_deliver_after: tuple[int, int | None] = (0, None)
-        self.max_timestamp = -1 if time_index.last_key() is None else time_index.last_key()
+        # what a clean close recorded (None: the indexes were loaded at open), and what
+        # loads the indexes not loaded yet (loader.DeferredIndexes; None: all loaded)
+        self.summary = summary
+        self._deferred = None
+        if summary is not None:
+            self.max_timestamp = summary.max_timestamp
+        else:
+            last = time_index.last_key()
+            self.max_timestamp = -1 if last is None else last
         self.compacted = False  # may have offset gaps (set by the loader and compaction)
         # tiered storage: the segment's committed copy in the object store
         # (kdelay.log.tiered.manifest.RemoteCopy), None until copied
@@ -79,9 +113,15 @@ class LogSegment(SegmentTail, OffsetLookup):
                 head, path=self.log_path, file_pos=0, available=self.size).max_timestamp
         return self._first_timestamp
 
+    def deferred(self, suffix: str) -> bool:
+        """Is index `suffix` still to be loaded (on first use)?"""
+        return self._deferred is not None and self._deferred.pending(self, suffix)
+
     @property
     def max_key(self) -> tuple[int, int] | None:
         """The largest (deliverAfter, offset) of any record here (None: no batch)."""
+        if self.summary is not None and self.deferred(DLYINDEX_SUFFIX):
+            return self.summary.max_key
         return self.dly_index.max_key()
 
     @property
@@ -89,6 +129,8 @@ class LogSegment(SegmentTail, OffsetLookup):
         """The smallest deliverAfter of any record here (None: no batch). Worked out once
         per persisted index (a generation), so a sealed segment answers from memory, as a
         remote one does from its manifest; entries appended since change it at once."""
+        if self.summary is not None and self.deferred(DLYINDEX_SUFFIX):
+            return self.summary.min_deliver_after
         idx = self.dly_index
         if idx.has_recent:
             return idx.min_deliver_after()
@@ -147,6 +189,26 @@ class LogSegment(SegmentTail, OffsetLookup):
             os.close(fd)
             raise
         return cls(directory, base_offset, fd, size, next_offset, oi, ti, di)
+
+    @classmethod
+    def deferred_load(cls, directory: str, summary: SegmentSummary, loader) -> LogSegment:
+        """Open a sealed segment as a clean close summarised it, reading none of its
+        indexes: `loader` (loader.DeferredIndexes) loads each on first use. Raises
+        IndexFileError if the .log is not the size the summary says."""
+        base = summary.base_offset
+        fd = fsio.open_append(segment_file(directory, base, LOG_SUFFIX))
+        try:
+            size = os.fstat(fd).st_size
+            if size != summary.log_bytes:
+                raise IndexFileError(f"{segment_file(directory, base, LOG_SUFFIX)}: {size} "
+                                     f"bytes, the segment summary says {summary.log_bytes}")
+        except BaseException:
+            os.close(fd)
+            raise
+        seg = cls(directory, base, fd, size, summary.next_offset, None, None, None, summary)
+        seg.compacted = summary.compacted
+        seg._deferred = loader
+        return seg
 
     @classmethod
     def recover(cls, directory: str, base_offset: int, *, index_interval_bytes: int,
