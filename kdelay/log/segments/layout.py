@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -126,6 +126,13 @@ class Listing:
     copied: frozenset[int]   # segments with `N.remote`: a committed copy (local or not)
     deleting: list[int]      # no longer in the log: their remote copies are being deleted
     leftovers: list[str]     # names the next open removes, in name order
+    # bases of the local segments that have a file of each companion suffix (an open
+    # asks here rather than looking for each segment's files one by one)
+    companions: dict[str, frozenset[int]] = field(default_factory=dict)
+
+    def has(self, base: int, suffix: str) -> bool:
+        """Does local segment `base` have its `suffix` file?"""
+        return base in self.companions.get(suffix, ())
 
     @property
     def bases(self) -> list[int]:
@@ -147,8 +154,13 @@ def classify(names: list[str]) -> Listing:
                   if base not in bases
                   and not (suffix in CANCEL_SUFFIXES and base in remote_only)]
     leftovers += [segment_name(base) + LOG_SUFFIX for base in deleting & logs]
+    kept: dict[str, set[int]] = {}
+    for base, suffix, _ in companions:
+        if base in bases or (suffix in CANCEL_SUFFIXES and base in remote_only):
+            kept.setdefault(suffix, set()).add(base)
     return Listing(sorted(bases), sorted(remote_only), frozenset(remote - deleting),
-                   sorted(deleting), sorted(leftovers))
+                   sorted(deleting), sorted(leftovers),
+                   {suffix: frozenset(b) for suffix, b in kept.items()})
 
 
 def remote_deletions(directory: str) -> list[int]:
@@ -167,13 +179,13 @@ def _sort_names(names: list[str]) -> tuple[set[int], set[int], set[int],
     companions: list[tuple[int, str, str]] = []
     temporary: list[str] = []
     for name in names:
-        if is_temporary(name):
+        if name.endswith(TEMP_SUFFIXES):  # is_temporary, inline: once per file
             temporary.append(name)
             continue
-        parsed = parse_segment_name(name)
-        if parsed is None:
+        # parse_segment_name, inline: a 20-digit stem up to the first dot
+        if len(name) < 21 or name[20] != "." or not name[:20].isdigit():
             continue
-        base, suffix = parsed
+        base, suffix = int(name[:20]), name[20:]
         if suffix == LOG_SUFFIX:
             bases.add(base)
         elif suffix == REMOTE_SUFFIX:

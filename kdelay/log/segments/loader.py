@@ -66,6 +66,8 @@ class LoadReport:
     swaps: list[str] = field(default_factory=list)  # interrupted compactions finished/undone
     # the indexes a clean open left to load on first use (None: none)
     deferred: DeferredIndexes | None = field(default=None, repr=False, compare=False)
+    # the directory as the open listed it (after tidying)
+    listing: Listing | None = field(default=None, repr=False, compare=False)
 
     def finish_deferred(self) -> None:
         """Load and check every index the open deferred, so that this report says all the
@@ -124,7 +126,7 @@ class DeferredIndexes:
     def finish(self) -> None:
         """Load every deferred index of every segment still open."""
         for seg in self.segments:
-            if seg.fd < 0 or seg.base_offset in self._failed:
+            if seg.closed or seg.base_offset in self._failed:
                 continue  # deleted (retention) or replaced (compaction) since; or reported
             for suffix in sorted(self._pending.get(seg.base_offset, ())):
                 if not self.pending(seg, suffix):
@@ -337,7 +339,7 @@ def load_segments(directory: str, index_interval_bytes: int,
     report.swaps = swap.recover(directory)
     for note in report.swaps:
         log.info("kdelay recovery: %s", note)
-    listing = _tidy_directory(directory, report)
+    listing = report.listing = _tidy_directory(directory, report)
     bases, remote_bases = listing.bases, set(listing.remote_only)
     if remote_bases and tiered is None:
         raise _store_needed(directory, listing.remote_only[0])
@@ -366,7 +368,7 @@ def load_segments(directory: str, index_interval_bytes: int,
                 continue
             unflushed = not report.clean and (i == len(bases) - 1 or base >= recovery_point)
             cut = 0
-            marker = _compaction_marker(directory, bases, i, report)
+            marker = _compaction_marker(directory, bases, i, report, listing)
             end = None if marker is None else marker.end_offset
             if unflushed:
                 seg, cut, _ = _recover(directory, base, index_interval_bytes, report,
@@ -409,14 +411,14 @@ def load_segments(directory: str, index_interval_bytes: int,
     return segments, report
 
 
-def _compaction_marker(directory: str, bases: list[int], i: int, report: LoadReport
-                       ) -> swap.Marker | None:
+def _compaction_marker(directory: str, bases: list[int], i: int, report: LoadReport,
+                       listing: Listing) -> swap.Marker | None:
     """The marker of segment `bases[i]` if compaction wrote it (None if not). A damaged
     marker is rewritten from the next segment's base (a compacted segment is never the
     last one); without a next segment the segment is treated as never compacted, so that
     any gap in it is reported as damage."""
     base = bases[i]
-    if not swap.marker_exists(directory, base):
+    if not listing.has(base, MARKER_SUFFIX):
         return None
     marker = swap.read_marker(directory, base)
     if marker is not None:

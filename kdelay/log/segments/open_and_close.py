@@ -15,6 +15,7 @@ from ... import fsio
 from ..cancellation import cancel_ops
 from ..cancellation.cancel_store import CancelStore
 from .horizon_writer import Horizon
+from .layout import CANCEL_INDEX_SUFFIX, CANCELS_SUFFIX
 from .loader import (
     CLEAN_SHUTDOWN_FILE,
     LoadReport,
@@ -48,7 +49,12 @@ def open_log_directory(path: str, index_interval_bytes: int,
     try:
         # after a crash every journal is checked against the recovered segments' ends,
         # and reschedules in flight are settled against the log (cancel_store.py)
-        cancels.load([(s.base_offset, s.next_offset) for s in opened.segments],
+        listing = opened.report.listing
+        with_files = None if listing is None else \
+            listing.companions.get(CANCELS_SUFFIX, frozenset()) | \
+            listing.companions.get(CANCEL_INDEX_SUFFIX, frozenset())
+        cancels.load([(s.base_offset, s.next_offset) for s in opened.segments
+                       if with_files is None or s.base_offset in with_files],
                      recovered=() if opened.report.clean else segments.bases(),
                      copy_check=cancel_ops.copy_checker(segments))
     except BaseException:

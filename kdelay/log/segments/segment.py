@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterator
 
 from ... import fsio
@@ -46,6 +47,9 @@ from .segment_tail import SegmentTail
 
 # a mapping reaches this far past the file's end, so the active segment grows into it
 _MAP_HEADROOM = 1 << 20
+UNOPENED = -2  # the descriptor of a .log a clean open has not opened yet (see `fd`)
+_kept_fd = SegmentTail.__dict__["fd"]
+_opening = threading.Lock()  # one thread opens a deferred .log
 
 
 def _deferrable(name: str, suffix: str) -> property:
@@ -67,6 +71,36 @@ def _deferrable(name: str, suffix: str) -> property:
 class LogSegment(SegmentTail, OffsetLookup):
     """A segment: its files, loading and recovery, and reads (appends: SegmentTail;
     finding a batch by offset: OffsetLookup, shared with remote segments)."""
+
+    @property
+    def fd(self) -> int:
+        """The .log's descriptor (-1: closed). A segment a clean open took from the
+        summary opens its .log on first use, checking that it is the size the clean close
+        left (CorruptLogError if not: it was changed behind the log's back)."""
+        fd = _kept_fd.__get__(self, SegmentTail)
+        return self._open_log() if fd == UNOPENED else fd
+
+    @fd.setter
+    def fd(self, fd: int) -> None:
+        _kept_fd.__set__(self, fd)
+
+    @property
+    def closed(self) -> bool:
+        return _kept_fd.__get__(self, SegmentTail) == -1
+
+    def _open_log(self) -> int:
+        with _opening:
+            fd = _kept_fd.__get__(self, SegmentTail)
+            if fd != UNOPENED:
+                return fd
+            fd = os.open(self.log_path, os.O_RDWR | fsio.O_BINARY)
+            size = os.fstat(fd).st_size
+            if size != self.size:
+                os.close(fd)
+                raise CorruptLogError(f"{size} bytes, where the clean close left {self.size}",
+                                      self.log_path)
+            _kept_fd.__set__(self, fd)
+            return fd
 
     offset_index = _deferrable("offset_index", INDEX_SUFFIX)
     time_index = _deferrable("time_index", TIMEINDEX_SUFFIX)
@@ -192,20 +226,11 @@ class LogSegment(SegmentTail, OffsetLookup):
 
     @classmethod
     def deferred_load(cls, directory: str, summary: SegmentSummary, loader) -> LogSegment:
-        """Open a sealed segment as a clean close summarised it, reading none of its
-        indexes: `loader` (loader.DeferredIndexes) loads each on first use. Raises
-        IndexFileError if the .log is not the size the summary says."""
-        base = summary.base_offset
-        fd = fsio.open_append(segment_file(directory, base, LOG_SUFFIX))
-        try:
-            size = os.fstat(fd).st_size
-            if size != summary.log_bytes:
-                raise IndexFileError(f"{segment_file(directory, base, LOG_SUFFIX)}: {size} "
-                                     f"bytes, the segment summary says {summary.log_bytes}")
-        except BaseException:
-            os.close(fd)
-            raise
-        seg = cls(directory, base, fd, size, summary.next_offset, None, None, None, summary)
+        """A sealed segment as a clean close summarised it, touching none of its files:
+        its .log opens on first use (`fd`), and `loader` (loader.DeferredIndexes) loads
+        each index on first use."""
+        seg = cls(directory, summary.base_offset, UNOPENED, summary.log_bytes,
+                  summary.next_offset, None, None, None, summary)
         seg.compacted = summary.compacted
         seg._deferred = loader
         return seg
@@ -278,9 +303,10 @@ class LogSegment(SegmentTail, OffsetLookup):
         if self._mapped is not None:
             self._mapped.close()
             self._mapped = None
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        fd = _kept_fd.__get__(self, SegmentTail)
+        if fd >= 0:
+            os.close(fd)
+        self.fd = -1
 
     def delete(self) -> None:
         """Remove the segment's files: the .log first, so a crash part-way leaves only
