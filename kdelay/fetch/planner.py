@@ -93,8 +93,10 @@ class MergeCursor:
         """Add the pending segment that may hold the smallest key to the merge, from its
         first entry past `key` (the page's cursor: every key the page took is below all
         of this segment's)."""
-        _, base, seg = heapq.heappop(self.pending)
-        slot = self._add(column_run(seg, key), now, limit, cancels)
+        low, base, seg = heapq.heappop(self.pending)
+        # a bound above the cursor is the segment's own smallest key: it starts at its start
+        slot = self._add(column_run(seg, None if key is None or low > key else key),
+                         now, limit, cancels)
         self.slot_of[base] = slot
         if not isinstance(seg, LogSegment):
             self.remote.add(slot)

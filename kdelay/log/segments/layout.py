@@ -61,6 +61,9 @@ CLEAN_SHUTDOWN_FILE = ".kdelay_cleanshutdown"
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 HORIZON_FILE = "append.horizon"  # see kdelay/log/segments/append_horizon.py
 _MARKERS = (LOCK_FILE, CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE)
+# the suffixes `classify` sorts a listing by
+_SEGMENT_SUFFIXES = frozenset((LOG_SUFFIX, REMOTE_SUFFIX, REMOTE_DELETING_SUFFIX,
+                               *COMPANION_SUFFIXES))
 _PARTITION_NAME = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>\d+)$")
 
 
@@ -147,54 +150,45 @@ def classify(names: list[str]) -> Listing:
     deleted (`N.remote-deleting`) is no longer in the log: its .log and every companion
     are leftovers (the marker itself is left to the deletion to finish).
     O(n log n) in the number of names."""
-    logs, remote, deleting, companions, leftovers = _sort_names(names)
-    bases = logs - deleting
-    remote_only = remote - bases - deleting
-    leftovers += [name for base, suffix, name in companions
-                  if base not in bases
-                  and not (suffix in CANCEL_SUFFIXES and base in remote_only)]
-    leftovers += [segment_name(base) + LOG_SUFFIX for base in deleting & logs]
-    kept: dict[str, set[int]] = {}
-    for base, suffix, _ in companions:
-        if base in bases or (suffix in CANCEL_SUFFIXES and base in remote_only):
-            kept.setdefault(suffix, set()).add(base)
-    return Listing(sorted(bases), sorted(remote_only), frozenset(remote - deleting),
-                   sorted(deleting), sorted(leftovers),
-                   {suffix: frozenset(b) for suffix, b in kept.items()})
+    groups = _by_suffix(names)
+    logs, remote = groups.get(LOG_SUFFIX, {}), groups.get(REMOTE_SUFFIX, {})
+    deleting = groups.get(REMOTE_DELETING_SUFFIX, {}).keys()
+    bases = logs.keys() - deleting
+    remote_only = remote.keys() - bases - deleting
+    leftovers = [n for n in names if n.endswith(TEMP_SUFFIXES)]
+    kept: dict[str, frozenset[int]] = {}
+    for suffix in COMPANION_SUFFIXES:
+        found = groups.get(suffix)
+        if not found:
+            continue
+        keep = found.keys() & bases
+        if suffix in CANCEL_SUFFIXES:
+            keep |= found.keys() & remote_only
+        leftovers += [found[b] + suffix for b in found.keys() - keep]
+        kept[suffix] = frozenset(keep)
+    leftovers += [logs[b] + LOG_SUFFIX for b in deleting & logs.keys()]
+    return Listing(sorted(bases), sorted(remote_only), frozenset(remote.keys() - deleting),
+                   sorted(deleting), sorted(leftovers), kept)
+
+
+def _by_suffix(names: list[str]) -> dict[str, dict[int, str]]:
+    """The segment files of a listing by suffix: base offset -> the name's 20-digit stem
+    (a segment file's name is its base offset, zero-padded to 20 digits, then the suffix
+    from the first dot on: parse_segment_name). One pass over the names, and an int per
+    segment file of a suffix it knows."""
+    stems: dict[str, list[str]] = {}
+    for name in names:
+        if len(name) > 20 and name[20] == ".":
+            stems.setdefault(name[20:], []).append(name[:20])
+    return {suffix: {int(s): s for s in found if s.isdigit()}
+            for suffix, found in stems.items()
+            if suffix in _SEGMENT_SUFFIXES}
 
 
 def remote_deletions(directory: str) -> list[int]:
     """Base offsets of the segments whose remote copies are being deleted (a
     `N.remote-deleting` marker), ascending."""
     return classify_directory(directory).deleting
-
-
-def _sort_names(names: list[str]) -> tuple[set[int], set[int], set[int],
-                                          list[tuple[int, str, str]], list[str]]:
-    """(bases with a .log, with `.remote`, with `.remote-deleting`, (base, suffix, name) of
-    companion files, temporary names) of a listing."""
-    bases: set[int] = set()
-    remote: set[int] = set()
-    deleting: set[int] = set()
-    companions: list[tuple[int, str, str]] = []
-    temporary: list[str] = []
-    for name in names:
-        if name.endswith(TEMP_SUFFIXES):  # is_temporary, inline: once per file
-            temporary.append(name)
-            continue
-        # parse_segment_name, inline: a 20-digit stem up to the first dot
-        if len(name) < 21 or name[20] != "." or not name[:20].isdigit():
-            continue
-        base, suffix = int(name[:20]), name[20:]
-        if suffix == LOG_SUFFIX:
-            bases.add(base)
-        elif suffix == REMOTE_SUFFIX:
-            remote.add(base)
-        elif suffix == REMOTE_DELETING_SUFFIX:
-            deleting.add(base)
-        elif suffix in COMPANION_SUFFIXES:
-            companions.append((base, suffix, name))
-    return bases, remote, deleting, companions, temporary
 
 
 def compaction_in_progress(names: list[str]) -> list[str]:

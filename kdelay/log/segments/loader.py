@@ -34,6 +34,7 @@ from ...index.time_index import TimeIndex
 from ..compaction import swap
 from .layout import (
     CLEAN_SHUTDOWN_FILE,
+    CLEANED_SUFFIX,
     COMPANION_SUFFIXES,
     DLYINDEX_SUFFIX,
     INDEX_SUFFIX,
@@ -41,6 +42,7 @@ from .layout import (
     LOG_SUFFIX,
     MARKER_SUFFIX,
     RECOVERY_POINT_FILE,
+    SWAP_SUFFIX,
     TIMEINDEX_SUFFIX,
     Listing,
     classify,
@@ -335,11 +337,15 @@ def load_segments(directory: str, index_interval_bytes: int,
     report = LoadReport()
     report.clean = os.path.exists(os.path.join(directory, CLEAN_SHUTDOWN_FILE))
     recovery_point = read_recovery_point(directory)
-    # an interrupted compaction swap is finished or undone before anything is listed
-    report.swaps = swap.recover(directory)
-    for note in report.swaps:
-        log.info("kdelay recovery: %s", note)
-    listing = report.listing = _tidy_directory(directory, report)
+    # an interrupted compaction swap is finished or undone before anything is listed (one
+    # listing serves both when no swap was in progress: the usual case)
+    names = os.listdir(directory)
+    if any(n.endswith((CLEANED_SUFFIX, SWAP_SUFFIX)) for n in names):
+        report.swaps = swap.recover(directory)
+        for note in report.swaps:
+            log.info("kdelay recovery: %s", note)
+        names = os.listdir(directory)
+    listing = report.listing = _tidy_directory(directory, report, names)
     bases, remote_bases = listing.bases, set(listing.remote_only)
     if remote_bases and tiered is None:
         raise _store_needed(directory, listing.remote_only[0])
@@ -498,10 +504,10 @@ def _recover(directory: str, base: int, interval: int, report: LoadReport, *,
     return seg, cut, error is not None
 
 
-def _tidy_directory(directory: str, report: LoadReport) -> Listing:
-    """Remove leftovers (temp files, indexes without a .log, see layout.classify); return
-    the directory's listing."""
-    listing = classify(os.listdir(directory))
+def _tidy_directory(directory: str, report: LoadReport, names: list[str]) -> Listing:
+    """Remove leftovers (temp files, indexes without a .log, see layout.classify) of the
+    directory listed as `names`; return its listing."""
+    listing = classify(names)
     for name in listing.leftovers:
         fsio.unlink(os.path.join(directory, name))
         report.orphans_removed += 1

@@ -115,9 +115,10 @@ class LogSegment(SegmentTail, OffsetLookup):
         self.fd = fd
         self.size = size
         self.next_offset = next_offset
-        self.offset_index = offset_index
-        self.time_index = time_index
-        self.dly_index = dly_index
+        if dly_index is not None:  # else deferred: loaded on first use
+            self.offset_index = offset_index
+            self.time_index = time_index
+            self.dly_index = dly_index
         # max timestamp of the first batch, for segment_ms; read lazily so that opening a
         # sealed segment reads none of its .log
         self._first_timestamp = None

@@ -30,9 +30,8 @@ class SegmentSet:
         if not segments:
             raise ValueError("a SegmentSet needs at least the active segment")
         self._by_base: SortedDict = SortedDict((s.base_offset, s) for s in segments)
-        self._by_max_key = SortedList()
-        for seg in segments[:-1]:
-            self._add_sealed(seg)
+        keys = ((seg.max_key, seg.base_offset) for seg in segments[:-1])
+        self._by_max_key = SortedList((k[0], k[1], base) for k, base in keys if k is not None)
         self.active: LogSegment = segments[-1]
 
     def _add_sealed(self, seg) -> None:
