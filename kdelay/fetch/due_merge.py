@@ -81,7 +81,7 @@ def read_page(state: MergeCursor, after: DeliveryKey | None, now: int, max_recor
         if outcome == DONE or outcome == DAMAGED:
             break
         if outcome == PLAN:
-            state.take_up_next(key, now, limit, cancels)
+            state.take_up(key, now, limit, cancels)
             continue
         slot = request.detail
         run = state.runs[slot]

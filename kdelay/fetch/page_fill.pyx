@@ -308,6 +308,16 @@ cdef class KWayMerge:
         """Has slot k entries left to give (or more behind them)?"""
         return 0 <= k < self.capacity and self.slots[k].at >= 0
 
+    def top(self) -> tuple | None:
+        """The key (deliverAfter, offset) at the head of the heap's first window (None:
+        the heap is empty, or that window is to be refilled first)."""
+        if not self.n_heap:
+            return None
+        cdef Slot* s = &self.slots[self.heap[0]]
+        if s.head == s.end:
+            return None
+        return s.da[s.head], s.base[s.head]
+
     def __len__(self) -> int:
         """Windows in the heap (with entries left, or more behind them)."""
         return self.n_heap

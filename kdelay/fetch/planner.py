@@ -38,7 +38,7 @@ from .runs import ArrivalsRun, ColumnRun, RecentRun, RemoteColumnRun, empty_offs
 if TYPE_CHECKING:  # a process without tiered storage never loads it
     from ..log.tiered.remote_segment import RemoteSegment
 
-# remote segments whose indexes a plan fetches in the background ahead of use (KIP-1003)
+# remote segments whose indexes are fetched in the background together (KIP-1003)
 PREFETCH_SEGMENTS = 8
 DUE_ORDER_INDEXES = (DLYINDEX_SUFFIX,)  # what the merge reads of a segment's indexes
 
@@ -88,21 +88,26 @@ class MergeCursor:
         self.set_window(slot, now, limit, cancels)
         return slot
 
-    def take_up_next(self, key: Key | None, now: int, limit: int,
-                     cancels: CancelStore | None) -> None:
-        """Add the pending segment that may hold the smallest key to the merge, from its
-        first entry past `key` (the page's cursor: every key the page took is below all
-        of this segment's)."""
-        low, base, seg = heapq.heappop(self.pending)
-        # a bound above the cursor is the segment's own smallest key: it starts at its start
-        slot = self._add(column_run(seg, None if key is None or low > key else key),
-                         now, limit, cancels)
-        self.slot_of[base] = slot
-        if not isinstance(seg, LogSegment):
-            self.remote.add(slot)
-            # the next ones' indexes in the background, while this one is read
-            prefetch_indexes((p[2] for p in self.pending[:PREFETCH_SEGMENTS]),
-                             DUE_ORDER_INDEXES)
+    def take_up(self, key: Key | None, now: int, limit: int,
+                cancels: CancelStore | None) -> None:
+        """Add to the merge the pending segments that may hold the next key: the first,
+        and every other whose bound is due and below the merge's smallest head (their
+        remote indexes fetched together), each from its first entry past `key` (the
+        page's cursor: every key the page took is below all of theirs)."""
+        pending = self.pending
+        top = self.merge.top()
+        batch = [heapq.heappop(pending)]
+        while pending and pending[0][0][0] <= now and (
+                pending[0][0] <= batch[0][0] if top is None else pending[0][0] < top):
+            batch.append(heapq.heappop(pending))
+        if len(batch) > 1:
+            prefetch_indexes((seg for _, _, seg in batch), DUE_ORDER_INDEXES)
+        for low, base, seg in batch:
+            # a bound above the cursor is the segment's own smallest key: it starts there
+            run = column_run(seg, None if key is None or low > key else key)
+            self.slot_of[base] = slot = self._add(run, now, limit, cancels)
+            if not isinstance(seg, LogSegment):
+                self.remote.add(slot)
 
     def set_active(self, runs: list, now: int, limit: int,
                    cancels: CancelStore | None) -> None:
@@ -207,8 +212,6 @@ def merge_state(segments: SegmentSet, resume: ResumePoints, cursor: DeliveryKey 
                             0 if cancels is None else cancels.changes)
         state.pending = [_pending(seg, key) for seg in segments.sealed_after(key)]
         heapq.heapify(state.pending)
-        prefetch_indexes((p[2] for p in islice(state.pending, PREFETCH_SEGMENTS)
-                          if p[0][0] <= now), DUE_ORDER_INDEXES)
     else:
         if state.sealed_upto != active.base_offset:  # rolled since: the new sealed ones
             for seg in segments.between(state.sealed_upto, active.base_offset):
