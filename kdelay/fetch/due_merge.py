@@ -78,7 +78,7 @@ def read_page(state: MergeCursor, after: DeliveryKey | None, now: int, max_recor
         else:
             request.bound_da = NO_BOUND
         outcome = merge.fill(out, request)
-        if outcome == DONE or outcome == DAMAGED:
+        if outcome in (DONE, DAMAGED):
             break
         if outcome == PLAN:
             state.take_up(key, now, limit, cancels)

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING
 from ..log.batch import codec
 from ..log.batch.record_decode import shared_headers
 from ..log.cancellation.cancel_store import CancelStore
-from ..log.segments.layout import DLYINDEX_SUFFIX
 from ..log.segments.segment import LogSegment
 from ..log.segments.segment_set import SegmentSet
 from ..records import NO_HEADERS, DeliveryKey, FetchedRecord
@@ -38,9 +37,9 @@ from .runs import ArrivalsRun, ColumnRun, RecentRun, RemoteColumnRun, empty_offs
 if TYPE_CHECKING:  # a process without tiered storage never loads it
     from ..log.tiered.remote_segment import RemoteSegment
 
-# remote segments whose indexes are fetched in the background together (KIP-1003)
+# remote segments whose indexes a read by offset fetches in the background ahead of use
+# (KIP-1003; the due-order merge fetches none ahead: it takes up one segment at a time)
 PREFETCH_SEGMENTS = 8
-DUE_ORDER_INDEXES = (DLYINDEX_SUFFIX,)  # what the merge reads of a segment's indexes
 
 Key = tuple[int, int]  # (deliverAfter, offset)
 
@@ -90,24 +89,16 @@ class MergeCursor:
 
     def take_up(self, key: Key | None, now: int, limit: int,
                 cancels: CancelStore | None) -> None:
-        """Add to the merge the pending segments that may hold the next key: the first,
-        and every other whose bound is due and below the merge's smallest head (their
-        remote indexes fetched together), each from its first entry past `key` (the
-        page's cursor: every key the page took is below all of theirs)."""
-        pending = self.pending
-        top = self.merge.top()
-        batch = [heapq.heappop(pending)]
-        while pending and pending[0][0][0] <= now and (
-                pending[0][0] <= batch[0][0] if top is None else pending[0][0] < top):
-            batch.append(heapq.heappop(pending))
-        if len(batch) > 1:
-            prefetch_indexes((seg for _, _, seg in batch), DUE_ORDER_INDEXES)
-        for low, base, seg in batch:
-            # a bound above the cursor is the segment's own smallest key: it starts there
-            run = column_run(seg, None if key is None or low > key else key)
-            self.slot_of[base] = slot = self._add(run, now, limit, cancels)
-            if not isinstance(seg, LogSegment):
-                self.remote.add(slot)
+        """Add to the merge the pending segment with the smallest bound (the fill asked:
+        it may hold the next key), from its first entry past `key` (the page's cursor:
+        every key the page took is below all of its). One at a time, and nothing fetched
+        ahead: the segment taken up next may never be needed (the page may fill first)."""
+        low, base, seg = heapq.heappop(self.pending)
+        # a bound above the cursor is the segment's own smallest key: it starts there
+        run = column_run(seg, None if key is None or low > key else key)
+        self.slot_of[base] = slot = self._add(run, now, limit, cancels)
+        if not isinstance(seg, LogSegment):
+            self.remote.add(slot)
 
     def set_active(self, runs: list, now: int, limit: int,
                    cancels: CancelStore | None) -> None:
