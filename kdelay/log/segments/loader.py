@@ -99,17 +99,15 @@ class DeferredIndexes:
         self.interval = index_interval_bytes
         self.report = report
         self.segments: list[LogSegment] = []
-        self._pending: dict[int, set[str]] = {}  # base -> suffixes not loaded yet
+        self._loaded_of: dict[int, set[str]] = {}  # base -> suffixes loaded (once one is)
         self.loads = 0  # index files loaded since the open
         self._failed: set[int] = set()  # bases whose .log no longer matches the summary
 
     def defer(self, seg: LogSegment) -> None:
         self.segments.append(seg)
-        self._pending[seg.base_offset] = set(_KINDS)
 
     def pending(self, seg: LogSegment, suffix: str) -> bool:
-        todo = self._pending.get(seg.base_offset)
-        return todo is not None and suffix in todo
+        return seg._deferred is self and suffix not in self._loaded_of.get(seg.base_offset, ())
 
     def load(self, seg: LogSegment, suffix: str):
         """Index `suffix` of `seg`, loaded now (under the Log's lock, as every read)."""
@@ -130,9 +128,9 @@ class DeferredIndexes:
         for seg in self.segments:
             if seg.closed or seg.base_offset in self._failed:
                 continue  # deleted (retention) or replaced (compaction) since; or reported
-            for suffix in sorted(self._pending.get(seg.base_offset, ())):
+            for suffix in sorted(_KINDS):
                 if not self.pending(seg, suffix):
-                    continue  # a rebuild loaded it
+                    continue  # loaded already (a rebuild loads all three)
                 try:
                     self.load(seg, suffix)
                 except CorruptLogError as e:
@@ -140,12 +138,11 @@ class DeferredIndexes:
                     break
 
     def _loaded(self, seg: LogSegment, suffixes: tuple[str, ...]) -> None:
-        todo = self._pending.get(seg.base_offset)
-        if todo is not None:
-            todo.difference_update(suffixes)
-            if not todo:
-                del self._pending[seg.base_offset]
-                seg._deferred = None
+        done = self._loaded_of.setdefault(seg.base_offset, set())
+        done.update(suffixes)
+        if len(done) == len(_KINDS):
+            del self._loaded_of[seg.base_offset]
+            seg._deferred = None
 
     def _rebuild(self, seg: LogSegment, error: IndexFileError) -> None:
         """Rebuild the segment's indexes from its .log, as an open does: persisted if the

@@ -49,6 +49,7 @@ from .segment_tail import SegmentTail
 _MAP_HEADROOM = 1 << 20
 UNOPENED = -2  # the descriptor of a .log a clean open has not opened yet (see `fd`)
 _kept_fd = SegmentTail.__dict__["fd"]
+_kept_dly = SegmentTail.__dict__["dly_index"]
 _opening = threading.Lock()  # one thread opens a deferred .log
 
 
@@ -148,14 +149,10 @@ class LogSegment(SegmentTail, OffsetLookup):
                 head, path=self.log_path, file_pos=0, available=self.size).max_timestamp
         return self._first_timestamp
 
-    def deferred(self, suffix: str) -> bool:
-        """Is index `suffix` still to be loaded (on first use)?"""
-        return self._deferred is not None and self._deferred.pending(self, suffix)
-
     @property
     def max_key(self) -> tuple[int, int] | None:
         """The largest (deliverAfter, offset) of any record here (None: no batch)."""
-        if self.summary is not None and self.deferred(DLYINDEX_SUFFIX):
+        if _kept_dly.__get__(self, SegmentTail) is None:  # deferred: the summary says
             return self.summary.max_key
         return self.dly_index.max_key()
 
@@ -164,7 +161,7 @@ class LogSegment(SegmentTail, OffsetLookup):
         """The smallest deliverAfter of any record here (None: no batch). Worked out once
         per persisted index (a generation), so a sealed segment answers from memory, as a
         remote one does from its manifest; entries appended since change it at once."""
-        if self.summary is not None and self.deferred(DLYINDEX_SUFFIX):
+        if _kept_dly.__get__(self, SegmentTail) is None:  # deferred: the summary says
             return self.summary.min_deliver_after
         idx = self.dly_index
         if idx.has_recent:
