@@ -66,8 +66,9 @@ def build(path: str, records: int, segments: int, seed: int = 1) -> int:
         stamps = range(t - BATCH, t)
         due = t + rng.randint(0, SPREAD_MS)
         latest = max(latest, due)
-        log.append([Record(v, key=k, timestamp=s) for v, k, s in zip(values, keys, stamps)],
-                   deliver_after=due)
+        batch = [Record(v, key=k, timestamp=s)
+                 for v, k, s in zip(values, keys, stamps, strict=True)]
+        log.append(batch, deliver_after=due)
     log.close()
     return latest + 1
 
