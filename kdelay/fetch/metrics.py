@@ -1,6 +1,6 @@
 """The numbers `Log.metrics` reports, assembled from a SegmentSet, its group positions,
 its cancellations and its compaction totals (its queue groups count themselves:
-queue_state.queue_groups)."""
+kdelay.groups.queue.queue_groups)."""
 
 from __future__ import annotations
 
@@ -8,31 +8,25 @@ import contextlib
 import os
 from typing import TYPE_CHECKING
 
-from ..errors import KdelayError
 from ..log.cancellation.cancel_store import CancelStore
 from ..log.segments.layout import INDEX_SUFFIXES
 from ..log.segments.segment import LogSegment
 from ..log.segments.segment_set import SegmentSet
 from ..log.tiered.placement import placement_counts
 from ..records import DeliveryKey
-from .group_positions import GroupStore
 from .lag import due_after
 
 if TYPE_CHECKING:
     from ..log.tiered.tier import RemoteTier
 
 
-def log_metrics(segments: SegmentSet, group_store: GroupStore, cancels: CancelStore,
-                compaction_totals: dict, now: int) -> dict:
+def log_metrics(segments: SegmentSet, group_keys: dict[str, DeliveryKey | None],
+                unreadable: dict[str, str], cancels: CancelStore, compaction_totals: dict,
+                now: int) -> dict:
     """Everything `Log.metrics` reports but the queue groups (call with the log's lock
-    held). A group whose position file cannot be read reports its error instead of
-    failing the whole call."""
-    group_keys, unreadable = {}, {}
-    for g in group_store.groups():
-        try:
-            group_keys[g] = group_store.committed(g)
-        except KdelayError as e:
-            unreadable[g] = str(e)
+    held), from each consumer group's committed key (kdelay.groups.positions). A group
+    whose position file cannot be read (`unreadable`: its error) reports its error instead
+    of failing the whole call."""
     out = collect(segments, group_keys, now, earliest_pending(segments, now))
     for g, error in unreadable.items():
         out["groups"][g] = {"committed": None, "lag": None, "error": error}

@@ -1,6 +1,6 @@
 """The segment summary: what a clean close knows of every sealed local segment, so that
 the next clean open needs none of their indexes (they load on first use, as Kafka's
-LazyIndex does: loader.DeferredIndexes).
+LazyIndex does: DeferredIndexes in log/local/loader.py).
 
 File `segment-summary-checkpoint`, replaced atomically by every clean close (before the
 clean-shutdown marker, and trusted only while that marker is present: the first change

@@ -9,8 +9,8 @@ first torn or corrupt batch; segments before it keep their indexes, and any inde
 missing, stale or corrupt is rebuilt from its .log and persisted again.
 
 Small files this module owns (each replaced atomically, fsio.atomic_write):
-- `recovery-point-offset-checkpoint`: ASCII "kdelay-recovery-point v1\n<offset>\nend
-  <offset>\n". Offsets below it are known fsync'd; anything unreadable means 0.
+- `recovery-point-offset-checkpoint` (kdelay/log/segments/recovery_point.py): offsets below
+  it are known fsync'd; anything unreadable means 0.
 - `.kdelay_cleanshutdown`: written last by a clean close; its ASCII decimal body is the
   log clock then (empty or unreadable: 0). Removed before the first change after open.
 - `.lock`: flock'd while a Log holds the directory; holds the holder's pid in ASCII
@@ -32,7 +32,7 @@ from ...index.deliver_after_index import DeliverAfterIndex
 from ...index.offset_index import OffsetIndex
 from ...index.time_index import TimeIndex
 from ..compaction import swap
-from .layout import (
+from ..segments.layout import (
     CLEAN_SHUTDOWN_FILE,
     CLEANED_SUFFIX,
     COMPANION_SUFFIXES,
@@ -41,20 +41,17 @@ from .layout import (
     LOCK_FILE,
     LOG_SUFFIX,
     MARKER_SUFFIX,
-    RECOVERY_POINT_FILE,
     SWAP_SUFFIX,
     TIMEINDEX_SUFFIX,
     Listing,
     classify,
     segment_file,
 )
-from .segment import LogSegment
-from .segment_summary import SegmentSummary, read_summaries
+from ..segments.recovery_point import read_recovery_point, write_recovery_point
+from ..segments.segment import LogSegment
+from ..segments.segment_summary import SegmentSummary, read_summaries
 
 log = logging.getLogger("kdelay")
-
-_CHECKPOINT_TAG = "kdelay-recovery-point v1"
-
 
 @dataclass
 class LoadReport:
@@ -244,25 +241,6 @@ def _holder_pid(fd: int) -> int | None:
     except PermissionError:
         pass  # it exists, as another user's
     return pid
-
-
-def read_recovery_point(directory: str) -> int:
-    """Offsets below the recovery point are known fsync'd. Unreadable means 0 (scan all)."""
-    raw = fsio.read_small(os.path.join(directory, RECOVERY_POINT_FILE))
-    if raw is None:
-        return 0
-    try:
-        tag, value, check = raw.decode("ascii").split("\n")[:3]
-        if tag != _CHECKPOINT_TAG or check != f"end {value}":
-            return 0
-        return max(0, int(value))
-    except (UnicodeDecodeError, ValueError):
-        return 0
-
-
-def write_recovery_point(directory: str, offset: int) -> None:
-    data = f"{_CHECKPOINT_TAG}\n{offset}\nend {offset}\n".encode("ascii")
-    fsio.atomic_write(os.path.join(directory, RECOVERY_POINT_FILE), data)
 
 
 def read_clock_floor(directory: str) -> int:

@@ -14,8 +14,11 @@ from typing import NamedTuple
 from ... import fsio
 from ..cancellation import cancel_ops
 from ..cancellation.cancel_store import CancelStore
+from ..segments.layout import CANCEL_INDEX_SUFFIX, CANCELS_SUFFIX
+from ..segments.segment import LogSegment
+from ..segments.segment_set import SegmentSet
+from ..segments.segment_summary import SegmentSummary, write_summaries
 from .horizon_writer import Horizon
-from .layout import CANCEL_INDEX_SUFFIX, CANCELS_SUFFIX
 from .loader import (
     CLEAN_SHUTDOWN_FILE,
     LoadReport,
@@ -23,9 +26,6 @@ from .loader import (
     open_directory,
     write_recovery_point,
 )
-from .segment import LogSegment
-from .segment_set import SegmentSet
-from .segment_summary import SegmentSummary, write_summaries
 
 
 class Opened(NamedTuple):
