@@ -49,7 +49,6 @@ from .segment_tail import SegmentTail
 _MAP_HEADROOM = 1 << 20
 UNOPENED = -2  # the descriptor of a .log a clean open has not opened yet (see `fd`)
 _kept_fd = SegmentTail.__dict__["fd"]
-_kept_dly = SegmentTail.__dict__["dly_index"]
 _opening = threading.Lock()  # one thread opens a deferred .log
 
 
@@ -152,7 +151,7 @@ class LogSegment(SegmentTail, OffsetLookup):
     @property
     def max_key(self) -> tuple[int, int] | None:
         """The largest (deliverAfter, offset) of any record here (None: no batch)."""
-        if _kept_dly.__get__(self, SegmentTail) is None:  # deferred: the summary says
+        if self.summary is not None:  # sealed: what the summary says, checked on loading
             return self.summary.max_key
         return self.dly_index.max_key()
 
@@ -161,7 +160,7 @@ class LogSegment(SegmentTail, OffsetLookup):
         """The smallest deliverAfter of any record here (None: no batch). Worked out once
         per persisted index (a generation), so a sealed segment answers from memory, as a
         remote one does from its manifest; entries appended since change it at once."""
-        if _kept_dly.__get__(self, SegmentTail) is None:  # deferred: the summary says
+        if self.summary is not None:  # sealed: what the summary says, checked on loading
             return self.summary.min_deliver_after
         idx = self.dly_index
         if idx.has_recent:
