@@ -315,7 +315,7 @@ def load_segments(directory: str, index_interval_bytes: int,
     # an interrupted compaction swap is finished or undone before anything is listed (one
     # listing serves both when no swap was in progress: the usual case)
     names = os.listdir(directory)
-    if any(n.endswith((CLEANED_SUFFIX, SWAP_SUFFIX)) for n in names):
+    if [n for n in names if n.endswith((CLEANED_SUFFIX, SWAP_SUFFIX))]:
         report.swaps = swap.recover(directory)
         for note in report.swaps:
             log.info("kdelay recovery: %s", note)
