@@ -27,7 +27,7 @@ def log_metrics(segments: SegmentSet, group_keys: dict[str, DeliveryKey | None],
     held), from each consumer group's committed key (kdelay.groups.positions). A group
     whose position file cannot be read (`unreadable`: its error) reports its error instead
     of failing the whole call."""
-    out = collect(segments, group_keys, now, earliest_pending(segments, now))
+    out = collect(segments, group_keys, now, earliest_pending(segments, now), cancels)
     for g, error in unreadable.items():
         out["groups"][g] = {"committed": None, "lag": None, "error": error}
     out["compaction"] = dict(compaction_totals)  # totals since open
@@ -44,13 +44,14 @@ def earliest_pending(segments: SegmentSet, now: int) -> int | None:
 
 
 def collect(segments: SegmentSet, group_keys: dict[str, DeliveryKey | None], now: int,
-            earliest_pending: int | None) -> dict:
-    """Counts, sizes and per-group lag over every segment (see Log.metrics).
-    O(segments + batches due)."""
+            earliest_pending: int | None, cancels: CancelStore) -> dict:
+    """Counts, sizes and per-group lag over every segment (see Log.metrics); the lag
+    leaves cancelled records out (a group never gets them). O(segments + batches due +
+    cancelled records)."""
     pending = pending_batches = index_mem = index_disk = records = size = 0
     groups = list(group_keys)
     keys = [group_keys[g] for g in groups]
-    lag = [0] * len(groups)
+    lag = due_after_keys(segments, keys, now, cancels) if groups else []
     for seg in segments:
         p, pb = seg.dly_index.count_pending(now)
         pending += p
@@ -67,10 +68,6 @@ def collect(segments: SegmentSet, group_keys: dict[str, DeliveryKey | None], now
             # live in memory until it rolls or the log closes cleanly
             with contextlib.suppress(FileNotFoundError):
                 index_disk += os.stat(seg.path(suffix)).st_size
-        if groups:
-            da, off, _, lod, _ = seg.dly_index.columns()
-            for i, n in enumerate(due_after(da, off, lod, now, keys)):
-                lag[i] += n
     return {
         "log_start_offset": segments.oldest.base_offset,
         "log_end_offset": segments.active.next_offset,

@@ -56,7 +56,7 @@ class QueueConsumer(forks.Owned):
             raise KdelayError(f"QueueConsumer needs a Log or a Topic, "
                               f"got {type(source).__name__}")
         state_store.validate_group(group)
-        lock_ms = as_int(lock_ms, "lock_ms")
+        lock_ms = as_int(lock_ms, "lock_ms", lo=1)  # 0: every record free again at once
         for log in logs:
             log._check_open()  # before taking the group's locks (see kdelay.forks)
             time_after(log.now(), lock_ms, "lock_ms")

@@ -190,7 +190,8 @@ def _check_against_summary(seg: LogSegment, suffix: str, index) -> None:
 
 
 ONE_OWNER = ("one process owns a log: share the Log between threads, or read it with the "
-             "Spark source or the CLI, which take no lock")
+             "Spark source or the CLI, which take no lock; for many processes, run "
+             "`kdelay serve` (a Kafka-protocol broker) as the one that owns it")
 
 
 def take_lock(directory: str) -> int:
