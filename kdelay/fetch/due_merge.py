@@ -73,8 +73,9 @@ def read_page(state: MergeCursor, after: DeliveryKey | None, now: int, max_recor
     key = cursor_key(after)
     merge, pending = state.merge, state.pending
     while True:
-        if pending:
-            request.bound_da, request.bound_off = pending[0][0]
+        bound = pending.peek()
+        if bound is not None:
+            request.bound_da, request.bound_off = bound
         else:
             request.bound_da = NO_BOUND
         outcome = merge.fill(out, request)
@@ -95,8 +96,9 @@ def read_page(state: MergeCursor, after: DeliveryKey | None, now: int, max_recor
         _explain(state.runs[slot].seg, merge.window(slot), merge.head(slot))
     nxt = DeliveryKey(out[-1].deliver_after, out[-1].offset) if out else after
     pending_da = request.detail if outcome == DONE and request.detail >= 0 else None
-    if pending and (pending_da is None or pending[0][0][0] < pending_da):
-        pending_da = pending[0][0][0]  # a bound, never later than the segment's first due
+    bound = pending.peek()
+    if bound is not None and (pending_da is None or bound[0] < pending_da):
+        pending_da = bound[0]  # a bound, never later than the segment's first due
     return Page(out, nxt, pending_da)
 
 

@@ -44,6 +44,62 @@ PREFETCH_SEGMENTS = 8
 Key = tuple[int, int]  # (deliverAfter, offset)
 
 
+class PendingSegments:
+    """The sealed segments a MergeCursor has not taken up, by the smallest key each may
+    hold after its cursor: those that overlap the cursor (bound: the cursor) and those
+    sealed since it was made, in a heap; the rest are walked in the segment set's own
+    order by (earliest deliverAfter, base offset), never copied, so a new cursor costs
+    O(segments overlapping it), nothing for the segments after it. `peek` and `pop`
+    O(log segments)."""
+
+    __slots__ = ("_segments", "_heap", "_walked", "_next")
+
+    def __init__(self, segments: SegmentSet, key: Key | None):
+        self._segments = segments
+        self._heap: list[tuple[Key, int, LogSegment | RemoteSegment]] = []
+        if key is not None:
+            for seg in segments.sealed_starting_upto(key):
+                max_key = seg.max_key
+                if max_key is not None and max_key > key:
+                    self._heap.append((key, seg.base_offset, seg))
+            heapq.heapify(self._heap)
+        self._walked: Key | None = key  # the walk takes segments starting above this
+        self._next: tuple[Key, LogSegment | RemoteSegment] | None | bool = False  # False: unknown
+
+    def _walk_next(self) -> tuple[Key, LogSegment | RemoteSegment] | None:
+        if self._next is False:
+            self._next = self._segments.first_starting_after(self._walked)
+        return self._next  # type: ignore[return-value]
+
+    def rolled(self, seg: LogSegment | RemoteSegment, key: Key | None) -> None:
+        """`seg` was sealed after this was made: the walk reaches it if it starts above
+        where the walk stands, else it goes in the heap (bound: above the cursor `key`)."""
+        self._next = False  # the walk's next may be this one now
+        low = (seg.min_deliver_after, seg.base_offset)
+        if self._walked is not None and low <= self._walked:
+            heapq.heappush(self._heap, (low if key is None or low > key else key,
+                                        seg.base_offset, seg))
+
+    def peek(self) -> Key | None:
+        """The smallest bound of a pending segment (None: there is none)."""
+        walk = self._walk_next()
+        heap = self._heap
+        if heap and (walk is None or heap[0][0] <= walk[0]):
+            return heap[0][0]
+        return None if walk is None else walk[0]
+
+    def pop(self) -> tuple[Key, int, LogSegment | RemoteSegment]:
+        """(bound, base offset, segment) of the pending segment with the smallest bound."""
+        walk = self._walk_next()
+        heap = self._heap
+        if heap and (walk is None or heap[0][0] <= walk[0]):
+            return heapq.heappop(heap)
+        if walk is None:
+            raise IndexError("no pending segment")
+        self._walked, self._next = walk[0], False
+        return walk[0], walk[1].base_offset, walk[1]
+
+
 class MergeCursor:
     """The merge state of one cursor (see the module docstring). Slots of `merge` are
     numbered as `runs`; `slot_of` finds a sealed segment's slot by base offset.
@@ -59,9 +115,7 @@ class MergeCursor:
         self.merge = KWayMerge(codec.HEADER_LAYOUT, FetchedRecord, NO_HEADERS, shared_headers)
         self.runs: list = []  # slot -> run (None: free)
         self.slot_of: dict[int, int] = {}
-        # sealed segments not in the merge: (smallest key it may hold after the cursor,
-        # base offset, segment), a heap
-        self.pending: list[tuple[Key, int, LogSegment | RemoteSegment]] = []
+        self.pending: PendingSegments | None = None  # sealed segments not in the merge
         self.remote: set[int] = set()  # slots of remote runs, whose windows expire
         self.active_slots: list[int] = []
         self.sealed_upto = sealed_upto
@@ -93,7 +147,7 @@ class MergeCursor:
         it may hold the next key), from its first entry past `key` (the page's cursor:
         every key the page took is below all of its). One at a time, and nothing fetched
         ahead: the segment taken up next may never be needed (the page may fill first)."""
-        low, base, seg = heapq.heappop(self.pending)
+        low, base, seg = self.pending.pop()
         # a bound above the cursor is the segment's own smallest key: it starts there
         run = column_run(seg, None if key is None or low > key else key)
         self.slot_of[base] = slot = self._add(run, now, limit, cancels)
@@ -179,20 +233,12 @@ def column_run(seg: LogSegment | RemoteSegment, key: Key | None) -> ColumnRun:
                 idx.start_in_columns(key))
 
 
-def _pending(seg: LogSegment | RemoteSegment, key: Key | None
-             ) -> tuple[Key, int, LogSegment | RemoteSegment]:
-    """A sealed segment as the pending heap holds it: no key in it is below (its smallest
-    deliverAfter, its base offset), nor at or below the cursor `key`."""
-    low = (seg.min_deliver_after, seg.base_offset)
-    return (low if key is None or low > key else key), seg.base_offset, seg
-
-
 def merge_state(segments: SegmentSet, resume: ResumePoints, cursor: DeliveryKey | None,
                 now: int, limit: int, cancels: CancelStore | None) -> MergeCursor:
     """The merge state for a page from `cursor`: resumed from the page that ended there
-    when possible, else a new one, whose pending heap holds every sealed segment with a
-    key after the cursor (O(those segments), touching none of their indexes); segments
-    sealed since are added to the pending heap, and the active segment's runs are built
+    when possible, else a new one, whose pending segments are every sealed segment with a
+    key after the cursor (O(log segments + those overlapping the cursor), touching none
+    of their indexes); segments sealed since are added to them, and the active segment's runs are built
     afresh."""
     key = cursor_key(cursor)
     state = resume.take(cursor)
@@ -201,14 +247,13 @@ def merge_state(segments: SegmentSet, resume: ResumePoints, cursor: DeliveryKey 
     if state is None or state.log_start != log_start:
         state = MergeCursor(active.base_offset, log_start,
                             0 if cancels is None else cancels.changes)
-        state.pending = [_pending(seg, key) for seg in segments.sealed_after(key)]
-        heapq.heapify(state.pending)
+        state.pending = PendingSegments(segments, key)
     else:
         if state.sealed_upto != active.base_offset:  # rolled since: the new sealed ones
             for seg in segments.between(state.sealed_upto, active.base_offset):
                 max_key = seg.max_key
                 if max_key is not None and (key is None or max_key > key):
-                    heapq.heappush(state.pending, _pending(seg, key))
+                    state.pending.rolled(seg, key)
             state.sealed_upto = active.base_offset
         state.refresh(now, limit, cancels)
     state.set_active(active_runs(active, key), now, limit, cancels)
