@@ -46,7 +46,7 @@ class Model:
         return len(done)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(ops=OPS)
 def test_every_page_is_the_models_next_records(tmp_path_factory, ops):
     path = tmp_path_factory.mktemp("merge")
