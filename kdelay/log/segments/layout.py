@@ -76,8 +76,11 @@ def segment_name(base_offset: int) -> str:
 
 
 def segment_file(directory: str, base_offset: int, suffix: str) -> str:
-    """The path of one of a segment's files, e.g. `segment_file(d, 0, LOG_SUFFIX)`."""
-    return os.path.join(directory, segment_name(base_offset) + suffix)
+    """The path of one of a segment's files, e.g. `segment_file(d, 0, LOG_SUFFIX)` (as
+    os.path.join makes it, without its cost: an open builds one per segment)."""
+    if not directory or directory.endswith(os.sep):
+        return f"{directory}{base_offset:020d}{suffix}"
+    return f"{directory}{os.sep}{base_offset:020d}{suffix}"
 
 
 def parse_segment_name(filename: str) -> tuple[int, str] | None:
@@ -129,8 +132,8 @@ class Listing:
     copied: frozenset[int]   # segments with `N.remote`: a committed copy (local or not)
     deleting: list[int]      # no longer in the log: their remote copies are being deleted
     leftovers: list[str]     # names the next open removes, in name order
-    # bases of the local segments that have a file of each companion suffix (an open
-    # asks here rather than looking for each segment's files one by one)
+    # bases of the segments that have a compaction marker or a cancellation file, by
+    # suffix (an open asks here rather than looking for each segment's files one by one)
     companions: dict[str, frozenset[int]] = field(default_factory=dict)
 
     def has(self, base: int, suffix: str) -> bool:
@@ -150,39 +153,45 @@ def classify(names: list[str]) -> Listing:
     deleted (`N.remote-deleting`) is no longer in the log: its .log and every companion
     are leftovers (the marker itself is left to the deletion to finish).
     O(n log n) in the number of names."""
-    groups = _by_suffix(names)
-    logs, remote = groups.get(LOG_SUFFIX, {}), groups.get(REMOTE_SUFFIX, {})
-    deleting = groups.get(REMOTE_DELETING_SUFFIX, {}).keys()
+    stems = _stems_by_suffix(names)
+
+    def by_base(suffix: str) -> dict[int, str]:
+        return {int(stem): stem for stem in stems.get(suffix, ()) if stem.isdigit()}
+
+    logs, remote = by_base(LOG_SUFFIX), by_base(REMOTE_SUFFIX)
+    deleting = by_base(REMOTE_DELETING_SUFFIX).keys()
     bases = logs.keys() - deleting
     remote_only = remote.keys() - bases - deleting
+    # companions are matched to their .log by name (no int per index file)
+    local_stems = {logs[b] for b in bases}
+    remote_stems = {remote[b] for b in remote_only}
     leftovers = [n for n in names if n.endswith(TEMP_SUFFIXES)]
     kept: dict[str, frozenset[int]] = {}
     for suffix in COMPANION_SUFFIXES:
-        found = groups.get(suffix)
+        found = stems.get(suffix)
         if not found:
             continue
-        keep = found.keys() & bases
+        keep = found & local_stems
         if suffix in CANCEL_SUFFIXES:
-            keep |= found.keys() & remote_only
-        leftovers += [found[b] + suffix for b in found.keys() - keep]
-        kept[suffix] = frozenset(keep)
+            keep |= found & remote_stems
+        leftovers += [stem + suffix for stem in found - keep if stem.isdigit()]
+        if suffix not in INDEX_SUFFIXES:
+            kept[suffix] = frozenset(map(int, keep))
     leftovers += [logs[b] + LOG_SUFFIX for b in deleting & logs.keys()]
     return Listing(sorted(bases), sorted(remote_only), frozenset(remote.keys() - deleting),
                    sorted(deleting), sorted(leftovers), kept)
 
 
-def _by_suffix(names: list[str]) -> dict[str, dict[int, str]]:
-    """The segment files of a listing by suffix: base offset -> the name's 20-digit stem
-    (a segment file's name is its base offset, zero-padded to 20 digits, then the suffix
-    from the first dot on: parse_segment_name). One pass over the names, and an int per
-    segment file of a suffix it knows."""
-    stems: dict[str, list[str]] = {}
+def _stems_by_suffix(names: list[str]) -> dict[str, set[str]]:
+    """The segment files of a listing by suffix, as their 20-character stems (a segment
+    file's name is its base offset, zero-padded to 20 digits, then the suffix from the
+    first dot on: parse_segment_name; the caller keeps the stems that are digits). One
+    pass over the names."""
+    stems: dict[str, set[str]] = {}
     for name in names:
         if len(name) > 20 and name[20] == ".":
-            stems.setdefault(name[20:], []).append(name[:20])
-    return {suffix: {int(s): s for s in found if s.isdigit()}
-            for suffix, found in stems.items()
-            if suffix in _SEGMENT_SUFFIXES}
+            stems.setdefault(name[20:], set()).add(name[:20])
+    return {suffix: found for suffix, found in stems.items() if suffix in _SEGMENT_SUFFIXES}
 
 
 def remote_deletions(directory: str) -> list[int]:
