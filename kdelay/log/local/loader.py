@@ -152,12 +152,15 @@ class DeferredIndexes:
                                      truncate=False, marker=marker)
         try:
             summary = seg.summary
+            assert summary is not None  # only a summarised segment defers its indexes
             found = (fresh.next_offset, fresh.min_deliver_after, fresh.max_key)
             recorded = (summary.next_offset, summary.min_deliver_after, summary.max_key)
             # damage cuts the index short: what is left lies inside what was recorded
             inside = fresh.max_key is None or (
-                fresh.min_deliver_after >= summary.min_deliver_after and
-                fresh.max_key <= summary.max_key)
+                summary.max_key is not None and
+                fresh.min_deliver_after is not None and summary.min_deliver_after is not None
+                and fresh.min_deliver_after >= summary.min_deliver_after
+                and fresh.max_key <= summary.max_key)
             if (damaged and not inside) or (not damaged and found != recorded):
                 self._failed.add(base)
                 raise CorruptLogError(f"segment {base}: {error}, and its .log no longer holds "
@@ -177,7 +180,8 @@ class DeferredIndexes:
 def _check_against_summary(seg: LogSegment, suffix: str, index) -> None:
     """The checks LogSegment.load makes across a segment's indexes, made against the
     summary each deferred index is loaded by. Raises IndexFileError."""
-    summary: SegmentSummary = seg.summary
+    summary = seg.summary
+    assert summary is not None  # only a summarised segment defers its indexes
     name = seg.path(suffix)
     if index.meta.next_offset != summary.next_offset:
         raise IndexFileError(f"{name}: ends at offset {index.meta.next_offset}, the segment "
@@ -357,11 +361,10 @@ def load_segments(directory: str, index_interval_bytes: int,
                                        truncate=True, marker=marker)
             else:
                 try:
-                    seg = None
-                    if deferred is not None and base in summaries:
-                        seg = _deferred_load(directory, summaries[base], end, deferred)
-                    if seg is None:
-                        seg = _load(directory, base, end)
+                    lazy = None
+                    if deferred is not None and summaries is not None and base in summaries:
+                        lazy = _deferred_load(directory, summaries[base], end, deferred)
+                    seg = _load(directory, base, end) if lazy is None else lazy
                 except IndexFileError as e:
                     report.problems.append(f"rebuilding indexes: {e}")
                     # The last segment takes the appends: a damaged tail left there would

@@ -21,6 +21,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 from ... import fsio
 from ...errors import CorruptLogError, IndexFileError
@@ -128,10 +129,11 @@ class LogSegment(SegmentTail, OffsetLookup):
         # what a clean close recorded (None: the indexes were loaded at open), and what
         # loads the indexes not loaded yet (DeferredIndexes in log/local/loader.py; None: all)
         self.summary = summary
-        self._deferred = None
+        self._deferred: Any = None
         if summary is not None:
             self.max_timestamp = summary.max_timestamp
         else:
+            assert time_index is not None  # loaded, or built afresh
             last = time_index.last_key()
             self.max_timestamp = -1 if last is None else last
         self.compacted = False  # may have offset gaps (set by the loader and compaction)
