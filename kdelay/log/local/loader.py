@@ -109,6 +109,9 @@ class DeferredIndexes:
     def load(self, seg: LogSegment, suffix: str):
         """Index `suffix` of `seg`, loaded now (under the Log's lock, as every read)."""
         kind, attr = _KINDS[suffix]
+        seg.fd  # noqa: B018 - opens the .log first: an index is checked against its real size
+        if not self.pending(seg, suffix):
+            return getattr(seg, attr)  # a .log changed behind the close: rebuilt them all
         try:
             index = kind.load(seg.path(suffix), base_offset=seg.base_offset,
                               log_bytes=seg.size, lazy=True)
@@ -141,6 +144,13 @@ class DeferredIndexes:
             del self._loaded_of[seg.base_offset]
             seg._deferred = None
 
+    def log_changed(self, seg: LogSegment, size: int) -> None:
+        """The .log of `seg` is not the size the clean close recorded: its indexes cannot
+        be current, so they are rebuilt from it, as an open finds them stale and rebuilds
+        them."""
+        self._rebuild(seg, IndexFileError(f"{seg.log_path}: {size} bytes, the clean close "
+                                          f"left {seg.size}"))
+
     def _rebuild(self, seg: LogSegment, error: IndexFileError) -> None:
         """Rebuild the segment's indexes from its .log, as an open does: persisted if the
         scan found no damage; if it did, kept in memory (reads stop at the damage, and the
@@ -153,25 +163,26 @@ class DeferredIndexes:
         try:
             summary = seg.summary
             assert summary is not None  # only a summarised segment defers its indexes
-            found = (fresh.next_offset, fresh.min_deliver_after, fresh.max_key)
-            recorded = (summary.next_offset, summary.min_deliver_after, summary.max_key)
-            # damage cuts the index short: what is left lies inside what was recorded
-            inside = fresh.max_key is None or (
+            # a .log cut short (by damage, or behind the clean close) holds less than was
+            # recorded: what is left must lie inside it, as the merge plans by those bounds
+            inside = fresh.next_offset <= summary.next_offset and (fresh.max_key is None or (
                 summary.max_key is not None and
                 fresh.min_deliver_after is not None and summary.min_deliver_after is not None
                 and fresh.min_deliver_after >= summary.min_deliver_after
-                and fresh.max_key <= summary.max_key)
-            if (damaged and not inside) or (not damaged and found != recorded):
+                and fresh.max_key <= summary.max_key))
+            if not inside:
                 self._failed.add(base)
-                raise CorruptLogError(f"segment {base}: {error}, and its .log no longer holds "
-                                      f"what the clean close recorded of it", seg.log_path)
+                raise CorruptLogError(f"segment {base}: {error}, and its .log holds what the "
+                                      f"clean close did not record of it", seg.log_path)
             seg.offset_index, seg.time_index = fresh.offset_index, fresh.time_index
             seg.dly_index = fresh.dly_index
+            seg.size = fresh.size
             self._loaded(seg, tuple(_KINDS))
-            if damaged:
-                seg.next_offset = fresh.next_offset
-                seg.summary = None
-            else:
+            # the recorded smallest deliverAfter and largest key stay as bounds of what is
+            # left (the segment set is ordered by them)
+            seg.next_offset = fresh.next_offset
+            seg.summary = summary._replace(next_offset=fresh.next_offset, log_bytes=fresh.size)
+            if not damaged:
                 seg.persist_indexes()  # repaired once, as an open repairs it
         finally:
             fresh.close()

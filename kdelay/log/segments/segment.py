@@ -76,8 +76,9 @@ class LogSegment(SegmentTail, OffsetLookup):
     @property
     def fd(self) -> int:
         """The .log's descriptor (-1: closed). A segment a clean open took from the
-        summary opens its .log on first use, checking that it is the size the clean close
-        left (CorruptLogError if not: it was changed behind the log's back)."""
+        summary opens its .log on first use; if it is not the size the clean close left,
+        its indexes are rebuilt from it then, as an open would (CorruptLogError if it holds
+        keys the clean close did not record)."""
         fd = _kept_fd.__get__(self, SegmentTail)
         return self._open_log() if fd == UNOPENED else fd
 
@@ -96,11 +97,17 @@ class LogSegment(SegmentTail, OffsetLookup):
                 return fd
             fd = os.open(self.log_path, os.O_RDWR | fsio.O_BINARY)
             size = os.fstat(fd).st_size
-            if size != self.size:
-                os.close(fd)
-                raise CorruptLogError(f"{size} bytes, where the clean close left {self.size}",
-                                      self.log_path)
             _kept_fd.__set__(self, fd)
+            if size != self.size:  # changed behind the clean close: rebuild, as an open would
+                try:
+                    if self._deferred is None:
+                        raise CorruptLogError(f"{size} bytes, where the clean close left "
+                                              f"{self.size}", self.log_path)
+                    self._deferred.log_changed(self, size)
+                except BaseException:
+                    _kept_fd.__set__(self, UNOPENED)  # every read reaching it fails again
+                    os.close(fd)
+                    raise
             return fd
 
     offset_index = _deferrable("offset_index", INDEX_SUFFIX)
