@@ -90,6 +90,12 @@ class LogSegment(SegmentTail, OffsetLookup):
     def closed(self) -> bool:
         return _kept_fd.__get__(self, SegmentTail) == -1
 
+    @property
+    def open_fd(self) -> int:
+        """The .log's descriptor if it is open, else -1 (never opens it)."""
+        fd = _kept_fd.__get__(self, SegmentTail)
+        return fd if fd >= 0 else -1
+
     def _open_log(self) -> int:
         with _opening:
             fd = _kept_fd.__get__(self, SegmentTail)
