@@ -18,10 +18,11 @@ from ..log.segments.segment_set import SegmentSet
 from ..records import DeliveryKey, FetchedRecord, FetchResult
 from ..validation import as_delivery_key, is_int
 from . import planner
+from .active_page import NEVER, active_page
 from .due_merge import read_page, window_limit
 from .long_poll import ActivitySignal, long_poll
 
-NEVER = 1 << 63
+_new_tuple = tuple.__new__
 
 
 def resolve_cursor(segments: SegmentSet, after: DeliveryKey | int | None
@@ -79,6 +80,15 @@ class DueOrderReader:
         quiet = self._quiet
         if quiet is not None and quiet[0] == cursor and now < quiet[1]:
             return [], cursor, quiet[1]  # known: nothing after the cursor is due
+        small = active_page(segments, cursor, now, max_records, max_bytes, cancels)
+        if small is not None:  # only the active segment's recent entries can contribute
+            records, nxt, until = small
+            if until is not None:  # the page saw the end of what is due: a quiet spell
+                self._quiet = (nxt, until)  # after it, even when it returned records
+            if records:
+                return records, nxt, None
+            if until is not None:
+                return [], cursor, until
         limit = window_limit(max_records)
         state = planner.merge_state(segments, self._resume, cursor, now, limit, cancels)
         page = read_page(state, cursor, now, max_records, max_bytes, cancels)
@@ -95,7 +105,7 @@ class DueOrderReader:
                    max_records: int, max_bytes: int, cancels: CancelStore) -> FetchResult:
         """`page` as a fetch returns it (a fetch that does not wait: one page)."""
         records, nxt, _ = self.page(segments, cursor, now, max_records, max_bytes, cancels)
-        return FetchResult(records, nxt)
+        return _new_tuple(FetchResult, (records, nxt))  # (not its Python-level __new__)
 
     def wait_for_page(self, segments: SegmentSet, cursor: DeliveryKey | None,
                       max_records: int, max_bytes: int, cancels: CancelStore, *,

@@ -37,6 +37,7 @@ from .scanning import (
 from .verify_batches import check_batches
 from .verify_index import check_index
 from .verify_remote import check_remote
+from .verify_view import check_view
 
 EXIT_OK, EXIT_PROBLEMS = 0, 1
 SWAP_WAIT_S = 10.0  # how long a check waits for a live compaction's swap to finish
@@ -89,6 +90,7 @@ def _verify_once(directory: str, only_base: int | None, progress: Progress | Non
                     "was interrupted: the next open finishes or undoes it)")
     prev_next: int | None = None
     prev_path = ""
+    batches: list[tuple[int, int, int]] = []  # (base, last, deliverAfter): the view's check
     for listed in segments:
         active = listed is segments[-1]
         if only_base is not None and listed.base_offset != only_base:
@@ -121,12 +123,15 @@ def _verify_once(directory: str, only_base: int | None, progress: Progress | Non
                     "compaction marker unreadable (the next open rewrites it from the next "
                     "segment's base offset)")
         check_batches(rep, seg, scan, active, clean)
+        batches += [(b.header.base_offset, b.last_offset, b.header.deliver_after)
+                    for b in scan.batches]
         for kind in (DLY, OFFSET, TIME):
             check_index(rep, seg, scan, kind, active, clean)
         cancels.check_segment(rep, directory, seg.base_offset, scan.next_offset())
         prev_next, prev_path = scan.next_offset(), seg.log_path
     if only_base is None:
         _check_groups(rep, directory, prev_next)
+        check_view(rep, directory, batches)
         bad = append_horizon.check_file(directory)
         if bad is not None:
             rep.add(False, os.path.join(directory, append_horizon.HORIZON_FILE), None,

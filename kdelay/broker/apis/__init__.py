@@ -9,6 +9,15 @@ from ..dispatcher import Api
 
 FAMILIES = (
     "api_versions",
+    "metadata",
+    "topics_admin",
+    "configs",
+    "produce",
+    "fetch",
+    "list_offsets",
+    "groups",
+    "offsets",
+    "share",
     "sasl",
 )
 

@@ -163,6 +163,16 @@ class SegmentSet:
         for _, base in self._by_min_key.irange(maximum=key):
             yield self._by_base[base]
 
+    def sealed_hold_after(self, key: tuple[int, int] | None) -> bool:
+        """Whether a sealed segment holds a record with (deliverAfter, offset) > `key` (any
+        record, if `key` is None). O(log segments)."""
+        if not self._by_max_key:
+            return False
+        if key is None:
+            return True
+        da, off, _ = self._by_max_key[-1]
+        return da > key[0] or (da == key[0] and off > key[1])
+
     def sealed_not_all_due(self, now: int) -> Iterator[LogSegment]:
         """Sealed segments holding a record with deliverAfter > `now`."""
         for _, _, base in self._by_max_key.irange(minimum=(now, _MAX, 0)):
