@@ -76,6 +76,7 @@ from .validation import (
 )
 
 if TYPE_CHECKING:  # tiered storage is imported by the logs that use it (Log.open)
+    from .log.local.loader import LoadReport
     from .log.tiered.sync import RemoteSync
     from .log.tiered.tier import RemoteTier
 
@@ -95,7 +96,7 @@ class Log(forks.Owned):
     def __init__(self, path: str, config: LogConfig, clock: Clock, opened: Opened):
         self.path = path
         self.config = config
-        self.load_report = opened.report
+        self._load_report = opened.report
         self._clock = LogClock(clock)
         self._lock = threading.RLock()
         self._appended = ActivitySignal(self._lock)  # wakes long-polling fetches
@@ -150,6 +151,17 @@ class Log(forks.Owned):
             log.close()
             raise
         return log
+
+    @property
+    def load_report(self) -> LoadReport:
+        """What opening found and did. A clean open defers the sealed segments' indexes to
+        their first use (log/local/loader.py); reading this report first loads and
+        checks every one still deferred, so that it names all the damage there is:
+        O(segments) the first time, O(1) after."""
+        with self._lock:
+            if not self._closed:
+                self._load_report.finish_deferred()
+        return self._load_report
 
     def _start_remote_sync(self) -> None:
         """Tiered storage: start the background sync, woken by every roll."""

@@ -1,8 +1,9 @@
 """The due-order read: one page of due records after a cursor, in (deliverAfter, offset)
 order, planned by planner.py and filled by due_merge.py.
 
-DueOrderReader keeps what one fetch leaves for the next: the sealed segments' runs
-(ResumePoints), and, after an empty page, how long nothing after that cursor can come
+DueOrderReader keeps what one fetch leaves for the next: the merge, its heads and the
+segments it has not taken up yet (planner.MergeCursor, kept in ResumePoints by the page's
+`next`), and, after an empty page, how long nothing after that cursor can come
 due, so that an idle poll skips the merge entirely until then or until an append that
 is due sooner. The Log's lock guards every call.
 """
@@ -18,7 +19,7 @@ from ..records import DeliveryKey, FetchedRecord, FetchResult
 from ..validation import as_delivery_key, is_int
 from . import planner
 from .active_page import NEVER, active_page
-from .due_merge import read_page
+from .due_merge import read_page, window_limit
 from .long_poll import ActivitySignal, long_poll
 
 _new_tuple = tuple.__new__
@@ -88,17 +89,15 @@ class DueOrderReader:
                 return records, nxt, None
             if until is not None:
                 return [], cursor, until
-        sealed = planner.sealed_runs(segments, self._resume, cursor, now)
-        runs = sealed.runs + planner.active_runs(segments.active, cursor)
-        page = read_page(runs, cursor, now, max_records, max_bytes, cancels)
-        self._resume.remember(page.next, sealed)
+        limit = window_limit(max_records)
+        state = planner.merge_state(segments, self._resume, cursor, now, limit, cancels)
+        page = read_page(state, cursor, now, max_records, max_bytes, cancels)
+        self._resume.remember(page.next, state)
         if page.records:
             return page.records, page.next, None
-        # every record after the cursor is due at `until` or later: the smallest run head,
-        # or parked segment, not yet due
+        # every record after the cursor is due at `until` or later: the smallest head not
+        # yet due, or the smallest bound of a segment not taken up
         until = NEVER if page.next_pending is None else page.next_pending
-        if sealed.parked:
-            until = min(until, sealed.parked[0][0])
         self._quiet = (cursor, until)
         return [], cursor, until
 

@@ -14,17 +14,16 @@ from hypothesis import strategies as st
 from kdelay import Log, LogConfig, Record
 from kdelay.fetch import planner
 from kdelay.fetch.active_page import NEVER, active_page
-from kdelay.fetch.due_merge import read_page
+from kdelay.fetch.due_merge import read_page, window_limit
 from kdelay.index import recent_entries
 from kdelay.index.recent_columns import RecentColumns, due_entries
 from kdelay.records import DeliveryKey
 
 
 def _general(log: Log, cursor, now: int, max_records: int, max_bytes: int):
-    segments = log._segments
-    sealed = planner.sealed_runs(segments, planner.ResumePoints(), cursor, now)
-    runs = sealed.runs + planner.active_runs(segments.active, cursor)
-    return read_page(runs, cursor, now, max_records, max_bytes, log._cancels)
+    state = planner.merge_state(log._segments, planner.ResumePoints(), cursor, now,
+                                window_limit(max_records), log._cancels)
+    return read_page(state, cursor, now, max_records, max_bytes, log._cancels)
 
 
 def _cursors(log: Log, data) -> list:
