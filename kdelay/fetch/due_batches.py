@@ -1,5 +1,5 @@
-"""Due batches: the due-order read at the grain of stored batches. The same merge of the
-same runs as due_merge.py (planned by planner.py, resumed across pages the same way), but
+"""Due batches: the due-order read at the grain of stored batches. A merge of the same runs
+as the page fill's (planner.py's runs and pending segments; nothing kept between reads), but
 what it hands out is each due batch whole, as stored (its key, the offsets cancelled in it,
 and, when asked, its bytes checked by entry_check's rule), with no record decoded.
 
@@ -7,10 +7,11 @@ The broker's due-order view (kdelay/broker/delivery_view.py) numbers the records
 batches with delivery offsets and serves their bytes with rewritten headers, so its cost
 is per batch, not per record.
 
-Cost of a page: planning as DueOrderReader's (resumed: O(runs with due batches)), then per
-batch one heap step, and with bytes one copy out of the segment's memory mapping and one
-CRC-32C pass; cancelled offsets are
-looked up (two binary searches) only in segments that have any.
+Cost of a page: O(sealed segments overlapping the cursor) to find where to start (nothing
+for the segments after it, which join one at a time as the merge reaches their earliest
+key), then per batch one heap step, and with bytes one copy out of the segment's memory
+mapping and one CRC-32C pass; cancelled offsets are looked up (two binary searches) only in
+segments that have any.
 """
 
 from __future__ import annotations
@@ -43,15 +44,9 @@ class DueBatch(NamedTuple):
 
 
 class DueBatchReader:
-    """Reads due batches after a cursor; keeps the sealed segments' merge state that each
-    page leaves behind (planner.ResumePoints), so a reader following its `next` resumes."""
-
-    def __init__(self) -> None:
-        self._resume = planner.ResumePoints()
-
-    def reset(self) -> None:
-        """Forget the remembered merge state (segments were replaced or moved)."""
-        self._resume = planner.ResumePoints()
+    """Reads due batches after a cursor. Sealed segments join the merge lazily, in the
+    order of the smallest key each may hold after the cursor (planner.PendingSegments, the
+    KIP's deliverAfterSegments): one whose records all lie later is never opened."""
 
     def read(self, segments: SegmentSet, cursor: DeliveryKey | None, now: int,
              max_batches: int, max_bytes: int, cancels: CancelStore | None,
@@ -60,14 +55,21 @@ class DueBatchReader:
         deliverAfter <= `now`, in key order, whole (the first may hold records at or
         before the cursor), at most `max_batches` and, counting stored sizes,
         `max_bytes` (at least one batch). `next` is the last batch's last key."""
-        sealed = planner.sealed_runs(segments, self._resume, cursor, now)
-        runs = sealed.runs + planner.active_runs(segments.active, cursor)
-        merge = _Merge(runs, now)
+        key = planner.cursor_key(cursor)
+        pending = planner.PendingSegments(segments, key)
+        merge = _Merge(planner.active_runs(segments.active, key), now)
         out: list[DueBatch] = []
         taken = 0
-        after = (-1, -1) if cursor is None else (cursor.deliver_after, cursor.offset)
+        after = (-1, -1) if key is None else key
         while len(out) < max_batches:
             head = merge.head(now)
+            bound = pending.peek()
+            if bound is not None and bound[0] <= now and (head is None
+                                                          or bound <= (head[0], head[1])):
+                low, _, seg = pending.pop()  # it may hold the next key: take it up
+                merge.add(planner.column_run(seg, None if key is None or low > key
+                                             else key))
+                continue
             if head is None:
                 break
             da, base, pos, lod, size, k = head
@@ -75,17 +77,14 @@ class DueBatchReader:
             if (da, last) > after:
                 if out and taken + size > max_bytes:
                     break
-                seg = runs[k].seg
-                data = None
-                if with_bytes:
-                    data = _read(seg, (da, base, pos, lod, size))
+                seg = merge.runs[k].seg
+                data = _read(seg, (da, base, pos, lod, size)) if with_bytes else None
                 out.append(DueBatch(da, base, last, _cancelled_in(cancels, seg.base_offset,
                                                                   base, last), data))
                 taken += size
             merge.advance(k)
         merge.leave()
         nxt = DeliveryKey(out[-1].deliver_after, out[-1].last_offset) if out else cursor
-        self._resume.remember(nxt, sealed)
         return out, nxt
 
 
@@ -93,19 +92,27 @@ class _Merge:
     """A k-way merge of the runs' windows by (deliverAfter, base offset)."""
 
     def __init__(self, runs: list, now: int):
-        self._runs = runs
+        self.runs: list = []
         self._now = now
-        self._cols: list = [None] * len(runs)
-        self._end = [0] * len(runs)
-        self._more = [False] * len(runs)
-        self._head = [0] * len(runs)
-        self._start = [0] * len(runs)  # where each window starts, in its run's terms
+        self._cols: list = []
+        self._end: list[int] = []
+        self._more: list[bool] = []
+        self._head: list[int] = []
+        self._start: list[int] = []  # where each window starts, in its run's terms
         self._heap: list[tuple[int, int, int]] = []
-        for k in range(len(runs)):
-            self._refill(k)
+        for run in runs:
+            self.add(run)
+
+    def add(self, run) -> None:
+        """One more run in the merge. O(log k) plus its first window."""
+        self.runs.append(run)
+        for column, empty in ((self._cols, None), (self._end, 0), (self._more, False),
+                              (self._head, 0), (self._start, 0)):
+            column.append(empty)
+        self._refill(len(self.runs) - 1)
 
     def _refill(self, k: int) -> None:
-        cols, start, end, more, _ = self._runs[k].window(self._now, _WINDOW)
+        cols, start, end, more, _ = self.runs[k].window(self._now, _WINDOW)
         if end - start > _WINDOW:  # a persisted run offers all it has checked
             end, more = start + _WINDOW, True
         self._cols[k] = [np.asarray(c[start:end]).tolist() for c in cols]
@@ -134,12 +141,12 @@ class _Merge:
             return
         heapq.heappop(self._heap)
         if self._more[k]:
-            self._runs[k].moved_to(self._start[k] + i)
+            self.runs[k].moved_to(self._start[k] + i)
             self._refill(k)
 
     def leave(self) -> None:
         """Tell every run where the merge left it."""
-        for k, run in enumerate(self._runs):
+        for k, run in enumerate(self.runs):
             run.moved_to(self._start[k] + self._head[k])
 
 

@@ -5,17 +5,13 @@ with assign() (no group), noting when each record arrived."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
+
+from produce_support import broker_process, stop  # noqa: F401 (for the consume tests)
 
 from kdelay import Record
 from kdelay.broker.apis import all_apis
-from kdelay.testing.processes import child_env
 
 TIMEOUT_S = 60.0  # an upper bound for a read to finish under load, never a measurement
 
@@ -50,30 +46,6 @@ def due_records(topic, partition: int, n: int, *, start_ms: int, spread_ms: int,
         out.append((r.deliver_after, r.base_offset, i, value))
     out.sort()
     return [(da, i, value) for da, _, i, value in out]
-
-
-@contextlib.contextmanager
-def broker_process(root: str) -> Iterator[tuple[subprocess.Popen, str]]:
-    """`kdelay serve ROOT` on a free port: (process, bootstrap address); killed and reaped
-    on leaving if still running."""
-    proc = subprocess.Popen([sys.executable, "-m", "kdelay", "serve", root, "--listen",
-                             "127.0.0.1:0", "--log-level", "WARNING"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env=child_env())
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("kdelay broker serving"), f"no broker: {line!r}"
-        yield proc, line.rsplit(" ", 1)[1].strip()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-
-
-def stop(proc, sig: int) -> int:
-    """Send `sig` to the broker by its PID and reap it; its exit status."""
-    os.kill(proc.pid, sig)
-    return proc.wait(TIMEOUT_S)
 
 
 def read_kafka_python(bootstrap: str, topic: str, start: int, count: int, *,

@@ -13,6 +13,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,18 +37,22 @@ def broker_process(root: str, *config: str) -> Iterator[tuple[subprocess.Popen, 
             "--log-level", "WARNING"]
     for c in config:
         args += ["--config", c]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=child_env())
-    try:
-        line = proc.stdout.readline()
-        if not line.startswith("kdelay broker serving"):
-            proc.kill()
-            raise AssertionError(f"no broker: {line!r} {proc.communicate()[1][-2000:]}")
-        yield proc, line.rsplit(" ", 1)[1].strip()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+    # stderr to a file, not a pipe: a pipe nobody reads would block a chatty broker
+    with tempfile.TemporaryFile(mode="w+") as errors:
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=errors, text=True,
+                                env=child_env())
+        try:
+            line = proc.stdout.readline()
+            if not line.startswith("kdelay broker serving"):
+                proc.kill()
+                proc.wait()
+                errors.seek(0)
+                raise AssertionError(f"no broker: {line!r} {errors.read()[-2000:]}")
+            yield proc, line.split(" on ", 1)[1].split()[0]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
 
 
 def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> int:
