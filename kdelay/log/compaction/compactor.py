@@ -52,7 +52,7 @@ from .rewriter import BatchPlan, Rewritten, Source, batch_plan, rewrite
 
 __all__ = ["BatchPlan", "Cancelled", "CompactionResult", "Compactor", "NO_HORIZON", "Rewritten",
            "Settings", "Source", "batch_plan", "horizon", "plan", "removable_bytes",
-           "rewrite", "run"]
+           "rewrite", "run", "settle_moves"]
 
 _log = logging.getLogger("kdelay")
 
@@ -209,6 +209,17 @@ def _current(segments, live: dict, src: Source) -> LogSegment | None:
     return seg if still and seg.size == src.size and seg.remote is None else None
 
 
+def settle_moves(segments, cancels: CancelStore) -> None:
+    """Before a record may be removed for good (compaction, retention): fsync the active
+    segment if reschedules wait for it, and confirm them. A rescheduled original is
+    removed by its cancellation or by age once due; either way removing it makes the move
+    durable, so its copy (always in the active segment: a roll fsyncs and confirms) must
+    be durable first. Call under the log's lock; one fsync, only when a move waits."""
+    if cancels.moves_unconfirmed:
+        segments.active.flush()
+        cancels.log_synced()
+
+
 class Compactor:
     """One Log's compaction: runs one at a time (`run` takes the log's lock only for its
     snapshot and swaps), keeps the totals since open that metrics report, and refuses a
@@ -234,6 +245,10 @@ class Compactor:
         that were compacted away."""
         with self._one_at_a_time:
             t = time.perf_counter()
+            with self._lock:
+                # removing a rescheduled original (cancelled, or due by age) makes its
+                # cancellation durable: its copy must be durable first
+                settle_moves(self._segments, self._cancels)
             result = run(self._directory, self._segments, self._lock, Settings.of(config),
                          now=now, cancelled=cancelled, before_change=before_change,
                          after_change=after_change, is_closed=is_closed,
@@ -246,11 +261,9 @@ class Compactor:
             totals["longest_swap_ms"] = max(totals["longest_swap_ms"], result.longest_swap_ms)
             if result.segments_rewritten:
                 with self._lock:  # compacted away: no longer counted as cancelled
-                    if self._cancels.moves_unconfirmed:
-                        # prune leaves a segment with a pending move alone; the copies are
-                        # all in the active segment (a roll confirms), so one fsync settles
-                        self._segments.active.flush()
-                        self._cancels.log_synced()
+                    # prune leaves a segment with a pending move alone (one made during
+                    # the run): one fsync settles them
+                    settle_moves(self._segments, self._cancels)
                     self._cancels.prune(self._segments)
         return result
 
