@@ -90,18 +90,25 @@ class RemoteSync:
         store = self.tier.store
         remote_deleted = 0
         for base in remote_deletions(self.directory):
-            delete_remote_copy(store, self.directory, base)
+            if not delete_remote_copy(store, self.directory, base):
+                self._sweep_due = True  # its objects are orphans: this pass removes them
             remote_deleted += 1
         copied = 0
         while (picked := self._pick()) is not None:
             seg, cancelled = picked
             try:
                 copy = copy_segment(self.tier, seg, cancelled)
-            finally:
+            except BaseException:
                 with self._lock:
                     self._in_flight = None
+                raise
+            # published and released in one hold of the lock: retention and compaction
+            # must never see the segment neither in flight nor copied, or they would
+            # delete (rewrite) it beside its `N.remote` and its copy, which would bring
+            # it back at the next open
             with self._lock:
                 seg.remote = copy
+                self._in_flight = None
                 self._scan_from = seg.next_offset
             copied += 1
         local_deleted = self._apply_local_retention()

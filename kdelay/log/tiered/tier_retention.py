@@ -63,9 +63,10 @@ def delete_local_files(seg: LogSegment) -> None:
         fsio.unlink(seg.path(suffix))
 
 
-def delete_remote_copy(store: RemoteStore, directory: str, base_offset: int) -> None:
+def delete_remote_copy(store: RemoteStore, directory: str, base_offset: int) -> bool:
     """Finish deleting segment `base_offset` (its `N.remote-deleting` marker is there):
-    its manifest, its objects, its cancellation files, the marker. Raises
+    its manifest, its objects, its cancellation files, the marker. Returns False when the
+    marker was damaged (its objects, orphans now, are left to the orphan sweep). Raises
     RemoteStorageError (nothing is lost: the next sync starts again)."""
     marker = segment_file(directory, base_offset, REMOTE_DELETING_SUFFIX)
     try:
@@ -80,3 +81,4 @@ def delete_remote_copy(store: RemoteStore, directory: str, base_offset: int) -> 
         fsio.unlink(segment_file(directory, base_offset, suffix))
     fsio.unlink(marker)
     fsio.fsync_dir(directory)
+    return copy is not None
