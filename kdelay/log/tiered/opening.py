@@ -28,8 +28,9 @@ from ...errors import CorruptLogError, RemoteStorageError
 from ..cancellation.journal import CANCEL, JOURNAL_SUFFIX, encode_entry, journal_header
 from ..segments.layout import classify_directory, segment_file
 from .cancelled_object import CANCELLED_SUFFIX, decode_cancelled
+from .copier import read_manifest
 from .index_cache import remove_stale_files
-from .manifest import MANIFEST_SUFFIX, RemoteCopy, decode, manifest_name, parse_object_name
+from .manifest import MANIFEST_SUFFIX, RemoteCopy, decode, parse_object_name
 from .remote_marker import read_remote_marker, write_remote_marker
 from .remote_segment import RemoteSegment
 from .tier import RemoteTier, record_settings
@@ -53,8 +54,7 @@ class TieredDirectory:
     def remote_segment(self, base: int) -> RemoteSegment:
         copy = self.committed_copy(base)
         if copy is None:  # damaged locally: the store's manifest is the same bytes
-            name = manifest_name(base)
-            copy = decode(self.tier.store.get(name), self.tier.store.describe(name))
+            copy = read_manifest(self.tier.store, base)
             write_remote_marker(self.directory, copy)
         return RemoteSegment(self.directory, copy, self.tier)
 
@@ -76,9 +76,18 @@ class TieredDirectory:
                 if (parsed is None or parsed[2] != MANIFEST_SUFFIX or parsed[0] in known
                         or parsed[0] in deleting):
                     continue
-                copy = decode(self.tier.store.get(name), self.tier.store.describe(name))
+                copy = decode(self.tier.store.get(name), self.tier.store.describe(name),
+                              parsed[0])
                 if _overlaps(copy, known):
                     continue
+                if known and copy.next_offset != known[0]:
+                    # copies must meet end to end: a log restored across the hole would
+                    # have offsets missing in its middle
+                    raise RemoteStorageError(
+                        f"no copy in {self.tier.store.describe('')} ends where segment "
+                        f"{known[0]} begins (the newest copy below ends at "
+                        f"{copy.next_offset}): the history before {known[0]} is not "
+                        f"restored")
                 self._adopt(copy)
                 known.insert(0, copy.base_offset)
                 adopted.append(copy.base_offset)
