@@ -160,6 +160,13 @@ class RemoteStore:
             raise RemoteStorageError(f"object store {url}: {e}") from e
         return cls(url, partition, store, counters)
 
+    @property
+    def volatile(self) -> bool:
+        """Does the store vanish with the process (`memory://`)? Its copies are then no
+        lasting record: local retention keeps every local file, and a directory whose
+        segments only such a store holds is refused."""
+        return urlsplit(self.url).scheme == "memory"
+
     def key(self, name: str) -> str:
         return f"{self.partition}/{name}"
 

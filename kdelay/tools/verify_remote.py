@@ -15,6 +15,9 @@ environment). One listing of the partition's objects, then:
   verify_index.py), and the messages name the remote objects;
 * its `.cancelled` object holds sorted offsets of the segment.
 
+A `memory://` store vanishes with its process: there is nothing to check (a note), and
+a remote-only segment recorded against one is a problem (its records are lost).
+
 Objects no committed manifest names are orphans, reported as information, not as
 problems: those of an interrupted copy, which the next sync removes (copier.orphans, the
 sync's own rule), and those of a copy only the directory's marker records, which it keeps.
@@ -72,6 +75,13 @@ def check_remote(rep: VerifyReport, directory: str) -> None:
                     f"store, but the directory does not say which")
         else:
             rep.add(False, directory, None, "no tiered storage (no remote-storage.json)")
+        return
+    if store.volatile:  # its copies vanished with the process that made them
+        rep.add(False, store.describe(""), None, "the object store vanishes with its "
+                "process (memory://): there is no copy to check; the local files are kept")
+        if any(s.remote_only for s in listed):
+            rep.add(True, store.describe(""), None, "segments held only in a store that "
+                    "vanishes with its process: their records are lost")
         return
     try:
         listing = store.list()

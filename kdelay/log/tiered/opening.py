@@ -52,6 +52,11 @@ class TieredDirectory:
             return None
 
     def remote_segment(self, base: int) -> RemoteSegment:
+        if self.tier.store.volatile:
+            raise RemoteStorageError(
+                f"{self.directory}: segment {base} is held only in an object store, and "
+                f"{self.tier.store.url} vanishes with its process: open it with the store "
+                f"that holds its copy")
         copy = self.committed_copy(base)
         if copy is None:  # damaged locally: the store's manifest is the same bytes
             copy = read_manifest(self.tier.store, base)

@@ -128,7 +128,11 @@ class RemoteSync:
         once its manifest is confirmed in the store (so nothing local goes while the store
         cannot be reached); from then on a RemoteSegment serves it. Under the lock per
         segment: its .log (first: a crash after it leaves a remote-only segment and
-        leftovers) and its place in the set; its other files after."""
+        leftovers) and its place in the set; its other files after. Nothing goes for a
+        store that vanishes with the process (`memory://`): the local files are the only
+        lasting record."""
+        if self.tier.store.volatile:
+            return 0
         with self._lock:
             due = local_retention_due(self._segments, self.config, self._now())
         store = self.tier.store
