@@ -387,7 +387,7 @@ class Log(forks.Owned):
         with self._lock:
             self._check_open()
             remote = self._remote
-            compactor.settle_moves(self._segments, self._cancels)  # (see there)
+            cancel_ops.settle_moves(self._segments, self._cancels)  # (see there)
             deleted = retention.enforce(self._segments, self.config, self.now(), self.path,
                                         self._life.mark_dirty,
                                         busy=remote.busy if remote else _never)

@@ -37,6 +37,7 @@ import numpy as np
 from ...config import LogConfig
 from ...errors import CorruptLogError
 from ...records import CompactionResult
+from ..cancellation.cancel_ops import settle_moves
 from ..cancellation.cancel_store import CancelStore
 from ..segments.segment import LogSegment
 from . import swap
@@ -52,7 +53,7 @@ from .rewriter import BatchPlan, Rewritten, Source, batch_plan, rewrite
 
 __all__ = ["BatchPlan", "Cancelled", "CompactionResult", "Compactor", "NO_HORIZON", "Rewritten",
            "Settings", "Source", "batch_plan", "horizon", "plan", "removable_bytes",
-           "rewrite", "run", "settle_moves"]
+           "rewrite", "run"]
 
 _log = logging.getLogger("kdelay")
 
@@ -207,17 +208,6 @@ def _current(segments, live: dict, src: Source) -> LogSegment | None:
     except KeyError:
         return None
     return seg if still and seg.size == src.size and seg.remote is None else None
-
-
-def settle_moves(segments, cancels: CancelStore) -> None:
-    """Before a record may be removed for good (compaction, retention): fsync the active
-    segment if reschedules wait for it, and confirm them. A rescheduled original is
-    removed by its cancellation or by age once due; either way removing it makes the move
-    durable, so its copy (always in the active segment: a roll fsyncs and confirms) must
-    be durable first. Call under the log's lock; one fsync, only when a move waits."""
-    if cancels.moves_unconfirmed:
-        segments.active.flush()
-        cancels.log_synced()
 
 
 class Compactor:

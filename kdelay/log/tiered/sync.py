@@ -7,9 +7,13 @@ A pass (`sync`, what `Log.sync_remote()` runs) does, in order:
    held only to pick the segment with a snapshot of its cancellations, and to publish
    the copy (`seg.remote`); appends, fetches and rolls go on meanwhile. While a copy is in
    flight neither retention nor compaction touches its segment (`busy`);
-3. local retention (tier_retention.py): copied segments whose local files are due go,
+3. the export of cancellations (cancel_export.py): each copied segment whose
+   cancellations changed since the store last heard gets its `.cancellations` object
+   rewritten, so that losing the local disk after the pass brings back no cancelled
+   record and no rescheduled original;
+4. local retention (tier_retention.py): copied segments whose local files are due go,
    each once its manifest is confirmed in the store, and are served from it from then on;
-4. once after open and after anything failed: the orphan sweep (one list request).
+5. once after open and after anything failed: the orphan sweep (one list request).
 
 The background thread runs a pass when woken (a roll, retention) or every `_IDLE_S`
 seconds; while passes fail it retries with exponential backoff (not woken meanwhile), and
@@ -30,6 +34,7 @@ from ..cancellation.cancel_store import CancelStore
 from ..segments.layout import remote_deletions
 from ..segments.segment import LogSegment
 from ..segments.segment_set import SegmentSet
+from .cancel_export import CancelExport
 from .copier import copy_segment, sweep_orphans
 from .manifest import manifest_name
 from .remote_segment import RemoteSegment
@@ -58,6 +63,7 @@ class RemoteSync:
         self._before_change = before_change
         self._after_change = after_change
         self._one_at_a_time = threading.Lock()
+        self._export = CancelExport(tier.store, segments, lock, cancels)
         self._in_flight: LogSegment | None = None  # being copied (guarded by the log's lock)
         # copies go oldest first and compaction leaves copied segments alone: every segment
         # below this offset is copied (or gone), so picking starts here
@@ -111,6 +117,7 @@ class RemoteSync:
                 self._in_flight = None
                 self._scan_from = seg.next_offset
             copied += 1
+        self._export.export()  # cancellations made since the copies (cancel_export.py)
         local_deleted = self._apply_local_retention()
         if self._sweep_due:
             with self._lock:
@@ -168,6 +175,9 @@ class RemoteSync:
                     return None
                 if seg.remote is None:
                     self._in_flight = seg
+                    # the copy's `.cancelled` holds only what is durable here (see
+                    # cancel_export.py: the store never knows more than the directory)
+                    self._cancels.sync()
                     return seg, self._cancels.settled_between(seg.base_offset,
                                                               seg.next_offset)
         return None

@@ -29,6 +29,7 @@ from ..segments.layout import (
 )
 from ..segments.segment import LogSegment
 from ..segments.segment_set import SegmentSet
+from .cancelled_object import CANCELLATIONS_SUFFIX
 from .manifest import manifest_name
 from .remote_marker import read_remote_marker
 
@@ -75,7 +76,8 @@ def delete_remote_copy(store: RemoteStore, directory: str, base_offset: int) -> 
         copy = None  # its objects become orphans: the next orphan sweep removes them
     store.delete(manifest_name(base_offset))
     if copy is not None:
-        for suffix in copy.objects:
+        # the manifest's objects, and the one the sync rewrites beside them
+        for suffix in (*copy.objects, CANCELLATIONS_SUFFIX):
             store.delete(copy.object_name(suffix))
     for suffix in CANCEL_SUFFIXES:
         fsio.unlink(segment_file(directory, base_offset, suffix))
