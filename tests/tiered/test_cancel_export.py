@@ -127,3 +127,35 @@ def test_a_damaged_cancellations_object_stops_the_restore(tmp_path, remote, cloc
         store.put(name, good)
     got = _delivered(directory, config, clock)
     assert 2 not in got and newest not in got and 3 in got
+
+
+def test_verify_remote_checks_the_cancellations_object(tmp_path, file_remote, clock):
+    import json
+
+    from conftest import run_cli
+
+    directory = os.fspath(tmp_path / "p-0")
+    config = file_remote.config(**CONFIG)
+    with Log.open(directory, config=config, clock=clock) as log:
+        _fill(log)
+        log.cancel([1])
+        log.roll()
+        log.sync_remote()  # segment 0's .cancelled holds 1
+        log.cancel([2])
+        log.sync_remote()  # its .cancellations holds 1 and 2
+        store = log._tier.store
+    rc, out, _ = run_cli("verify", "--remote", "--json", directory)
+    assert rc == 0, out
+    name = next(n for n in store.list() if n.endswith(CANCELLATIONS_SUFFIX))
+    good = store.get(name)
+    from kdelay.log.tiered.cancelled_object import encode_cancellations
+
+    for bad, says in ((good[:-1], "not a cancellations object"),
+                      (good[:-5] + bytes([good[-5] ^ 1]) + good[-4:], "CRC"),
+                      (encode_cancellations(0, int.from_bytes(good[16:24], "little"), [2]),
+                       "lacks 1 offsets")):
+        store.put(name, bad)
+        rc, out, _ = run_cli("verify", "--remote", "--json", directory)
+        messages = [f["message"] for f in json.loads(out)["partitions"][0]["findings"]
+                    if f["severity"] != "info"]
+        assert rc == 1 and any(says in m for m in messages), messages

@@ -70,9 +70,9 @@ def test_a_crash_anywhere_in_an_export_never_lets_the_store_disagree(tmp_path, f
         return directory
 
     directory = fresh()
-    with FaultInjector([directory]) as files, StoreFaults(files=files):
-        with Log.open(directory, config=config, clock=clock) as log:
-            _protocol(log)
+    with FaultInjector([directory]) as files, StoreFaults(files=files), \
+            Log.open(directory, config=config, clock=clock) as log:
+        _protocol(log)
     operations = len(files.ops)
     assert sum(op == "store.put" for op, _ in files.ops) >= 2
 
