@@ -138,11 +138,14 @@ def _open_obstore(url: str, options: dict, timeout_ms: int):
 class RemoteStore:
     """The objects of one partition under `<url>/<partition>/`. Open with `RemoteStore.open`."""
 
-    def __init__(self, url: str, partition: str, store, counters: RemoteCounters | None = None):
+    def __init__(self, url: str, partition: str, store, counters: RemoteCounters | None = None,
+                 options: dict | None = None, timeout_ms: int = 30_000):
         self.url = url.rstrip("/")
         self.partition = partition
         self._store = store
         self.counters = counters or RemoteCounters()
+        self._options = dict(options or {})  # for uploads.py (S3's multipart API)
+        self._timeout_ms = timeout_ms
 
     @classmethod
     def open(cls, url: str, options: dict, partition: str, *, timeout_ms: int = 30_000,
@@ -158,7 +161,7 @@ class RemoteStore:
             raise
         except Exception as e:  # obstore's configuration errors
             raise RemoteStorageError(f"object store {url}: {e}") from e
-        return cls(url, partition, store, counters)
+        return cls(url, partition, store, counters, options, timeout_ms)
 
     @property
     def volatile(self) -> bool:
@@ -202,6 +205,12 @@ class RemoteStore:
     def delete(self, name: str) -> None:
         """Remove the object; a missing one is no error (deletion is idempotent)."""
         return STORE_OPS["delete"](self, name)
+
+    def abort_uploads(self) -> int:
+        """Abort the multipart uploads left open under the partition's place (uploads.py:
+        what an interrupted copy of a large file left); returns how many. Call only while
+        no upload of this partition is under way."""
+        return STORE_OPS["abort_uploads"](self)
 
 
 def _failure(store: RemoteStore, name: str | None, what: str, e: Exception) -> RemoteStorageError:
@@ -329,6 +338,16 @@ def _delete(store: RemoteStore, name: str) -> None:
         store.counters.count(1)
 
 
+def _abort_uploads(store: RemoteStore) -> int:
+    from .uploads import abort_open_uploads
+
+    try:
+        return abort_open_uploads(store.url, store._options, store.partition,
+                                  store._timeout_ms)
+    finally:
+        store.counters.count(1)
+
+
 # The seam for fault injection: kdelay.testing.store_faults replaces these entries.
 STORE_OPS = {"put": _put, "get": _get, "get_ranges": _get_ranges, "size": _size,
-             "list": _list, "delete": _delete}
+             "list": _list, "delete": _delete, "abort_uploads": _abort_uploads}

@@ -13,7 +13,8 @@ A pass (`sync`, what `Log.sync_remote()` runs) does, in order:
    record and no rescheduled original;
 4. local retention (tier_retention.py): copied segments whose local files are due go,
    each once its manifest is confirmed in the store, and are served from it from then on;
-5. once after open and after anything failed: the orphan sweep (one list request).
+5. once after open and after anything failed: the orphan sweep (one list request), and
+   the abort of multipart uploads an interrupted copy left open (S3: one more request).
 
 The background thread runs a pass when woken (a roll, retention) or every `_IDLE_S`
 seconds; while passes fail it retries with exponential backoff (not woken meanwhile), and
@@ -124,8 +125,9 @@ class RemoteSync:
                 known = {s.base_offset: s.remote.copy_id for s in self._segments
                          if s.remote is not None}
             swept = sweep_orphans(store, store.list(), known)
+            swept += store.abort_uploads()  # parts of a .log an interrupted copy sent
             if swept:
-                _log.info("kdelay tiered storage %s: removed %d orphan objects",
+                _log.info("kdelay tiered storage %s: removed %d orphan objects and uploads",
                           self.directory, swept)
             self._sweep_due = False
         return RemoteSyncResult(copied, local_deleted, remote_deleted)
