@@ -41,8 +41,16 @@ from .records import (
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    # the broker (and its protocol library) loads only when asked for
+    if name == "Broker":
+        from .broker import Broker
+        return Broker
+    raise AttributeError(f"module 'kdelay' has no attribute {name!r}")
+
 __all__ = [
-    "AppendResult", "CompactionResult", "Consumer", "CorruptLogError", "CorruptQueueStateError",
+    "AppendResult", "Broker", "CompactionResult", "Consumer", "CorruptLogError", "CorruptQueueStateError",
     "DelayedDeliveryDisabledError", "DeliveryDelayExceededError", "DeliveryKey", "FetchResult",
     "FetchedRecord", "ForkedProcessError", "GroupFencedError", "InvalidConfigError",
     "InvalidOffsetError", "InvalidRecordError", "InvalidTopicError", "KdelayError", "Log",

@@ -6,12 +6,12 @@ checks to kdelay.validation; to kdelay.log the directory's lifetime (open_and_cl
 write path with its flush policy, cancel, reschedule and the append horizon for
 lock-free readers (writer.pyx, cancel_ops.py, append_horizon.py), retention and compaction;
 to kdelay.fetch due-order and offset-order reads, long polls, lag and metrics, and the
-groups it owns: consumer-group positions (group_positions.py) and queue groups
-(queue_state/, whose live state kdelay.clients.queue attaches through `_queue_groups`).
+groups it owns: consumer-group positions (groups/positions.py) and queue groups
+(groups/queue/, whose live state kdelay.clients.queue attaches through `_queue_groups`).
 
 Concurrency: one lock serialises appends, rolls, retention and each fetch's read of the
 segment set; long-polling fetches sleep on a signal outside it. The log clock never runs
-backwards (log/log_clock.pyx: it is the max of every clock reading it has seen), so an
+backwards (log/local/log_clock.pyx: it is the max of every clock reading it has seen), so an
 append always gets a deliverAfter >= anything a fetch has already treated as "now": a late
 append can never land behind a consumer's cursor.
 
@@ -35,18 +35,19 @@ from . import forks
 from .clock import Clock, wall_clock
 from .config import LogConfig
 from .errors import KdelayError, OffsetOutOfRangeError, raise_write_error, write_errors
-from .fetch import group_positions, metrics, offset_order
+from .fetch import metrics, offset_order
 from .fetch.due_order import DueOrderReader, resolve_cursor
 from .fetch.long_poll import ActivitySignal, due_in_ms
-from .fetch.queue_state.queue_groups import QueueGroups
+from .groups.positions import GroupStore, committed_positions
+from .groups.queue.queue_groups import QueueGroups
 from .log.batch.records_batch import RecordsBatch
 from .log.cancellation import cancel_ops
 from .log.compaction import compactor
-from .log.log_clock import LogClock
-from .log.segments import retention
-from .log.segments.flush_policy import start_flusher
-from .log.segments.open_and_close import Lifetime, Opened, open_log_directory
-from .log.segments.writer import Writer
+from .log.local import retention
+from .log.local.flush_policy import start_flusher
+from .log.local.log_clock import LogClock
+from .log.local.open_and_close import Lifetime, Opened, open_log_directory
+from .log.local.writer import Writer
 from .records import (
     AppendResult,
     CompactionResult,
@@ -103,7 +104,7 @@ class Log(forks.Owned):
         self._tier: RemoteTier | None = None  # tiered storage (set by open)
         self._life = Lifetime(self, path, opened)  # marker, clean close, descriptors
         self._writer = Writer(config, self._segments, self._cancels, self._life, self._clock)
-        self._groups = group_positions.GroupStore(path)
+        self._groups = GroupStore(path)
         self._queue_groups = QueueGroups(path, self.add_append_listener)
         self._due_order = DueOrderReader()
         self._compactor = compactor.Compactor(path, self._segments, self._lock, self._cancels)
@@ -451,7 +452,8 @@ class Log(forks.Owned):
         reach = metrics.Reach()  # a store that is down is reported, never raised
         with self._lock:
             now = self.now()
-            out = metrics.log_metrics(self._segments, self._groups, self._cancels,
+            keys, unreadable = committed_positions(self._groups)
+            out = metrics.log_metrics(self._segments, keys, unreadable, self._cancels,
                                       self._compactor.totals, now, reach)
         # outside the lock, as a live queue group's counts take the group's lock
         out["queues"] = self._queue_groups.counts(

@@ -10,6 +10,7 @@ the old `kdelay.dlq.*` headers are replaced, not piled up.
 
 from __future__ import annotations
 
+from ..groups.queue.group import MAX_DELIVERY_COUNT, REJECTED
 from ..partition import Log
 from ..records import FetchedRecord, Header, Record
 from .topic import Topic
@@ -18,8 +19,6 @@ __all__ = ["DLQ_HEADER_PREFIX", "MAX_DELIVERY_COUNT", "REJECTED", "dead_letter_c
            "send_to_dead_letter"]
 
 DLQ_HEADER_PREFIX = "kdelay.dlq."
-REJECTED = "rejected"
-MAX_DELIVERY_COUNT = "max_delivery_count"
 
 
 def dead_letter_copy(record: FetchedRecord, *, delivery_count: int, reason: str,

@@ -1,6 +1,6 @@
 """The numbers `Log.metrics` reports, assembled from a SegmentSet, its group positions,
 its cancellations and its compaction totals (its queue groups count themselves:
-queue_state.queue_groups)."""
+kdelay.groups.queue.queue_groups)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,13 @@ import contextlib
 import os
 from typing import TYPE_CHECKING
 
-from ..errors import KdelayError, RemoteStorageError
+from ..errors import RemoteStorageError
 from ..log.cancellation.cancel_store import CancelStore
 from ..log.segments.layout import DLYINDEX_SUFFIX, INDEX_SUFFIXES
 from ..log.segments.segment import LogSegment
 from ..log.segments.segment_set import SegmentSet
 from ..log.tiered.placement import placement_counts
 from ..records import DeliveryKey
-from .group_positions import GroupStore
 from .lag import due_after
 
 if TYPE_CHECKING:
@@ -47,19 +46,15 @@ class Reach:
         return None
 
 
-def log_metrics(segments: SegmentSet, group_store: GroupStore, cancels: CancelStore,
-                compaction_totals: dict, now: int, reach: Reach | None = None) -> dict:
+def log_metrics(segments: SegmentSet, group_keys: dict[str, DeliveryKey | None],
+                unreadable: dict[str, str], cancels: CancelStore, compaction_totals: dict,
+                now: int, reach: Reach | None = None) -> dict:
     """Everything `Log.metrics` reports but the queue groups (call with the log's lock
-    held). A group whose position file cannot be read reports its error instead of
-    failing the whole call; segments out of `reach` (a remote store down) are left out
+    held), from each consumer group's committed key (kdelay.groups.positions). A group
+    whose position file cannot be read (`unreadable`: its error) reports its error instead
+    of failing the whole call; segments out of `reach` (a remote store down) are left out
     of the counts."""
     reach = reach or Reach()
-    group_keys, unreadable = {}, {}
-    for g in group_store.groups():
-        try:
-            group_keys[g] = group_store.committed(g)
-        except KdelayError as e:
-            unreadable[g] = str(e)
     out = collect(segments, group_keys, now, earliest_pending(segments, now, reach), reach)
     for g, error in unreadable.items():
         out["groups"][g] = {"committed": None, "lag": None, "error": error}

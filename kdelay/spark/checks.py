@@ -28,7 +28,7 @@ cut short at the end of the last segment while its live writer is appending it
 On a live log (a writer appending and rolling, retention, a compaction swapping segments
 in between the planning and the reading of the checks) the checks run again when they
 found problems and the directories changed meanwhile, as `kdelay verify` does
-(tools/scanning.settle): only problems found every time count; the others become
+(kdelay/settle.py): only problems found every time count; the others become
 warnings marked "in motion". The counts are those of the last run.
 """
 
@@ -49,7 +49,7 @@ from ..log.compaction.swap import read_marker
 from ..log.segments.layout import MARKER_SUFFIX, segment_file
 from ..log.segments.live_tail import append_in_flight, in_flight_message
 from ..log.tiered import inventory
-from ..tools.scanning import in_motion, settle
+from ..settle import in_motion, settle
 from . import kdelay_reader, scan
 from .segment_bytes import remote_store
 

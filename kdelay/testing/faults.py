@@ -311,7 +311,7 @@ def _fd_path(fd: int) -> str:
 def close_abandoned(log) -> None:
     """Drop an open Log as a crashed process would: close its descriptors (releasing the
     directory lock) without flushing, persisting or marking anything."""
-    life = getattr(log, "_life", log)  # a Log keeps its descriptors in log/segments/open_and_close.py
+    life = getattr(log, "_life", log)  # a Log keeps its descriptors in log/local/open_and_close.py
     finalizer = getattr(life, "finalizer", None)
     if finalizer is not None:
         finalizer.detach()  # the descriptors are closed here, once

@@ -14,16 +14,17 @@ import numpy as np
 
 from ..clock import wall_clock
 from ..errors import CorruptLogError, KdelayError
-from ..fetch.group_positions import GroupStore
 from ..fetch.lag import due_after
-from ..fetch.queue_state.queue_groups import group_counts
+from ..groups.positions import GroupStore
+from ..groups.queue.queue_groups import group_counts
 from ..index.index_file import currency_mismatches
 from ..log.batch.walker import Progress
 from ..log.cancellation.per_batch import cancelled_per_batch
 from ..log.segments.layout import CLEAN_SHUTDOWN_FILE, SegmentFiles
-from ..log.segments.loader import read_recovery_point
+from ..log.segments.recovery_point import read_recovery_point
 from ..log.tiered import inventory, tier
 from ..log.tiered.placement import placement_counts
+from ..settle import settle
 from . import cancels
 from .formatting import Out, fmt_duration, fmt_time
 from .progress import ProgressBar, fmt_size
@@ -37,7 +38,6 @@ from .scanning import (
     partition_dirs,
     read_index_file,
     scan_segment,
-    settle,
     total_log_bytes,
 )
 
@@ -81,7 +81,7 @@ def summarize_segment(seg: SegmentFiles, progress: Progress | None = None) -> Se
 
 def partition_stats(directory: str, now: int, progress: Progress | None = None) -> dict:
     """The stats of one partition. On a live log a damaged segment only counts if it is
-    still damaged when looked at again (see scanning.settle)."""
+    still damaged when looked at again (see kdelay/settle.py)."""
     result, damaged = settle(directory,
                              lambda first: _stats_once(directory, now,
                                                        progress if first else None),
@@ -224,6 +224,11 @@ def _index_bytes(segments: list[SegmentFiles]) -> int:
 
 
 def cmd_stats(args: argparse.Namespace, out: Out) -> int:
+    if args.broker:
+        from .remote_ops import cmd_broker_stats
+        return cmd_broker_stats(args, out)
+    if args.dir is None:
+        raise InspectError("stats needs a directory (or --broker URL)")
     existing(args.dir)
     if not os.path.isdir(args.dir):
         raise InspectError(f"{args.dir}: not a directory; stats takes a log directory")

@@ -9,14 +9,15 @@ import argparse
 import os
 
 from ..errors import CorruptLogError, KdelayError
-from ..fetch.group_positions import GroupStore
-from ..fetch.queue_state import state_store
+from ..groups.positions import GroupStore
+from ..groups.queue import state_store
 from ..log.batch.offset_continuity import continues
 from ..log.batch.walker import Progress
 from ..log.compaction.swap_watch import between_swaps
 from ..log.segments import append_horizon, layout
 from ..log.segments.layout import LOG_SUFFIX, SegmentFiles, parse_segment_name, segment_file
 from ..log.tiered import inventory
+from ..settle import in_motion, settle
 from . import cancels
 from .formatting import Out
 from .progress import ProgressBar, fmt_size
@@ -29,11 +30,9 @@ from .scanning import (
     SegmentScan,
     VerifyReport,
     existing,
-    in_motion,
     list_segments,
     partition_dirs,
     scan_segment,
-    settle,
 )
 from .verify_batches import check_batches
 from .verify_index import check_index
@@ -47,7 +46,7 @@ def verify_partition(directory: str, *, only_base: int | None = None,
                      progress: Progress | None = None) -> VerifyReport:
     """Check every batch's CRC, offset continuity within and across segments, and every
     persisted index against what its .log says. Only reads. On a live log a problem only
-    counts if it is still there when checked again (see scanning.settle); the others are
+    counts if it is still there when checked again (see kdelay/settle.py); the others are
     kept as information."""
     def run(first: bool) -> VerifyReport:
         return _verify_once(directory, only_base, progress if first else None)

@@ -9,7 +9,7 @@ import pytest
 from conftest import T0, FakeClock
 
 from kdelay import KdelayError, Log, LogConfig, QueueConsumer, Record, Topic
-from kdelay.fetch.queue_state import state_store
+from kdelay.groups.queue import state_store
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ import pytest
 from conftest import T0, FakeClock
 
 from kdelay import KdelayError, Log, QueueConsumer, Record
-from kdelay.fetch.queue_state import state_format, state_store
-from kdelay.fetch.queue_state.state_store import JOURNAL_HEADER_SIZE, CorruptQueueStateError
+from kdelay.groups.queue import state_format, state_store
+from kdelay.groups.queue.state_store import JOURNAL_HEADER_SIZE, CorruptQueueStateError
 
 
 @pytest.fixture(autouse=True)

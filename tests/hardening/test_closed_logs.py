@@ -25,8 +25,8 @@ from kdelay import (
     Topic,
 )
 from kdelay.clients.partitioner import partition_for_key
-from kdelay.fetch.queue_state import state_store
-from kdelay.fetch.queue_state.state_store import ACK, StateStore
+from kdelay.groups.queue import state_store
+from kdelay.groups.queue.state_store import ACK, StateStore
 from kdelay.testing.checks import files_under
 
 KEY_OF = {partition_for_key(b"k%d" % i, 2): b"k%d" % i for i in range(10)}  # a key per partition

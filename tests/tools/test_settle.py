@@ -1,10 +1,10 @@
-"""tools.scanning.settle: a check of directories that move while it runs."""
+"""kdelay.settle: a check of directories that move while it runs."""
 
 from __future__ import annotations
 
 import os
 
-from kdelay.tools.scanning import in_motion, settle
+from kdelay.settle import in_motion, settle
 
 
 def _touch(path: str, data: bytes = b"x") -> None:

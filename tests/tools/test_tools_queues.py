@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from kdelay import Log, QueueConsumer, Record
-from kdelay.fetch.queue_state import state_store
+from kdelay.groups.queue import state_store
 
 T0 = 1_700_000_000_000
 

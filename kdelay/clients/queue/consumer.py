@@ -8,7 +8,7 @@ log), rejected (done, dead-lettered if configured), or its lock runs out (offere
 Each delivery counts; the delivery after `max_delivery_count` is rejected instead.
 
 The group's shared state on each Log is `group.GroupPartition`, held by the Log; its files
-are kdelay.fetch.queue_state's. Long polls (fetch.long_poll) sleep on the consumer's
+are kdelay.groups.queue's. Long polls (fetch.long_poll) sleep on the consumer's
 signal, told of appends (the group's, by the Log) and releases, and bumped by closes: an
 append or a release wakes them only if due before they would wake anyway, which is when
 the earliest delayed release, lock expiry or pending record comes due on the log clock.
@@ -27,13 +27,13 @@ from collections.abc import Iterable
 from ... import forks
 from ...errors import KdelayError
 from ...fetch.long_poll import ActivitySignal, long_poll
-from ...fetch.queue_state import state_store
-from ...fetch.queue_state.state_store import ACK, REJECT, RELEASE
+from ...groups.queue import state_store
+from ...groups.queue.group import GroupPartition, Member, QueueRecord, attach, detach
+from ...groups.queue.state_store import ACK, REJECT, RELEASE
 from ...partition import Log
 from ...validation import as_int, check_page_limits, is_int, time_after
 from ..dead_letter import REJECTED, dead_letter_copy, send_to_dead_letter
 from ..topic import Topic, fair_round
-from .group import GroupPartition, Member, QueueRecord, attach, detach
 
 __all__ = ["QueueConsumer", "QueueRecord"]
 

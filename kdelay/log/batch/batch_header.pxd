@@ -2,8 +2,8 @@
 """A batch's header in C, for the compiled readers and writers (header_walk.pyx,
 batch_read.pxd, records_batch.pyx): codec.parse_header's header sanity, entry_check's
 agreement with an index entry, the CRC-32C, and big-endian fields written. One definition
-each, held equal to the Python rules by tests (tests/log/test_walker.py,
-tests/fetch/test_page_fill.py, tests/log/test_records_batch.py).
+each, held equal to the Python rules by tests (tests/log/batch/test_walker.py,
+tests/fetch/test_page_fill.py, tests/log/batch/test_records_batch.py).
 
 The header layout comes from codec at run time (codec.HEADER_LAYOUT, read by
 `read_layout`; record_loops.scan_chunk takes codec.HEADER_SIZE): the compiled code keeps

@@ -5,7 +5,7 @@ log clock, the delay limit checked, the batch deliverAfter settled, the batch en
 (kdelay.log.batch.codec, or records_batch.pyx in one C pass) and its size checked. Raises
 InvalidRecordError (or a subclass) and writes nothing. O(records).
 
-Compiled, so that the append path (log/segments/writer.pyx) builds a RecordsBatch with no
+Compiled, so that the append path (log/local/writer.pyx) builds a RecordsBatch with no
 Python call between it and the encoder (`build`, builder.pxd)."""
 
 from typing import NamedTuple

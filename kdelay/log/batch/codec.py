@@ -10,7 +10,7 @@ record_encode.py gathers a batch into flat columns and record_decode.py cuts one
 each with a constant number of C-level calls per batch around the per-record loops compiled
 from record_loops.pyx. In C, for the hot paths: records_batch.pyx encodes an append's
 batch of plain Records in one pass (byte for byte as encode_batch:
-tests/log/test_records_batch.py), and the page fill decodes the batches it fetches
+tests/log/batch/test_records_batch.py), and the page fill decodes the batches it fetches
 (batch_read.pxd: the same records as decode_records, tests/fetch/test_page_fill.py).
 """
 
@@ -94,7 +94,7 @@ def parse_header(buf, pos: int = 0, *, path: str | None = None, file_pos: int | 
     """Parse and sanity-check the header at `buf[pos:]`. `available` is how many bytes the
     batch may span (defaults to the rest of `buf`). Raises CorruptLogError.
     walker.walk_headers makes the same checks over many headers at once; a test in
-    tests/log/test_walker.py holds the two to the same batches and errors."""
+    tests/log/batch/test_walker.py holds the two to the same batches and errors."""
     where = file_pos if file_pos is not None else pos
     if available is None:
         available = len(buf) - pos

@@ -18,7 +18,7 @@ Layout of a partition directory (as in Kafka):
                                         .remote-deleting while its copy is being deleted
     remote-storage.json                 the object store's URL and options, secrets left out
     remote-cache/                       remote segments' indexes and byte ranges, cached
-    queues/<group>.snapshot, .journal   queue group state (kdelay.fetch.queue_state.state_store)
+    queues/<group>.snapshot, .journal   queue group state (kdelay.groups.queue.state_store)
     *.tmp, *.deleted                    leftovers of an interrupted atomic write or deletion
 
 A topic root holds one `<topic>-<partition>` directory per partition (Kafka's naming).

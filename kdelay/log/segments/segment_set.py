@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from sortedcontainers import SortedDict, SortedList
 
 from ... import fsio
-from .loader import write_recovery_point
+from .recovery_point import write_recovery_point
 from .segment import LogSegment
 
 _MAX = 1 << 63

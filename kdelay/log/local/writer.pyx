@@ -19,12 +19,12 @@ from cpython.object cimport PyObject, PyTypeObject, newfunc
 from libc.stdint cimport int64_t
 
 from kdelay.log.batch.builder cimport Built, build
-from kdelay.log.log_clock cimport LogClock
-from kdelay.log.segments.horizon_writer cimport Horizon
+from kdelay.log.local.log_clock cimport LogClock
+from kdelay.log.local.horizon_writer cimport Horizon
 from kdelay.log.segments.segment_tail cimport SegmentTail
 
 from kdelay.log.cancellation import cancel_ops
-from kdelay.log.segments.flush_policy import FlushPolicy
+from kdelay.log.local.flush_policy import FlushPolicy
 from kdelay.records import AppendResult
 
 # an AppendResult made as tuple.__new__ makes it, without the NamedTuple's Python-level

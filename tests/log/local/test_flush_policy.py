@@ -12,7 +12,7 @@ import pytest
 from conftest import T0, FakeClock
 
 from kdelay import Log, LogConfig, Record
-from kdelay.log.segments import flush_policy
+from kdelay.log.local import flush_policy
 from kdelay.log.segments.layout import LOG_SUFFIX, segment_file
 from kdelay.testing.faults import FaultInjector
 

@@ -20,8 +20,8 @@ from collections.abc import Callable
 
 from ... import fsio
 from ...config import LogConfig
-from .layout import REMOTE_DELETING_SUFFIX, REMOTE_SUFFIX, segment_file
-from .segment_set import SegmentSet
+from ..segments.layout import REMOTE_DELETING_SUFFIX, REMOTE_SUFFIX, segment_file
+from ..segments.segment_set import SegmentSet
 
 
 def enforce(segments: SegmentSet, config: LogConfig, now: int, directory: str,

@@ -14,6 +14,7 @@ from typing import NamedTuple
 from ... import fsio
 from ..cancellation import cancel_ops
 from ..cancellation.cancel_store import CancelStore
+from ..segments.segment_set import SegmentSet
 from .horizon_writer import Horizon
 from .loader import (
     CLEAN_SHUTDOWN_FILE,
@@ -22,7 +23,6 @@ from .loader import (
     open_directory,
     write_recovery_point,
 )
-from .segment_set import SegmentSet
 
 
 class Opened(NamedTuple):

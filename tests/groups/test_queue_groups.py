@@ -1,12 +1,12 @@
-"""fetch.queue_state.queue_groups: the live queue groups a Log holds (members counted, the
+"""kdelay.groups.queue.queue_groups: the live queue groups a Log holds (members counted, the
 last one closes the state, every append notifies them) and group_counts, the one rule for a
 group's counts, live or from its files."""
 
 from __future__ import annotations
 
-from kdelay.fetch.queue_state import state_store
-from kdelay.fetch.queue_state.queue_groups import QueueGroups, group_counts
-from kdelay.fetch.queue_state.state_store import ACK, ACQUIRE, RELEASE, StateStore
+from kdelay.groups.queue import state_store
+from kdelay.groups.queue.queue_groups import QueueGroups, group_counts
+from kdelay.groups.queue.state_store import ACK, ACQUIRE, RELEASE, StateStore
 from kdelay.records import AppendResult, DeliveryKey
 
 NOW = 1_000

@@ -1,4 +1,4 @@
-"""The open/close protocol on its own (kdelay.log.segments.open_and_close): the clean-shutdown marker
+"""The open/close protocol on its own (kdelay.log.local.open_and_close): the clean-shutdown marker
 survives a clean open until the first change, a clean close writes it with the clock, and
 the finalizer releases the directory lock of a dropped owner."""
 
@@ -10,8 +10,8 @@ import os
 import pytest
 
 from kdelay.errors import LogLockedError
-from kdelay.log.segments import open_and_close
-from kdelay.log.segments.loader import CLEAN_SHUTDOWN_FILE
+from kdelay.log.local import open_and_close
+from kdelay.log.local.loader import CLEAN_SHUTDOWN_FILE
 
 
 class Owner:

@@ -1,4 +1,4 @@
-"""The group store (kdelay.fetch.group_positions): one position file per consumer group."""
+"""The group store (kdelay.groups.positions): one position file per consumer group."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kdelay import DeliveryKey, KdelayError
-from kdelay.fetch.group_positions import GROUPS_DIR, MAX_GROUP_NAME_BYTES, GroupStore
+from kdelay.groups.positions import GROUPS_DIR, MAX_GROUP_NAME_BYTES, GroupStore
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ is shared by every QueueConsumer of the group on that Log (threads of one proces
   so a poll costs O(page * log n) whatever the size of the in-flight set.
 
 A poll merges the heap's due head with the next page of the log in (time, offset) order.
-Durability (the journal and snapshot) is kdelay.fetch.queue_state.state_store's; see there
+Durability (the journal and snapshot) is kdelay.groups.queue.state_store's; see there
 for what a crash keeps. The Log holds the state of each of its open groups (its
 QueueGroups: `attach`, `detach`) and wakes them on every append. The group knows its
 consumers only as `Member`s: what it needs of each, passed in.
@@ -26,12 +26,14 @@ import itertools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from ...errors import KdelayError, LogClosedError
 from ...fetch.long_poll import ActivitySignal
-from ...fetch.queue_state import state_store
-from ...fetch.queue_state.state_store import (
+from ...read_ranges import coalesce
+from ...records import DeliveryKey, FetchedRecord, Header
+from . import state_store
+from .state_store import (
     ACK,
     ACQUIRE,
     ACQUIRED_BIT,
@@ -40,10 +42,29 @@ from ...fetch.queue_state.state_store import (
     RELEASE,
     StateStore,
 )
-from ...partition import Log
-from ...read_ranges import coalesce
-from ...records import DeliveryKey, FetchedRecord, Header
-from ..dead_letter import MAX_DELIVERY_COUNT
+
+if TYPE_CHECKING:
+    from ...records import FetchResult
+    from .queue_groups import QueueGroups
+
+# why a record went to a dead letter (the `kdelay.dlq.reason` header; kdelay.clients.dead_letter)
+REJECTED = "rejected"
+MAX_DELIVERY_COUNT = "max_delivery_count"
+
+
+class Log(Protocol):
+    """What a queue group uses of the open Log it lives on (kdelay.partition.Log)."""
+
+    path: str
+    _queue_groups: QueueGroups
+
+    @property
+    def log_end_offset(self) -> int: ...
+    def now(self) -> int: ...
+    def fetch(self, after: DeliveryKey | int | None = None, *,
+              max_records: int = ...) -> FetchResult: ...
+    def read(self, offset: int, *, max_records: int = ...) -> list[FetchedRecord]: ...
+    def _check_open(self) -> None: ...
 
 __all__ = ["GroupPartition", "Member", "QueueRecord", "attach", "detach"]
 

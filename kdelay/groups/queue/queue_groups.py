@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from typing import Protocol, TypeVar
 
 from ...errors import KdelayError
+from ...fetch.long_poll import due_in_ms
 from ...records import AppendResult, DeliveryKey
-from ..long_poll import due_in_ms
 from . import state_store
 
 __all__ = ["LiveGroup", "QueueGroups", "group_counts"]

@@ -1,4 +1,4 @@
-"""The log clock (kdelay/log/log_clock.pyx): the readings of the clock a log was opened
+"""The log clock (kdelay/log/local/log_clock.pyx): the readings of the clock a log was opened
 with, checked as validation.clock_value checks them, and never below a time it has already
 handed out."""
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kdelay import KdelayError
-from kdelay.log.log_clock import LogClock
+from kdelay.log.local.log_clock import LogClock
 from kdelay.validation import clock_value
 
 T0 = 1_700_000_000_000

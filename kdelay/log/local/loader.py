@@ -7,8 +7,8 @@ first torn or corrupt batch; segments before it keep their indexes, and any inde
 missing, stale or corrupt is rebuilt from its .log and persisted again.
 
 Small files this module owns (each replaced atomically, fsio.atomic_write):
-- `recovery-point-offset-checkpoint`: ASCII "kdelay-recovery-point v1\n<offset>\nend
-  <offset>\n". Offsets below it are known fsync'd; anything unreadable means 0.
+- `recovery-point-offset-checkpoint` (kdelay/log/segments/recovery_point.py): offsets below
+  it are known fsync'd; anything unreadable means 0.
 - `.kdelay_cleanshutdown`: written last by a clean close; its ASCII decimal body is the
   log clock then (empty or unreadable: 0). Removed before the first change after open.
 - `.lock`: flock'd while a Log holds the directory; holds the holder's pid in ASCII
@@ -27,23 +27,20 @@ from typing import NamedTuple, Protocol
 from ... import fsio
 from ...errors import CorruptLogError, IndexFileError, LogLockedError, RemoteStorageError
 from ..compaction import swap
-from .layout import (
+from ..segments.layout import (
     CLEAN_SHUTDOWN_FILE,
     COMPANION_SUFFIXES,
     LOCK_FILE,
     LOG_SUFFIX,
     MARKER_SUFFIX,
-    RECOVERY_POINT_FILE,
     Listing,
     classify,
     segment_file,
 )
-from .segment import LogSegment
+from ..segments.recovery_point import read_recovery_point, write_recovery_point
+from ..segments.segment import LogSegment
 
 log = logging.getLogger("kdelay")
-
-_CHECKPOINT_TAG = "kdelay-recovery-point v1"
-
 
 @dataclass
 class LoadReport:
@@ -109,25 +106,6 @@ def _holder_pid(fd: int) -> int | None:
     except PermissionError:
         pass  # it exists, as another user's
     return pid
-
-
-def read_recovery_point(directory: str) -> int:
-    """Offsets below the recovery point are known fsync'd. Unreadable means 0 (scan all)."""
-    raw = fsio.read_small(os.path.join(directory, RECOVERY_POINT_FILE))
-    if raw is None:
-        return 0
-    try:
-        tag, value, check = raw.decode("ascii").split("\n")[:3]
-        if tag != _CHECKPOINT_TAG or check != f"end {value}":
-            return 0
-        return max(0, int(value))
-    except (UnicodeDecodeError, ValueError):
-        return 0
-
-
-def write_recovery_point(directory: str, offset: int) -> None:
-    data = f"{_CHECKPOINT_TAG}\n{offset}\nend {offset}\n".encode("ascii")
-    fsio.atomic_write(os.path.join(directory, RECOVERY_POINT_FILE), data)
 
 
 def read_clock_floor(directory: str) -> int:

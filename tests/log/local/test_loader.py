@@ -1,4 +1,4 @@
-"""The loader (kdelay.log.segments.loader) on its own: clean open, unclean recovery, leftovers,
+"""The loader (kdelay.log.local.loader) on its own: clean open, unclean recovery, leftovers,
 overlap refusal, the recovery point and the clean-shutdown marker's clock, and the repair
 of a damaged index (persisted once, atomically)."""
 
@@ -21,7 +21,8 @@ from kdelay.errors import IndexFileError
 from kdelay.index.deliver_after_index import DeliverAfterIndex
 from kdelay.index.offset_index import OffsetIndex
 from kdelay.index.time_index import TimeIndex
-from kdelay.log.segments import loader
+from kdelay.log.local import loader
+from kdelay.log.segments import recovery_point
 from kdelay.log.segments.layout import (
     HORIZON_FILE,
     INDEX_SUFFIXES,
@@ -138,7 +139,7 @@ def test_undamaged_clean_open_still_writes_nothing(log_dir):
 def test_unclean_open_rescans_from_the_recovery_point_and_cuts_a_torn_tail(log_dir):
     bases = _write(log_dir)
     os.unlink(os.path.join(log_dir, loader.CLEAN_SHUTDOWN_FILE))
-    loader.write_recovery_point(log_dir, bases[-1])
+    recovery_point.write_recovery_point(log_dir, bases[-1])
     active = segment_file(log_dir, bases[-1], LOG_SUFFIX)
     whole = os.path.getsize(active)
     with open(active, "ab") as f:
@@ -156,8 +157,8 @@ def test_unclean_open_rescans_from_the_recovery_point_and_cuts_a_torn_tail(log_d
 def test_unreadable_recovery_point_rescans_everything(log_dir):
     bases = _write(log_dir)
     os.unlink(os.path.join(log_dir, loader.CLEAN_SHUTDOWN_FILE))
-    Path(log_dir, loader.RECOVERY_POINT_FILE).write_text("garbage\n")
-    assert loader.read_recovery_point(log_dir) == 0
+    Path(log_dir, recovery_point.RECOVERY_POINT_FILE).write_text("garbage\n")
+    assert recovery_point.read_recovery_point(log_dir) == 0
     segments, report = _load(log_dir)
     try:
         assert report.segments_scanned == len(bases) and report.bytes_truncated == 0
@@ -167,9 +168,9 @@ def test_unreadable_recovery_point_rescans_everything(log_dir):
 
 def test_recovery_point_round_trips(log_dir):
     os.makedirs(log_dir)
-    assert loader.read_recovery_point(log_dir) == 0
-    loader.write_recovery_point(log_dir, 1234)
-    assert loader.read_recovery_point(log_dir) == 1234
+    assert recovery_point.read_recovery_point(log_dir) == 0
+    recovery_point.write_recovery_point(log_dir, 1234)
+    assert recovery_point.read_recovery_point(log_dir) == 1234
 
 
 def test_clock_floor_comes_from_the_clean_marker(log_dir):

@@ -8,7 +8,7 @@ import pytest
 from conftest import T0
 
 from kdelay.log.batch import codec
-from kdelay.log.segments.loader import read_recovery_point
+from kdelay.log.segments.recovery_point import read_recovery_point
 from kdelay.log.segments.segment import LogSegment
 from kdelay.log.segments.segment_set import SegmentSet
 

@@ -138,3 +138,18 @@ def _parse(raw: bytes, path: str, group: str) -> tuple[DeliveryKey | None, int]:
         return DeliveryKey(int(da), int(off)), int(clock)
     except (ValueError, UnicodeDecodeError):
         raise KdelayError(f"group position file {path} is corrupt") from None
+
+
+def committed_positions(store: GroupStore) -> tuple[dict[str, DeliveryKey | None],
+                                                    dict[str, str]]:
+    """Every stored group's committed key, and the error of each group whose position file
+    cannot be read (for Log.metrics: one damaged file must not fail the whole call).
+    O(groups) file reads."""
+    keys: dict[str, DeliveryKey | None] = {}
+    unreadable: dict[str, str] = {}
+    for g in store.groups():
+        try:
+            keys[g] = store.committed(g)
+        except KdelayError as e:
+            unreadable[g] = str(e)
+    return keys, unreadable

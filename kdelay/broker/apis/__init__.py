@@ -1,0 +1,21 @@
+"""The API families, one module each (as Kafka's KafkaApis groups its handlers); each
+module's APIS lists the `Api`s it answers."""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+from ..dispatcher import Api
+
+FAMILIES = (
+    "api_versions",
+    "sasl",
+)
+
+
+def all_apis() -> list[Api]:
+    """Every API the broker answers, from every family module."""
+    out: list[Api] = []
+    for family in FAMILIES:
+        out += import_module(f"{__name__}.{family}").APIS
+    return out
