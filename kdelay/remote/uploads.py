@@ -8,16 +8,24 @@ through botocore (S3's ListMultipartUploads and AbortMultipartUpload), with the 
 own settings: its endpoint, region and credentials (given, else botocore's own chain:
 the environment, config files, instance roles). Only uploads under the partition's
 prefix are touched, and only when no copy of this log is in flight (the sweep's rule),
-so no upload still being sent is aborted. `file://` and `memory://` stores have none.
+so no upload still being sent is aborted.
+
+A `file://` store's multipart upload is a staging file beside the object
+(`<name>#<n>`, renamed into place when complete): one a killed process left is invisible
+to listings, so the same sweep removes it. `memory://` stores have none.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from urllib.parse import urlsplit
 
 from ..errors import RemoteStorageError
 
 __all__ = ["abort_open_uploads"]
+
+_STAGING = re.compile(r"#\d+$")  # object_store's LocalFileSystem: `<object>#<n>`
 
 # obstore's S3 option names (and their aws_ forms) -> botocore's client arguments
 _CLIENT_ARGS = {"endpoint": "endpoint_url", "endpoint_url": "endpoint_url",
@@ -31,6 +39,8 @@ def abort_open_uploads(url: str, options: dict, partition: str, timeout_ms: int)
     have none); returns how many. One list request per 1000 uploads, one abort each.
     Raises RemoteStorageError."""
     parts = urlsplit(url)
+    if parts.scheme == "file":
+        return _remove_staging_files(os.path.join(parts.path, partition))
     if parts.scheme not in ("s3", "s3a"):
         return 0
     try:
@@ -64,3 +74,25 @@ def abort_open_uploads(url: str, options: dict, partition: str, timeout_ms: int)
     except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
         raise RemoteStorageError(f"aborting interrupted uploads under {url}/{partition}/ "
                                  f"failed: {type(e).__name__}: {e}") from e
+
+
+def _remove_staging_files(directory: str) -> int:
+    """Remove the staging files of interrupted uploads in a `file://` store's partition
+    directory; returns how many. O(files there)."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return 0
+    except OSError as e:
+        raise RemoteStorageError(f"listing {directory} failed: {e}") from e
+    removed = 0
+    for name in names:
+        if _STAGING.search(name):
+            try:
+                os.unlink(os.path.join(directory, name))
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                raise RemoteStorageError(f"removing {directory}/{name} failed: {e}") from e
+            removed += 1
+    return removed

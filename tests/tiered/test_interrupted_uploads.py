@@ -61,3 +61,27 @@ def test_a_cut_multipart_upload_is_aborted_by_a_later_sync(tmp_path, moto_option
             assert log.metrics()["remote"]["copies_pending"] == 0
             assert [u["UploadId"] for u in _open_uploads(moto_options, prefix)] == [other]
             assert read_everything(log) == held
+
+
+def test_a_killed_upload_to_a_file_store_leaves_no_staging_file(tmp_path, file_remote,
+                                                                 clock):
+    """A file:// store's multipart upload is a staging file `<object>#<n>` beside the
+    object, invisible to listings: what a process killed in the middle of a large put
+    leaves there (seen with obstore 0.12: `N.C.log#1`). The next open's sync removes it,
+    and a staging file of another partition stays."""
+    directory = os.fspath(tmp_path / "p-0")
+    config = file_remote.config(segment_bytes=1024)
+    store_dir = file_remote.url[len("file://"):]
+    with Log.open(directory, config=config, clock=clock) as log:
+        log.append([Record(b"x" * 2000)])
+        log.roll()
+        log.sync_remote()
+    left = os.path.join(store_dir, "p-0", "00000000000000000000.0123456789abcdef.log#1")
+    other = os.path.join(store_dir, "p-1", "00000000000000000000.0123456789abcdef.log#1")
+    for path in (left, other):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(b"part of an upload")
+    with Log.open(directory, config=config, clock=clock) as log:
+        log.sync_remote()  # the first pass after an open sweeps
+    assert not os.path.exists(left) and os.path.exists(other)
