@@ -8,7 +8,8 @@ Per pass (step 3 of sync.py), outside the log's lock but for two short holds:
    CancelStore, in memory) against the count the store holds. A copied segment's
    cancellations only grow (compaction never rewrites a copied segment, retention takes
    it whole) and the store is only ever given what is durable locally, so equal counts
-   mean equal sets. The store's counts are learnt from one listing after an open (the
+   mean equal sets (and a directory holding fewer, its journal damaged, never takes
+   any away from the store). The store's counts are learnt from one listing after an open (the
    object's size says its count; without one, the `.cancelled` object's, as the manifest
    records it), and kept in memory after each put;
 2. if any changed, under the lock: reschedules waiting for their copy's fsync are settled
@@ -82,7 +83,9 @@ class CancelExport:
         if self._stored is None:
             self._stored = stored_counts(self._store.list(), copies)
         stored = self._stored
-        changed = [b for b in copies if counts.get(b, 0) != stored.get(b, 0)]
+        # the store's only grow: a directory that holds fewer (its journal damaged) never
+        # takes cancellations away from the store
+        changed = [b for b in copies if counts.get(b, 0) > stored.get(b, 0)]
         if not changed:
             return 0
         with self._lock:
@@ -92,8 +95,8 @@ class CancelExport:
                         for b in changed]
         written = 0
         for copy, offsets in snapshot:
-            if len(offsets) == stored.get(copy.base_offset, 0):
-                continue
+            if len(offsets) <= stored.get(copy.base_offset, 0):
+                continue  # (only unconfirmed moves were new: none now, or a later pass)
             self._store.put(copy.object_name(CANCELLATIONS_SUFFIX),
                             encode_cancellations(copy.base_offset, copy.next_offset, offsets))
             stored[copy.base_offset] = len(offsets)
