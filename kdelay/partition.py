@@ -36,10 +36,12 @@ from .clock import Clock, wall_clock
 from .config import LogConfig
 from .errors import KdelayError, OffsetOutOfRangeError, raise_write_error, write_errors
 from .fetch import metrics, offset_order
+from .fetch.due_batches import DueBatch, DueBatchReader
 from .fetch.due_order import DueOrderReader, resolve_cursor
 from .fetch.long_poll import ActivitySignal, due_in_ms
 from .groups.positions import GroupStore, committed_positions
 from .groups.queue.queue_groups import QueueGroups
+from .log.batch.client_batch import ClientBatch
 from .log.batch.records_batch import RecordsBatch
 from .log.cancellation import cancel_ops
 from .log.compaction import compactor
@@ -74,6 +76,7 @@ from .validation import (
 )
 
 if TYPE_CHECKING:  # tiered storage is imported by the logs that use it (Log.open)
+    from .log.local.loader import LoadReport
     from .log.tiered.sync import RemoteSync
     from .log.tiered.tier import RemoteTier
 
@@ -93,7 +96,7 @@ class Log(forks.Owned):
     def __init__(self, path: str, config: LogConfig, clock: Clock, opened: Opened):
         self.path = path
         self.config = config
-        self.load_report = opened.report
+        self._load_report = opened.report
         self._clock = LogClock(clock)
         self._lock = threading.RLock()
         self._appended = ActivitySignal(self._lock)  # wakes long-polling fetches
@@ -107,6 +110,7 @@ class Log(forks.Owned):
         self._groups = GroupStore(path)
         self._queue_groups = QueueGroups(path, self.add_append_listener)
         self._due_order = DueOrderReader()
+        self._due_batches = DueBatchReader()  # the broker's due-order view reads through it
         self._compactor = compactor.Compactor(path, self._segments, self._lock, self._cancels)
         self._listeners: list[AppendListener] = []
         # which offsets are cancelled, for compaction: (first, end) -> sorted offsets
@@ -148,13 +152,24 @@ class Log(forks.Owned):
             raise
         return log
 
+    @property
+    def load_report(self) -> LoadReport:
+        """What opening found and did. A clean open defers the sealed segments' indexes to
+        their first use (log/local/loader.py); reading this report first loads and
+        checks every one still deferred, so that it names all the damage there is:
+        O(segments) the first time, O(1) after."""
+        with self._lock:
+            if not self._closed:
+                self._load_report.finish_deferred()
+        return self._load_report
+
     def _start_remote_sync(self) -> None:
         """Tiered storage: start the background sync, woken by every roll."""
         from .log.tiered.sync import RemoteSync
 
         self._remote = RemoteSync(self._tier, self._segments, self._lock, self._cancels,
                                   self.config, now=self.now, before_change=self._life.mark_dirty,
-                                  after_change=self._due_order.reset)
+                                  after_change=self._segments_replaced)
         self._writer.rolled = self._remote.wake
         self._remote.start()
 
@@ -237,6 +252,22 @@ class Log(forks.Owned):
         PackedBinary (and timestamps an int array): no Python work per row at all."""
         return self._append(batch_columns(values, keys, timestamps), deliver_after)
 
+    @write_errors
+    def append_client_batch(self, batch: ClientBatch, *, spread_ms: int = 0,
+                            log_append_time: bool = False,
+                            producer: tuple[int, int, int] = (-1, -1, -1)) -> AppendResult:
+        """Store a Kafka client's batch (a checked ClientBatch: the broker's produce path)
+        as runs of consecutive offsets, each due at the latest time its records asked
+        for, no record more than `spread_ms` later than it asked (client_batch.pyx).
+        `producer`: (id, epoch, first sequence) kept in the stored headers. The result's
+        deliver_after is the earliest run's. All of it is written, or nothing. Cost: one
+        C pass over the records, one write, index upkeep per stored batch."""
+        with self._lock:
+            self._check_open()
+            result = self._appended_locked(self._writer.append_client_batch(
+                batch, spread_ms, log_append_time, *producer))
+        return self._tell(result)
+
     def _append(self, columns: BatchColumns, deliver_after: int | None) -> AppendResult:
         return self._append_requested(columns, requested_deliver_after(
             columns.deliver_afters, deliver_after, path=self.path,
@@ -245,9 +276,16 @@ class Log(forks.Owned):
     def _append_requested(self, columns: BatchColumns | RecordsBatch, requested: int | None
                           ) -> AppendResult:
         with self._lock:
-            self._check_open()
-            result = self._appended_locked(self._writer.append(columns, requested))
-        return self._tell(result)
+            if self._closed:
+                self._check_open()
+            result = self._writer.append(columns, requested)
+            # _appended_locked, inline: two calls fewer on every append
+            deliver_after = result[2]
+            self._due_order.appended(deliver_after)
+            self._appended.comes_due_under_lock(deliver_after - result[3])  # (due_in_ms)
+        if self._listeners:
+            self._tell(result)
+        return result
 
     def _appended_locked(self, result: AppendResult) -> AppendResult:
         """Wake long-polling fetches that the batch is due before they would wake."""
@@ -319,7 +357,8 @@ class Log(forks.Owned):
                                                                 max_wait_ms)
         deadline = time.monotonic() + max_wait_ms / 1000 if max_wait_ms else 0.0
         with self._lock:
-            self._check_open()
+            if self._closed:
+                self._check_open()
             if not max_wait_ms:  # not a long poll
                 now = self._clock.now()
                 quiet = self._due_order.known_quiet(after, now)
@@ -343,6 +382,34 @@ class Log(forks.Owned):
             return offset_order.read_from(self._segments, max(offset, self.log_start_offset),
                                           max_records)
 
+    def _segments_replaced(self) -> None:
+        """Compaction or the tiered sync swapped segments: forget remembered merges."""
+        self._due_order.reset()
+        self._due_batches.reset()
+
+    def _read_due_batches(self, after: DeliveryKey | None, *, max_batches: int,
+                          max_bytes: int, with_bytes: bool
+                          ) -> tuple[list[DueBatch], DeliveryKey | None, int]:
+        """(batches, next, now): stored batches due at the log clock `now` after `after`
+        (fetch/due_batches.py; the broker's due-order view reads through it)."""
+        with self._lock:
+            self._check_open()
+            now = self._clock.now()
+            return (*self._due_batches.read(self._segments, after, now, max_batches, max_bytes,
+                                            self._cancels, with_bytes), now)
+
+    def _read_batches(self, offset: int, max_bytes: int) -> list[bytes]:
+        """Stored batches in offset order from `offset` (offset_order.batches_from)."""
+        with self._lock:
+            self._check_open()
+            return offset_order.batches_from(self._segments, offset, max_bytes)
+
+    def _offset_for_time(self, t: int) -> tuple[int, int] | None:
+        """The first record with a timestamp >= `t` (offset_order.offset_for_time)."""
+        with self._lock:
+            self._check_open()
+            return offset_order.offset_for_time(self._segments, t)
+
     # ------------------------------------------------------------------ groups
 
     @write_errors
@@ -354,6 +421,14 @@ class Log(forks.Owned):
         key = commit_key(key)
         self._check_open()
         self._groups.commit(group, key, self.now(), generation)
+
+    @write_errors
+    def commit_many(self, positions: dict[str, DeliveryKey | None]) -> None:
+        """Durably store several groups' positions at once (a broker's group commit): one
+        fsync per group and one directory fsync for them all."""
+        keys = {group: commit_key(key) for group, key in positions.items()}
+        self._check_open()
+        self._groups.commit_many(keys, self.now())
 
     def committed(self, group: str) -> DeliveryKey | None:
         self._check_open()
@@ -421,7 +496,7 @@ class Log(forks.Owned):
         return self._compactor.compact(self.config, now=self.now,
                                        cancelled=self._cancelled_offsets,
                                        before_change=self._life.mark_dirty,
-                                       after_change=self._due_order.reset,
+                                       after_change=self._segments_replaced,
                                        is_closed=lambda: self._closed,
                                        keep=self._kept_from_compaction)
 

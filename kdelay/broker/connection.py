@@ -37,6 +37,7 @@ class Connection:
         self.principal: str | None = None
         self.sasl: Exchange | None = None  # the SASL exchange under way
         self.closing = False
+        self.busy = False  # answering a request (a stopping broker lets it finish)
 
     async def serve(self) -> None:
         """Answer frames until the client goes, a frame is refused, or the broker stops."""
@@ -59,7 +60,11 @@ class Connection:
                                      f"{settings.frame_timeout_s} s") from None
                 except (asyncio.IncompleteReadError, ConnectionError):
                     raise FrameError("the connection closed mid-frame") from None
-                answer = await self.broker.dispatcher.answer(frame, self.broker, self)
+                self.busy = True
+                try:
+                    answer = await self.broker.dispatcher.answer(frame, self.broker, self)
+                finally:
+                    self.busy = False
                 if answer is not None:
                     self.writer.write(answer)
                     await self.writer.drain()

@@ -55,7 +55,8 @@ def log_metrics(segments: SegmentSet, group_keys: dict[str, DeliveryKey | None],
     of failing the whole call; segments out of `reach` (a remote store down) are left out
     of the counts."""
     reach = reach or Reach()
-    out = collect(segments, group_keys, now, earliest_pending(segments, now, reach), reach)
+    out = collect(segments, group_keys, now, earliest_pending(segments, now, reach), cancels,
+                  reach)
     for g, error in unreadable.items():
         out["groups"][g] = {"committed": None, "lag": None, "error": error}
     out["compaction"] = dict(compaction_totals)  # totals since open
@@ -77,14 +78,16 @@ def earliest_pending(segments: SegmentSet, now: int, reach: Reach | None = None
 
 
 def collect(segments: SegmentSet, group_keys: dict[str, DeliveryKey | None], now: int,
-            earliest_pending: int | None, reach: Reach | None = None) -> dict:
+            earliest_pending: int | None, cancels: CancelStore, reach: Reach | None = None
+            ) -> dict:
     """Counts, sizes and per-group lag over every segment in `reach` (all: None; sizes
-    over every segment) (see Log.metrics). O(segments + batches due)."""
+    over every segment) (see Log.metrics); the lag leaves cancelled records out (a group
+    never gets them). O(segments + batches due + cancelled records)."""
     reach = reach or Reach()
     pending = pending_batches = index_mem = index_disk = records = size = 0
     groups = list(group_keys)
     keys = [group_keys[g] for g in groups]
-    lag = [0] * len(groups)
+    lag = due_after_keys(segments, keys, now, cancels, reach) if groups else []
     for seg in segments:
         size += seg.size
         local = isinstance(seg, LogSegment)
@@ -107,10 +110,6 @@ def collect(segments: SegmentSet, group_keys: dict[str, DeliveryKey | None], now
             # live in memory until it rolls or the log closes cleanly
             with contextlib.suppress(FileNotFoundError):
                 index_disk += os.stat(seg.path(suffix)).st_size
-        if groups:
-            da, off, _, lod, _ = dly.columns()
-            for i, n in enumerate(due_after(da, off, lod, now, keys)):
-                lag[i] += n
     return {
         "log_start_offset": segments.oldest.base_offset,
         "log_end_offset": segments.active.next_offset,

@@ -16,7 +16,8 @@ Requests and bytes are counted (`counters`), for `metrics()["remote"]`. A module
 kdelay.testing.faults wraps kdelay.fsio.
 
 Thread-safe: obstore's stores may be shared between threads; the counters are updated
-under a lock.
+under a lock. Not fork-safe: in a child forked after a request, every open and request
+raises RemoteStorageError (after_fork.py says why) instead of waiting forever.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import TypeVar
 from urllib.parse import urlsplit
 
 from ..errors import RemoteStorageError
+from . import after_fork
 
 __all__ = ["ObjectExistsError", "RemoteCounters", "RemoteStore", "StorePanic", "public_options"]
 
@@ -152,6 +154,7 @@ class RemoteStore:
              counters: RemoteCounters | None = None) -> RemoteStore:
         """A store for partition directory `partition` (its base name) under `url`. Raises
         RemoteStorageError if the URL or options are refused (no request is made)."""
+        after_fork.check_usable()
         try:
             store = _guarded(_open_obstore, url, options, timeout_ms)
         except ImportError as e:
@@ -183,27 +186,33 @@ class RemoteStore:
         """Store `data` (bytes, or the path of a local file, sent in parts when large) at
         `name`. With `create`, raise ObjectExistsError if it exists. Atomic: a reader sees
         the whole object or none of it."""
+        after_fork.before_request()
         return STORE_OPS["put"](self, name, data, create)
 
     def get(self, name: str) -> bytes:
         """The whole object. Raises ObjectMissingError if there is none."""
+        after_fork.before_request()
         return STORE_OPS["get"](self, name)
 
     def get_ranges(self, name: str, starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
         """The bytes [starts[i], ends[i]) of the object, one request per range or fewer
         (obstore coalesces ranges less than 1 MiB apart)."""
+        after_fork.before_request()
         return STORE_OPS["get_ranges"](self, name, starts, ends)
 
     def size(self, name: str) -> int | None:
         """The object's size, or None if there is none."""
+        after_fork.before_request()
         return STORE_OPS["size"](self, name)
 
     def list(self) -> dict[str, int]:
         """name -> size of every object of the partition."""
+        after_fork.before_request()
         return STORE_OPS["list"](self)
 
     def delete(self, name: str) -> None:
         """Remove the object; a missing one is no error (deletion is idempotent)."""
+        after_fork.before_request()
         return STORE_OPS["delete"](self, name)
 
     def abort_uploads(self) -> int:

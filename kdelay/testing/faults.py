@@ -316,9 +316,11 @@ def close_abandoned(log) -> None:
     if finalizer is not None:
         finalizer.detach()  # the descriptors are closed here, once
     for seg in list(getattr(log, "_segments", ())):
-        if getattr(seg, "fd", -1) >= 0:
+        # open_fd: a segment whose .log a lazy open never opened is not opened now
+        fd = getattr(seg, "open_fd", getattr(seg, "fd", -1))
+        if fd >= 0:
             with contextlib.suppress(OSError):
-                os.close(seg.fd)
+                os.close(fd)
             seg.fd = -1
     cancels = getattr(log, "_cancels", None)
     if cancels is not None:

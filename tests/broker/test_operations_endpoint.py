@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -170,18 +171,20 @@ def test_endpoint_needs_basic_credentials_when_the_broker_uses_sasl(workload, tm
         assert (status, body) == (200, {"cancelled": 1})
 
 
-def start_serving(root: str) -> tuple[subprocess.Popen, str]:
+def start_serving(root: str) -> tuple[subprocess.Popen, str, str]:
+    """`kdelay serve ROOT --http`: (process, endpoint URL, Kafka bootstrap address)."""
     proc = subprocess.Popen([sys.executable, "-m", "kdelay", "serve", root, "--listen",
                              "127.0.0.1:0", "--http", "127.0.0.1:0", "--log-level", "WARNING"],
                             stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     found = re.search(r"http on ([\d.]+:\d+)", line)
     assert found, f"the broker did not start: {line!r}"
-    return proc, "http://" + found.group(1)
+    kafka_at = re.search(r" on ([\d.]+:\d+)", line)
+    return proc, "http://" + found.group(1), kafka_at.group(1)
 
 
 def test_answered_cancel_and_reschedule_survive_kill_9(workload):
-    proc, base = start_serving(workload)
+    proc, base, _ = start_serving(workload)
     try:
         assert call(base, "POST", "/v1/topics/jobs/partitions/0/cancel",
                     {"offsets": [3]})[1] == {"cancelled": 1}
@@ -198,7 +201,7 @@ def test_answered_cancel_and_reschedule_survive_kill_9(workload):
 
 
 def test_cli_reaches_the_endpoint_and_exits_nonzero_on_refusal(workload):
-    proc, base = start_serving(workload)
+    proc, base, _ = start_serving(workload)
     try:
         kdelay = [sys.executable, "-m", "kdelay"]
         ok = subprocess.run(kdelay + ["cancel", "--broker", base, "jobs", "0", "3", "4",
@@ -217,3 +220,50 @@ def test_cli_reaches_the_endpoint_and_exits_nonzero_on_refusal(workload):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
+
+
+def test_wire_consumers_never_see_a_cancelled_record_and_see_a_rescheduled_one_once(tmp_path):
+    """Records produced over the wire with a delay; one cancelled and one moved later over
+    HTTP, then the broker killed with kill -9 right after the answers; consumers reading
+    the restarted broker get the others, the moved one once and never before its new time,
+    and never the cancelled one."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    root = str(tmp_path / "root")
+    Topic.open(root, "jobs", partitions=1).close()
+    proc, base, bootstrap = start_serving(root)
+    try:
+        producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap})
+        offsets: dict[bytes, int] = {}
+        for name in (b"keep", b"cancel", b"move"):
+            producer.produce("jobs", name, headers=[("kdelay.delay_ms", b"1500")],
+                             on_delivery=lambda err, msg: offsets.__setitem__(
+                                 msg.value(), msg.offset()))
+        assert producer.flush(60) == 0 and len(offsets) == 3
+        assert call(base, "POST", "/v1/topics/jobs/partitions/0/cancel",
+                    {"offsets": [offsets[b"cancel"]]})[1] == {"cancelled": 1}
+        status, moved = call(base, "POST", "/v1/topics/jobs/partitions/0/reschedule",
+                             {"offset": offsets[b"move"], "delay_ms": 3000})
+        assert status == 200
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    proc, base, bootstrap = start_serving(root)
+    try:
+        got = []
+        consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "w",
+                                             "auto.offset.reset": "earliest"})
+        consumer.subscribe(["jobs"])
+        deadline = time.monotonic() + 60
+        while len(got) < 2 and time.monotonic() < deadline:
+            m = consumer.poll(0.2)
+            if m is not None and m.error() is None:
+                got.append((m.value(), time.time() * 1000))
+        extra = consumer.poll(1.0)  # nothing more comes: the cancelled one never does
+        consumer.close()
+        assert extra is None or extra.error() is not None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    assert [v for v, _ in got] == [b"keep", b"move"]
+    assert got[1][1] >= moved["deliver_after"]  # never before its new time
+

@@ -6,6 +6,7 @@ is answered with SASL_AUTHENTICATION_FAILED and the connection is then closed.""
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -40,7 +41,7 @@ def _authenticate_response(ctx: RequestContext, error: ErrorCode, message: str |
                            data: bytes) -> Any:
     fields: dict[str, Any] = {"error_code": error, "error_message": message, "auth_bytes": data}
     if "session_lifetime" in ctx.response_type.__dataclass_fields__:
-        fields["session_lifetime"] = i64Timedelta.parse(0)  # no re-authentication needed
+        fields["session_lifetime"] = i64Timedelta.parse(timedelta(0))  # no re-authentication needed
     return ctx.response_type(**fields)
 
 
