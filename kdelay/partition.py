@@ -462,6 +462,7 @@ class Log(forks.Owned):
         with self._lock:
             self._check_open()
             remote = self._remote
+            cancel_ops.settle_moves(self._segments, self._cancels)  # (see there)
             deleted = retention.enforce(self._segments, self.config, self.now(), self.path,
                                         self._life.mark_dirty,
                                         busy=remote.busy if remote else _never)
@@ -522,22 +523,27 @@ class Log(forks.Owned):
         position to its committed key and its lag: records due now and after that key;
         `queues` each queue group to its counts (queue_groups.group_counts)."""
         self._check_open()
+        reach = metrics.Reach()  # a store that is down is reported, never raised
         with self._lock:
             now = self.now()
             keys, unreadable = committed_positions(self._groups)
             out = metrics.log_metrics(self._segments, keys, unreadable, self._cancels,
-                                      self._compactor.totals, now)
-            if self._tier is not None:
-                out["remote"] = metrics.remote_metrics(self._segments, self._tier)
+                                      self._compactor.totals, now, reach)
         # outside the lock, as a live queue group's counts take the group's lock
-        out["queues"] = self._queue_groups.counts(now, lambda key: self._due_after([key], now)[0])
+        out["queues"] = self._queue_groups.counts(
+            now, lambda key: self._due_after([key], now, reach)[0])
+        if self._tier is not None:
+            with self._lock:
+                out["remote"] = metrics.remote_metrics(self._segments, self._tier, reach)
         return out
 
-    def _due_after(self, keys: Sequence[DeliveryKey | None], now: int) -> list[int]:
+    def _due_after(self, keys: Sequence[DeliveryKey | None], now: int,
+                   reach: metrics.Reach | None = None) -> list[int]:
         """Per key (a position in due order, None: the start), the records due at `now`
-        after it and not cancelled: what a reader at that position has left to read now."""
+        after it and not cancelled: what a reader at that position has left to read now
+        (over the segments in `reach`: all when None)."""
         with self._lock:
-            return metrics.due_after_keys(self._segments, keys, now, self._cancels)
+            return metrics.due_after_keys(self._segments, keys, now, self._cancels, reach)
 
     def _earliest_pending(self, now: int) -> int | None:
         """The smallest deliverAfter > `now` in the log (None: nothing pending). Sealed
