@@ -15,7 +15,13 @@ from libc.stdint cimport int64_t
 
 from kdelay.index.recent_columns cimport RecentColumns, due_entries_into
 from kdelay.log.batch.batch_header cimport Layout, read_layout
-from kdelay.log.batch.batch_read cimport Cancelled, Wanted, read_batch
+from kdelay.log.batch.batch_read cimport (
+    Cancelled,
+    Wanted,
+    cancelled_in,
+    lower_bound,
+    read_batch,
+)
 from kdelay.log.segments.mapped_file cimport MappedFile
 
 from kdelay.log.batch import codec
@@ -32,18 +38,6 @@ cpdef enum:  # fill_active's outcome (the first item it returns)
 cpdef enum:  # FILLED's detail when it is not a deliverAfter
     STOPPED = -1  # the page ended at a limit (records or bytes) before an entry not due
     NOTHING_AFTER = -2  # no entry after the page (due or not)
-
-
-cdef inline int64_t _lower_bound(const int64_t* a, int64_t n, int64_t x) noexcept nogil:
-    """The first index of sorted a[:n] whose value is >= x."""
-    cdef int64_t lo = 0, hi = n, mid
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if a[mid] < x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
 
 
 cdef const int64_t* _int64s(const int64_t[::1] column) except? NULL:
@@ -79,7 +73,7 @@ def fill_active(list out, RecentColumns entries, MappedFile source, int64_t limi
         raise MemoryError()
     cdef bint full = False
     cdef int64_t da, base, pos, lod, size, n, skip, first, last, left, got, taken = 0
-    cdef int64_t i, i2
+    cdef int64_t n_gone
     cdef Wanted want
     try:
         k = due_entries_into(entries, after_da, after_off, now, buf, cap, &full)
@@ -97,12 +91,8 @@ def fill_active(list out, RecentColumns entries, MappedFile source, int64_t limi
             if after_off >= 0 and da == after_da and base <= after_off:
                 skip = min(after_off - base + 1, n)
             first, last = base + skip, base + lod
-            i = _lower_bound(all_gone.a, all_gone.na, first)
-            i2 = _lower_bound(all_gone.b, all_gone.nb, first)
-            c.a, c.na = all_gone.a + i, all_gone.na - i
-            c.b, c.nb = all_gone.b + i2, all_gone.nb - i2
-            left = n - skip - _lower_bound(c.a, c.na, last + 1) - _lower_bound(
-                c.b, c.nb, last + 1)
+            c = cancelled_in(&all_gone, first, last, &n_gone)
+            left = n - skip - n_gone
             if left <= 0:
                 continue  # all cancelled: consumed unread
             if PyList_GET_SIZE(out) and taken + size > max_bytes:

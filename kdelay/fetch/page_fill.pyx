@@ -23,7 +23,13 @@ from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint8_t
 
 from kdelay.log.batch.batch_header cimport Layout, read_layout
-from kdelay.log.batch.batch_read cimport Cancelled, Wanted, read_batch
+from kdelay.log.batch.batch_read cimport (
+    Cancelled,
+    Wanted,
+    cancelled_in,
+    lower_bound,
+    read_batch,
+)
 from kdelay.log.segments.mapped_file cimport MappedFile
 
 cpdef enum:  # KWayMerge.fill's outcome; PageRequest.detail says more
@@ -132,30 +138,6 @@ cdef class PageRequest:
 
 cdef inline int64_t _at(const void* column, bint wide, int64_t i) noexcept nogil:
     return (<const int64_t*>column)[i] if wide else (<const int32_t*>column)[i]
-
-
-cdef inline int64_t _lower_bound(const int64_t* a, int64_t n, int64_t x) noexcept nogil:
-    """The first index of sorted a[:n] whose value is >= x."""
-    cdef int64_t lo = 0, hi = n, mid
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if a[mid] < x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-cdef inline Cancelled _cancelled_in(const Cancelled* all, int64_t first, int64_t last,
-                                    int64_t* count) noexcept nogil:
-    """The cancelled offsets from `first` on, and in *count how many lie in [first, last]."""
-    cdef Cancelled c
-    cdef int64_t i = _lower_bound(all.a, all.na, first)
-    cdef int64_t j = _lower_bound(all.b, all.nb, first)
-    c.a, c.na = all.a + i, all.na - i
-    c.b, c.nb = all.b + j, all.nb - j
-    count[0] = (_lower_bound(c.a, c.na, last + 1) + _lower_bound(c.b, c.nb, last + 1))
-    return c
 
 
 cdef inline bint _before(const Slot* x, const Slot* y) noexcept nogil:
@@ -366,7 +348,7 @@ cdef class KWayMerge:
             if r.after_off >= 0 and da == r.after_da and base <= r.after_off:
                 skip = min(r.after_off - base + 1, n)
             first, last = base + skip, base + lod
-            c = _cancelled_in(&s.gone, first, last, &n_gone)
+            c = cancelled_in(&s.gone, first, last, &n_gone)
             left = n - skip - n_gone  # records of the batch the page may still take
             if left > 0:
                 if PyList_GET_SIZE(out) and r.taken_bytes + size > r.max_bytes:
