@@ -3,7 +3,9 @@
 After a clean close (the marker file is present) every segment opens from its persisted
 indexes and no log data is read; the sealed ones the segment summary describes
 (segment_summary.py) open with none of their indexes read, each loaded and checked on
-first use (DeferredIndexes), as Kafka loads its indexes lazily. After an unclean shutdown, segments at or past the recovery
+first use (DeferredIndexes), as Kafka loads its indexes lazily; when the directory still
+holds exactly the files that close listed, they are not even listed or made one by one,
+but taken from the summary's columns and made on first use (summary_open.py). After an unclean shutdown, segments at or past the recovery
 point (the part not known to be fsync'd) are scanned batch by batch with CRCs and cut at the
 first torn or corrupt batch; segments before it keep their indexes, and any index that is
 missing, stale or corrupt is rebuilt from its .log and persisted again.
@@ -23,6 +25,7 @@ import contextlib
 import fcntl
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
@@ -49,7 +52,9 @@ from ..segments.layout import (
 )
 from ..segments.recovery_point import read_recovery_point, write_recovery_point
 from ..segments.segment import LogSegment
-from ..segments.segment_summary import SegmentSummary, read_summaries
+from ..segments.segment_set import Summarised
+from ..segments.segment_summary import SegmentSummary, SummaryFile, read_summary_file
+from .summary_open import open_summarised, vouched_summary
 
 log = logging.getLogger("kdelay")
 
@@ -67,6 +72,9 @@ class LoadReport:
     deferred: DeferredIndexes | None = field(default=None, repr=False, compare=False)
     # the directory as the open listed it (after tidying)
     listing: Listing | None = field(default=None, repr=False, compare=False)
+    # the sealed segments a clean open left as summary rows, made on first use (None: all
+    # made at open; see summary_open.py)
+    summarised: Summarised | None = field(default=None, repr=False, compare=False)
 
     def finish_deferred(self) -> None:
         """Load and check every index the open deferred, so that this report says all the
@@ -96,6 +104,9 @@ class DeferredIndexes:
         self.interval = index_interval_bytes
         self.report = report
         self.segments: list[LogSegment] = []
+        # makes every segment left as a summary row (SegmentSet.make_all), so that
+        # `finish` reaches them too (set by the open; None: all made at open)
+        self.make_all: Callable[[], None] | None = None
         self._loaded_of: dict[int, set[str]] = {}  # base -> suffixes loaded (once one is)
         self.loads = 0  # index files loaded since the open
         self._failed: set[int] = set()  # bases whose .log no longer matches the summary
@@ -125,6 +136,8 @@ class DeferredIndexes:
 
     def finish(self) -> None:
         """Load every deferred index of every segment still open."""
+        if self.make_all is not None:
+            self.make_all()
         for seg in self.segments:
             if seg.closed or seg.base_offset in self._failed:
                 continue  # deleted (retention) or replaced (compaction) since; or reported
@@ -304,7 +317,7 @@ def open_directory(directory: str, index_interval_bytes: int,
     try:
         if tiered is not None:
             tiered.adopt()
-        segments, report = load_segments(directory, index_interval_bytes, tiered)
+        segments, report = load_segments(directory, index_interval_bytes, tiered, lazy=True)
         if not segments or not isinstance(segments[-1], LogSegment):
             segments.append(LogSegment.create(directory, segments[-1].next_offset
                                               if segments else 0))
@@ -322,15 +335,23 @@ def open_directory(directory: str, index_interval_bytes: int,
 
 
 def load_segments(directory: str, index_interval_bytes: int,
-                  tiered: TieredOpening | None = None) -> tuple[list, LoadReport]:
+                  tiered: TieredOpening | None = None, *, lazy: bool = False
+                  ) -> tuple[list, LoadReport]:
     """Segments in offset order: a LogSegment per .log (its `remote` set from `N.remote`
-    with `tiered`), a RemoteSegment per remote-only segment (`N.remote` alone)."""
+    with `tiered`), a RemoteSegment per remote-only segment (`N.remote` alone). With
+    `lazy` (an open), the sealed segments of a directory the last clean close vouched for
+    are left out, as summary rows in `report.summarised` (summary_open.py)."""
     report = LoadReport()
     report.clean = os.path.exists(os.path.join(directory, CLEAN_SHUTDOWN_FILE))
+    names = os.listdir(directory)
+    summary = read_summary_file(directory) if report.clean else None
+    if lazy and tiered is None and summary is not None and vouched_summary(summary, names):
+        found = _open_summarised(directory, index_interval_bytes, report, summary)
+        if found is not None:
+            return found, report
     recovery_point = read_recovery_point(directory)
     # an interrupted compaction swap is finished or undone before anything is listed (one
     # listing serves both when no swap was in progress: the usual case)
-    names = os.listdir(directory)
     if [n for n in names if n.endswith((CLEANED_SUFFIX, SWAP_SUFFIX))]:
         report.swaps = swap.recover(directory)
         for note in report.swaps:
@@ -340,7 +361,7 @@ def load_segments(directory: str, index_interval_bytes: int,
     bases, remote_bases = listing.bases, set(listing.remote_only)
     if remote_bases and tiered is None:
         raise _store_needed(directory, listing.remote_only[0])
-    summaries = _usable_summaries(directory, bases, remote_bases) if report.clean else None
+    summaries = _usable_summaries(summary, bases, remote_bases)
     deferred = report.deferred = None if summaries is None else DeferredIndexes(
         directory, index_interval_bytes, report)
     segments: list = []
@@ -371,26 +392,12 @@ def load_segments(directory: str, index_interval_bytes: int,
                 seg, cut, _ = _recover(directory, base, index_interval_bytes, report,
                                        truncate=True, marker=marker)
             else:
-                try:
-                    lazy = None
-                    if deferred is not None and summaries is not None and base in summaries:
-                        lazy = _deferred_load(directory, summaries[base], end, deferred)
-                    seg = _load(directory, base, end) if lazy is None else lazy
-                except IndexFileError as e:
-                    report.problems.append(f"rebuilding indexes: {e}")
-                    # The last segment takes the appends: a damaged tail left there would
-                    # sit in front of every new batch (unreadable by offset, and cut off by
-                    # the next crash recovery together with the acknowledged batches).
-                    last = i == len(bases) - 1
-                    seg, _, damaged = _recover(directory, base, index_interval_bytes, report,
-                                               truncate=last, marker=marker)
-                    # Persist the rebuilt indexes (atomically), so the damage is repaired
-                    # once: a repair is the one write a clean open may make. Not for a
-                    # damaged sealed segment: an index of it would make the next open trust
-                    # it and hide the damage (keep it in memory, rebuild next time); the
-                    # last segment's damage was cut off, so it is whole again.
-                    if last or not damaged:
-                        seg.persist_indexes()
+                seg = None
+                if deferred is not None and summaries is not None and base in summaries:
+                    seg = _deferred_load(directory, summaries[base], end, deferred)
+                if seg is None:
+                    seg = _load_or_rebuild(directory, base, index_interval_bytes, report,
+                                           marker, last=i == len(bases) - 1)
             if tiered is not None:
                 seg.remote = tiered.committed_copy(base)
             segments.append(seg)
@@ -405,6 +412,49 @@ def load_segments(directory: str, index_interval_bytes: int,
             seg.close()
         raise
     return segments, report
+
+
+def _open_summarised(directory: str, interval: int, report: LoadReport,
+                     summary: SummaryFile) -> list | None:
+    """The active segment, the sealed ones left in `report.summarised` (summary_open.py);
+    None if the summary does not hold together (nothing was opened)."""
+    deferred = DeferredIndexes(directory, interval, report)
+
+    def make(row: SegmentSummary) -> LogSegment:
+        seg = LogSegment.deferred_load(directory, row, deferred)
+        deferred.defer(seg)
+        return seg
+
+    found = open_summarised(directory, summary, lambda base: _load_or_rebuild(
+        directory, base, interval, report, None, last=True), make)
+    if found is None:
+        return None
+    active, report.summarised, report.listing = found
+    report.deferred = deferred
+    return [active]
+
+
+def _load_or_rebuild(directory: str, base: int, interval: int, report: LoadReport,
+                     marker: swap.Marker | None, *, last: bool) -> LogSegment:
+    """A segment not in need of recovery, opened from its persisted indexes; if they do not
+    hold, rebuilt from its .log (and the rebuilt indexes persisted, but for a damaged
+    sealed segment)."""
+    try:
+        return _load(directory, base, None if marker is None else marker.end_offset)
+    except IndexFileError as e:
+        report.problems.append(f"rebuilding indexes: {e}")
+    # The last segment takes the appends: a damaged tail left there would sit in front of
+    # every new batch (unreadable by offset, and cut off by the next crash recovery
+    # together with the acknowledged batches).
+    seg, _, damaged = _recover(directory, base, interval, report, truncate=last,
+                               marker=marker)
+    # Persist the rebuilt indexes (atomically), so the damage is repaired once: a repair is
+    # the one write a clean open may make. Not for a damaged sealed segment: an index of it
+    # would make the next open trust it and hide the damage (keep it in memory, rebuild
+    # next time); the last segment's damage was cut off, so it is whole again.
+    if last or not damaged:
+        seg.persist_indexes()
+    return seg
 
 
 def _compaction_marker(directory: str, bases: list[int], i: int, report: LoadReport,
@@ -431,13 +481,13 @@ def _compaction_marker(directory: str, bases: list[int], i: int, report: LoadRep
     return marker
 
 
-def _usable_summaries(directory: str, bases: list[int], remote_bases: set[int]
+def _usable_summaries(summary: SummaryFile | None, bases: list[int], remote_bases: set[int]
                       ) -> dict[int, SegmentSummary] | None:
-    """The segment summary, if it describes exactly the sealed local segments listed
-    (every one but the last); else None (every index is loaded at open)."""
-    summaries = read_summaries(directory)
-    if summaries is None:
+    """The segment summary's rows, if they describe exactly the sealed local segments
+    listed (every one but the last); else None (every index is loaded at open)."""
+    if summary is None:
         return None
+    summaries = summary.rows()
     local = [b for b in bases[:-1] if b not in remote_bases]
     if len(summaries) != len(local) or any(b not in summaries for b in local):
         return None

@@ -14,10 +14,22 @@ from typing import NamedTuple
 from ... import fsio
 from ..cancellation import cancel_ops
 from ..cancellation.cancel_store import CancelStore
-from ..segments.layout import CANCEL_INDEX_SUFFIX, CANCELS_SUFFIX
+from ..segments.layout import (
+    CANCEL_INDEX_SUFFIX,
+    CANCELS_SUFFIX,
+    MARKER_SUFFIX,
+    classify,
+    compaction_in_progress,
+)
 from ..segments.segment import LogSegment
 from ..segments.segment_set import SegmentSet
-from ..segments.segment_summary import SegmentSummary, write_summaries
+from ..segments.segment_summary import (
+    COMPANIONS,
+    SUMMARY_FILE,
+    SegmentSummary,
+    encode_listing,
+    write_summaries,
+)
 from .horizon_writer import Horizon
 from .loader import (
     CLEAN_SHUTDOWN_FILE,
@@ -44,17 +56,21 @@ def open_log_directory(path: str, index_interval_bytes: int,
     cancellation journals; on failure every descriptor is closed again (and the lock
     released)."""
     opened = open_directory(path, index_interval_bytes, tiered)
-    segments = SegmentSet(path, opened.segments)
+    segments = SegmentSet(path, opened.segments, opened.report.summarised)
+    if opened.report.deferred is not None and opened.report.summarised is not None:
+        opened.report.deferred.make_all = segments.make_all
     cancels = CancelStore(path)
     try:
         # after a crash every journal is checked against the recovered segments' ends,
-        # and reschedules in flight are settled against the log (cancel_store.py)
+        # and reschedules in flight are settled against the log (cancel_store.py); only
+        # the segments with a journal or its cache are made (after a clean open, few)
         listing = opened.report.listing
         with_files = None if listing is None else \
             listing.companions.get(CANCELS_SUFFIX, frozenset()) | \
             listing.companions.get(CANCEL_INDEX_SUFFIX, frozenset())
-        cancels.load([(s.base_offset, s.next_offset) for s in opened.segments
-                       if with_files is None or s.base_offset in with_files],
+        having = opened.segments if with_files is None else \
+            [segments[b] for b in sorted(with_files) if b in segments]
+        cancels.load([(s.base_offset, s.next_offset) for s in having],
                      recovered=() if opened.report.clean else segments.bases(),
                      copy_check=cancel_ops.copy_checker(segments))
     except BaseException:
@@ -97,13 +113,15 @@ class Lifetime:
 
     def close_clean(self, clock_floor: int) -> None:
         """Persist the active segment's indexes and the recovery point (unless nothing
-        changed since a clean open), checkpoint the cancellations, then write the marker
-        holding the log clock (so it does not run backwards across a restart)."""
+        changed since a clean open), checkpoint the cancellations, write the segment
+        summary (with the directory's listing, which the checkpoint may change), then the
+        marker holding the log clock (so it does not run backwards across a restart)."""
         if not self.marker_present:
             self._segments.active.persist_indexes()
             write_recovery_point(self.path, self._segments.active.next_offset)
-            write_summaries(self.path, sealed_summaries(self._segments))
         self._cancels.checkpoint(everything=True)  # after the .log fsync above
+        if not self.marker_present:
+            write_summary(self.path, self._segments)
         fsio.atomic_write(os.path.join(self.path, CLEAN_SHUTDOWN_FILE),
                           str(clock_floor).encode("ascii"))
 
@@ -128,21 +146,46 @@ class Lifetime:
 
 def sealed_summaries(segments: SegmentSet) -> list[SegmentSummary]:
     """What the next clean open needs of each sealed local segment instead of its indexes
-    (segment_summary.py): from memory, O(sealed segments)."""
+    (segment_summary.py): from memory (a segment not made since the open: its row),
+    O(sealed segments)."""
     out = []
-    for seg in segments:
-        if seg is segments.active or not isinstance(seg, LogSegment):
-            continue
-        out.append(SegmentSummary(seg.base_offset, seg.next_offset, seg.size,
-                                  seg.min_deliver_after, seg.max_key, seg.max_timestamp,
-                                  seg.compacted))
+    for base, seg in segments.made():
+        if seg is None:
+            out.append(segments.summary_of(base))
+        elif seg is not segments.active and isinstance(seg, LogSegment):
+            out.append(SegmentSummary(seg.base_offset, seg.next_offset, seg.size,
+                                      seg.min_deliver_after, seg.max_key, seg.max_timestamp,
+                                      seg.compacted))
     return out
+
+
+def write_summary(path: str, segments: SegmentSet) -> None:
+    """Write the segment summary of a clean close, vouching for the directory's listing
+    (so that the next open need not list its segments one by one, summary_open.py) when
+    the listing is exactly what the summary describes: no leftovers, no compaction or
+    remote copy in flight, a .log per row plus the active one's, compaction markers on
+    exactly the compacted rows. O(files in the directory)."""
+    rows = sealed_summaries(segments)
+    names = os.listdir(path)
+    listing = classify(names)
+    vouched = (not listing.leftovers and not listing.remote_only and not listing.copied
+               and not listing.deleting and not compaction_in_progress(names)
+               and listing.local == [*(r.base_offset for r in rows), segments.active.base_offset]
+               and listing.companions.get(MARKER_SUFFIX, frozenset()) ==
+               {r.base_offset for r in rows if r.compacted})
+    # the listing as the next open will find it: with this summary and the marker
+    names = list({*names, SUMMARY_FILE, CLEAN_SHUTDOWN_FILE})
+    write_summaries(path, rows, segments.active.base_offset,
+                    {suffix: listing.companions.get(suffix, frozenset())
+                     for suffix in COMPANIONS},
+                    encode_listing(names) if vouched else b"")
 
 
 def release(segments: SegmentSet, lock_fd: int, cancels: CancelStore) -> None:
     """Close the cancellation journals', every segment's and the lock's descriptors (which
     releases the lock)."""
     cancels.close()
-    for seg in segments:
-        seg.close()
+    for _, seg in segments.made():
+        if seg is not None:  # (one not made opened nothing)
+            seg.close()
     os.close(lock_fd)

@@ -10,35 +10,111 @@ which offer the same reads; the active one is always a LogSegment.
   holds, so that the fetch's merge takes them up in that order (fetch/planner.py);
 - the active one, which takes the appends (always the last by base offset).
 
-Not thread-safe by itself: the Log's lock guards every call.
+After a clean open that vouched for the directory (segment_summary.py), the sealed
+segments are rows of the summary until first used: the three orders are built from its
+columns, and a segment's LogSegment is made when a call first returns it (`Summarised`),
+so an open of 1,000 segments makes none of them. Iterating every segment makes them all.
+
+Not thread-safe by itself: the Log's lock guards every call (making a segment takes a
+lock of its own, so that two readers never make two of one segment).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
+from itertools import repeat
 
 from sortedcontainers import SortedDict, SortedList
 
 from ... import fsio
 from .recovery_point import write_recovery_point
 from .segment import LogSegment
+from .segment_summary import BASE, MAX_DA, MAX_OFF, MIN_DA, NO_KEY, SegmentSummary, SummaryFile
 
 _MAX = 1 << 63
 
 
+class Summarised:
+    """Sealed segments as rows of a clean close's summary, each made into a LogSegment by
+    `make` (the loader's: LogSegment.deferred_load) on first use."""
+
+    def __init__(self, summary: SummaryFile, make: Callable[[SegmentSummary], LogSegment]):
+        self.summary = summary
+        self.bases: list[int] = summary.table[:, BASE].tolist()
+        self.make = make
+
+    def row(self, base: int) -> SegmentSummary:
+        """The summary of segment `base`. O(log segments)."""
+        return self.summary.row(bisect_left(self.bases, base))
+
+
 class SegmentSet:
-    def __init__(self, directory: str, segments: list[LogSegment]):
+    def __init__(self, directory: str, segments: list[LogSegment],
+                 summarised: Summarised | None = None):
+        """`segments` in offset order, the active one last; with `summarised`, the sealed
+        segments it holds come before them, unmade (see the module's docstring)."""
         self.directory = directory
         if not segments:
             raise ValueError("a SegmentSet needs at least the active segment")
         self._by_base: SortedDict = SortedDict((s.base_offset, s) for s in segments)
         sealed = [(seg.max_key, seg.min_deliver_after, seg.base_offset)
                   for seg in segments[:-1]]
+        max_keys = [(k[0], k[1], base) for k, _, base in sealed if k is not None]
+        min_keys = [(da, base) for k, da, base in sealed if k is not None]
+        self._summarised = summarised
+        self._unmade = 0
+        if summarised is not None:
+            self._making = threading.Lock()
+            self._unmade = len(summarised.bases)
+            self._by_base.update(zip(summarised.bases, repeat(None)))
+            t = summarised.summary.table
+            held = t[t[:, MIN_DA] != NO_KEY]  # rows of segments holding a batch
+            bases = held[:, BASE].tolist()
+            max_keys += zip(held[:, MAX_DA].tolist(), held[:, MAX_OFF].tolist(), bases)
+            min_keys += zip(held[:, MIN_DA].tolist(), bases)
         # built in one sort each (a clean open of many segments adds them all at once)
-        self._by_max_key = SortedList((k[0], k[1], base) for k, _, base in sealed
-                                      if k is not None)
-        self._by_min_key = SortedList((da, base) for k, da, base in sealed if k is not None)
+        self._by_max_key = SortedList(max_keys)
+        self._by_min_key = SortedList(min_keys)
         self.active: LogSegment = segments[-1]
+
+    # ------------------------------------------------------------------ made on first use
+
+    def _get(self, base: int) -> LogSegment:
+        seg = self._by_base[base]
+        return self._make(base) if seg is None else seg
+
+    def _peek(self, i: int) -> LogSegment:
+        base, seg = self._by_base.peekitem(i)
+        return self._make(base) if seg is None else seg
+
+    def _make(self, base: int) -> LogSegment:
+        """Segment `base`, made from its summary row (once, whichever thread asks first)."""
+        assert self._summarised is not None
+        with self._making:
+            seg = self._by_base[base]
+            if seg is None:
+                seg = self._summarised.make(self._summarised.row(base))
+                self._by_base[base] = seg  # an existing key: the order is untouched
+                self._unmade -= 1
+            return seg
+
+    def make_all(self) -> None:
+        """Make every segment not made yet. O(segments) the first time, O(1) after."""
+        if self._unmade:
+            for base in [b for b, s in self._by_base.items() if s is None]:
+                self._make(base)
+
+    def made(self) -> Iterator[tuple[int, LogSegment | None]]:
+        """(base offset, segment) in offset order, None for a segment not made yet: what
+        closing needs, without making any."""
+        return iter(self._by_base.items())
+
+    def summary_of(self, base: int) -> SegmentSummary:
+        """The summary row of a segment not made yet."""
+        assert self._summarised is not None
+        return self._summarised.row(base)
 
     def _add_sealed(self, seg) -> None:
         key = seg.max_key
@@ -70,7 +146,7 @@ class SegmentSet:
 
     def remove_oldest(self) -> LogSegment:
         """Forget the oldest sealed segment (the caller deletes its files)."""
-        seg = self._by_base.peekitem(0)[1]
+        seg = self._peek(0)
         if seg is self.active:
             raise ValueError("the active segment cannot be removed")
         self._discard_sealed(seg)
@@ -103,23 +179,28 @@ class SegmentSet:
         return len(self._by_base)
 
     def __iter__(self) -> Iterator[LogSegment]:
-        """Every segment in offset order, the active one last."""
+        """Every segment in offset order, the active one last (making every one not made
+        yet)."""
+        self.make_all()
         return iter(self._by_base.values())
 
     def __getitem__(self, base: int) -> LogSegment:
-        return self._by_base[base]
+        return self._get(base)
+
+    def __contains__(self, base: int) -> bool:
+        return base in self._by_base
 
     def bases(self) -> list[int]:
         return list(self._by_base.keys())
 
     @property
     def oldest(self) -> LogSegment:
-        return self._by_base.peekitem(0)[1]
+        return self._peek(0)
 
     def segment_for(self, offset: int) -> LogSegment | None:
         """The segment whose range starts at or below `offset` (None: before the log)."""
         i = self._by_base.bisect_right(offset) - 1
-        return None if i < 0 else self._by_base.peekitem(i)[1]
+        return None if i < 0 else self._peek(i)
 
     def deliver_after_of(self, offset: int) -> int | None:
         """The deliverAfter of the batch holding `offset` (None: not in the log)."""
@@ -129,12 +210,12 @@ class SegmentSet:
 
     def next_after(self, seg: LogSegment) -> LogSegment | None:
         i = self._by_base.bisect_right(seg.base_offset)
-        return self._by_base.peekitem(i)[1] if i < len(self._by_base) else None
+        return self._peek(i) if i < len(self._by_base) else None
 
     def between(self, lo: int, hi: int) -> Iterator[LogSegment]:
         """Segments with base offset in [lo, hi), in offset order."""
         for base in self._by_base.irange(lo, hi, inclusive=(True, False)):
-            yield self._by_base[base]
+            yield self._get(base)
 
     # ------------------------------------------------------------------ by largest key
 
@@ -145,7 +226,7 @@ class SegmentSet:
                  self._by_max_key.irange(minimum=(key[0], key[1], _MAX),
                                          inclusive=(False, True)))
         for _, _, base in found:
-            yield self._by_base[base]
+            yield self._get(base)
 
     def first_starting_after(self, low: tuple[int, int] | None
                              ) -> tuple[tuple[int, int], LogSegment] | None:
@@ -154,14 +235,14 @@ class SegmentSet:
         found = (self._by_min_key if low is None else
                  self._by_min_key.irange(minimum=low, inclusive=(False, True)))
         for da, base in found:
-            return (da, base), self._by_base[base]
+            return (da, base), self._get(base)
         return None
 
     def sealed_starting_upto(self, key: tuple[int, int]) -> Iterator[LogSegment]:
         """Sealed segments whose (earliest deliverAfter, base offset) is at or below `key`,
         in that order."""
         for _, base in self._by_min_key.irange(maximum=key):
-            yield self._by_base[base]
+            yield self._get(base)
 
     def sealed_hold_after(self, key: tuple[int, int] | None) -> bool:
         """Whether a sealed segment holds a record with (deliverAfter, offset) > `key` (any
@@ -176,4 +257,4 @@ class SegmentSet:
     def sealed_not_all_due(self, now: int) -> Iterator[LogSegment]:
         """Sealed segments holding a record with deliverAfter > `now`."""
         for _, _, base in self._by_max_key.irange(minimum=(now, _MAX, 0)):
-            yield self._by_base[base]
+            yield self._get(base)
