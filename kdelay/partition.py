@@ -110,6 +110,7 @@ class Log(forks.Owned):
         self._groups = GroupStore(path)
         self._queue_groups = QueueGroups(path, self.add_append_listener)
         self._due_order = DueOrderReader()
+        self._gate = self._due_order.gate  # the idle poll's answer (fetch/quiet_gate.pyx)
         self._due_batches = DueBatchReader()  # the broker's due-order view reads through it
         self._compactor = compactor.Compactor(path, self._segments, self._lock, self._cancels)
         self._listeners: list[AppendListener] = []
@@ -281,15 +282,17 @@ class Log(forks.Owned):
             result = self._writer.append(columns, requested)
             # _appended_locked, inline: two calls fewer on every append
             deliver_after = result[2]
-            self._due_order.appended(deliver_after)
-            self._appended.comes_due_under_lock(deliver_after - result[3])  # (due_in_ms)
+            self._gate.appended(deliver_after)
+            due_in = deliver_after - result[3]  # (due_in_ms)
+            if due_in <= 0 or self._appended.sleepers:
+                self._appended.comes_due_under_lock(due_in)
         if self._listeners:
             self._tell(result)
         return result
 
     def _appended_locked(self, result: AppendResult) -> AppendResult:
         """Wake long-polling fetches that the batch is due before they would wake."""
-        self._due_order.appended(result.deliver_after)
+        self._gate.appended(result.deliver_after)
         self._appended.comes_due_under_lock(due_in_ms(result))
         return result
 
@@ -353,6 +356,10 @@ class Log(forks.Owned):
     def fetch(self, after: DeliveryKey | int | None = None, *, max_records: int = 500,
               max_bytes: int = 1 << 20, max_wait_ms: int = 0) -> FetchResult:
         """Due records strictly after `after`, in (deliverAfter, offset) order."""
+        if not self._closed:  # the idle poll: answered in C, no lock (fetch/quiet_gate.pyx)
+            quiet = self._gate.answer(after, max_records, max_bytes, max_wait_ms, self._clock)
+            if quiet is not None:
+                return quiet
         max_records, max_bytes, max_wait_ms = check_page_limits(max_records, max_bytes,
                                                                 max_wait_ms)
         deadline = time.monotonic() + max_wait_ms / 1000 if max_wait_ms else 0.0
@@ -360,13 +367,10 @@ class Log(forks.Owned):
             if self._closed:
                 self._check_open()
             if not max_wait_ms:  # not a long poll
-                now = self._clock.now()
-                quiet = self._due_order.known_quiet(after, now)
-                if quiet is not False:  # nothing due: the idle poll's cost is this much
-                    return _new_tuple(FetchResult, ([], quiet))
                 return self._due_order.fetch_page(self._segments,
-                                                  resolve_cursor(self._segments, after), now,
-                                                  max_records, max_bytes, self._cancels)
+                                                  resolve_cursor(self._segments, after),
+                                                  self._clock.now(), max_records, max_bytes,
+                                                  self._cancels)
             cursor = resolve_cursor(self._segments, after)
             return self._due_order.wait_for_page(
                 self._segments, cursor, max_records, max_bytes, self._cancels,

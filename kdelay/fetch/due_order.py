@@ -4,8 +4,9 @@ order, planned by planner.py and filled by due_merge.py.
 DueOrderReader keeps what one fetch leaves for the next: the merge, its heads and the
 segments it has not taken up yet (planner.MergeCursor, kept in ResumePoints by the page's
 `next`), and, after an empty page, how long nothing after that cursor can come
-due, so that an idle poll skips the merge entirely until then or until an append that
-is due sooner. The Log's lock guards every call.
+due (its QuietGate, quiet_gate.pyx), so that an idle poll skips the merge entirely until
+then or until an append that is due sooner: the facade asks the gate before anything else.
+The Log's lock guards every call (the gate's `answer` needs none).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from . import planner
 from .active_page import NEVER, active_page
 from .due_merge import read_page, window_limit
 from .long_poll import ActivitySignal, long_poll
+from .quiet_gate import QuietGate
 
 _new_tuple = tuple.__new__
 
@@ -48,43 +50,38 @@ def resolve_cursor(segments: SegmentSet, after: DeliveryKey | int | None
 class DueOrderReader:
     def __init__(self) -> None:
         self._resume = planner.ResumePoints()
-        # (cursor, until) from the last empty page: nothing after `cursor` is due before
-        # `until`; appends lower `until`
-        self._quiet: tuple[DeliveryKey | None, int] | None = None
+        # from the last empty page: nothing after its cursor is due before its `until`;
+        # appends lower `until` (QuietGate.appended)
+        self.gate = QuietGate()
 
     def reset(self) -> None:
         """Forget every remembered merge state (segments were replaced by compaction)."""
         self._resume = planner.ResumePoints()
-        self._quiet = None
+        self.gate.clear()
 
     def known_quiet(self, after: object, now: int) -> DeliveryKey | None | bool:
-        """The fetch that finds nothing, told without planning or merging: when `after` is
-        the cursor of the last empty page (as a consumer passes back its `next`) and
-        nothing after it is due before a time `now` has not reached, that cursor (the
-        empty page's `next`); else False (plan and merge as usual)."""
-        quiet = self._quiet
-        if quiet is not None and quiet[0] is after and now < quiet[1]:
+        """The fetch that finds nothing, told without planning or merging (what the gate's
+        `answer` tells the facade): when `after` is the cursor of the last empty page (as
+        a consumer passes back its `next`) and nothing after it is due before a time `now`
+        has not reached, that cursor (the empty page's `next`); else False."""
+        gate = self.gate
+        if gate.armed and gate.cursor is after and now < gate.until:
             return after  # type: ignore[return-value]
         return False
-
-    def appended(self, deliver_after: int) -> None:
-        """An append of a batch due at `deliver_after` (may end a quiet spell sooner)."""
-        if self._quiet is not None and deliver_after < self._quiet[1]:
-            self._quiet = (self._quiet[0], deliver_after)
 
     def page(self, segments: SegmentSet, cursor: DeliveryKey | None, now: int,
              max_records: int, max_bytes: int, cancels: CancelStore | None = None
              ) -> tuple[list[FetchedRecord], DeliveryKey | None, int | None]:
         """(records, next cursor, until): with no records, nothing after `cursor` is due
         before `until` (NEVER if nothing is after it at all)."""
-        quiet = self._quiet
-        if quiet is not None and quiet[0] == cursor and now < quiet[1]:
-            return [], cursor, quiet[1]  # known: nothing after the cursor is due
+        gate = self.gate
+        if gate.holds(cursor, now):
+            return [], cursor, gate.until  # known: nothing after the cursor is due
         small = active_page(segments, cursor, now, max_records, max_bytes, cancels)
         if small is not None:  # only the active segment's recent entries can contribute
             records, nxt, until = small
             if until is not None:  # the page saw the end of what is due: a quiet spell
-                self._quiet = (nxt, until)  # after it, even when it returned records
+                gate.begin(nxt, until)  # after it, even when it returned records
             if records:
                 return records, nxt, None
             if until is not None:
@@ -98,7 +95,7 @@ class DueOrderReader:
         # every record after the cursor is due at `until` or later: the smallest head not
         # yet due, or the smallest bound of a segment not taken up
         until = NEVER if page.next_pending is None else page.next_pending
-        self._quiet = (cursor, until)
+        gate.begin(cursor, until)
         return [], cursor, until
 
     def fetch_page(self, segments: SegmentSet, cursor: DeliveryKey | None, now: int,
@@ -123,6 +120,6 @@ class DueOrderReader:
         def next_due_ms() -> int:
             # an empty page began a quiet spell: nothing after the cursor is due before it
             # ends (an append due sooner ends it sooner, and bumps the signal)
-            return self._quiet[1] - now()
+            return self.gate.until - now()
 
         return long_poll(page_once, next_due_ms, signal, deadline)

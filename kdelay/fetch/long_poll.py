@@ -58,7 +58,8 @@ class ActivitySignal:
     def __init__(self, lock: threading.Lock | threading.RLock | None = None) -> None:
         self._cond = threading.Condition(lock)
         self.version = 0
-        self._sleepers: list[Sleeper] = []
+        # the long polls asleep on it (an append skips `comes_due_under_lock` when none are)
+        self.sleepers: list[Sleeper] = []
         self._waiting = 0  # threads inside the condition's wait
 
     def bump(self) -> None:
@@ -83,10 +84,10 @@ class ActivitySignal:
         if due_in <= 0:
             self.bump_under_lock()
             return
-        if not self._sleepers:
+        if not self.sleepers:
             return
         at = time.monotonic() + due_in / 1000
-        for sleeper in self._sleepers:
+        for sleeper in self.sleepers:
             if sleeper.wake_at is None:
                 sleeper.sooner = min(sleeper.sooner, at)
             elif at < sleeper.wake_at:
@@ -99,12 +100,12 @@ class ActivitySignal:
         against its wake-up (pass it to `wait`)."""
         sleeper = Sleeper()
         with self._cond:
-            self._sleepers.append(sleeper)
+            self.sleepers.append(sleeper)
         try:
             yield sleeper
         finally:
             with self._cond:
-                self._sleepers.remove(sleeper)
+                self.sleepers.remove(sleeper)
 
     def wait(self, seen: int, timeout: float, sleeper: Sleeper | None = None) -> None:
         """Sleep up to `timeout` seconds, unless the version moved past `seen` already;

@@ -72,8 +72,8 @@ class SegmentSet:
             t = summarised.summary.table
             held = t[t[:, MIN_DA] != NO_KEY]  # rows of segments holding a batch
             bases = held[:, BASE].tolist()
-            max_keys += zip(held[:, MAX_DA].tolist(), held[:, MAX_OFF].tolist(), bases)
-            min_keys += zip(held[:, MIN_DA].tolist(), bases)
+            max_keys += zip(held[:, MAX_DA].tolist(), held[:, MAX_OFF].tolist(), bases, strict=True)
+            min_keys += zip(held[:, MIN_DA].tolist(), bases, strict=True)
         # built in one sort each (a clean open of many segments adds them all at once)
         self._by_max_key = SortedList(max_keys)
         self._by_min_key = SortedList(min_keys)
