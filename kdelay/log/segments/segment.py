@@ -5,7 +5,7 @@ writes them atomically (on roll and on clean close) and re-maps them. A segment 
 persisted indexes are missing, stale or corrupt is rebuilt from a scan of its .log.
 
 After a clean close a sealed segment opens from the segment summary (segment_summary.py)
-with none of its indexes read: each loads on first use (DeferredIndexes, log/local/loader.py), with
+with none of its indexes read: each loads on first use (log/local/deferred_indexes.py), with
 every check a load makes, and what the fetch plans by (its end offset, smallest
 deliverAfter, largest key, largest timestamp) comes from the summary until then.
 
@@ -140,7 +140,7 @@ class LogSegment(SegmentTail, OffsetLookup):
         # (dly_index.generation, min_deliver_after): see min_deliver_after
         self._min_deliver_after: tuple[int, int | None] = (0, None)
         # what a clean close recorded (None: the indexes were loaded at open), and what
-        # loads the indexes not loaded yet (DeferredIndexes in log/local/loader.py; None: all)
+        # loads the indexes not loaded yet (log/local/deferred_indexes.py; None: all)
         self.summary = summary
         self._deferred: Any = None
         if summary is not None:
@@ -239,7 +239,7 @@ class LogSegment(SegmentTail, OffsetLookup):
     @classmethod
     def deferred_load(cls, directory: str, summary: SegmentSummary, loader) -> LogSegment:
         """A sealed segment as a clean close summarised it, touching none of its files:
-        its .log opens on first use (`fd`), and `loader` (log/local/loader.py's DeferredIndexes) loads
+        its .log opens on first use (`fd`), and `loader` (log/local/deferred_indexes.py) loads
         each index on first use."""
         seg = cls(directory, summary.base_offset, UNOPENED, summary.log_bytes,
                   summary.next_offset, None, None, None, summary)

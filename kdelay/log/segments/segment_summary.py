@@ -1,6 +1,6 @@
 """The segment summary: what a clean close knows of every sealed local segment, so that
 the next clean open needs none of their indexes (they load on first use, as Kafka's
-LazyIndex does: DeferredIndexes in log/local/loader.py), and, when the directory still
+LazyIndex does: DeferredIndexes in log/local/deferred_indexes.py), and, when the directory still
 holds exactly the files the close left, none of their names either: the open then builds
 no object per segment until one is first used (SegmentSet, segment_set.py).
 
