@@ -13,7 +13,7 @@ which offer the same reads; the active one is always a LogSegment.
 After a clean open that vouched for the directory (segment_summary.py), the sealed
 segments are rows of the summary until first used: the three orders are built from its
 columns, and a segment's LogSegment is made when a call first returns it (`Summarised`),
-so an open of 1,000 segments makes none of them. Iterating every segment makes them all.
+so an open of 1,000 segments makes none of them (an iteration makes each it reaches).
 
 Not thread-safe by itself: the Log's lock guards every call (making a segment takes a
 lock of its own, so that two readers never make two of one segment).
@@ -179,10 +179,11 @@ class SegmentSet:
         return len(self._by_base)
 
     def __iter__(self) -> Iterator[LogSegment]:
-        """Every segment in offset order, the active one last (making every one not made
-        yet)."""
-        self.make_all()
-        return iter(self._by_base.values())
+        """Every segment in offset order, the active one last (each not made yet is made
+        as the iteration reaches it)."""
+        if not self._unmade:
+            return iter(self._by_base.values())
+        return (self._make(base) if seg is None else seg for base, seg in self._by_base.items())
 
     def __getitem__(self, base: int) -> LogSegment:
         return self._get(base)
