@@ -396,7 +396,7 @@ def _batch_table(plan: scan.SegmentPlan, schema: pa.Schema, with_topic: bool, n:
              for c, t in zip(columns, types, strict=True)]
     base_offsets, record_counts = columns[1], columns[7]
     cols.append(pa.nulls(n, pa.int64()) if cancelled is None else pa.array(
-        cancelled_per_batch(cancelled, base_offsets, record_counts).count, pa.int64()))
+        cancelled_per_batch(cancelled, base_offsets, record_counts).cancelled, pa.int64()))
     cols.append(pa.nulls(n, pa.string()))  # error
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
