@@ -395,7 +395,7 @@ def _time_column(col: tuple, name: str) -> tuple:
                  for v in col)
 
 
-def requested_deliver_after(record_das: tuple, deliver_after: object, *,
+def requested_deliver_after(record_das: Sequence[int | None], deliver_after: object, *,
                             delayed_delivery_enable: bool, path: str) -> int | None:
     """The deliverAfter a batch asks for: `deliver_after`, else the largest of its
     records', else None (deliver at append time)."""
@@ -407,7 +407,7 @@ def requested_deliver_after(record_das: tuple, deliver_after: object, *,
             f"log {path} has delayed_delivery_enable=False; deliver_after refused")
     if deliver_after is None and has_record_da:
         if None not in record_das:
-            return max(record_das)
+            return max(cast(Sequence[int], record_das))
         return max(d for d in record_das if d is not None)
     return deliver_after
 
