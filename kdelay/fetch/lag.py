@@ -49,7 +49,7 @@ def due_after(deliver_after: np.ndarray, base_offset: np.ndarray,
         partial = 0
         if hi > lo:
             partial = int(np.clip(ends[lo:hi] - 1 - k_off, 0, counts[lo:hi]).sum())
-            if gone is not None:  # less the cancelled offsets past the key's
+            if gone is not None and cancelled is not None:  # less those past the key's
                 first_past = int(cancelled.searchsorted(k_off, side="right"))
                 start, n = gone.start[lo:hi], gone.cancelled[lo:hi]
                 partial -= int(np.clip(start + n - first_past, 0, n).sum())
