@@ -24,7 +24,7 @@ def _ms(value: Any) -> int:
 def _owned(ctx: RequestContext, topics: Any) -> set[tuple[str, int]] | None:
     if topics is None:
         return None
-    out = set()
+    out: set[tuple[str, int]] = set()
     for t in topics:
         name = ctx.broker.topics.by_id(t.topic_id)
         if name is not None:  # a deleted topic's partitions are owned by nobody now
@@ -65,7 +65,7 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> 
                     assignment=None)
     assignment = None
     if answer.assignment is not None:
-        assignment_type = ctx.response_type.__dataclass_fields__["assignment"].type.__args__[0]
+        assignment_type = element(ctx.response_type, "assignment")
         tp_type = element(assignment_type, "topic_partitions")
         assignment = make(assignment_type, topic_partitions=tuple(
             make(tp_type, topic_id=ctx.broker.topics.topic_id(name), partitions=tuple(parts))
