@@ -7,8 +7,8 @@ fails at run time, so the stubs are held to the built modules here both ways: ev
 name a stub declares (module level, and the members of its classes) exists on the module,
 and every public name the module defines itself (not one it imports) is declared.
 
-Cost: mypy's run, about 25 s cold (CI: no cache yet) on the project's machines, a few
-seconds with its cache (.mypy_cache, in the checkout); the stub checks import the modules.
+Cost: mypy's run, about 15 s cold (CI: no cache yet) on a loaded 2-core machine, under a
+second with its cache (.mypy_cache, in the checkout); the stub checks, milliseconds.
 """
 
 from __future__ import annotations
