@@ -1,6 +1,7 @@
 """`kdelay verify`: check every batch's CRC, offset continuity within and across segments,
 the consumer group files, every persisted index against what its .log says (the index
-checks are in verify_index.py), and each segment's cancellation files (tools/cancels.py).
+checks are in verify_index.py), each segment's cancellation files (tools/cancels.py), and
+the broker's files in a partition (verify_view.py, verify_producers.py).
 Only reads; safe on a live log."""
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from .scanning import (
 from .verify_batches import check_batches
 from .verify_broker import check_broker_files
 from .verify_index import check_index
+from .verify_producers import check_producer_snapshot
 from .verify_remote import check_remote
 from .verify_view import check_view
 
@@ -92,6 +94,8 @@ def _verify_once(directory: str, only_base: int | None, progress: Progress | Non
     prev_next: int | None = None
     prev_path = ""
     batches: list[tuple[int, int, int]] = []  # (base, last, deliverAfter): the view's check
+    # base -> (producer id, epoch, first sequence): the producer-state snapshot's check
+    producer_batches: dict[int, tuple[int, int, int]] = {}
     for listed in segments:
         active = listed is segments[-1]
         if only_base is not None and listed.base_offset != only_base:
@@ -126,6 +130,10 @@ def _verify_once(directory: str, only_base: int | None, progress: Progress | Non
         check_batches(rep, seg, scan, active, clean)
         batches += [(b.header.base_offset, b.last_offset, b.header.deliver_after)
                     for b in scan.batches]
+        producer_batches.update(
+            (b.header.base_offset, (b.header.producer_id, b.header.producer_epoch,
+                                    b.header.base_sequence))
+            for b in scan.batches if b.header.producer_id >= 0)
         for kind in (DLY, OFFSET, TIME):
             check_index(rep, seg, scan, kind, active, clean)
         cancels.check_segment(rep, directory, seg.base_offset, scan.next_offset())
@@ -133,6 +141,7 @@ def _verify_once(directory: str, only_base: int | None, progress: Progress | Non
     if only_base is None:
         _check_groups(rep, directory, prev_next)
         check_view(rep, directory, batches)
+        check_producer_snapshot(rep, directory, producer_batches, prev_next)
         bad = append_horizon.check_file(directory)
         if bad is not None:
             rep.add(False, os.path.join(directory, append_horizon.HORIZON_FILE), None,
