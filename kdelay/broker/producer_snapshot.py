@@ -2,9 +2,10 @@
 partition directory (docs/formats.md, "Producer state"), as Kafka's `.snapshot` files.
 
 The broker writes it when the partition's active segment changes (a roll), holding every
-producer's state from the batches below that offset, the new segment's base; after a
-restart the state is the snapshot plus a walk of the batch headers from its offset
-(producer_state.py): one segment, however many the log has. Little-endian:
+producer's state from the batches below that offset, the new segment's base, and at a
+clean stop at the log end; after a restart the state is the snapshot plus a walk of the
+batch headers from its offset (producer_state.py): at most the active segment, however
+many the log has. Little-endian:
 
     header:   magic "KDPSNAP1" (8) | offset (int64) | producers (uint32) |
               CRC-32C of everything after these 24 bytes, then of the 20 before it (uint32)

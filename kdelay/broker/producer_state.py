@@ -5,10 +5,10 @@ ProducerStateManager keeps them.
 Durable as the log is: every stored batch keeps its producer id, epoch and first sequence
 in its header (client_batch.pyx writes them), and whenever a partition's active segment
 changes the state of every batch below the new segment is written to the partition's
-snapshot (producer_snapshot.py), as Kafka snapshots at each roll. After a restart or kill
--9 a partition's state is that snapshot plus a walk of the batch headers from its offset
-to the log end (the active segment: one read per 8 MiB), however many segments the log
-has; without a snapshot that reads back whole (none yet, or damaged: never trusted), or
+snapshot (producer_snapshot.py), as Kafka snapshots at each roll (and at a clean stop, at
+the log end). After a restart or kill -9 a partition's state is that snapshot plus a walk
+of the batch headers from its offset to the log end (at most the active segment: one read
+per 8 MiB), however many segments the log has; without a snapshot that reads back whole (none yet, or damaged: never trusted), or
 with one past the log end, the walk covers every local segment once and a new snapshot
 follows at the next append. A batch lost in a crash was never acknowledged, so its retry
 is appended, not answered as a duplicate: a snapshot only names batches below a roll, and
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from .. import fsio
-from ..errors import CorruptLogError
+from ..errors import CorruptLogError, KdelayError
 from ..log.batch import walker
 from ..log.segments.layout import LOG_SUFFIX, segment_file
 from ..partition import Log
@@ -83,10 +83,11 @@ class Verdict:
 
 @dataclass
 class PartitionProducers:
-    """One partition's producers, and the offset of its snapshot on disk (-1: none that
-    the next restart could use as it is)."""
+    """One partition's producers, the offset of its snapshot on disk (-1: none that the
+    next restart could use as it is), and the partition's Log as last seen (for `close`)."""
     producers: dict[int, ProducerEntry]
     snapshot_offset: int
+    log: Log | None = None
 
 
 class ProducerStates:
@@ -108,6 +109,7 @@ class ProducerStates:
         state = self._partitions.get(key)
         if state is None:
             state = self._partitions[key] = load(plog, self.expiration_ms)
+        state.log = plog
         return state
 
     def check(self, topic: str, partition: int, plog: Log, producer_id: int, epoch: int,
@@ -144,12 +146,12 @@ class ProducerStates:
 
     def after_append(self, topic: str, partition: int, plog: Log) -> None:
         """After an append to the partition (and `appended` for it): if its active segment
-        is not where the snapshot is, write the state of the batches below the active
-        segment as the new snapshot. O(1), O(producers) when it writes. A failed write is
+        began after the snapshot's offset (a roll since), write the state of the batches
+        below the active segment as the new snapshot. O(1), O(producers) when it writes. A failed write is
         logged and tried again at the next append (the old snapshot still holds)."""
         state = self._partition(topic, partition, plog)
         active = plog._segments.active.base_offset
-        if active == state.snapshot_offset:
+        if active <= state.snapshot_offset:
             return
         now = plog.now()
         for pid in [p for p, e in state.producers.items()
@@ -161,6 +163,26 @@ class ProducerStates:
             log.warning("producer-state snapshot of %s-%d not written: %s", topic, partition, e)
             return
         state.snapshot_offset = active
+
+    def close(self) -> None:
+        """At a clean stop (every request answered): snapshot each loaded partition at its
+        log end, after an fsync of the log, as Kafka does at shutdown, so that the next
+        start walks nothing. A partition whose log is gone or closed keeps the snapshot it
+        has. O(producers) and an fsync per partition written."""
+        for (topic, partition), state in self._partitions.items():
+            plog = state.log
+            if plog is None:
+                continue
+            try:
+                end = plog.log_end_offset
+                if end == state.snapshot_offset:
+                    continue
+                plog.flush()
+                write_snapshot(plog.path, end, below(state.producers, end))
+                state.snapshot_offset = end
+            except (OSError, KdelayError) as e:
+                log.warning("producer-state snapshot of %s-%d not written at stop: %s",
+                            topic, partition, e)
 
 
 def below(producers: dict[int, ProducerEntry], offset: int) -> dict[int, SnapshotEntry]:
@@ -201,27 +223,32 @@ def load(plog: Log, expiration_ms: int) -> PartitionProducers:
                     producers[pid] = ProducerEntry(e.epoch, e.last_time,
                                                    deque(e.batches, maxlen=RECENT))
     bases = plog.segments
-    _replay(plog.path, bases, max(start, bases[0]), producers, now)
+    start_at = max(start, bases[0])
+    if start_at < plog.log_end_offset:
+        _replay(plog, bases, start_at, producers, now)
     if start < 0 and len(bases) == 1:
         start = bases[0]  # a one-segment log needs no snapshot until it rolls
     return PartitionProducers(producers, start)
 
 
-def _replay(directory: str, bases: list[int], start: int, producers: dict[int, ProducerEntry],
+def _replay(plog: Log, bases: list[int], start: int, producers: dict[int, ProducerEntry],
             now: int) -> None:
     """Apply the producer batches at or past offset `start` of the local segments. A run
     of a client batch is put back together with the one before it: a stored batch
     continues the entry's last batch when it has the same producer and epoch, and its
     sequence and offset both follow. A batch's append time is not stored: its deliverAfter
-    (never before it), or now, whichever is earlier, stands for it."""
-    for base in bases[max(0, bisect.bisect_right(bases, start) - 1):]:
-        path = segment_file(directory, base, LOG_SUFFIX)
+    (never before it), or now, whichever is earlier, stands for it. The walk starts at the
+    batch at `start` (found by the offset index) when `start` lies inside a segment."""
+    first = max(0, bisect.bisect_right(bases, start) - 1)
+    for base in bases[first:]:
+        path = segment_file(plog.path, base, LOG_SUFFIX)
         if not os.path.exists(path):  # held only in the object store
             continue
         fd = fsio.open_read(path)
         try:
             size = os.fstat(fd).st_size
-            for frame in walker.frames(_reader(fd), 0, size, path=path):
+            at = _position_of(plog, start) if base == bases[first] and base < start else 0
+            for frame in walker.frames(_reader(fd), at, size, path=path):
                 h = frame.header
                 if h.producer_id >= 0 and h.base_offset >= start:
                     _remember(producers, h.producer_id, h.producer_epoch, h.base_sequence,
@@ -231,6 +258,13 @@ def _replay(directory: str, bases: list[int], start: int, producers: dict[int, P
             log.warning("producer state: %s", e)
         finally:
             os.close(fd)
+
+
+def _position_of(plog: Log, offset: int) -> int:
+    """The file position of the batch holding `offset` in its segment (0: not found)."""
+    seg = plog._segments.segment_for(offset)
+    found = None if seg is None else seg.find_batch(offset)
+    return 0 if found is None else found[0]
 
 
 def _reader(fd: int) -> walker.Reader:

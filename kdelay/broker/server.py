@@ -125,6 +125,8 @@ class Server:
         for task in list(self._tasks):
             task.cancel()
         try:
+            if self.state.producer_states is not None:
+                self.state.producer_states.close()  # snapshots at the log ends
             self.state.served.close()  # the views number what is due and fsync
         finally:
             self.state.topics.close()

@@ -117,6 +117,20 @@ def test_the_load_reads_the_segments_after_the_snapshot_only(tmp_path, monkeypat
     opened.clear()
     rebuilt = producer_state.load(log, producer_state.DEFAULT_EXPIRATION_MS)
     assert len(opened) == len(log.segments) and OLD in rebuilt.producers
+    states = ProducerStates()
+    store(states, log, batch(NEW, LAST + 2))
+    states.close()  # a clean stop: a snapshot at the log end
+    opened.clear()
+    again = producer_state.load(log, producer_state.DEFAULT_EXPIRATION_MS)
+    assert opened == [] and again.snapshot_offset == log.log_end_offset
+    assert answer(ProducerStates(), log, batch(NEW, LAST + 2)) == log.log_end_offset - 2
+    end = log.log_end_offset
+    store(states, log, batch(NEW, LAST + 4))  # after the snapshot, in the same segment
+    opened.clear()
+    walked = producer_state.load(log, producer_state.DEFAULT_EXPIRATION_MS)
+    # (read back, it continues the batch before it: one entry of both)
+    assert len(opened) == 1 and walked.producers[NEW].batches[-1] == (LAST + 2, LAST + 5,
+                                                                      end - 2)
     log.close()
 
 
