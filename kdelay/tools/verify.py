@@ -12,6 +12,7 @@ import os
 from ..errors import CorruptLogError, KdelayError
 from ..groups.positions import GroupStore
 from ..groups.queue import state_store
+from ..log.batch import codec
 from ..log.batch.offset_continuity import continues
 from ..log.batch.walker import Progress
 from ..log.compaction.swap_watch import between_swaps
@@ -128,6 +129,8 @@ def _verify_once(directory: str, only_base: int | None, progress: Progress | Non
                     "compaction marker unreadable (the next open rewrites it from the next "
                     "segment's base offset)")
         check_batches(rep, seg, scan, active, clean)
+        if active and not clean:
+            _check_last_client_batch(rep, seg.log_path, scan)
         batches += [(b.header.base_offset, b.last_offset, b.header.deliver_after)
                     for b in scan.batches]
         producer_batches.update(
@@ -163,6 +166,20 @@ def _check_continues(rep: VerifyReport, base: int, prev_next: int | None, prev_p
     else:
         rep.add(True, path, 0, f"segment overlaps the previous one: it starts at offset "
                                f"{base}, the previous ends at {prev_next - 1}")
+
+
+def _check_last_client_batch(rep: VerifyReport, path: str, scan: SegmentScan) -> None:
+    """A crashed log whose last batches carry codec.MORE_RUNS holds the first runs of a
+    client batch whose write was torn (or, live, is under way): information, as the next
+    open cuts them off (LogSegment.recover)."""
+    i = len(scan.batches)
+    while i > 0 and scan.batches[i - 1].header.attributes & codec.MORE_RUNS:
+        i -= 1
+    if i < len(scan.batches):
+        b = scan.batches[i]
+        rep.add(False, path, b.position,
+                f"the last client batch (from offset {b.header.base_offset}) lacks its last "
+                f"run (a torn write, or one under way): the next open cuts it off")
 
 
 def _scan_for_verify(seg: SegmentFiles, live_tail: bool,
