@@ -38,14 +38,11 @@ def test_mypy_finds_no_errors():
     assert "Success: no issues found" in done.stdout
 
 
-def test_every_compiled_module_has_a_stub_shipped():
+def test_every_compiled_module_has_a_stub():
+    """(test_packaging.py holds every .pyi, as every data file, to the package data.)"""
     assert COMPILED, "no compiled modules found"
     missing = [str(p.relative_to(ROOT)) for p in COMPILED if not p.with_suffix(".pyi").exists()]
     assert not missing, f"compiled modules without a .pyi stub: {missing}"
-    text = (ROOT / "pyproject.toml").read_text()
-    assert '"**/*.pyi"' in text and '"py.typed"' in text, \
-        "the stubs and py.typed must be package data, so that a wheel ships them"
-    assert (PKG / "py.typed").exists()
 
 
 def _public(name: str) -> bool:
