@@ -191,6 +191,7 @@ class Log(forks.Owned):
             # refused); outside the log's lock: a poll holds its group's lock while it
             # reads the log
             self._queue_groups.close()
+            self._groups.close()  # the position files' descriptors (nothing to write)
         finally:
             with self._lock:
                 try:
