@@ -7,13 +7,15 @@ names are hex-encoded into file names, so no name can reach outside the log dire
 
 A commit writes one checksummed slot of the group's file in place and fdatasyncs it
 (position_file.py: two slots, the one not holding the newest record is overwritten), through
-a descriptor kept open between commits (open_files.py, bounded process-wide). Only a group's
+a descriptor kept open between commits (open_files.py, bounded process-wide); a group commit
+runs its groups' writes on a few threads at once (parallel_sync.py). Only a group's
 first commit creates its file, whole, by a rename (and so does the first commit to a file
 of the first format, or to a damaged one): a crash never leaves a name with no valid slot.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import threading
@@ -23,6 +25,7 @@ from .. import fsio
 from ..errors import CorruptLogError, GroupFencedError, KdelayError
 from ..records import DeliveryKey
 from .open_files import POOL, DescriptorPool
+from .parallel_sync import run_all
 from .position_file import MAX_FILE_BYTES, current_or_raise, encode_slot, parse, slot_position
 
 GROUPS_DIR = "groups"
@@ -124,8 +127,9 @@ class GroupStore:
     def commit_many(self, positions: dict[str, DeliveryKey | None], clock: int) -> None:
         """Store several groups' positions, all durable when this returns; a crash before
         leaves each group at its old or its new position, never a torn one. Cost per group:
-        one slot pwrite and one fdatasync; groups whose file is new (or of the first
-        format, or damaged) are created whole, with one directory fsync for them all."""
+        one slot pwrite and one fdatasync, spread over a few threads; groups whose file is
+        new (or of the first format, or damaged) are created whole, with one directory fsync
+        for them all."""
         files = [(group, self._file(group)) for group in positions]
         with self._lock:
             found = [(group, path, self._for_write(group, path)) for group, path in files]
@@ -144,10 +148,11 @@ class GroupStore:
                 for group, _, pos in fresh:
                     pos.written(0, positions[group], clock)
                     self._positions[group] = pos
-            for group, path, pos in in_place:
-                key = positions[group]
-                self._write_slot(path, pos, encode_slot(group, pos.sequence + 1, key, clock),
-                                 key, clock)
+            # each its own pwrite and fdatasync, several at once (parallel_sync.py)
+            run_all([functools.partial(self._write_slot, path, pos,
+                                       encode_slot(group, pos.sequence + 1, positions[group],
+                                                   clock), positions[group], clock)
+                     for group, path, pos in in_place])
 
     def _write_slot(self, path: str, pos: _Position, record: bytes,
                     key: DeliveryKey | None, clock: int) -> None:

@@ -155,7 +155,7 @@ def test_a_damaged_first_format_file_is_reported(store, tmp_path):
     directory = tmp_path / GROUPS_DIR
     directory.mkdir()
     raw = encode_legacy("g", DeliveryKey(4, 5), 77).replace(b"4 5", b"4 6")
-    (directory / ("g".encode().hex() + ".pos")).write_bytes(raw)
+    (directory / (b"g".hex() + ".pos")).write_bytes(raw)
     with pytest.raises(CorruptLogError, match="checksum"):
         store.committed("g")
 

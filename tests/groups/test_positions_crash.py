@@ -8,6 +8,7 @@ process committing in a loop, killed with SIGKILL."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -39,7 +40,7 @@ def prepare(path: str) -> None:
     store.commit("two", DeliveryKey(0, 0), clock=1)
     store.commit("two", BEFORE["two"], clock=1)
     store.commit("one", BEFORE["one"], clock=1)
-    with open(os.path.join(path, GROUPS_DIR, "legacy".encode().hex() + ".pos"), "wb") as f:
+    with open(os.path.join(path, GROUPS_DIR, b"legacy".hex() + ".pos"), "wb") as f:
         f.write(encode_legacy("legacy", BEFORE["legacy"], 1))
     store.close()
 
@@ -89,11 +90,9 @@ def test_a_crash_at_every_operation_leaves_acknowledged_positions(tmp_path, mode
         acked: dict = {}
         in_flight: dict = {}
         store = GroupStore(path, pool=DescriptorPool())
-        with FaultInjector([path], crash_at=crash_at, seed=crash_at) as inj:
-            try:
-                run(store, acked, in_flight)
-            except SimulatedCrash:
-                pass
+        with FaultInjector([path], crash_at=crash_at, seed=crash_at) as inj, \
+                contextlib.suppress(SimulatedCrash):
+            run(store, acked, in_flight)
         store.close()  # as the dead process's descriptors went
         inj.apply_crash(mode)
         check(path, acked, in_flight)
