@@ -166,11 +166,14 @@ def bench_commits(groups: int, procs: int, seconds: float, rounds: int = 3) -> d
     for w0, w1, elapsed, cpu, loop in windows:
         commits = sum(int(n) for t, n in rounds_seen if w0 <= float(t) <= w1)
         out.append({"cpu_share": round(cpu, 4), "loop_share": round(loop, 4),
-                    "commits_per_s": round(commits / elapsed)})
+                    "commits_per_s": round(commits / elapsed),
+                    # CPU per commit: comparable when the broker could not keep up the rate
+                    "cpu_us_per_commit": round(cpu * elapsed / max(commits, 1) * 1e6)})
     return {"groups": groups,
             "cpu_share_median": statistics.median(w["cpu_share"] for w in out),
             "loop_share_median": statistics.median(w["loop_share"] for w in out),
             "commits_per_s_median": statistics.median(w["commits_per_s"] for w in out),
+            "cpu_us_per_commit_median": statistics.median(w["cpu_us_per_commit"] for w in out),
             "windows": out}
 
 
