@@ -425,7 +425,7 @@ class Log(forks.Owned):
     @write_errors
     def commit_many(self, positions: dict[str, DeliveryKey | None]) -> None:
         """Durably store several groups' positions at once (a broker's group commit): one
-        fsync per group and one directory fsync for them all."""
+        slot write and fdatasync per group, several at once (groups/positions.py)."""
         keys = {group: commit_key(key) for group, key in positions.items()}
         self._check_open()
         self._groups.commit_many(keys, self.now())
