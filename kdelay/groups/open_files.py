@@ -36,6 +36,10 @@ class DescriptorPool:
         self._lock = threading.Lock()
         self._open: OrderedDict[Key, int] = OrderedDict()  # least recently used first
         self._pins: dict[Key, int] = {}
+        # owners collected without close(): their descriptors are closed at the next use
+        # (a finalizer may run inside a garbage collection that this lock's holder
+        # triggered, so it must take no lock; list.append is atomic)
+        self._dead: list[int] = []
         self.opened = 0  # how many opens so far (for tests of the bound)
         # a forked child: a parent's thread may have held the lock, or a pin, at the fork
         os.register_at_fork(after_in_child=self._after_fork)
@@ -50,6 +54,7 @@ class DescriptorPool:
         open; held open until the block ends. O(1), plus a close when over budget."""
         key = (owner, path)
         with self._lock:
+            self._close_dead()
             fd = self._open.get(key)
             if fd is None:
                 fd = opener(path)
@@ -72,7 +77,7 @@ class DescriptorPool:
 
     def drop(self, owner: int, path: str) -> None:
         """Close `path`'s descriptor for `owner` (after a failed write: the next use opens
-        the file afresh). A pinned one is closed when its last user is done."""
+        the file afresh). A pinned one is left to the eviction of the least recently used."""
         with self._lock:
             key = (owner, path)
             if key not in self._pins:
@@ -83,8 +88,20 @@ class DescriptorPool:
     def forget(self, owner: int) -> None:
         """Close every unpinned descriptor `owner` holds. O(open descriptors)."""
         with self._lock:
-            for key in [k for k in self._open if k[0] == owner and k not in self._pins]:
-                os.close(self._open.pop(key))
+            self._close_dead()
+            self._close_owned(owner)
+
+    def forget_later(self, owner: int) -> None:
+        """`forget`, at the next use of the pool: for a finalizer, which takes no lock."""
+        self._dead.append(owner)
+
+    def _close_owned(self, owner: int) -> None:
+        for key in [k for k in self._open if k[0] == owner and k not in self._pins]:
+            os.close(self._open.pop(key))
+
+    def _close_dead(self) -> None:
+        while self._dead:
+            self._close_owned(self._dead.pop())
 
     def held(self, owner: int) -> int:
         with self._lock:

@@ -61,7 +61,7 @@ class GroupStore:
         self._pool = pool
         self._owner = next(_owners)
         # a store dropped without close() gives its descriptors back when collected
-        self._finalizer = weakref.finalize(self, pool.forget, self._owner)
+        self._finalizer = weakref.finalize(self, pool.forget_later, self._owner)
         # group -> generation of its current member (in memory: members are Consumers of
         # this open Log; a reopen starts every group afresh)
         self._generations: dict[str, int] = {}

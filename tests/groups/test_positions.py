@@ -5,6 +5,7 @@ open descriptors."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,28 @@ def test_foreign_files_in_the_groups_directory_are_ignored(store, tmp_path):
     (tmp_path / GROUPS_DIR / "zz-not-hex.pos").write_text("x")
     (tmp_path / GROUPS_DIR / "README").write_text("x")
     assert store.groups() == ["g"]
+
+
+def test_a_store_dropped_without_close_gives_its_descriptors_back(tmp_path):
+    """Its finalizer may run inside a garbage collection triggered while the pool's lock is
+    held (it once deadlocked there): it takes no lock, and the next use closes them."""
+    pool = DescriptorPool(budget=8)
+    store = GroupStore(os.fspath(tmp_path), pool=pool)
+    for i in range(3):
+        store.commit("g", DeliveryKey(i, i), clock=i)
+    owner = store._owner
+    assert pool.held(owner) == 1
+    finalizer = store._finalizer
+    done = threading.Event()
+
+    def collect_under_the_lock() -> None:
+        with pool._lock:
+            finalizer()  # as a collection inside the pool's own code would
+        done.set()
+    worker = threading.Thread(target=collect_under_the_lock, daemon=True)
+    worker.start()
+    assert done.wait(60), "the finalizer blocked on the pool's lock"
+    other = GroupStore(os.fspath(tmp_path), pool=pool)
+    other.commit("h", None, clock=9)
+    other.commit("h", None, clock=10)  # a use of the pool: the dropped store's are closed
+    assert pool.held(owner) == 0
