@@ -130,7 +130,22 @@ class ConsumerGroups:
                   rebalance_ms: int, subscribed: Iterable[str] | None,
                   owned: set[TopicPartition] | None, client_id: str = "",
                   client_host: str = "") -> HeartbeatAnswer:
-        """One ConsumerGroupHeartbeat (None fields: unchanged since the last one)."""
+        """One ConsumerGroupHeartbeat (None fields: unchanged since the last one). A group
+        left with no members is dropped: its committed offsets are the engine's."""
+        answer = self._heartbeat(group_id, member_id, epoch, instance_id, rebalance_ms,
+                                 subscribed, owned, client_id, client_host)
+        self._drop_if_empty(group_id)
+        return answer
+
+    def _drop_if_empty(self, group_id: str) -> None:
+        g = self.groups.get(group_id)
+        if g is not None and not g.members:
+            del self.groups[group_id]
+
+    def _heartbeat(self, group_id: str, member_id: str, epoch: int, instance_id: str | None,
+                   rebalance_ms: int, subscribed: Iterable[str] | None,
+                   owned: set[TopicPartition] | None, client_id: str,
+                   client_host: str) -> HeartbeatAnswer:
         g = self.groups.get(group_id)
         if g is None:
             g = self.groups[group_id] = ConsumerGroup(group_id)
@@ -291,6 +306,8 @@ class ConsumerGroups:
     def _expire(self, g: ConsumerGroup, m: ConsumerMember) -> None:
         if g.members.get(m.member_id) is m:
             self._remove(g, m)
+            if self.groups.get(g.group_id) is g:
+                self._drop_if_empty(g.group_id)
 
     # ------------------------------------------------------------------ commits
 
@@ -310,6 +327,21 @@ class ConsumerGroups:
         if epoch < member.epoch and set(partitions) <= member.assigned | member.revoking:
             return ErrorCode.none
         return ErrorCode.stale_member_epoch
+
+    def fetch_error(self, group_id: str, member_id: str | None, epoch: int) -> ErrorCode:
+        """Kafka's check of an OffsetFetch (v9+) naming a member: O(1). Without a member
+        (null id, epoch -1: admin clients, classic consumers) it is taken; a member of a
+        KIP-848 group must be known (UNKNOWN_MEMBER_ID) and at its epoch
+        (STALE_MEMBER_EPOCH)."""
+        if member_id is None and epoch < 0:
+            return ErrorCode.none
+        g = self.groups.get(group_id)
+        if g is None:  # not a KIP-848 group (or one with no members): nothing to check
+            return ErrorCode.none
+        member = g.members.get(member_id or "")
+        if member is None or member.left:
+            return ErrorCode.unknown_member_id
+        return ErrorCode.none if epoch == member.epoch else ErrorCode.stale_member_epoch
 
     def close(self) -> None:
         for g in self.groups.values():
