@@ -404,12 +404,13 @@ class GroupCoordinator:
 
     def _remove_and_rebalance(self, g: Group, m: Member) -> None:
         self._remove(g, m)
-        if g.state in (STABLE, COMPLETING):
+        if not g.members:  # the last one: no rebalance to run, nothing to keep
+            g.state = EMPTY
+            self._drop(g)
+        elif g.state in (STABLE, COMPLETING):
             self._prepare(g)
         else:
             self._maybe_complete_join(g)
-        if not g.members and g.state != PREPARING:
-            self._drop(g)
 
     def _drop(self, g: Group) -> None:
         """A group with no members holds no memory (its offsets live in the engine)."""
@@ -439,7 +440,8 @@ class GroupCoordinator:
         if self.groups.get(g.group_id) is not g or g.members.get(m.member_id) is not m:
             return
         if m.join_reply is not None or m.sync_reply is not None:
-            return  # waiting in a rebalance: its completion restarts the session
+            self._schedule_session(g, m)  # waiting in a rebalance, which has its timeout
+            return
         self._remove_and_rebalance(g, m)
 
     def close(self) -> None:
