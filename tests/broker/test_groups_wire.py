@@ -233,3 +233,53 @@ def test_commits_survive_restart_and_kill_9_and_are_the_in_process_position(tmp_
         assert [m.value for m in c] == [b"job-7", b"job-8", b"job-9"]
         c.close()
         stop(proc, signal.SIGTERM)
+
+
+def test_a_static_member_restarting_within_its_session_keeps_its_partitions(tmp_path):
+    """confluent-kafka with group.instance.id: a consumer closed and started again (a new
+    member id, the same instance id) within its session timeout is given its partitions
+    back without a rebalance: the other member sees no revocation and no assignment."""
+    root = str(tmp_path / "root")
+    with Topic.open(root, "s", partitions=4):
+        pass
+    events: dict[str, list[str]] = {"a": [], "b": []}
+
+    def consumer(name: str) -> confluent_kafka.Consumer:
+        c = confluent_kafka.Consumer({
+            "bootstrap.servers": bootstrap, "group.id": "static", "group.instance.id": name,
+            "session.timeout.ms": 30000, "heartbeat.interval.ms": 300,
+            "partition.assignment.strategy": "range", "auto.offset.reset": "earliest"})
+        c.subscribe(["s"], on_assign=lambda _c, ps: events[name].append(
+            "assign " + ",".join(str(p.partition) for p in sorted(
+                ps, key=lambda p: p.partition))),
+                    on_revoke=lambda _c, ps: events[name].append("revoke"))
+        return c
+
+    def poll_until(consumers, predicate, what: str) -> None:
+        deadline = time.monotonic() + TIMEOUT_S
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}: {events}")
+            for c in consumers:
+                c.poll(0.05)
+
+    with broker_process(root, *FAST_GROUPS) as (proc, bootstrap):
+        a, b = consumer("a"), consumer("b")
+        poll_until([a, b], lambda: [e for e in events["a"] if e.startswith("assign ")]
+                   and [e for e in events["b"] if e.startswith("assign ")]
+                   and _stable(bootstrap, 2, "static"), "a stable group of two")
+        held = events["a"][-1]
+        b_seen = list(events["b"])
+        assert held != "assign " and b_seen[-1] != "assign "  # two partitions each
+        a.close()  # a static member sends no LeaveGroup: its place waits for it
+        events["a"].clear()
+        a = consumer("a")
+        poll_until([a, b], lambda: events["a"], "the restarted member's assignment")
+        assert events["a"] == [held]  # its partitions back
+        for _ in range(20):  # b goes on heartbeating: Stable, nothing to revoke
+            b.poll(0.05)
+            a.poll(0.05)
+        assert events["b"] == b_seen and _stable(bootstrap, 2, "static")
+        a.close()
+        b.close()
+        assert stop(proc, signal.SIGTERM) == 0
