@@ -75,3 +75,27 @@ def test_reconciliation_never_gives_a_partition_two_owners(steps):
         groups.close()
 
     asyncio.run(run())
+
+
+def test_offset_fetch_checks_the_member_epoch_and_empty_groups_are_dropped():
+    """OffsetFetch v9 names the member: Kafka's STALE_MEMBER_EPOCH and UNKNOWN_MEMBER_ID
+    for a KIP-848 group; no member named (admin clients, classic consumers) is taken. A
+    group whose last member leaves is dropped."""
+    async def run() -> None:
+        groups = ConsumerGroups(lambda t: PARTITIONS.get(t, 0), 45_000, 5_000)
+        a = groups.heartbeat("g", "m1", 0, None, 60_000, ("a",), None)
+        epoch = a.member.epoch
+        assert groups.fetch_error("g", "m1", epoch) == ErrorCode.none
+        assert groups.fetch_error("g", "m1", epoch - 1) == ErrorCode.stale_member_epoch
+        assert groups.fetch_error("g", "m1", epoch + 1) == ErrorCode.stale_member_epoch
+        assert groups.fetch_error("g", "m9", epoch) == ErrorCode.unknown_member_id
+        assert groups.fetch_error("g", None, -1) == ErrorCode.none
+        assert groups.fetch_error("classic", "x", 3) == ErrorCode.none  # not KIP-848's
+        assert groups.heartbeat("g", "m1", -1, None, -1, None, None).error == ErrorCode.none
+        assert "g" not in groups.groups
+        assert groups.heartbeat("h", "m1", 3, None, -1, None, None).error == \
+            ErrorCode.unknown_member_id
+        assert "h" not in groups.groups  # a refused heartbeat makes no group
+        groups.close()
+
+    asyncio.run(run())

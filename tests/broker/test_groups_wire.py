@@ -283,3 +283,37 @@ def test_a_static_member_restarting_within_its_session_keeps_its_partitions(tmp_
         a.close()
         b.close()
         assert stop(proc, signal.SIGTERM) == 0
+
+
+def test_groups_with_only_committed_offsets_are_listed_and_described_empty(tmp_path):
+    """A group with committed offsets and no members holds no coordinator memory, yet
+    ListGroups (v5 with confluent-kafka's states and types filters) and DescribeGroups show
+    it Empty, as Kafka does; a group with neither is Dead."""
+    from confluent_kafka import ConsumerGroupState, ConsumerGroupType, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from kdelay import Broker
+    root = str(tmp_path / "root")
+    fill(root, "t", 2, ["a", "b"])
+    with Broker(root, listen="127.0.0.1:0") as broker:
+        bootstrap = broker.bootstrap_servers
+        c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap,
+                                      "group.id": "offsets-only"})
+        c.commit(offsets=[TopicPartition("t", 1, 0)], asynchronous=False)  # no group
+        c.close()
+        assert "offsets-only" not in broker._server.state.groups.groups
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+
+        def listed(**filters) -> set[str]:
+            found = admin.list_consumer_groups(request_timeout=TIMEOUT_S, **filters)
+            return {g.group_id for g in found.result(TIMEOUT_S).valid}
+
+        assert "offsets-only" in listed()
+        assert "offsets-only" in listed(states={ConsumerGroupState.EMPTY},
+                                        types={ConsumerGroupType.CLASSIC})
+        assert "offsets-only" not in listed(states={ConsumerGroupState.STABLE})
+        assert "offsets-only" not in listed(types={ConsumerGroupType.CONSUMER})
+        described = admin.describe_consumer_groups(["offsets-only", "never"],
+                                                   request_timeout=TIMEOUT_S)
+        assert described["offsets-only"].result(TIMEOUT_S).state == ConsumerGroupState.EMPTY
+        assert described["never"].result(TIMEOUT_S).state == ConsumerGroupState.DEAD
