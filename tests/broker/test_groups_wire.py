@@ -152,6 +152,14 @@ def test_kip848_a_member_leaving_hands_its_partitions_over(tmp_path):
         try:
             wait_for(lambda: sorted(map(len, _described(bootstrap, "g")[1].values())) == [2, 2]
                      and _stable(bootstrap, 2), "2 members with 2 partitions each")
+            from confluent_kafka import ConsumerGroupType
+            from confluent_kafka.admin import AdminClient
+            admin = AdminClient({"bootstrap.servers": bootstrap})  # lives until answered
+            group = admin.describe_consumer_groups(["g"])["g"].result(TIMEOUT_S)
+            assert (group.type, group.partition_assignor) == (ConsumerGroupType.CONSUMER,
+                                                             "range")
+            assert all(m.target_assignment.topic_partitions == m.assignment.topic_partitions
+                       for m in group.members)
             first = [f"first-{i}" for i in range(40)]
             produce(first)
             wait_for(lambda: len(processed(outputs)) >= len(first), "the first records")
@@ -174,7 +182,6 @@ def test_kip848_a_member_leaving_hands_its_partitions_over(tmp_path):
         assert sorted(processed(outputs)) == sorted(first + second)  # each once
         assert sorted(processed(outputs[1:])) == sorted(
             [v for v in processed(outputs[1:]) if v.startswith("first")] + second)
-        from confluent_kafka.admin import AdminClient
         admin = AdminClient({"bootstrap.servers": bootstrap})  # lives until answered
         listed = admin.list_consumer_groups().result(TIMEOUT_S)
         assert [(g.group_id, g.state.name.lower()) for g in listed.valid] == [("g", "empty")]

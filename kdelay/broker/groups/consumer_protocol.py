@@ -189,7 +189,7 @@ class ConsumerGroups:
         send = full or now != member.answered or epoch == 0
         member.answered = now
         return HeartbeatAnswer(ErrorCode.none, member,
-                               _by_topic(member.assigned) if send else None)
+                               partitions_by_topic(member.assigned) if send else None)
 
     def _join(self, g: ConsumerGroup, member_id: str, instance_id: str | None,
               rebalance_ms: int, topics: tuple[str, ...], client_id: str,
@@ -349,7 +349,7 @@ class ConsumerGroups:
                 self._cancel(m)
 
 
-def _by_topic(partitions: Iterable[TopicPartition]) -> list[tuple[str, list[int]]]:
+def partitions_by_topic(partitions: Iterable[TopicPartition]) -> list[tuple[str, list[int]]]:
     out: dict[str, list[int]] = {}
     for t, p in sorted(partitions):
         out.setdefault(t, []).append(p)
