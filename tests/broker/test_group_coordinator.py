@@ -184,3 +184,24 @@ def test_heartbeats_leave_the_timer_heap_as_it_is():
         assert c.heartbeat("g", 1, leader.member_id) == ErrorCode.none
         assert c.heartbeat("g", 1, follower.member_id) == ErrorCode.none
     assert len(c.timers._heap) == entries
+
+
+def test_the_timer_heap_fires_by_the_loop_in_deadline_order_with_moved_deadlines():
+    """Production mode (no injected clock): the loop fires the heap's timers, earliest
+    first; a deadline moved later fires at the new one, a cancelled timer never."""
+    import asyncio
+
+    from kdelay.broker.groups.timers import Timers
+
+    async def scenario() -> list[str]:
+        timers, fired, done = Timers(), [], asyncio.Event()
+        for key, ms in (("a", 10), ("b", 20), ("c", 30), ("gone", 15)):
+            timers.schedule(key, ms, lambda key=key: fired.append(key))
+        timers.schedule("a", 40, lambda: fired.append("a"))  # moved later: lazily
+        timers.cancel("gone")
+        timers.schedule("last", 50, done.set)
+        await asyncio.wait_for(done.wait(), 30)  # an upper bound only
+        timers.close()
+        return fired
+
+    assert asyncio.run(scenario()) == ["b", "c", "a"]

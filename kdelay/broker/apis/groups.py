@@ -116,13 +116,16 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
 
 
 def _listed(ctx: RequestContext) -> list[tuple[str, str, str, str]]:
-    """(group id, protocol type, state, type) of every group: the classic and KIP-848
-    groups with members, and the groups with none that have committed offsets (Empty)."""
+    """(group id, protocol type, state, type) of every group: the classic, KIP-848 and
+    share groups with members, and the groups with none that have committed offsets
+    (Empty)."""
     classic, consumer = _coordinator(ctx).groups, ctx.broker.consumer_groups.groups
     found = [(g.group_id, g.protocol_type or "", g.state, "classic")
              for g in classic.values()]
     found += [(g.group_id, "consumer", g.state, "consumer") for g in consumer.values()
               if g.group_id not in classic]
+    found += [(gid, "share", "Stable", "share")
+              for gid, members in ctx.broker.share_groups.groups.items() if members]
     with_members = {gid for gid, _, _, _ in found}
     found += [(gid, "consumer", EMPTY, "classic")
               for gid in sorted(ctx.broker.offsets.groups(ctx.broker.topics) - with_members)]
