@@ -292,10 +292,10 @@ def test_a_static_member_restarting_within_its_session_keeps_its_partitions(tmp_
         assert stop(proc, signal.SIGTERM) == 0
 
 
-def test_groups_with_only_committed_offsets_are_listed_and_described_empty(tmp_path):  # noqa: E501
+def test_groups_with_only_committed_offsets_are_listed_and_described_empty(tmp_path):
     """A group with committed offsets and no members holds no coordinator memory, yet
     ListGroups (v5 with confluent-kafka's states and types filters) and DescribeGroups show
-    it Empty, as Kafka does; a group with neither is Dead."""
+    it Empty, as Kafka does; a group with neither is Dead; a share group is listed as one."""
     from confluent_kafka import ConsumerGroupState, ConsumerGroupType, TopicPartition
     from confluent_kafka.admin import AdminClient
 
