@@ -99,3 +99,30 @@ def test_offset_fetch_checks_the_member_epoch_and_empty_groups_are_dropped():
         groups.close()
 
     asyncio.run(run())
+
+
+def test_revocations_and_sessions_run_out_on_the_injected_clock():
+    """A member that does not give up its partitions within its rebalance timeout is
+    fenced; one that stops heartbeating is removed at its session timeout; the group with
+    no members is dropped and holds no timer. No sleeps: an injected clock."""
+    now = [0.0]
+    groups = ConsumerGroups(lambda t: PARTITIONS.get(t, 0), 1_000, 100,
+                            clock=lambda: now[0])
+    a = groups.heartbeat("g", "m1", 0, None, 500, ("a",), None)
+    assert a.member.assigned == {("a", 0), ("a", 1), ("a", 2)}
+    b = groups.heartbeat("g", "m2", 0, None, 500, ("a",), None)
+    m1 = groups.groups["g"].members["m1"]
+    groups.heartbeat("g", "m1", a.member.epoch, None, -1, None, set(m1.assigned))  # told
+    # to give some up
+    assert m1.revoking  # ... and it never confirms
+    now[0] = 499
+    groups.timers.run_due()
+    assert "m1" in groups.groups["g"].members
+    now[0] = 501
+    groups.timers.run_due()
+    assert set(groups.groups["g"].members) == {"m2"}  # fenced: its partitions are free
+    groups.heartbeat("g", "m2", b.member.epoch, None, -1, None, set())
+    assert groups.groups["g"].members["m2"].assigned == {("a", 0), ("a", 1), ("a", 2)}
+    now[0] = 501 + 1_001  # no heartbeat from m2 for a session
+    groups.timers.run_due()
+    assert "g" not in groups.groups and len(groups.timers) == 0

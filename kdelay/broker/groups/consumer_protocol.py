@@ -18,15 +18,15 @@ its owner. A member that leaves (epoch -1) or misses its session timeout release
 at once; a static member leaving with epoch -2 keeps its partitions for its session timeout
 and hands them to the member that comes back with its `group.instance.id`.
 
-Timers are the event loop's (`call_later`, one per member session and one per revocation):
-nothing scans the groups. A heartbeat costs O(the member's partitions + the group's
+Deadlines (one per member session, one per revocation) are entries of one `Timers` heap on
+an injectable clock (a heartbeat only moves its member's deadline: O(1)); nothing scans the
+groups. A heartbeat costs O(the member's partitions + the group's
 subscribed topics); a change of membership recomputes the target in O(group's partitions +
 members). Call from the broker's event loop only.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import uuid
 from collections import Counter
@@ -34,6 +34,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
+
+from .timers import Timers
 
 TopicPartition = tuple[str, int]
 LEAVE, STATIC_LEAVE = -1, -2
@@ -56,8 +58,6 @@ class ConsumerMember:
     revoking: set[TopicPartition] = field(default_factory=set)  # given up, not confirmed
     answered: tuple | None = None  # (epoch, assignment) as last sent to the client
     left: bool = False  # a static member that left with epoch -2, waiting to be replaced
-    timer: asyncio.TimerHandle | None = None
-    revoke_timer: asyncio.TimerHandle | None = None
 
 
 class ConsumerGroup:
@@ -113,9 +113,12 @@ class ConsumerGroups:
     partition count (0 for a topic that does not exist)."""
 
     def __init__(self, partitions: Callable[[str], int], session_timeout_ms: int,
-                 heartbeat_interval_ms: int):
+                 heartbeat_interval_ms: int, clock: Callable[[], float] | None = None):
+        """`clock()`: now in ms; None: the event loop fires the deadlines (else the caller
+        advances its clock and calls `timers.run_due()`)."""
         self.partitions = partitions
-        self.session_s = session_timeout_ms / 1000
+        self.session_ms = session_timeout_ms
+        self.timers = Timers(clock)
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.groups: dict[str, ConsumerGroup] = {}
         self._joins = itertools.count()
@@ -201,7 +204,7 @@ class ConsumerGroups:
         member = ConsumerMember(member_id, instance_id, client_id, client_host,
                                 max(rebalance_ms, 0), topics, next(self._joins))
         if old is not None:  # a static member back: it takes over the old one's place
-            self._cancel(old)
+            self._cancel(g, old)
             del g.members[old.member_id]
             member.joined, member.epoch = old.joined, old.epoch
             member.assigned, member.revoking = old.assigned, old.revoking
@@ -269,21 +272,20 @@ class ConsumerGroups:
                 del g.owners[tp]
         m.revoking -= partitions
         m.assigned -= partitions
-        if not m.revoking and m.revoke_timer is not None:
-            m.revoke_timer.cancel()
-            m.revoke_timer = None
+        if not m.revoking:
+            self.timers.cancel(("revoke", g.group_id, m.member_id))
 
     def _arm_revocation(self, g: ConsumerGroup, m: ConsumerMember) -> None:
         """A member that does not give up its partitions in its rebalance timeout is fenced
         (Kafka's rule), so that the others are not kept waiting for ever."""
-        if m.revoke_timer is None:
-            m.revoke_timer = asyncio.get_running_loop().call_later(
-                max(m.rebalance_ms, 1) / 1000, self._expire, g, m)
+        key = ("revoke", g.group_id, m.member_id)
+        if self.timers.deadline(key) is None:
+            self.timers.schedule(key, max(m.rebalance_ms, 1), lambda: self._expire(g, m))
 
     # ------------------------------------------------------------------ departures
 
     def _remove(self, g: ConsumerGroup, m: ConsumerMember) -> None:
-        self._cancel(m)
+        self._cancel(g, m)
         self._release(g, m, m.assigned | m.revoking)
         g.members.pop(m.member_id, None)
         g.target.pop(m.member_id, None)
@@ -292,16 +294,13 @@ class ConsumerGroups:
             del g.static[m.instance_id]
         g.epoch += 1
 
-    def _cancel(self, m: ConsumerMember) -> None:
-        for timer in (m.timer, m.revoke_timer):
-            if timer is not None:
-                timer.cancel()
-        m.timer = m.revoke_timer = None
+    def _cancel(self, g: ConsumerGroup, m: ConsumerMember) -> None:
+        self.timers.cancel(("session", g.group_id, m.member_id))
+        self.timers.cancel(("revoke", g.group_id, m.member_id))
 
     def _touch(self, g: ConsumerGroup, m: ConsumerMember) -> None:
-        if m.timer is not None:
-            m.timer.cancel()
-        m.timer = asyncio.get_running_loop().call_later(self.session_s, self._expire, g, m)
+        self.timers.schedule(("session", g.group_id, m.member_id), self.session_ms,
+                             lambda: self._expire(g, m))
 
     def _expire(self, g: ConsumerGroup, m: ConsumerMember) -> None:
         if g.members.get(m.member_id) is m:
@@ -344,9 +343,7 @@ class ConsumerGroups:
         return ErrorCode.none if epoch == member.epoch else ErrorCode.stale_member_epoch
 
     def close(self) -> None:
-        for g in self.groups.values():
-            for m in g.members.values():
-                self._cancel(m)
+        self.timers.close()
 
 
 def partitions_by_topic(partitions: Iterable[TopicPartition]) -> list[tuple[str, list[int]]]:
