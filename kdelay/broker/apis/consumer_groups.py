@@ -26,7 +26,7 @@ def _ms(value: Any) -> int:
 def _owned(ctx: RequestContext, topics: Any) -> set[tuple[str, int]] | None:
     if topics is None:
         return None
-    out = set()
+    out: set[tuple[str, int]] = set()
     for t in topics:
         name = ctx.broker.topics.by_id(t.topic_id)
         if name is not None:  # a deleted topic's partitions are owned by nobody now
@@ -67,7 +67,8 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> 
                     assignment=None)
     assignment = None
     if answer.assignment is not None:
-        assignment_type = ctx.response_type.__dataclass_fields__["assignment"].type.__args__[0]
+        assignment_type = next(a for a in typing.get_args(
+            typing.get_type_hints(ctx.response_type)["assignment"]) if a is not type(None))
         tp_type = element(assignment_type, "topic_partitions")
         assignment = make(assignment_type, topic_partitions=tuple(
             make(tp_type, topic_id=ctx.broker.topics.topic_id(name), partitions=tuple(parts))
@@ -108,9 +109,7 @@ async def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> A
 
 
 def _assignment(ctx: RequestContext, member_type: type, partitions: Any) -> Any:
-    assignment_type = member_type.__dataclass_fields__["assignment"].type
-    if isinstance(assignment_type, str):
-        assignment_type = typing.get_type_hints(member_type)["assignment"]
+    assignment_type = typing.get_type_hints(member_type)["assignment"]
     tp_type = element(assignment_type, "topic_partitions")
     return make(assignment_type, topic_partitions=tuple(
         make(tp_type, topic_id=ctx.broker.topics.topic_id(name), topic_name=name,

@@ -187,7 +187,7 @@ class GroupCoordinator:
         self._rebalance_or_complete(g)
 
     def _join_answer(self, g: Group, member: Member, with_members: bool) -> JoinAnswer:
-        everyone = [(m.member_id, m.instance_id, m.metadata_for(g.protocol_name))
+        everyone = [(m.member_id, m.instance_id, m.metadata_for(g.protocol_name or ""))
                     for m in g.members.values()] if with_members else []
         return JoinAnswer(ErrorCode.none, g.generation, g.protocol_name, g.leader or "",
                           member.member_id, everyone if member.member_id == g.leader else [])
