@@ -100,8 +100,7 @@ class CoordinatorModel(RuleBasedStateMachine):
             self.generation = 0
             self.plans.clear()  # a group made again starts from generation 0
         else:
-            assert self.generation == 0 or g.generation - self.generation in (0, 1), \
-                (self.generation, g.generation)
+            assert g.generation - self.generation in (0, 1), (self.generation, g.generation)
             if g.generation != self.generation and g.state == COMPLETING:
                 assert all(cl.joining != [] for cl in self.clients), "a join not answered"
                 for mid in g.members:
