@@ -66,7 +66,7 @@ class DueOrderReader:
         has not reached, that cursor (the empty page's `next`); else False."""
         gate = self.gate
         if gate.armed and gate.cursor is after and now < gate.until:
-            return after  # type: ignore[return-value]
+            return gate.cursor
         return False
 
     def page(self, segments: SegmentSet, cursor: DeliveryKey | None, now: int,
@@ -117,9 +117,11 @@ class DueOrderReader:
             page = self.fetch_page(segments, cursor, now(), max_records, max_bytes, cancels)
             return page, bool(page.records)
 
-        def next_due_ms() -> int:
+        def next_due_ms() -> int | None:
             # an empty page began a quiet spell: nothing after the cursor is due before it
-            # ends (an append due sooner ends it sooner, and bumps the signal)
-            return self.gate.until - now()
+            # ends (an append due sooner ends it sooner, and bumps the signal); set by the
+            # page just taken, in the same hold of the log's lock
+            gate = self.gate
+            return gate.until - now() if gate.armed else None
 
         return long_poll(page_once, next_due_ms, signal, deadline)

@@ -39,7 +39,8 @@ from .offset_continuity import check_continues
 CHUNK = 8 << 20  # bytes read per syscall
 RESYNC_LIMIT = 256 << 20  # how far past a framing break to look for the next intact batch
 
-Reader = Callable[[int, int], "bytes | bytearray"]  # (position, length) -> the bytes there
+# (position, length) -> the bytes there
+Reader = Callable[[int, int], "bytes | bytearray | memoryview"]
 Progress = Callable[[int], None]  # called with bytes just walked
 
 
@@ -58,7 +59,7 @@ def frames(read: Reader, start: int, end: int, *, path: str | None = None,
     """The framing parse every mode shares: each batch from `start` up to `end`, in file
     order. Raises CorruptLogError (with the file position) where the framing breaks: a bad
     header, or a batch running past `end`."""
-    buf: bytes | bytearray = b""
+    buf: bytes | bytearray | memoryview = b""
     buf_pos = pos = start
     avail = 0  # file bytes in buf
     header_size = codec.HEADER_SIZE
@@ -254,6 +255,18 @@ def scan_log(fd: int, path: str, base_offset: int, *, start: int = 0, end: int |
     except CorruptLogError as e:
         error = error or e
     return ScanResult(entries, max_ts, pos, next_offset, error)
+
+
+def unfinished_client_batch(fd: int, entries: Sequence[Entry]) -> int | None:
+    """Index in `entries` (a scan's batches, in file order) of the first stored batch of a
+    client batch whose last run is missing: the trailing batches that carry
+    codec.MORE_RUNS (a crash tore the one write of its runs after whole runs). None when
+    the last batch ends a client batch. One 2-byte read per trailing run."""
+    i = len(entries)
+    while i > 0 and int.from_bytes(fsio.pread(fd, 2, entries[i - 1][2] + codec.CRC_START),
+                                   "big") & codec.MORE_RUNS:
+        i -= 1
+    return i if i < len(entries) else None
 
 
 # ---------------------------------------------------------------------------- header-only
