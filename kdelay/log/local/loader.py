@@ -254,12 +254,12 @@ def load_segments(directory: str, index_interval_bytes: int,
                 seg, cut, _ = _recover(directory, base, index_interval_bytes, report,
                                        truncate=True, marker=marker)
             else:
-                seg = None
+                from_summary = None
                 if deferred is not None and summaries is not None and base in summaries:
-                    seg = _deferred_load(directory, summaries[base], end, deferred)
-                if seg is None:
-                    seg = _load_or_rebuild(directory, base, index_interval_bytes, report,
-                                           marker, last=i == len(bases) - 1)
+                    from_summary = _deferred_load(directory, summaries[base], end, deferred)
+                seg = from_summary if from_summary is not None else _load_or_rebuild(
+                    directory, base, index_interval_bytes, report, marker,
+                    last=i == len(bases) - 1)
             if tiered is not None:
                 seg.remote = tiered.committed_copy(base)
             segments.append(seg)
