@@ -27,6 +27,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kdelay.broker")
 
+# a connection's read buffer pauses the socket past twice this: big enough that a Produce
+# request of a few hundred KB arrives without a pause and resume per 128 KB; an idle
+# connection's buffer is empty whatever it is
+STREAM_LIMIT = 1 << 20
+
 
 def check_defaults(settings: BrokerSettings) -> None:
     """Refuse bad broker-wide defaults at start (BrokerConfigError), not at the first
@@ -65,7 +70,7 @@ class Server:
         self.state.topics.open_existing()
         host, port = self.state.settings.listen
         self._server = await asyncio.start_server(self._accept, host, port,
-                                                  limit=1 << 16, reuse_address=True,
+                                                  limit=STREAM_LIMIT, reuse_address=True,
                                                   ssl=self.tls)
         self.state.host, self.state.port = self._server.sockets[0].getsockname()[:2]
         if host not in ("127.0.0.1", "::1", "localhost") and not self.state.settings.sasl_required:
