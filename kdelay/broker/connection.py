@@ -66,7 +66,8 @@ class Connection:
                 finally:
                     self.busy = False
                 if answer is not None:
-                    self.writer.write(answer)
+                    for part in answer:  # (a Fetch's batches: written, never joined)
+                        self.writer.write(part)
                     await self.writer.drain()
         except FrameError as e:
             log.warning("closing connection from %s: %s", self.peer, e)
