@@ -16,6 +16,7 @@ from . import protocol
 from .errors import FrameError
 
 if TYPE_CHECKING:
+    from .frame_stream import FrameStream
     from .security.sasl import Exchange
     from .state import BrokerState
 
@@ -26,8 +27,7 @@ class Connection:
     """A client's connection and what the broker knows of it (its peer address; whether it
     has authenticated, and as whom: without SASL every connection is authenticated)."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 broker: BrokerState):
+    def __init__(self, reader: FrameStream, writer: FrameStream, broker: BrokerState):
         self.reader = reader
         self.writer = writer
         self.broker = broker
