@@ -21,7 +21,7 @@ import logging
 
 log = logging.getLogger("kdelay.broker")
 
-_M_TRIM_THRESHOLD = -1   # glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD = -1   # glibc's mallopt parameters (its C header's values)
 _M_MMAP_THRESHOLD = -3
 MMAP = 32 << 20  # blocks below this come from the heap (glibc's own ceiling for it)
 TRIM = 64 << 20  # freed heap kept up to this much
