@@ -41,7 +41,7 @@ class Connection:
         self.closing = False
         self.busy = False  # answering a request (a stopping broker lets it finish)
 
-    async def _rest_of_frame(self, start: bytes) -> bytes:
+    async def _rest_of_frame(self, start: bytes) -> bytes | memoryview:
         """The frame whose first bytes (1 to 4 of its size prefix) are `start`: the rest of
         the prefix, then the body. FrameError for a size out of bounds."""
         prefix = start if len(start) == 4 else start + await self.reader.readexactly(
@@ -68,8 +68,9 @@ class Connection:
                 if not start:
                     return  # the client went away between requests
                 try:
-                    frame = await asyncio.wait_for(self._rest_of_frame(start),
-                                                   settings.frame_timeout_s)
+                    # (asyncio.timeout, not wait_for: no task made per frame)
+                    async with asyncio.timeout(settings.frame_timeout_s):
+                        frame = await self._rest_of_frame(start)
                 except TimeoutError:
                     raise FrameError(f"a request stalled mid-frame for "
                                      f"{settings.frame_timeout_s} s") from None
