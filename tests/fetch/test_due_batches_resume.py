@@ -38,7 +38,7 @@ def _read_both(log: Log, cursor: DeliveryKey | None, max_batches: int, max_bytes
     return resumed, fresh, nxt
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(ops=OPS)
 def test_a_resumed_read_equals_a_fresh_one(tmp_path_factory, ops):
     path = tmp_path_factory.mktemp("due-batches")
