@@ -191,6 +191,7 @@ class Log(forks.Owned):
             # refused); outside the log's lock: a poll holds its group's lock while it
             # reads the log
             self._queue_groups.close()
+            self._groups.close()  # the position files' descriptors (nothing to write)
         finally:
             with self._lock:
                 try:
@@ -425,7 +426,7 @@ class Log(forks.Owned):
     @write_errors
     def commit_many(self, positions: dict[str, DeliveryKey | None]) -> None:
         """Durably store several groups' positions at once (a broker's group commit): one
-        fsync per group and one directory fsync for them all."""
+        slot write and fdatasync per group, several at once (groups/positions.py)."""
         keys = {group: commit_key(key) for group, key in positions.items()}
         self._check_open()
         self._groups.commit_many(keys, self.now())

@@ -6,16 +6,16 @@ topic through the due-order view: delivery offset n -> the key of the n-th recor
 the wire group `g` and `Consumer(topic, "g")` in process are one position, either way round.
 
 Commits are group-committed: those that arrive while a write is under way wait for the next
-one, which writes them all on one worker thread with `Log.commit_many` (a file fsync per
-group, one directory fsync per partition for the batch). Each commit is answered once its
-batch is durable. So 1,000 groups committing once a second cost a few thread hand-offs a
-second, not a thousand. Commit metadata strings are not kept.
+one, which writes them all on one worker thread with `Log.commit_many` (per group, one
+checksummed slot of its position file rewritten in place and fdatasynced, through a
+descriptor kept open; a directory fsync only for files made in the batch). Each commit is
+answered once its batch is durable. So 1,000 groups committing once a second cost a few
+thread hand-offs a second, not a thousand, and each commit a pwrite and an fdatasync. Commit metadata strings are not kept.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
@@ -26,6 +26,7 @@ from ...records import DeliveryKey
 if TYPE_CHECKING:
     from ...partition import Log
     from ..served import ServedPartitions
+    from ..topics import TopicRegistry
 
 NO_OFFSET = -1
 Pending = tuple["Log", str, "DeliveryKey | None", asyncio.Future]
@@ -88,6 +89,21 @@ class OffsetStore:
             return NO_OFFSET, ErrorCode.none
         return part.offset_after(part.log.committed(group)), ErrorCode.none
 
+    def groups(self, topics: TopicRegistry) -> set[str]:
+        """Every group with a committed offset on a partition of `topics` (ListGroups):
+        a directory listing per partition, O(partitions + positions); admin calls only."""
+        out: set[str] = set()
+        for topic in topics:
+            for i in range(topic.partitions):
+                out.update(topic.partition(i)._groups.groups())
+        return out
+
+    def has_offsets(self, group: str, topics: TopicRegistry) -> bool:
+        """Whether `group` committed an offset on a partition of `topics` (DescribeGroups
+        of a group with no members): one stat per partition, admin calls only."""
+        return any(_has_position(topic.partition(i), group)
+                   for topic in topics for i in range(topic.partitions))
+
 
 def _write(batch: list[Pending]) -> list[ErrorCode]:
     """One batch of commits, by log (worker thread): each log's positions at once; the last
@@ -106,5 +122,6 @@ def _write(batch: list[Pending]) -> list[ErrorCode]:
 
 
 def _has_position(log, group: str) -> bool:
-    """Whether `group` has ever stored a position on this log (one stat)."""
-    return os.path.exists(log._groups.path(group))
+    """Whether `group` has ever stored a position on this log (a dict lookup once the
+    group's position is known, else one stat)."""
+    return log._groups.has_position(group)
