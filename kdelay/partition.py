@@ -39,6 +39,7 @@ from .fetch import metrics, offset_order
 from .fetch.due_batches import DueBatch, DueBatchReader
 from .fetch.due_order import DueOrderReader, resolve_cursor
 from .fetch.long_poll import ActivitySignal, due_in_ms
+from .fetch.metrics import Reach  # (`metrics` names a method in Log's body)
 from .groups.positions import GroupStore, committed_positions
 from .groups.queue.queue_groups import QueueGroups
 from .log.batch.client_batch import ClientBatch
@@ -146,7 +147,7 @@ class Log(forks.Owned):
             log._clock.floor = max(opened.clock_floor, log._groups.max_clock())
             log._life.start_horizon(log._clock.floor)  # what lock-free readers may assume
             if tier is not None:
-                log._start_remote_sync()
+                log._start_remote_sync(tier)
         except BaseException:
             log.close()
             raise
@@ -163,11 +164,11 @@ class Log(forks.Owned):
                 self._load_report.finish_deferred()
         return self._load_report
 
-    def _start_remote_sync(self) -> None:
+    def _start_remote_sync(self, tier: RemoteTier) -> None:
         """Tiered storage: start the background sync, woken by every roll."""
         from .log.tiered.sync import RemoteSync
 
-        self._remote = RemoteSync(self._tier, self._segments, self._lock, self._cancels,
+        self._remote = RemoteSync(tier, self._segments, self._lock, self._cancels,
                                   self.config, now=self.now, before_change=self._life.mark_dirty,
                                   after_change=self._segments_replaced)
         self._writer.rolled = self._remote.wake
@@ -540,7 +541,7 @@ class Log(forks.Owned):
         return out
 
     def _due_after(self, keys: Sequence[DeliveryKey | None], now: int,
-                   reach: metrics.Reach | None = None) -> list[int]:
+                   reach: Reach | None = None) -> list[int]:
         """Per key (a position in due order, None: the start), the records due at `now`
         after it and not cancelled: what a reader at that position has left to read now
         (over the segments in `reach`: all when None)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, TypeGuard, cast
 
 import numpy as np
 
@@ -37,9 +37,11 @@ def check_open_args(path: object, config: object, clock: object, what: str = "lo
     """The arguments of Log.open / Topic.open, checked before anything is created: a str
     or PathLike that is a directory or does not exist yet, a LogConfig (None: defaults),
     a callable clock (None: the wall clock). Returns (path, config)."""
+    if not isinstance(path, str | bytes | os.PathLike):
+        raise KdelayError(f"{what} path must be a str or os.PathLike, got {path!r}")
     try:
-        path = os.fspath(path)  # type: ignore[arg-type]
-    except TypeError:
+        path = os.fspath(path)
+    except TypeError:  # a PathLike whose __fspath__ returns neither str nor bytes
         raise KdelayError(f"{what} path must be a str or os.PathLike, got {path!r}") from None
     if not isinstance(path, str) or not path:
         raise KdelayError(f"{what} path must be a non-empty str, got {path!r}")
@@ -68,7 +70,7 @@ def os_errors(what: str, path: str, call: Callable):
                             e.filename) from e
 
 
-def is_int(x: object) -> bool:
+def is_int(x: object) -> TypeGuard[int | np.integer]:
     """An int or a numpy integer (never a bool)."""
     return (isinstance(x, int) and not isinstance(x, bool)) or isinstance(x, np.integer)
 
@@ -98,11 +100,11 @@ def clock_value(t: object) -> int:
 
 
 def is_non_negative_int(x: object) -> bool:
-    return is_int(x) and x >= 0
+    return is_int(x) and bool(x >= 0)
 
 
 def is_positive_int(x: object) -> bool:
-    return is_int(x) and x > 0
+    return is_int(x) and bool(x > 0)
 
 
 def as_offset(x: object) -> int | None:
@@ -249,7 +251,10 @@ def record_fields(value: object, key: object, headers: object, timestamp: object
             and timestamp is None and deliver_after is None:
         return (), None, None  # the common shape, which the rules accept as it is
     cols = _checked((value,), (key,), (headers,), (timestamp,), (deliver_after,))
-    return tuple(headers or ()), cols.timestamps[0], cols.deliver_afters[0]
+    # checked by _checked: a sequence of headers; a tuple of one time (never None, the
+    # packed-column case)
+    return (tuple(cast(Sequence[Header], headers or ())), cast(tuple, cols.timestamps)[0],
+            cols.deliver_afters[0])
 
 
 def batch_columns(values: Sequence | PackedBinary, keys: Sequence | PackedBinary | None = None,
@@ -390,7 +395,7 @@ def _time_column(col: tuple, name: str) -> tuple:
                  for v in col)
 
 
-def requested_deliver_after(record_das: tuple, deliver_after: object, *,
+def requested_deliver_after(record_das: Sequence[int | None], deliver_after: object, *,
                             delayed_delivery_enable: bool, path: str) -> int | None:
     """The deliverAfter a batch asks for: `deliver_after`, else the largest of its
     records', else None (deliver at append time)."""
@@ -402,9 +407,9 @@ def requested_deliver_after(record_das: tuple, deliver_after: object, *,
             f"log {path} has delayed_delivery_enable=False; deliver_after refused")
     if deliver_after is None and has_record_da:
         if None not in record_das:
-            return max(record_das)
+            return max(cast(Sequence[int], record_das))
         return max(d for d in record_das if d is not None)
-    return deliver_after  # type: ignore[return-value]
+    return deliver_after
 
 
 def reschedule_args(offset: object, deliver_after: object, *, delayed_delivery_enable: bool,

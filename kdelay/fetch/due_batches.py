@@ -174,9 +174,11 @@ class _Merge:
         else:
             k = len(self.runs)
             self.runs.append(run)
-            for column, empty in ((self._cols, None), (self._end, 0), (self._more, False),
-                                  (self._head, 0), (self._start, 0)):
-                column.append(empty)
+            self._cols.append(None)
+            self._end.append(0)
+            self._more.append(False)
+            self._head.append(0)
+            self._start.append(0)
         if active:
             self._active.append(k)
         self._refill(k)
