@@ -52,7 +52,7 @@ class FrameStream(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._target is not None:
-            return memoryview(self._target)[self._got:]
+            return self._target.data[self._got:]
         if self._stage is None:
             self._stage = bytearray(STAGE)
         if self._s0 == self._s1:
@@ -162,7 +162,7 @@ class FrameStream(asyncio.BufferedProtocol):
                 await self._wait()
         finally:
             self._target = None
-        return memoryview(target).toreadonly()
+        return target.data.toreadonly()
 
     def _take_staged(self) -> bytes:
         out = bytes(self._stage[self._s0:self._s1]) if self._stage is not None else b""

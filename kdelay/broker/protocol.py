@@ -47,18 +47,18 @@ def schema(api_key: int, api_version: int) -> Schema:
                   response_header_type)
 
 
-def peek_key_version(frame: bytes) -> tuple[int, int]:
+def peek_key_version(frame: bytes | memoryview) -> tuple[int, int]:
     """The API key and version a request frame starts with (FrameError if it is too short)."""
     if len(frame) < 8:  # key, version, correlation id
         raise FrameError(f"a request of {len(frame)} bytes is too short for a header")
     return _KEY_VERSION.unpack_from(frame)
 
 
-def peek_correlation_id(frame: bytes) -> int:
+def peek_correlation_id(frame: bytes | memoryview) -> int:
     return _SIZE.unpack_from(frame, 4)[0]
 
 
-def decode_request(frame: bytes, api_schema: Schema) -> tuple[Any, Any]:
+def decode_request(frame: bytes | memoryview, api_schema: Schema) -> tuple[Any, Any]:
     """(header, request) of one frame; FrameError when it does not parse or has bytes left."""
     try:
         header, used = api_schema.read_header(frame, 0)
