@@ -391,6 +391,7 @@ class Log(forks.Owned):
     def _segments_replaced(self) -> None:
         """Compaction or the tiered sync swapped segments: forget remembered merges."""
         self._due_order.reset()
+        self._due_batches.reset()
 
     def _read_due_batches(self, after: DeliveryKey | None, *, max_batches: int,
                           max_bytes: int, with_bytes: bool
