@@ -1,4 +1,4 @@
-"""LogConfig: the per-log settings, named as in API.md (and after their Kafka topic configs)."""
+"""LogConfig: the per-log settings, named as in docs/api.md (and after their Kafka topic configs)."""
 
 from __future__ import annotations
 

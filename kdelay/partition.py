@@ -275,7 +275,7 @@ class Log(forks.Owned):
             self._writer.flush()
 
     def _flush_if_overdue(self) -> bool:
-        """The flush thread's tick (flushing.start_flusher); False once closed."""
+        """The flush thread's tick (flush_policy.start_flusher); False once closed."""
         with self._lock:
             if self._closed:
                 return False

@@ -1,4 +1,4 @@
-"""Cancel and reschedule through the public API (API.md, "Cancel and reschedule")."""
+"""Cancel and reschedule through the public API (docs/api.md, "Cancel and reschedule")."""
 
 from __future__ import annotations
 

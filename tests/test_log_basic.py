@@ -1,4 +1,4 @@
-"""Unit tests of the Log facade against API.md: append, fetch, read, roll, retention, errors."""
+"""Unit tests of the Log facade against docs/api.md: append, fetch, read, roll, retention, errors."""
 
 from __future__ import annotations
 
@@ -283,7 +283,7 @@ BAD_BATCHES = [
     [],
     [b"raw bytes"],
     [Record("str value")],
-    [Record(bytearray(b"x"))],  # None is a tombstone (API.md); other non-bytes are not
+    [Record(bytearray(b"x"))],  # None is a tombstone (docs/api.md); other non-bytes are not
     [Record(b"ok"), Record(123)],
     [Record(b"v", key="k")],
     [Record(b"v", key=1)],

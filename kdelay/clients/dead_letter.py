@@ -1,7 +1,7 @@
 """Dead-letter copies: what a record sent to a dead-letter Log or Topic looks like there.
 
 The copy keeps the record's key, value, headers and timestamp, and says where it came from
-and why in headers (API.md): `kdelay.dlq.partition`, `kdelay.dlq.offset`,
+and why in headers (docs/api.md): `kdelay.dlq.partition`, `kdelay.dlq.offset`,
 `kdelay.dlq.delivery_count` (ASCII decimal), `kdelay.dlq.reason` (`rejected` or
 `max_delivery_count`) and, from a Topic, `kdelay.dlq.topic`. A record dead-lettered again
 (read back from a dead-letter topic and failed once more) carries only its latest origin:

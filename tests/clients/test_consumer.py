@@ -419,7 +419,7 @@ def test_dead_letter_after_max_attempts(open_log, tmp_path, clock):
     assert out.attempt == 2
     (dead,) = dlq.fetch().records
     assert (dead.key, dead.value) == (b"k", b"poison")
-    # the record's own headers, then its origin (API.md: dead-lettered records)
+    # the record's own headers, then its origin (docs/api.md: dead-lettered records)
     assert dead.headers == [("h", b"1"), (ATTEMPT_HEADER, b"2"),
                             ("kdelay.dlq.partition", b"0"), ("kdelay.dlq.offset", b"2"),
                             ("kdelay.dlq.delivery_count", b"3"),

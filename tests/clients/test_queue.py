@@ -157,7 +157,7 @@ def test_dead_letter_after_max_delivery_count(env):
         q.release(recs)
     assert q.poll() == []  # the 4th delivery is a reject instead
     copies = dl.read(0)
-    # the record's own headers, then its origin (API.md: dead-lettered records)
+    # the record's own headers, then its origin (docs/api.md: dead-lettered records)
     assert [(r.value, r.key, r.headers) for r in copies] == [(b"poison", b"k", [
         ("a", b"1"), ("kdelay.dlq.partition", b"0"), ("kdelay.dlq.offset", b"0"),
         ("kdelay.dlq.delivery_count", b"3"), ("kdelay.dlq.reason", b"max_delivery_count")])]

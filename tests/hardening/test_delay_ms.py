@@ -46,7 +46,7 @@ def test_both_ways_at_once_are_refused(deliver_after, delay) -> None:
 
 
 def test_the_callers_error() -> None:
-    """reschedule refuses with a plain KdelayError (API.md), not InvalidRecordError."""
+    """reschedule refuses with a plain KdelayError (docs/api.md), not InvalidRecordError."""
     with pytest.raises(KdelayError) as e:
         deliver_after_for_delay(5, 1, 0, error=KdelayError)
     assert type(e.value) is KdelayError

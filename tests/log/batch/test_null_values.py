@@ -18,7 +18,7 @@ T0 = 1_700_000_000_000
 
 
 def to_kafka_v2(batch: bytes) -> bytes:
-    """Our batch as a plain Kafka v2 one (API.md's layout note): no deliverAfter, magic 2."""
+    """Our batch as a plain Kafka v2 one (docs/api.md's layout note): no deliverAfter, magic 2."""
     h = codec.parse_header(batch)
     body = batch[21:43] + batch[51:h.size]
     return struct.pack(">qiibI", h.base_offset, h.batch_length - 8, h.leader_epoch, 2,
