@@ -1,24 +1,18 @@
 """Log: one partition's directory of segments, the public facade over the storage engine.
 
 The facade owns the lock, the log clock, the wake-ups of waiting fetches and append
-listeners, and the order of the open/close protocol; it delegates the rest: argument
-checks to kdelay.validation; to kdelay.log the directory's lifetime (open_and_close.py), the
-write path with its flush policy, cancel, reschedule and the append horizon for
-lock-free readers (writer.pyx, cancel_ops.py, append_horizon.py), retention and compaction;
-to kdelay.fetch due-order and offset-order reads, long polls, lag and metrics, and the
-groups it owns: consumer-group positions (groups/positions.py) and queue groups
-(groups/queue/, whose live state kdelay.clients.queue attaches through `_queue_groups`).
+listeners, and the order of the open/close protocol; it delegates the rest: argument checks
+to kdelay.validation; the directory's lifetime, the write path and retention, compaction
+and the remote sync to kdelay.log.local (open_and_close.py, writer.pyx, maintenance.py);
+reads, long polls and metrics to kdelay.fetch; group state to kdelay.groups, which the
+clients reach through `log.clients` (groups/client_access.py). Each public method's
+docstring ends with its cost.
 
-Concurrency: one lock serialises appends, rolls, retention and each fetch's read of the
-segment set; long-polling fetches sleep on a signal outside it. The log clock never runs
-backwards (log/local/log_clock.pyx: it is the max of every clock reading it has seen), so an
-append always gets a deliverAfter >= anything a fetch has already treated as "now": a late
-append can never land behind a consumer's cursor.
-
-Lifetime: once closed, every call of the Log and of what is attached to it (its queue
-groups, which close with it, and the clients) is refused with LogClosedError. A Log
-belongs to the process that opened it: in a forked child it is closed for good
-(kdelay.forks).
+One lock serialises appends, rolls, retention and each fetch's read of the segment set;
+long-polling fetches sleep on a signal outside it. The log clock never runs backwards
+(log/local/log_clock.pyx), so an append always gets a deliverAfter >= anything a fetch has
+already treated as "now". Once closed, every call of the Log and of what is attached to it
+is refused with LogClosedError; in a forked child it is closed for good (kdelay.forks).
 """
 
 from __future__ import annotations
@@ -26,27 +20,27 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import forks
+from . import forks, validation
 from .clock import Clock, wall_clock
 from .config import LogConfig
 from .errors import KdelayError, OffsetOutOfRangeError, raise_write_error, write_errors
 from .fetch import metrics, offset_order
+from .fetch.append_notices import AppendListener, AppendNotices
 from .fetch.due_order import DueOrderReader, resolve_cursor
-from .fetch.long_poll import ActivitySignal, due_in_ms
+from .fetch.long_poll import ActivitySignal
+from .groups.client_access import ClientAccess
 from .groups.positions import GroupStore, committed_positions
 from .groups.queue.queue_groups import QueueGroups
 from .log.batch.records_batch import RecordsBatch
-from .log.cancellation import cancel_ops
-from .log.compaction import compactor
-from .log.local import retention
 from .log.local.flush_policy import start_flusher
 from .log.local.log_clock import LogClock
-from .log.local.open_and_close import Lifetime, Opened, open_log_directory
+from .log.local.maintenance import Maintenance
+from .log.local.open_and_close import Lifetime, Opened, open_with_tier
 from .log.local.writer import Writer
 from .records import (
     AppendResult,
@@ -58,20 +52,6 @@ from .records import (
     Record,
     RemoteSyncResult,
 )
-from .validation import (
-    BatchColumns,
-    as_int,
-    batch_columns,
-    check_open_args,
-    check_page_limits,
-    commit_key,
-    deliver_after_for_delay,
-    offsets_arg,
-    os_errors,
-    record_columns,
-    requested_deliver_after,
-    reschedule_args,
-)
 
 if TYPE_CHECKING:  # tiered storage is imported by the logs that use it (Log.open)
     from .log.tiered.sync import RemoteSync
@@ -79,12 +59,7 @@ if TYPE_CHECKING:  # tiered storage is imported by the logs that use it (Log.ope
 
 __all__ = ["Clock", "Log", "OffsetOutOfRangeError"]
 
-AppendListener = Callable[[AppendResult], None]
 _new_tuple = tuple.__new__  # a NamedTuple without its Python-level __new__ (hot paths)
-
-
-def _never(seg: object) -> bool:
-    return False
 
 
 class Log(forks.Owned):
@@ -96,44 +71,37 @@ class Log(forks.Owned):
         self.load_report = opened.report
         self._clock = LogClock(clock)
         self._lock = threading.RLock()
-        self._appended = ActivitySignal(self._lock)  # wakes long-polling fetches
         self._closed = False
         self._owner = forks.Ownership(self, f"log {path}")
         self._segments = opened.segments
         self._cancels = opened.cancels
         self._tier: RemoteTier | None = None  # tiered storage (set by open)
+        self._remote: RemoteSync | None = None  # its background sync (set by open)
         self._life = Lifetime(self, path, opened)  # marker, clean close, descriptors
         self._writer = Writer(config, self._segments, self._cancels, self._life, self._clock)
         self._groups = GroupStore(path)
         self._queue_groups = QueueGroups(path, self.add_append_listener)
         self._due_order = DueOrderReader()
-        self._compactor = compactor.Compactor(path, self._segments, self._lock, self._cancels)
-        self._listeners: list[AppendListener] = []
-        # which offsets are cancelled, for compaction: (first, end) -> sorted offsets
-        # (None: none are); an attribute so that tests can substitute their own
-        self._cancelled_offsets: compactor.Cancelled | None = cancel_ops.settled_hook(
-            self._lock, self._cancels)
+        self._notices = AppendNotices(self._lock, self._due_order)
+        self._maintenance = Maintenance(
+            path, config, self._segments, self._lock, self._cancels, self._life, now=self.now,
+            check_open=self._check_open, is_closed=lambda: self._closed,
+            after_change=self._due_order.reset)
+        self.clients = ClientAccess(self._check_open, self._lock, self._segments,
+                                    self._cancels, self._groups, self._queue_groups)
         self._flusher = None if config.flush_ms is None else start_flusher(
             self, Log._flush_if_overdue, config.flush_ms / 1000, f"kdelay-flush-{path}")
-        self._remote: RemoteSync | None = None  # its background sync (_start_remote_sync)
 
     # ------------------------------------------------------------------ open / close
 
     @classmethod
     def open(cls, path: str | os.PathLike, config: LogConfig | None = None,
              clock: Clock | None = None) -> Log:
-        """Open (creating if missing) and recover the log directory at `path`."""
-        path, config = check_open_args(path, config, clock)
-        tier = tiered = None
-        if config.remote_storage is not None:
-            # here, not at the top: a process without tiered storage never loads it
-            from .log.tiered.opening import TieredDirectory
-            from .log.tiered.tier import RemoteTier
-
-            tier = RemoteTier(path, config)
-            tiered = TieredDirectory(path, tier)
-        opened = os_errors("opening", path, lambda: open_log_directory(
-            path, config.index_interval_bytes, tiered))
+        """Open (creating if missing) and recover the log directory at `path`. Cost: after
+        a clean close, the indexes' headers (no .log data); after a crash, a scan of the
+        segments past the recovery point."""
+        path, config = validation.check_open_args(path, config, clock)
+        opened, tier = open_with_tier(path, config)
         log = cls(path, config, clock or wall_clock, opened)
         log._tier = tier
         # the log clock must not run backwards across a restart: the clean close stored
@@ -141,22 +109,13 @@ class Log(forks.Owned):
         try:
             log._clock.floor = max(opened.clock_floor, log._groups.max_clock())
             log._life.start_horizon(log._clock.floor)  # what lock-free readers may assume
-            if tier is not None:
-                log._start_remote_sync()
+            if tier is not None:  # tiered storage: the background sync, woken by every roll
+                log._remote = log._maintenance.start_remote_sync(tier)
+                log._writer.rolled = log._remote.wake
         except BaseException:
             log.close()
             raise
         return log
-
-    def _start_remote_sync(self) -> None:
-        """Tiered storage: start the background sync, woken by every roll."""
-        from .log.tiered.sync import RemoteSync
-
-        self._remote = RemoteSync(self._tier, self._segments, self._lock, self._cancels,
-                                  self.config, now=self.now, before_change=self._life.mark_dirty,
-                                  after_change=self._due_order.reset)
-        self._writer.rolled = self._remote.wake
-        self._remote.start()
 
     @write_errors
     def close(self) -> None:
@@ -170,8 +129,7 @@ class Log(forks.Owned):
                 return
             self._closed = True
         try:
-            if self._remote is not None:  # its passes take the lock: not held here
-                self._remote.stop()
+            self._maintenance.stop()  # its passes take the lock: not held here
             # no queue group writes once close returns (a member of a closed group is
             # refused); outside the log's lock: a poll holds its group's lock while it
             # reads the log
@@ -182,7 +140,7 @@ class Log(forks.Owned):
                     self._life.close_clean(self._clock.floor)
                 finally:
                     self._life.release()
-                    self._appended.bump_under_lock()
+                    self._notices.signal.bump_under_lock()
 
     def _orphaned(self) -> None:
         """In a forked child (kdelay.forks): closed for good, writing nothing. The locks
@@ -191,16 +149,14 @@ class Log(forks.Owned):
         anything)."""
         self._closed = True
         self._lock = threading.RLock()
-        self._appended = ActivitySignal(self._lock)
+        self._notices.signal = ActivitySignal(self._lock)
         self._queue_groups.orphaned()
         self._life.orphaned()
 
     def add_append_listener(self, listener: AppendListener) -> None:
         """Call `listener(result)` after every successful append, outside the log's lock
         (a Topic uses it to wake consumers long-polling several partitions)."""
-        self._listeners.append(listener)
-
-    # ------------------------------------------------------------------ clock
+        self._notices.listeners.append(listener)
 
     def now(self) -> int:
         """The log clock: never below any time it has already handed out. A clock value
@@ -214,16 +170,19 @@ class Log(forks.Owned):
                delay_ms: int | None = None) -> AppendResult:
         """Write one batch (one Record, or a sequence of them). Its deliverAfter is
         `deliver_after` (or the log clock now plus `delay_ms`), else the max of the
-        records', and never below the append time. All of it is written, or nothing."""
+        records', and never below the append time. All of it is written, or nothing.
+        Cost: O(records) checks and encoding in C, one `pwrite`, O(1) index upkeep (an
+        fsync as the flush policy says)."""
         try:  # (as @write_errors, without its wrapper's cost on every append)
             if delay_ms is not None:
-                deliver_after = deliver_after_for_delay(deliver_after, delay_ms, self.now())
+                deliver_after = validation.deliver_after_for_delay(deliver_after, delay_ms,
+                                                                   self.now())
             if type(records) is Record:  # a batch of one
                 records = (records,)
             plain = RecordsBatch.of(records, deliver_after, self.config.delayed_delivery_enable)
             if plain is not None:  # checked in one compiled pass (the common types)
                 return self._append_requested(plain, plain.requested)
-            return self._append(record_columns(records), deliver_after)
+            return self._append(validation.record_columns(records), deliver_after)
         except OSError as e:
             raise_write_error(e, "append", self.path)
 
@@ -234,42 +193,33 @@ class Log(forks.Owned):
                        deliver_after: int | None = None) -> AppendResult:
         """`append` of a batch given as columns (no headers): the same checks and result,
         without a Record per row (validation.batch_columns). Values and keys may be
-        PackedBinary (and timestamps an int array): no Python work per row at all."""
-        return self._append(batch_columns(values, keys, timestamps), deliver_after)
+        PackedBinary (and timestamps an int array): no Python work per row at all. Cost: as
+        `append`, with the checks done column-wise."""
+        return self._append(validation.batch_columns(values, keys, timestamps), deliver_after)
 
-    def _append(self, columns: BatchColumns, deliver_after: int | None) -> AppendResult:
-        return self._append_requested(columns, requested_deliver_after(
+    def _append(self, columns: validation.BatchColumns, deliver_after: int | None) -> AppendResult:
+        return self._append_requested(columns, validation.requested_deliver_after(
             columns.deliver_afters, deliver_after, path=self.path,
             delayed_delivery_enable=self.config.delayed_delivery_enable))
 
-    def _append_requested(self, columns: BatchColumns | RecordsBatch, requested: int | None
-                          ) -> AppendResult:
+    def _append_requested(self, columns: validation.BatchColumns | RecordsBatch,
+                          requested: int | None) -> AppendResult:
         with self._lock:
             self._check_open()
-            result = self._appended_locked(self._writer.append(columns, requested))
-        return self._tell(result)
-
-    def _appended_locked(self, result: AppendResult) -> AppendResult:
-        """Wake long-polling fetches that the batch is due before they would wake."""
-        self._due_order.appended(result.deliver_after)
-        self._appended.comes_due_under_lock(due_in_ms(result))
-        return result
-
-    def _tell(self, result: AppendResult) -> AppendResult:
-        for listener in self._listeners:  # outside the lock
-            listener(result)
-        return result
+            result = self._notices.under_lock(self._writer.append(columns, requested))
+        return self._notices.after(result)
 
     @write_errors
     def roll(self) -> None:
-        """Seal the active segment (if it holds anything) and start a new one."""
+        """Seal the active segment (if it holds anything) and start a new one. Cost: an
+        fsync and the active segment's three indexes written."""
         with self._lock:
             self._check_open()
             self._writer.roll()
 
     @write_errors
     def flush(self) -> None:
-        """fsync everything appended so far."""
+        """fsync everything appended so far. Cost: one fsync (and the journals')."""
         with self._lock:
             self._check_open()
             self._writer.flush()
@@ -287,8 +237,9 @@ class Log(forks.Owned):
     def cancel(self, offsets: int | Iterable[int]) -> int:
         """Withdraw pending records by offset (an int or an iterable of ints); returns how
         many were cancelled now. Offsets already cancelled, already due, or not in the log
-        are skipped. Durable per the flush policy (counted like appended records)."""
-        wanted = offsets_arg(offsets)
+        are skipped. Durable per the flush policy (counted like appended records). Cost:
+        O(offsets + batches spanned) and one journal append per segment touched."""
+        wanted = validation.offsets_arg(offsets)
         with self._lock:
             self._check_open()
             return self._writer.cancel(wanted)
@@ -299,23 +250,27 @@ class Log(forks.Owned):
         """Move one pending record: cancel it and append a copy (same key, value, headers,
         timestamp) due at `deliver_after` (or the log clock now plus `delay_ms`),
         atomically across crashes (log/cancellation/journal.py). A record that is
-        cancelled, due or not in the log raises KdelayError."""
+        cancelled, due or not in the log raises KdelayError. Cost: one batch found by
+        offset and read, one append, two journal entries."""
         if delay_ms is not None:
-            deliver_after = deliver_after_for_delay(deliver_after, delay_ms, self.now(),
+            deliver_after = validation.deliver_after_for_delay(deliver_after, delay_ms, self.now(),
                                                     error=KdelayError)
-        off, due = reschedule_args(offset, deliver_after, path=self.path,
+        off, due = validation.reschedule_args(offset, deliver_after, path=self.path,
                                    delayed_delivery_enable=self.config.delayed_delivery_enable)
         with self._lock:
             self._check_open()
-            result = self._appended_locked(self._writer.reschedule(off, due))
-        return self._tell(result)
+            result = self._notices.under_lock(self._writer.reschedule(off, due))
+        return self._notices.after(result)
 
     # ------------------------------------------------------------------ reading
 
     def fetch(self, after: DeliveryKey | int | None = None, *, max_records: int = 500,
               max_bytes: int = 1 << 20, max_wait_ms: int = 0) -> FetchResult:
-        """Due records strictly after `after`, in (deliverAfter, offset) order."""
-        max_records, max_bytes, max_wait_ms = check_page_limits(max_records, max_bytes,
+        """Due records strictly after `after`, in (deliverAfter, offset) order. Cost: per
+        page, the batches it returns (read, CRC-checked, decoded in C) plus its planning
+        over the segments that can contribute (fetch/planner.py); O(1) when nothing is
+        due."""
+        max_records, max_bytes, max_wait_ms = validation.check_page_limits(max_records, max_bytes,
                                                                 max_wait_ms)
         deadline = time.monotonic() + max_wait_ms / 1000 if max_wait_ms else 0.0
         with self._lock:
@@ -331,13 +286,15 @@ class Log(forks.Owned):
             cursor = resolve_cursor(self._segments, after)
             return self._due_order.wait_for_page(
                 self._segments, cursor, max_records, max_bytes, self._cancels,
-                deadline=deadline, now=self.now, signal=self._appended,
+                deadline=deadline, now=self.now, signal=self._notices.signal,
                 check_open=self._check_open)
 
     def read(self, offset: int, *, max_records: int = 500) -> list[FetchedRecord]:
-        """Records in plain offset order from `offset` (due or not)."""
-        offset = as_int(offset, "offset")
-        max_records = check_page_limits(max_records)[0]
+        """Records in plain offset order from `offset` (due or not). Cost: O(log segments)
+        to find the segment, one short header walk from the offset index, then the batches
+        returned."""
+        offset = validation.as_int(offset, "offset")
+        max_records = validation.check_page_limits(max_records)[0]
         with self._lock:
             self._check_open()
             return offset_order.read_from(self._segments, max(offset, self.log_start_offset),
@@ -349,52 +306,28 @@ class Log(forks.Owned):
     def commit(self, group: str, key: DeliveryKey | None, *,
                generation: int | None = None) -> None:
         """Durably store `group`'s position (the key of the last record it consumed). With
-        `generation` (from `_join_group`), refused with GroupFencedError once a newer member
-        has joined."""
-        key = commit_key(key)
+        `generation` (from `clients.join_group`), refused with GroupFencedError once a
+        newer member has joined. Cost: one small file replaced atomically (fsync'd)."""
+        key = validation.commit_key(key)
         self._check_open()
         self._groups.commit(group, key, self.now(), generation)
 
     def committed(self, group: str) -> DeliveryKey | None:
+        """`group`'s stored position (None: none). Cost: one small file read."""
         self._check_open()
         return self._groups.committed(group)
 
-    # the clients' plumbing (kdelay.clients): private, not a user's surface
-
-    def _join_group(self, group: str) -> int:
-        """Register a new member (Consumer) of `group` on this Log and return its
-        generation; every older member is fenced (see `_check_member`)."""
-        self._check_open()
-        return self._groups.join(group)
-
-    def _check_member(self, group: str, generation: int) -> None:
-        """Raise GroupFencedError if a member newer than `generation` joined `group`."""
-        self._groups.check_member(group, generation)
-
-    # ------------------------------------------------------------------ retention
+    # ------------------------------------------------------------------ maintenance
 
     @write_errors
     def enforce_retention(self) -> int:
         """Delete the oldest sealed segments whose every record has been due for longer than
         `retention_ms`, and, while the log is over `retention_bytes`, those whose every record
         is due; then, when `compaction_min_ratio` > 0, compact (and delete what compaction
-        emptied at the log start). Returns how many segments were deleted."""
-        deleted = self._retention_pass()
-        if self.config.compaction_min_ratio > 0 and self.compact().segments_rewritten:
-            deleted += self._retention_pass()
-        return deleted
-
-    def _retention_pass(self) -> int:
-        with self._lock:
-            self._check_open()
-            remote = self._remote
-            deleted = retention.enforce(self._segments, self.config, self.now(), self.path,
-                                        self._life.mark_dirty,
-                                        busy=remote.busy if remote else _never)
-            self._cancels.forget_below(self.log_start_offset)
-        if deleted and remote is not None:
-            remote.wake()  # to delete the remote copies retention gave up
-        return deleted
+        emptied at the log start). Returns how many segments were deleted. Cost: O(segments
+        deleted), plus a compaction's."""
+        self._check_open()
+        return self._maintenance.enforce_retention()
 
     @write_errors
     def sync_remote(self) -> RemoteSyncResult:
@@ -402,31 +335,20 @@ class Log(forks.Owned):
         copies retention gave up, copy every sealed segment not copied yet, apply local
         retention, remove orphans) and return what it did. Raises RemoteStorageError if the
         store fails (appends and reads of local segments go on; a later pass retries).
-        Without `remote_storage`, does nothing."""
+        Without `remote_storage`, does nothing. Cost: one upload per segment copied."""
         self._check_open()
-        if self._remote is None:
-            return RemoteSyncResult()
-        return self._remote.sync()
+        return self._maintenance.sync_remote()
 
     @write_errors
     def compact(self) -> CompactionResult:
         """Rewrite sealed segments in which at least `compaction_min_ratio` of the bytes are
         removable (due for longer than `retention_ms`, or cancelled) without those records,
-        keeping every other record with its offset (see kdelay.log.compaction.compactor). Appends and
-        fetches go on meanwhile: the log's lock is held only to swap each rewritten segment
-        in. Cost: one sequential read of the rewritten segments and one write of what
-        survives; memory O(one segment's index)."""
+        keeping every other record with its offset (see kdelay.log.compaction.compactor).
+        Appends and fetches go on meanwhile: the log's lock is held only to swap each
+        rewritten segment in. Cost: one sequential read of the rewritten segments and one
+        write of what survives; memory O(one segment's index)."""
         self._check_open()
-        return self._compactor.compact(self.config, now=self.now,
-                                       cancelled=self._cancelled_offsets,
-                                       before_change=self._life.mark_dirty,
-                                       after_change=self._due_order.reset,
-                                       is_closed=lambda: self._closed,
-                                       keep=self._kept_from_compaction)
-
-    def _kept_from_compaction(self, seg) -> bool:
-        """compact() rewrites only segments not in the object store nor being copied."""
-        return seg.remote is not None or (self._remote is not None and self._remote.busy(seg))
+        return self._maintenance.compact()
 
     # ------------------------------------------------------------------ introspection
 
@@ -446,27 +368,17 @@ class Log(forks.Owned):
     def metrics(self) -> dict:
         """Counts and sizes for monitoring. `groups` maps each consumer group with a stored
         position to its committed key and its lag: records due now and after that key;
-        `queues` each queue group to its counts (queue_groups.group_counts)."""
+        `queues` each queue group to its counts (queue_groups.group_counts). Cost:
+        O(segments + batches due) and one file read per consumer group."""
         self._check_open()
         with self._lock:
             now = self.now()
             keys, unreadable = committed_positions(self._groups)
             out = metrics.log_metrics(self._segments, keys, unreadable, self._cancels,
-                                      self._compactor.totals, now)
+                                      self._maintenance.compactor.totals, now)
             if self._tier is not None:
                 out["remote"] = metrics.remote_metrics(self._segments, self._tier)
         # outside the lock, as a live queue group's counts take the group's lock
-        out["queues"] = self._queue_groups.counts(now, lambda key: self._due_after([key], now)[0])
+        out["queues"] = self._queue_groups.counts(
+            now, lambda key: self.clients.due_after([key], now)[0])
         return out
-
-    def _due_after(self, keys: Sequence[DeliveryKey | None], now: int) -> list[int]:
-        """Per key (a position in due order, None: the start), the records due at `now`
-        after it and not cancelled: what a reader at that position has left to read now."""
-        with self._lock:
-            return metrics.due_after_keys(self._segments, keys, now, self._cancels)
-
-    def _earliest_pending(self, now: int) -> int | None:
-        """The smallest deliverAfter > `now` in the log (None: nothing pending). Sealed
-        segments whose largest key is due are skipped without being touched."""
-        with self._lock:
-            return metrics.earliest_pending(self._segments, now)
