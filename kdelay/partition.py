@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -29,15 +30,15 @@ from . import forks, validation
 from .clock import Clock, wall_clock
 from .config import LogConfig
 from .errors import KdelayError, OffsetOutOfRangeError, raise_write_error, write_errors
-from .fetch import metrics, offset_order
+from .fetch import metrics, offset_order, time_lookup
 from .fetch.append_notices import AppendListener, AppendNotices
 from .fetch.due_order import DueOrderReader, resolve_cursor
 from .fetch.long_poll import ActivitySignal
 from .groups.client_access import ClientAccess
 from .groups.positions import GroupStore, committed_positions
 from .groups.queue.queue_groups import QueueGroups
+from .log.batch.columns import BatchColumns, batch_columns, record_columns
 from .log.batch.records_batch import RecordsBatch
-from .log.local.flush_policy import start_flusher
 from .log.local.log_clock import LogClock
 from .log.local.maintenance import Maintenance
 from .log.local.open_and_close import Lifetime, Opened, open_with_tier
@@ -48,6 +49,7 @@ from .records import (
     DeliveryKey,
     FetchedRecord,
     FetchResult,
+    OffsetAndTimestamp,
     PackedBinary,
     Record,
     RemoteSyncResult,
@@ -83,14 +85,17 @@ class Log(forks.Owned):
         self._queue_groups = QueueGroups(path, self.add_append_listener)
         self._due_order = DueOrderReader()
         self._notices = AppendNotices(self._lock, self._due_order)
+        me = weakref.proxy(self)  # what the parts call back holds no reference to the Log
+
+        def check_open() -> None:
+            me._check_open()
+
         self._maintenance = Maintenance(
-            path, config, self._segments, self._lock, self._cancels, self._life, now=self.now,
-            check_open=self._check_open, is_closed=lambda: self._closed,
+            path, config, self._segments, self._lock, self._cancels, self._life, self._writer,
+            now=self._clock.now, check_open=check_open, is_closed=lambda: me._closed,
             after_change=self._due_order.reset)
-        self.clients = ClientAccess(self._check_open, self._lock, self._segments,
-                                    self._cancels, self._groups, self._queue_groups)
-        self._flusher = None if config.flush_ms is None else start_flusher(
-            self, Log._flush_if_overdue, config.flush_ms / 1000, f"kdelay-flush-{path}")
+        self.clients = ClientAccess(check_open, self._lock, self._segments, self._cancels,
+                                    self._groups, self._queue_groups)
 
     # ------------------------------------------------------------------ open / close
 
@@ -104,8 +109,7 @@ class Log(forks.Owned):
         opened, tier = open_with_tier(path, config)
         log = cls(path, config, clock or wall_clock, opened)
         log._tier = tier
-        # the log clock must not run backwards across a restart: the clean close stored
-        # it, and commits record the clock they saw (which covers a crash)
+        # no running backwards across a restart: from the clean close's clock and commits'
         try:
             log._clock.floor = max(opened.clock_floor, log._groups.max_clock())
             log._life.start_horizon(log._clock.floor)  # what lock-free readers may assume
@@ -130,9 +134,8 @@ class Log(forks.Owned):
             self._closed = True
         try:
             self._maintenance.stop()  # its passes take the lock: not held here
-            # no queue group writes once close returns (a member of a closed group is
-            # refused); outside the log's lock: a poll holds its group's lock while it
-            # reads the log
+            # no queue group writes once close returns; outside the log's lock, as a poll
+            # holds its group's lock while it reads the log
             self._queue_groups.close()
         finally:
             with self._lock:
@@ -143,10 +146,8 @@ class Log(forks.Owned):
                     self._notices.signal.bump_under_lock()
 
     def _orphaned(self) -> None:
-        """In a forked child (kdelay.forks): closed for good, writing nothing. The locks
-        are new ones: a thread of the parent may have held the old at the fork, and no
-        thread here would ever release it (every method checks before it reads
-        anything)."""
+        """In a forked child (kdelay.forks): closed for good, writing nothing; new locks,
+        as a thread of the parent may have held the old ones at the fork."""
         self._closed = True
         self._lock = threading.RLock()
         self._notices.signal = ActivitySignal(self._lock)
@@ -182,7 +183,7 @@ class Log(forks.Owned):
             plain = RecordsBatch.of(records, deliver_after, self.config.delayed_delivery_enable)
             if plain is not None:  # checked in one compiled pass (the common types)
                 return self._append_requested(plain, plain.requested)
-            return self._append(validation.record_columns(records), deliver_after)
+            return self._append(record_columns(records), deliver_after)
         except OSError as e:
             raise_write_error(e, "append", self.path)
 
@@ -192,17 +193,17 @@ class Log(forks.Owned):
                        timestamps: Sequence[int | None] | np.ndarray | None = None,
                        deliver_after: int | None = None) -> AppendResult:
         """`append` of a batch given as columns (no headers): the same checks and result,
-        without a Record per row (validation.batch_columns). Values and keys may be
+        without a Record per row (log/batch/columns.py). Values and keys may be
         PackedBinary (and timestamps an int array): no Python work per row at all. Cost: as
         `append`, with the checks done column-wise."""
-        return self._append(validation.batch_columns(values, keys, timestamps), deliver_after)
+        return self._append(batch_columns(values, keys, timestamps), deliver_after)
 
-    def _append(self, columns: validation.BatchColumns, deliver_after: int | None) -> AppendResult:
+    def _append(self, columns: BatchColumns, deliver_after: int | None) -> AppendResult:
         return self._append_requested(columns, validation.requested_deliver_after(
             columns.deliver_afters, deliver_after, path=self.path,
             delayed_delivery_enable=self.config.delayed_delivery_enable))
 
-    def _append_requested(self, columns: validation.BatchColumns | RecordsBatch,
+    def _append_requested(self, columns: BatchColumns | RecordsBatch,
                           requested: int | None) -> AppendResult:
         with self._lock:
             self._check_open()
@@ -224,15 +225,6 @@ class Log(forks.Owned):
             self._check_open()
             self._writer.flush()
 
-    def _flush_if_overdue(self) -> bool:
-        """The flush thread's tick (flush_policy.start_flusher); False once closed."""
-        with self._lock:
-            if self._closed:
-                return False
-            if self._writer.policy.overdue():
-                self._writer.flush()
-            return True
-
     @write_errors
     def cancel(self, offsets: int | Iterable[int]) -> int:
         """Withdraw pending records by offset (an int or an iterable of ints); returns how
@@ -253,10 +245,11 @@ class Log(forks.Owned):
         cancelled, due or not in the log raises KdelayError. Cost: one batch found by
         offset and read, one append, two journal entries."""
         if delay_ms is not None:
-            deliver_after = validation.deliver_after_for_delay(deliver_after, delay_ms, self.now(),
-                                                    error=KdelayError)
-        off, due = validation.reschedule_args(offset, deliver_after, path=self.path,
-                                   delayed_delivery_enable=self.config.delayed_delivery_enable)
+            deliver_after = validation.deliver_after_for_delay(
+                deliver_after, delay_ms, self.now(), error=KdelayError)
+        off, due = validation.reschedule_args(
+            offset, deliver_after, path=self.path,
+            delayed_delivery_enable=self.config.delayed_delivery_enable)
         with self._lock:
             self._check_open()
             result = self._notices.under_lock(self._writer.reschedule(off, due))
@@ -270,8 +263,8 @@ class Log(forks.Owned):
         page, the batches it returns (read, CRC-checked, decoded in C) plus its planning
         over the segments that can contribute (fetch/planner.py); O(1) when nothing is
         due."""
-        max_records, max_bytes, max_wait_ms = validation.check_page_limits(max_records, max_bytes,
-                                                                max_wait_ms)
+        max_records, max_bytes, max_wait_ms = validation.check_page_limits(
+            max_records, max_bytes, max_wait_ms)
         deadline = time.monotonic() + max_wait_ms / 1000 if max_wait_ms else 0.0
         with self._lock:
             self._check_open()
@@ -299,6 +292,16 @@ class Log(forks.Owned):
             self._check_open()
             return offset_order.read_from(self._segments, max(offset, self.log_start_offset),
                                           max_records)
+
+    def offset_for_time(self, timestamp: int) -> OffsetAndTimestamp | None:
+        """The first record, in offset order, whose timestamp is >= `timestamp`: its offset
+        and timestamp (None: no record is that late), as Kafka's offsetsForTimes. Cost:
+        O(log segments + log index entries), a header walk of about one index interval
+        (timestamps growing with offsets), one batch decoded (fetch/time_lookup.py)."""
+        timestamp = validation.as_int(timestamp, "timestamp")
+        with self._lock:
+            self._check_open()
+            return time_lookup.offset_for_time(self._segments, timestamp)
 
     # ------------------------------------------------------------------ groups
 

@@ -95,7 +95,7 @@ def encode_batch_body(keys: Sequence | PackedBinary, values: Sequence | PackedBi
     `deltas` the int64 timestamp deltas (None: all 0);
     `headers` None or one header sequence per record. O(records), all of it in C-level
     calls and the compiled kernel."""
-    if isinstance(values, PackedBinary):  # checked by validation._packed
+    if isinstance(values, PackedBinary):  # checked by columns._packed
         n = len(values.lengths)
         lengths = np.concatenate((keys.lengths, values.lengths))
         joined = np.concatenate((keys.data, values.data))

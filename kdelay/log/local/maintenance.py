@@ -1,6 +1,7 @@
-"""Maintenance: what runs beside one open log's appends and fetches, and changes its
-segment set: retention (retention.py), compaction (kdelay.log.compaction) and, with tiered
-storage, the object-store sync (kdelay.log.tiered.sync). The Log facade's
+"""Maintenance: what runs beside one open log's appends and fetches: the flush_ms thread
+(flush_policy.py), and what changes its segment set: retention (retention.py), compaction
+(kdelay.log.compaction) and, with tiered storage, the object-store sync
+(kdelay.log.tiered.sync). The Log facade's
 `enforce_retention`, `compact` and `sync_remote` delegate here."""
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from ..compaction import compactor
 from ..segments.segment import LogSegment
 from ..segments.segment_set import SegmentSet
 from . import retention
+from .flush_policy import start_flusher
 from .open_and_close import Lifetime
+from .writer import Writer
 
 if TYPE_CHECKING:  # tiered storage is imported by the logs that use it
     from ..tiered.sync import RemoteSync
@@ -36,7 +39,7 @@ class Maintenance:
     to make compaction see cancellations the log does not hold)."""
 
     def __init__(self, path: str, config: LogConfig, segments: SegmentSet,
-                 lock: threading.RLock, cancels: CancelStore, life: Lifetime, *,
+                 lock: threading.RLock, cancels: CancelStore, life: Lifetime, writer: Writer, *,
                  now: Callable[[], int], check_open: Callable[[], None],
                  is_closed: Callable[[], bool], after_change: Callable[[], None]):
         self._path = path
@@ -53,6 +56,19 @@ class Maintenance:
         # which offsets compaction may remove as cancelled: (first, end) -> sorted offsets
         self.cancelled: compactor.Cancelled = cancel_ops.settled_hook(lock, cancels)
         self.remote: RemoteSync | None = None  # tiered storage's background sync
+        self._writer = writer
+        self._flusher = None if config.flush_ms is None else start_flusher(
+            self, Maintenance._flush_if_overdue, config.flush_ms / 1000,
+            f"kdelay-flush-{path}")
+
+    def _flush_if_overdue(self) -> bool:
+        """The flush_ms thread's tick (flush_policy.start_flusher); False once closed."""
+        with self._lock:
+            if self._is_closed():
+                return False
+            if self._writer.policy.overdue():
+                self._writer.flush()
+            return True
 
     def start_remote_sync(self, tier: RemoteTier) -> RemoteSync:
         """Tiered storage: start the background sync (the caller wakes it on every roll)."""

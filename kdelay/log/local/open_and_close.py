@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ... import fsio
 from ...config import LogConfig
-from ...validation import os_errors
+from ...errors import os_errors
 from ..cancellation import cancel_ops
 from ..cancellation.cancel_store import CancelStore
 from ..segments.segment_set import SegmentSet
@@ -43,7 +43,7 @@ class Opened(NamedTuple):
 def open_with_tier(path: str, config: LogConfig) -> tuple[Opened, RemoteTier | None]:
     """`open_log_directory` as a Log opens it: with `remote_storage`, through its tier (the
     tiered modules imported here, so a process without tiered storage never loads them).
-    OSErrors come out as kdelay's errors (validation.os_errors)."""
+    OSErrors come out as kdelay's errors (errors.os_errors)."""
     tier = tiered = None
     if config.remote_storage is not None:
         from ..tiered.opening import TieredDirectory
@@ -51,7 +51,7 @@ def open_with_tier(path: str, config: LogConfig) -> tuple[Opened, RemoteTier | N
 
         tier = RemoteTier(path, config)
         tiered = TieredDirectory(path, tier)
-    return os_errors("opening", path, lambda: open_log_directory(
+    return os_errors("open", path, lambda: open_log_directory(
         path, config.index_interval_bytes, tiered)), tier
 
 

@@ -6,13 +6,17 @@ which offer the same reads; the active one is always a LogSegment.
 - sealed segments by the largest (deliverAfter, offset) they hold (a SortedList of
   (deliverAfter, offset, base)), so a fetch or a "what comes due next" question skips every
   segment with nothing after its cursor without touching it;
-- the active one, which takes the appends (always the last by base offset).
+- the active one, which takes the appends (always the last by base offset);
+- sealed segments' largest record timestamps as a running maximum in offset order, worked
+  out again after a change to the set, so the first segment holding a timestamp >= T is
+  a binary search (a lookup by time).
 
 Not thread-safe by itself: the Log's lock guards every call.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterator
 
 from sortedcontainers import SortedDict, SortedList
@@ -34,6 +38,8 @@ class SegmentSet:
         for seg in segments[:-1]:
             self._add_sealed(seg)
         self.active: LogSegment = segments[-1]
+        self._changes = 0  # counts changes to which segments are sealed (see by_time)
+        self._by_time: tuple[int, list[int], list[int]] = (-1, [], [])
 
     def _add_sealed(self, seg) -> None:
         key = seg.max_key
@@ -45,6 +51,7 @@ class SegmentSet:
     def roll(self) -> None:
         """Seal the active segment (its .log fsync'd, its indexes persisted), start a new
         one where it ends, and move the recovery point to the new one."""
+        self._changes += 1
         old = self.active
         old.persist_indexes()  # fsyncs the .log first
         new = LogSegment.create(self.directory, old.next_offset)
@@ -58,6 +65,7 @@ class SegmentSet:
 
     def remove_oldest(self) -> LogSegment:
         """Forget the oldest sealed segment (the caller deletes its files)."""
+        self._changes += 1
         seg = self._by_base.peekitem(0)[1]
         if seg is self.active:
             raise ValueError("the active segment cannot be removed")
@@ -71,6 +79,7 @@ class SegmentSet:
         """Serve the copied sealed segment `local` from `remote` (a RemoteSegment of the same
         offsets and keys) once local retention deleted its files (the caller closes
         `local`)."""
+        self._changes += 1
         if local is self.active or self._by_base.get(local.base_offset) is not local:
             raise ValueError(f"segment {local.base_offset} is not a sealed segment here")
         self._by_base[local.base_offset] = remote
@@ -78,6 +87,7 @@ class SegmentSet:
     def replace(self, old: list[LogSegment], new: LogSegment) -> None:
         """Swap adjacent sealed segments `old` for `new`, which covers their offsets
         (compaction; the caller closes the old ones). O(len(old) * log segments)."""
+        self._changes += 1
         for seg in old:
             if seg is self.active or self._by_base.get(seg.base_offset) is not seg:
                 raise ValueError(f"segment {seg.base_offset} is not a sealed segment here")
@@ -127,6 +137,24 @@ class SegmentSet:
         """Segments with base offset in [lo, hi), in offset order."""
         for base in self._by_base.irange(lo, hi, inclusive=(True, False)):
             yield self._by_base[base]
+
+    def first_reaching(self, timestamp: int) -> LogSegment | None:
+        """The first segment in offset order holding a record timestamp >= `timestamp`
+        (None: none does). O(log segments); O(segments) attribute reads the first time
+        after a roll, retention, compaction or a move to the object store."""
+        changes, bases, running_max = self._by_time
+        if changes != self._changes:
+            bases, running_max, top = [], [], -1
+            for base, seg in self._by_base.items():
+                if seg is not self.active:
+                    top = max(top, seg.max_timestamp)
+                    bases.append(base)
+                    running_max.append(top)
+            self._by_time = (self._changes, bases, running_max)
+        i = bisect_left(running_max, timestamp)
+        if i < len(bases):
+            return self._by_base[bases[i]]
+        return self.active if self.active.max_timestamp >= timestamp else None
 
     # ------------------------------------------------------------------ by largest key
 
