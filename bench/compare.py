@@ -68,7 +68,18 @@ WORKLOADS = {
                            "one record per batch, a timestamp per record"),
 }
 DEFAULT_WORKLOADS = ["producer", "producer-record-da", "retry", "small-batch", "no-timestamps"]
-DEFAULT_ENGINES = ["kdelay", "sqlite", "heapq", "rocksdb", "redis", "rawfile"]
+DEFAULT_ENGINES = ["kdelay", "sqlite", "heapq", "heap-payload", "rocksdb", "redis", "rawfile"]
+# --small-calls: the cells of the small-call comparison (1-, 10- and 100-record batches, a
+# timestamp on every record) against the ordered peers that run in this process
+SMALL_CALL_WORKLOADS = ["single-record", "small-batch", "producer"]
+SMALL_CALL_ENGINES = ["kdelay", "sqlite", "heapq", "heap-payload", "rocksdb"]
+# the cells kdelay is held to against the best peer: key, label
+BEST_PEER_CELLS = [("interleaved_batches_s", "append+fetch steps/s"),
+                   ("append_rec_s", "append rec/s"), ("drain_rec_s", "drain rec/s")]
+# the same cells per CPU second (less moved by other work on a shared machine)
+BEST_PEER_CPU_CELLS = [("interleaved_batches_cpu_s", "append+fetch steps/CPU-s"),
+                       ("append_rec_cpu_s", "append rec/CPU-s"),
+                       ("drain_rec_cpu_s", "drain rec/CPU-s")]
 perf = time.perf_counter
 cpu = time.process_time  # CPU seconds of this process, all threads
 
@@ -411,6 +422,60 @@ def metric_cells(figures: dict, ref: dict | None, is_ref: bool, metrics: list) -
     return cells
 
 
+def best_peer(med: dict, key: str) -> tuple[str, float] | None:
+    """The ordered peer with the highest figure for ``key`` in one workload's medians."""
+    peers = [(e, fig[key]) for e, fig in med.items()
+             if e != "kdelay" and ENGINES[e].ordered and fig.get(key) == fig.get(key)]
+    return max(peers, key=lambda p: p[1]) if peers else None
+
+
+def best_peer_ratios(summary: dict, workloads: list[str]) -> dict:
+    """Per workload and cell: kdelay's median, the best ordered peer's (name and median),
+    and kdelay / best (above 1: kdelay is ahead)."""
+    out: dict[str, dict] = {}
+    for w in workloads:
+        med = summary.get(w, {})
+        if "kdelay" not in med:
+            continue
+        out[w] = {}
+        for key, _label in BEST_PEER_CELLS + BEST_PEER_CPU_CELLS:
+            best = best_peer(med, key)
+            if best is None:
+                continue
+            mine = med["kdelay"][key]
+            out[w][key] = {"kdelay": mine, "peer": best[0], "peer_value": best[1],
+                           "ratio": mine / best[1]}
+    return out
+
+
+def best_peer_table(ratios: dict, workloads: list[str]) -> str:
+    """Per workload, wall time then CPU time: each cell is kdelay's figure, the best peer's,
+    and the ratio."""
+    lines = ["### kdelay against the best peer in the same run\n",
+             "Each cell: kdelay's median / the best ordered peer's median (which peer), and "
+             "the ratio (above 1: kdelay is ahead). Wall time, then CPU time.\n"]
+    for cells in (BEST_PEER_CELLS, BEST_PEER_CPU_CELLS):
+        lines.extend(_best_peer_rows(ratios, workloads, cells))
+    return "\n".join(lines)
+
+
+def _best_peer_rows(ratios: dict, workloads: list[str], cells: list) -> list[str]:
+    head = ["workload", "batch"] + [label for _k, label in cells]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for w in workloads:
+        if w not in ratios:
+            continue
+        row = [f"`{w}`", str(WORKLOADS[w].batch)]
+        for key, _label in cells:
+            c = ratios[w].get(key)
+            row.append("—" if c is None else
+                       f"{fmt_rate(c['kdelay'])} / {fmt_rate(c['peer_value'])} ({c['peer']}): "
+                       f"**{c['ratio']:.2f}x**")
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    return lines
+
+
 def build_tables(summary: dict, memory: dict, engines: list[str], workloads: list[str]) -> str:
     lines = []
     for w in workloads:
@@ -472,13 +537,17 @@ def build_tables(summary: dict, memory: dict, engines: list[str], workloads: lis
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--small-calls", action="store_true",
+                   help="the small-call cells: 1-, 10- and 100-record batches, 200,000 records, "
+                        "3 rounds, kdelay against sqlite, heapq, heap-payload and rocksdb, no "
+                        "memory subprocesses (explicit flags still win)")
     p.add_argument("--quick", action="store_true",
                    help="100,000 records, 1 round, memory measured (about a minute in all)")
     p.add_argument("--records", type=int, default=None, help="records per workload (default 1,000,000)")
     p.add_argument("--rounds", type=int, default=None, help="rounds; medians are reported (default 3)")
-    p.add_argument("--engines", default=",".join(DEFAULT_ENGINES),
+    p.add_argument("--engines", default=None,
                    help=f"comma-separated subset of {','.join(DEFAULT_ENGINES)}")
-    p.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS),
+    p.add_argument("--workloads", default=None,
                    help=f"comma-separated subset of {','.join(WORKLOADS)}")
     p.add_argument("--no-memory", action="store_true", help="skip the per-engine memory subprocesses")
     p.add_argument("--memory-workloads", default=None,
@@ -491,6 +560,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", default=os.path.join(HERE, "results"), help="where compare.md/.json go")
     p.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.small_calls:
+        a.engines = a.engines or ",".join(SMALL_CALL_ENGINES)
+        a.workloads = a.workloads or ",".join(SMALL_CALL_WORKLOADS)
+        a.records = a.records or 200_000
+        a.no_memory = True
+    a.engines = a.engines or ",".join(DEFAULT_ENGINES)
+    a.workloads = a.workloads or ",".join(DEFAULT_WORKLOADS)
     if a.records is None:
         a.records = 100_000 if a.quick else 1_000_000
     if a.rounds is None:
@@ -568,8 +644,9 @@ def main(argv: list[str] | None = None) -> int:
 
     summary = {w: {e: medians(raw[w][e]) for e in engines if raw[w][e]} for w in workloads}
     table = build_tables(summary, memory, engines, workloads)
+    vs_best = best_peer_ratios(summary, workloads)
     notes = report_notes(a, engines)
-    md = f"## kdelay vs peers\n\n{notes}\n\n{table}"
+    md = f"## kdelay vs peers\n\n{notes}\n\n{best_peer_table(vs_best, workloads)}\n{table}"
     print()
     print(md)
     os.makedirs(a.out, exist_ok=True)
@@ -587,6 +664,7 @@ def main(argv: list[str] | None = None) -> int:
                               "engines": engines, "seed": a.seed, "quick": a.quick},
                    "machine": machine_info(),
                    "runs": raw, "medians": summary, "ratios_vs_kdelay": ratios,
+                   "kdelay_vs_best_peer": vs_best,
                    "memory": memory}, f, indent=1)
     if profile_text:
         with open(os.path.join(a.out, "profile_kdelay.txt"), "w") as f:

@@ -388,6 +388,88 @@ class HeapqEngine(Engine):
         self.f.close()
 
 
+class HeapPayloadEngine(HeapqEngine):
+    """An in-memory tracker that keeps the payloads: a ``heapq`` whose entries hold each
+    record's sort key (``deliver_after << 40 | offset``), timestamp, key and value, so a fetch
+    pops what is due and returns it without touching the file. The file is the same ledger
+    as ``heapq``'s, written unbuffered with one ``write()`` per batch (as kdelay writes its
+    segment); reopen replays it into the heap. Delivery pops (destructive)."""
+
+    name = "heap-payload"
+    models = ("an in-memory tracker that keeps payloads: a heapq of (deliver_after << 40 | "
+              "offset, timestamp, key, value) tuples; the ledger file written unbuffered, one "
+              "write() per batch; reopen replays the whole file")
+
+    def open(self, path: str, clock: FakeClock) -> None:
+        os.makedirs(path, exist_ok=True)
+        self.clock = clock
+        self.path = os.path.join(path, "ledger.bin")
+        self.heap: list[tuple] = []
+        if os.path.exists(self.path):
+            self._replay_payloads()
+        self.f = open(self.path, "ab", buffering=0)  # noqa: SIM115
+
+    def _replay_payloads(self) -> None:
+        with open(self.path, "rb") as f:
+            buf = f.read()
+        unpack_b = self.BATCH.unpack_from
+        unpack_r = self.REC.unpack_from
+        bsize, rsize, shift = self.BATCH.size, self.REC.size, self.SHIFT
+        entries: list[tuple] = []
+        add = entries.append
+        p, end = 0, len(buf)
+        while p + bsize <= end:
+            da, base, count, nbytes = unpack_b(buf, p)
+            body = p + bsize
+            if body + nbytes > end:
+                break  # torn tail
+            q = body
+            start = da << shift | base
+            for j in range(count):
+                kl, vl, ts = unpack_r(buf, q)
+                q += rsize
+                add((start + j, ts, buf[q:q + kl], buf[q + kl:q + kl + vl]))
+                q += kl + vl
+            p = body + nbytes
+        heapq.heapify(entries)
+        self.heap = entries
+
+    def append(self, i: int) -> None:
+        w = self.work
+        da = w.deliver_after[i]
+        base = i * w.batch_size
+        keys, values, stamps = w.batch_keys(i), w.batch_values(i), w.batch_timestamps(i)
+        pack_r = self.REC.pack
+        parts: list[bytes] = [b""]
+        heap, push = self.heap, heapq.heappush
+        sort_key = da << self.SHIFT | base
+        for k, v, ts in zip(keys, values, stamps, strict=True):
+            parts.append(pack_r(len(k), len(v), ts))
+            parts.append(k)
+            parts.append(v)
+            push(heap, (sort_key, ts, k, v))
+            sort_key += 1
+        body_bytes = sum(map(len, parts))
+        parts[0] = self.BATCH.pack(da, base, len(keys), body_bytes)
+        self.f.write(b"".join(parts))
+
+    def fetch(self, max_records: int) -> list:
+        heap = self.heap
+        limit = ((self.clock.now + 1) << self.SHIFT) - 1
+        if not heap or heap[0][0] > limit:
+            return []
+        pop = heapq.heappop
+        mask, shift = (1 << self.SHIFT) - 1, self.SHIFT
+        out = []
+        while heap and heap[0][0] <= limit and len(out) < max_records:
+            sort_key, _ts, k, v = pop(heap)
+            out.append((sort_key >> shift, sort_key & mask, k, v))
+        return out
+
+    def close(self) -> None:
+        self.f.close()
+
+
 # --------------------------------------------------------------------------- RocksDB
 
 
@@ -639,8 +721,8 @@ class RawFileEngine(Engine):
 
 
 ENGINES: dict[str, type[Engine]] = {
-    e.name: e for e in (KdelayEngine, SqliteEngine, HeapqEngine, RocksdbEngine, RedisEngine,
-                        RawFileEngine)
+    e.name: e for e in (KdelayEngine, SqliteEngine, HeapqEngine, HeapPayloadEngine, RocksdbEngine,
+                        RedisEngine, RawFileEngine)
 }
 
 

@@ -25,6 +25,11 @@ class DelayedDeliveryDisabledError(InvalidRecordError):
     """A deliver_after was given to a log with `delayed_delivery_enable=False`."""
 
 
+class CorruptBatchError(InvalidRecordError):
+    """A record batch handed in as bytes (a Kafka client's, over the wire) does not parse:
+    a framing error, a bad CRC, records that do not fill it. Nothing of it is written."""
+
+
 class InvalidConfigError(KdelayError, ValueError):
     """A LogConfig setting out of range or of the wrong type."""
 

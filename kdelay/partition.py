@@ -32,11 +32,13 @@ from .config import LogConfig
 from .errors import KdelayError, OffsetOutOfRangeError, raise_write_error, write_errors
 from .fetch import metrics, offset_order, time_lookup
 from .fetch.append_notices import AppendListener, AppendNotices
+from .fetch.batch_reads import BatchReads
 from .fetch.due_order import DueOrderReader, resolve_cursor
 from .fetch.long_poll import ActivitySignal
 from .groups.client_access import ClientAccess
 from .groups.positions import GroupStore, committed_positions
 from .groups.queue.queue_groups import QueueGroups
+from .log.batch.client_batch import ClientBatch
 from .log.batch.columns import BatchColumns, batch_columns, record_columns
 from .log.batch.records_batch import RecordsBatch
 from .log.local.log_clock import LogClock
@@ -56,6 +58,7 @@ from .records import (
 )
 
 if TYPE_CHECKING:  # tiered storage is imported by the logs that use it (Log.open)
+    from .log.local.loader import LoadReport
     from .log.tiered.sync import RemoteSync
     from .log.tiered.tier import RemoteTier
 
@@ -70,7 +73,7 @@ class Log(forks.Owned):
     def __init__(self, path: str, config: LogConfig, clock: Clock, opened: Opened):
         self.path = path
         self.config = config
-        self.load_report = opened.report
+        self._load_report = opened.report
         self._clock = LogClock(clock)
         self._lock = threading.RLock()
         self._closed = False
@@ -96,6 +99,8 @@ class Log(forks.Owned):
             after_change=self._due_order.reset)
         self.clients = ClientAccess(check_open, self._lock, self._segments, self._cancels,
                                     self._groups, self._queue_groups)
+        self.batches = BatchReads(check_open, self._lock, self._segments, self._cancels,
+                                  self._clock.now)
 
     # ------------------------------------------------------------------ open / close
 
@@ -120,6 +125,17 @@ class Log(forks.Owned):
             log.close()
             raise
         return log
+
+    @property
+    def load_report(self) -> LoadReport:
+        """What opening found and did. A clean open defers the sealed segments' indexes to
+        their first use (log/local/loader.py); reading this report first loads and checks
+        every one still deferred, so that it names all the damage there is. Cost:
+        O(segments) the first time, O(1) after."""
+        with self._lock:
+            if not self._closed:
+                self._load_report.finish_deferred()
+        return self._load_report
 
     @write_errors
     def close(self) -> None:
@@ -198,6 +214,22 @@ class Log(forks.Owned):
         `append`, with the checks done column-wise."""
         return self._append(batch_columns(values, keys, timestamps), deliver_after)
 
+    @write_errors
+    def append_client_batch(self, batch: ClientBatch, *, spread_ms: int = 0,
+                            log_append_time: bool = False,
+                            producer: tuple[int, int, int] = (-1, -1, -1)) -> AppendResult:
+        """Store a Kafka client's batch (a checked ClientBatch: the broker's produce path)
+        as runs of consecutive offsets, each due at the latest time its records asked
+        for, no record more than `spread_ms` later than it asked (client_batch.pyx).
+        `producer`: (id, epoch, first sequence) kept in the stored headers. The result's
+        deliver_after is the earliest run's. All of it is written, or nothing. Cost: one
+        C pass over the records, one write, index upkeep per stored batch."""
+        with self._lock:
+            self._check_open()
+            result = self._notices.under_lock(self._writer.append_client_batch(
+                batch, spread_ms, log_append_time, *producer))
+        return self._notices.after(result)
+
     def _append(self, columns: BatchColumns, deliver_after: int | None) -> AppendResult:
         return self._append_requested(columns, validation.requested_deliver_after(
             columns.deliver_afters, deliver_after, path=self.path,
@@ -206,9 +238,13 @@ class Log(forks.Owned):
     def _append_requested(self, columns: BatchColumns | RecordsBatch,
                           requested: int | None) -> AppendResult:
         with self._lock:
-            self._check_open()
-            result = self._notices.under_lock(self._writer.append(columns, requested))
-        return self._notices.after(result)
+            if self._closed:
+                self._check_open()
+            result = self._writer.append(columns, requested)
+            self._notices.under_lock(result)
+        if self._notices.listeners:
+            self._notices.after(result)
+        return result
 
     @write_errors
     def roll(self) -> None:
@@ -267,7 +303,8 @@ class Log(forks.Owned):
             max_records, max_bytes, max_wait_ms)
         deadline = time.monotonic() + max_wait_ms / 1000 if max_wait_ms else 0.0
         with self._lock:
-            self._check_open()
+            if self._closed:
+                self._check_open()
             if not max_wait_ms:  # not a long poll
                 now = self._clock.now()
                 quiet = self._due_order.known_quiet(after, now)
@@ -314,6 +351,14 @@ class Log(forks.Owned):
         key = validation.commit_key(key)
         self._check_open()
         self._groups.commit(group, key, self.now(), generation)
+
+    @write_errors
+    def commit_many(self, positions: dict[str, DeliveryKey | None]) -> None:
+        """Durably store several groups' positions at once (a broker's group commit).
+        Cost: one fsync per group and one directory fsync for them all."""
+        keys = {group: validation.commit_key(key) for group, key in positions.items()}
+        self._check_open()
+        self._groups.commit_many(keys, self.now())
 
     def committed(self, group: str) -> DeliveryKey | None:
         """`group`'s stored position (None: none). Cost: one small file read."""
@@ -374,14 +419,16 @@ class Log(forks.Owned):
         `queues` each queue group to its counts (queue_groups.group_counts). Cost:
         O(segments + batches due) and one file read per consumer group."""
         self._check_open()
+        reach = metrics.Reach()  # a store that is down is reported, never raised
         with self._lock:
             now = self.now()
             keys, unreadable = committed_positions(self._groups)
             out = metrics.log_metrics(self._segments, keys, unreadable, self._cancels,
-                                      self._maintenance.compactor.totals, now)
-            if self._tier is not None:
-                out["remote"] = metrics.remote_metrics(self._segments, self._tier)
+                                      self._maintenance.compactor.totals, now, reach)
         # outside the lock, as a live queue group's counts take the group's lock
         out["queues"] = self._queue_groups.counts(
-            now, lambda key: self.clients.due_after([key], now)[0])
+            now, lambda key: self.clients.due_after([key], now, reach)[0])
+        if self._tier is not None:
+            with self._lock:
+                out["remote"] = metrics.remote_metrics(self._segments, self._tier, reach)
         return out

@@ -11,7 +11,7 @@ PLAIN = [r for r in recipes() if not r.spark]
 
 def test_the_cookbook_has_its_recipes() -> None:
     titles = {r.title for r in recipes()}
-    assert len(titles) == 5 and all(r.expected for r in recipes())
+    assert len(titles) == 6 and all(r.expected for r in recipes())
 
 
 @pytest.mark.parametrize("recipe", PLAIN, ids=[r.title for r in PLAIN])

@@ -29,10 +29,14 @@ _LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 # files outside the repository that the texts mention on purpose: C headers, a user's
 # script in an example
 ELSEWHERE = {"Python.h", "sched.h", "app.py"}
-# dotted names that are not modules: a Spark session's configuration key
+# dotted names that are not modules: a Spark session's configuration key, and the broker's
+# config and header names (kdelay.remote.storage, kdelay.share.*, kdelay.dlq.*, ...)
 NOT_MODULES = {"kdelay.spark.registered"}
-# docs promised by a module whose session writes them (the broker, issues 32-34)
-PROMISED = {"docs/broker.md"}
+NOT_MODULE_PREFIXES = ("kdelay.remote.storage", "kdelay.share.", "kdelay.dlq.",
+                       "kdelay.compaction.", "kdelay.frame.", "kdelay.deliver_after",
+                       "kdelay.delay_ms")
+# files the texts name as what a command writes (a benchmark's report)
+PROMISED = {"bench/results/broker_consume.md"}
 
 
 def prose(path: pathlib.Path) -> str:
@@ -123,7 +127,7 @@ def problems() -> list[str]:
             if name not in names and name not in ELSEWHERE:
                 found.append(f"{where}: names {name}, which does not exist")
         for m in _DOTTED.finditer(text):
-            if m.group(0) in NOT_MODULES:
+            if m.group(0) in NOT_MODULES or m.group(0).startswith(NOT_MODULE_PREFIXES):
                 continue
             why = dotted_problem(m.group(0).rstrip("."))
             if why:

@@ -53,6 +53,12 @@ class Broker:
             self._loop.close()
 
     @property
+    def http_address(self) -> str | None:
+        """'HOST:PORT' of the operations endpoint (None without one)."""
+        endpoint = self._server.endpoint
+        return None if endpoint is None else f"{self._server.http[0]}:{endpoint.port}"
+
+    @property
     def bootstrap_servers(self) -> str:
         """'HOST:PORT' of the listener, as a client's bootstrap.servers wants it."""
         host, port = self._server.state.advertised
@@ -77,18 +83,20 @@ class Broker:
         self.close()
 
 
-async def serve_forever(root: str, settings_kwargs: dict[str, Any]) -> None:
+async def serve_forever(root: str, settings_kwargs: dict[str, Any],
+                        security: dict[str, Any] | None = None) -> None:
     """`kdelay serve`: serve in the foreground until SIGTERM or SIGINT, then stop cleanly."""
     import signal
 
     from .server import Server
-    server = Server(root, settings_from(**settings_kwargs))
+    server = Server(root, settings_from(**settings_kwargs), **(security or {}))
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(f"kdelay broker serving {root} on {server.state.host}:{server.state.port}",
+    http = f" (http on {server.http[0]}:{server.endpoint.port})" if server.endpoint else ""
+    print(f"kdelay broker serving {root} on {server.state.host}:{server.state.port}{http}",
           flush=True)
     await stop.wait()
     await server.stop()

@@ -16,6 +16,7 @@ from . import protocol
 from .errors import FrameError
 
 if TYPE_CHECKING:
+    from .security.sasl import Exchange
     from .state import BrokerState
 
 log = logging.getLogger("kdelay.broker")
@@ -34,7 +35,9 @@ class Connection:
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.authenticated = not broker.settings.sasl_required
         self.principal: str | None = None
+        self.sasl: Exchange | None = None  # the SASL exchange under way
         self.closing = False
+        self.busy = False  # answering a request (a stopping broker lets it finish)
 
     async def serve(self) -> None:
         """Answer frames until the client goes, a frame is refused, or the broker stops."""
@@ -57,7 +60,11 @@ class Connection:
                                      f"{settings.frame_timeout_s} s") from None
                 except (asyncio.IncompleteReadError, ConnectionError):
                     raise FrameError("the connection closed mid-frame") from None
-                answer = await self.broker.dispatcher.answer(frame, self.broker, self)
+                self.busy = True
+                try:
+                    answer = await self.broker.dispatcher.answer(frame, self.broker, self)
+                finally:
+                    self.busy = False
                 if answer is not None:
                     self.writer.write(answer)
                     await self.writer.drain()

@@ -86,7 +86,10 @@ class Dispatcher:
         if not api.before_auth and not conn.authenticated:
             raise FrameError(f"API {api.name or key} before SASL authentication")
         api_schema = protocol.schema(key, version)
-        header, request = protocol.decode_request(frame, api_schema)
+        try:
+            header, request = protocol.decode_request(frame, api_schema)
+        except FrameError as e:
+            raise FrameError(f"{api.name or key} v{version}: {e}") from None
         ctx = RequestContext(key, version, header, api_schema.response_type, broker, conn)
         started = time.perf_counter()
         error: str | None = None

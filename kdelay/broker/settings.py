@@ -28,6 +28,7 @@ class BrokerSettings:
     socket_request_max_bytes: int = 104_857_600
     frame_timeout_s: float = 30.0   # a frame that has started must finish within this
     sasl_required: bool = False
+    max_connections: int = 1000  # more are closed as they come (Kafka's max.connections)
     configs: dict[str, str] = field(default_factory=dict)  # every --config, as given
 
     def int_config(self, name: str, default: int, minimum: int = 0) -> int:
@@ -51,6 +52,15 @@ class BrokerSettings:
         return text.lower() == "true"
 
 
+def default_max_connections() -> int:
+    """What the process's descriptor limit leaves room for, beside the logs' own files."""
+    import resource
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 100_000
+    return max(16, soft - 1024)
+
+
 def settings_from(listen: str = DEFAULT_LISTEN, advertised: str | None = None,
                   config: dict[str, str] | None = None) -> BrokerSettings:
     configs = {str(k): str(v) for k, v in (config or {}).items()}
@@ -59,4 +69,7 @@ def settings_from(listen: str = DEFAULT_LISTEN, advertised: str | None = None,
                        if advertised else None, configs=configs)
     s.socket_request_max_bytes = s.int_config("socket.request.max.bytes",
                                               s.socket_request_max_bytes, minimum=1)
+    s.frame_timeout_s = s.int_config("kdelay.frame.timeout.ms",
+                                     int(s.frame_timeout_s * 1000), minimum=1) / 1000
+    s.max_connections = s.int_config("max.connections", default_max_connections(), minimum=1)
     return s

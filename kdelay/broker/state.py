@@ -5,12 +5,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .groups.consumer_protocol import ConsumerGroups
+from .groups.coordinator import GroupCoordinator
+from .groups.offsets import OffsetStore
+from .groups.share import ShareGroups
+from .groups.share_configs import GroupConfigStore
+from .security.credentials import User
+from .served import ServedPartitions
 from .settings import BrokerSettings
 from .topics import TopicRegistry
 
 if TYPE_CHECKING:
+    from .apis.produce import ProducerIds
     from .connection import Connection
     from .dispatcher import Dispatcher
+    from .producer_state import ProducerStates
 
 NODE_ID = 0  # the broker is node 0 of a one-node cluster, leader of every partition
 
@@ -20,9 +29,32 @@ class BrokerState:
         self.root = root
         self.settings = settings
         self.dispatcher = dispatcher
-        self.topics = TopicRegistry(root)
+        self.topics = TopicRegistry(root, settings.configs)
+        self.served = ServedPartitions(self.topics)  # what consumers read of each partition
+        # a topic reopened (new configs, more partitions) or deleted: its views go
+        self.topics.add_listener(lambda name, event: self.served.forget(name))
+        self.groups = GroupCoordinator(settings.int_config(
+            "group.initial.rebalance.delay.ms", 3000))  # classic consumer groups
+        self.consumer_groups = ConsumerGroups(  # KIP-848's: the broker assigns
+            self._partition_count,
+            settings.int_config("group.consumer.session.timeout.ms", 45_000, minimum=1),
+            settings.int_config("group.consumer.heartbeat.interval.ms", 5_000, minimum=1))
+        self.offsets = OffsetStore(self.served)  # committed offsets of both kinds
+        self.share_groups = ShareGroups(  # share groups: kdelay's queue groups
+            self.topics, GroupConfigStore(root, settings.configs),
+            settings.int_config("group.share.session.timeout.ms", 45_000, minimum=1),
+            settings.int_config("group.share.heartbeat.interval.ms", 5_000, minimum=1))
+        self.topics.add_listener(self.share_groups.forget_topic)
         self.connections: set[Connection] = set()
+        self.sasl_users: dict[str, User] | None = None  # None: no SASL on the listener
+        # made by the produce family on first use (apis/produce.py)
+        self.producer_states: ProducerStates | None = None
+        self.producer_ids: ProducerIds | None = None
         self.host, self.port = settings.listen  # the bound address, once bound
+
+    def _partition_count(self, name: str) -> int:
+        topic = self.topics.get(name)
+        return topic.partitions if topic is not None else 0
 
     @property
     def advertised(self) -> tuple[str, int]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import threading
 
+from .. import forks
 from ..errors import InvalidConfigError, KdelayError
 from ..partition import Log
 from ..records import Record, RecordMetadata
@@ -40,9 +41,11 @@ class Producer(ProducerCore):
         if isinstance(target, Topic):
             topic: Topic | None = target
             logs = [target.partition(i) for i in range(target.partitions)]
+            what = f"topic {target.name!r}"
         elif isinstance(target, Log):
             topic = None
             logs = [target]
+            what = f"log {target.path}"
         else:
             raise KdelayError(f"a Producer writes to a Log or a Topic, got "
                               f"{type(target).__name__}")
@@ -55,9 +58,13 @@ class Producer(ProducerCore):
         limits = [Limits(batch_records, min(batch_bytes, log.config.max_batch_bytes),
                          max_spread_ms, log.config.max_delivery_delay_ms, max_open)
                   for log in logs]
+        for log in logs:
+            log.clients.check_open()  # a closed Log, or a forked child's copy of one
         super().__init__(logs, limits, topic, buffer_records)
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name=f"kdelay-producer-{next(_names)}")
+        name = f"kdelay-producer-{next(_names)}"
+        self._owner = forks.Ownership(self, f"producer {name} of {what}")
+        self._held: list[Batch] = []  # the batches the sender is appending
+        self._thread = threading.Thread(target=self._run, daemon=True, name=name)
         self._sender = self._thread
         self._thread.start()
 
@@ -88,10 +95,20 @@ class Producer(ProducerCore):
     # ------------------------------------------------------------------ the sender
 
     def _run(self) -> None:
-        while batches := self._next_batches(self._linger_s):
-            for batch in batches:
-                self._append(batch)
-            self._finished_batches(batches)
+        try:
+            while batches := self._next_batches(self._linger_s):
+                self._held = batches
+                for batch in batches:
+                    self._append(batch)
+                self._finished_batches(batches)
+                self._held = []
+        except BaseException as e:  # whatever it dies of, nobody may wait for it forever
+            self._sender_died(self._held, e)
+            raise
+
+    def _orphaned(self) -> None:
+        """kdelay.forks: in a forked child this copy is dead (it has no sender thread)."""
+        self._orphan(self._held)
 
     def _append(self, batch: Batch) -> None:
         """Append one batch and resolve its futures: with the records' metadata, or all

@@ -41,7 +41,7 @@ from .accumulator cimport Batch, PartitionAccumulator
 
 from .accumulator import record_bytes
 from .partitioner import partition_for_key
-from .record_future import new_future
+from .record_future import abandon, fail, new_future
 
 __all__ = ["ProducerCore"]
 
@@ -101,7 +101,11 @@ cdef class ProducerCore:
     cdef Py_ssize_t _done_waiters  # threads waiting on _done (flush, a full buffer)
     cdef bint _sender_idle       # the sender sleeps with no linger deadline
     cdef bint _closed, _stopping
+    cdef bint _forked            # this is a forked child's copy (kdelay.forks): dead here
+    cdef object _death           # why the sender thread died (None: it did not)
+    cdef object _death_cause     # the exception it died of
     cdef public object _sender
+    cdef public object _owner    # its kdelay.forks.Ownership, set by the Producer
 
     def __init__(self, list logs, list limits, topic, Py_ssize_t buffer_records):
         self._parts = [_Partition(i, log, lim) for i, (log, lim) in enumerate(zip(logs, limits))]
@@ -116,8 +120,10 @@ cdef class ProducerCore:
         self._ready = deque()
         self._sealed = self._finished = self._waiting = self._done_waiters = 0
         self._sender_idle = True
-        self._closed = self._stopping = False
+        self._closed = self._stopping = self._forked = False
+        self._death = self._death_cause = None
         self._sender = None
+        self._owner = None
 
     # ------------------------------------------------------------------ sending
 
@@ -129,7 +135,7 @@ cdef class ProducerCore:
         (as log.append would refuse the record alone) and queues nothing. Blocks only
         while `buffer_records` records are waiting."""
         if self._closed:
-            raise KdelayError("the producer is closed")
+            raise self._refusal()
         headers, timestamp, deliver_after = record_fields(value, key, headers, timestamp,
                                                           deliver_after)
         cdef _Partition part = self._parts[self._partition_of(partition, key)]
@@ -153,7 +159,7 @@ cdef class ProducerCore:
         self._lock_for_send()
         try:
             if self._closed:
-                raise KdelayError("the producer is closed")
+                raise self._refusal()
             if self._waiting >= self._buffer_records:
                 sticky_sealed = self._wait_for_room()
             future, sealed = part.accumulator.add(value, key, headers, stamp, requested,
@@ -199,7 +205,7 @@ cdef class ProducerCore:
             sticky_sealed |= self._seal_open()
             self._wait_done()
             if self._closed:
-                raise KdelayError("the producer is closed")
+                raise self._refusal()
         return sticky_sealed
 
     cdef bint _seal(self, list batches) except -1:
@@ -239,8 +245,11 @@ cdef class ProducerCore:
     # ------------------------------------------------------------------ flush / close
 
     def _flush(self) -> None:
-        """Return once every record sent before the call is appended or failed."""
+        """Return once every record sent before the call is appended or failed. Raises
+        in a forked child, and once the sender thread has died (saying why)."""
         cdef bint sticky_sealed = False
+        if self._forked or self._death is not None:  # a forked child takes no lock
+            raise self._refusal()
         with self._lock:
             sticky_sealed = self._seal_open()
             self._wait_finished()
@@ -248,7 +257,9 @@ cdef class ProducerCore:
             self._next_sticky()
 
     def _close(self) -> None:
-        """Refuse further sends, flush, and tell the sender to stop."""
+        """Refuse further sends, flush, and tell the sender to stop. Raises as _flush."""
+        if self._forked or self._death is not None:
+            raise self._refusal()
         with self._lock:
             self._closed = True
             self._done.notify_all()  # sends blocked on a full buffer give up
@@ -261,6 +272,67 @@ cdef class ProducerCore:
         cdef Py_ssize_t target = self._sealed
         while self._finished < target:
             self._wait_done()
+        if self._death is not None:  # released by _sender_died: its records failed
+            raise self._refusal()
+
+    cdef object _refusal(self):
+        """The error a refused call raises: ForkedProcessError in a forked child; the
+        sender's death, saying why; else "closed"."""
+        if self._forked:
+            return self._owner.refusal()
+        if self._death is not None:
+            error = KdelayError(self._death)
+            error.__cause__ = self._death_cause
+            return error
+        return KdelayError("the producer is closed")
+
+    # ------------------------------------------------------------------ ends
+
+    def _sender_died(self, list held, cause) -> None:
+        """The sender thread is dying of `cause` (any BaseException: a done-callback's
+        sys.exit(), a MemoryError, a bug), holding the batches `held`. From here on the
+        producer is closed: every future it holds fails with a KdelayError saying why, and
+        every call, including flush and close, raises one (those waiting wake and raise).
+        A callback that raises again meanwhile stops nothing."""
+        name = type(cause).__name__
+        death = (f"the producer's sender thread died of {name}: {cause}" if str(cause)
+                 else f"the producer's sender thread died of {name}")
+        with self._lock:
+            self._death, self._death_cause = death, cause
+            self._closed = True
+            waiting = list(self._ready) + [b for part in self._parts
+                                           for b in (<_Partition>part).accumulator.seal_all()]
+            self._ready.clear()
+        for batches, fate in ((held, "its batch may or may not have been appended"),
+                              (waiting, "its batch was never appended")):
+            for batch in batches:
+                pending = [f for f in (<Batch>batch).tickets if not f.done()]
+                if not pending:
+                    continue
+                error = KdelayError(f"{death}; {fate}")
+                error.__cause__ = cause
+                try:
+                    fail(pending, (<Batch>batch).condition, error)
+                except BaseException:  # noqa: a callback died too: fail the rest all the same
+                    pass
+        with self._lock:
+            self._waiting = 0
+            self._finished = self._sealed
+            self._done.notify_all()
+
+    def _orphan(self, list held) -> None:
+        """In a forked child (kdelay.forks, before any of the child's code runs): closed
+        for good, every call refused with ForkedProcessError. The futures this copy holds
+        (the parent's records, which the parent appends) fail at once with it, without
+        taking a lock (a parent thread may have held one at the fork) and without running
+        their callbacks (the parent's, which it runs when its own copies resolve)."""
+        self._forked = True
+        self._closed = True
+        error = self._owner.refusal()
+        batches = list(held) + list(self._ready) + [
+            b for part in self._parts for b in (<_Partition>part).accumulator.seal_all()]
+        for batch in batches:
+            abandon((<Batch>batch).tickets, error)
 
     # ------------------------------------------------------------------ the sender
 

@@ -24,6 +24,7 @@ whose Future changes fails there, not in use.
 """
 
 from concurrent.futures import Future
+from threading import Condition
 
 from cpython.object cimport PyObject, PyTypeObject, newfunc
 from cpython.ref cimport Py_INCREF
@@ -31,7 +32,7 @@ from cpython.tuple cimport PyTuple_SET_ITEM
 
 from ..records import RecordMetadata
 
-__all__ = ["RecordFuture", "fail", "new_future", "resolve"]
+__all__ = ["RecordFuture", "abandon", "fail", "new_future", "resolve"]
 
 
 cdef extern from "Python.h":
@@ -101,8 +102,7 @@ def resolve(list futures, condition, partition, base, due, list stamps) -> None:
             future._result = _metadata(partition, base + i, due, stamps[i])
             _finish(future, False, called_back)
         condition.notify_all()
-    for future in called_back:
-        future._invoke_callbacks()
+    _call_back(called_back)
 
 
 def fail(list futures, condition, exception: BaseException) -> None:
@@ -113,8 +113,38 @@ def fail(list futures, condition, exception: BaseException) -> None:
             future._exception = exception
             _finish(future, True, called_back)
         condition.notify_all()
-    for future in called_back:
-        future._invoke_callbacks()
+    _call_back(called_back)
+
+
+cdef _call_back(list futures):
+    """Run each future's callbacks (Future's own _invoke_callbacks: an Exception is logged
+    and the next callback runs). A BaseException (a callback's sys.exit()) does not keep
+    the other futures' callbacks from running: the first is raised once all have run."""
+    first = None
+    for future in futures:
+        try:
+            future._invoke_callbacks()
+        except BaseException as e:
+            if first is None:
+                first = e
+    if first is not None:
+        raise first
+
+
+def abandon(list futures, exception: BaseException) -> None:
+    """In a forked child: fail the pending futures of `futures` (a batch's) with `exception`
+    at once, without their Condition (a thread of the parent may have held it at the fork:
+    they share a new one) and without running their callbacks or telling their waiters
+    (the parent's threads, absent here)."""
+    condition = None
+    for future in futures:
+        if future._state == _PENDING:
+            if condition is None:
+                condition = Condition()
+            future._condition = condition
+            future._exception = exception
+            future._state = _FINISHED
+            _track(future)
 
 
 cdef _finish(future, bint failed, list called_back):

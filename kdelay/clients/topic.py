@@ -93,6 +93,7 @@ class Topic(forks.Owned):
         self._rr_lock = threading.Lock()
         self._next_keyless = 0
         self._closed = False
+        self._clock_source: Clock | None = None
         self._owner = forks.Ownership(self, f"topic {name!r} in {root}")
 
     @classmethod
@@ -144,7 +145,9 @@ class Topic(forks.Owned):
             for log in logs:
                 log.close()
             raise
-        return cls(root, name, logs)
+        topic = cls(root, name, logs)
+        topic._clock_source = clock  # the clock of partitions added later
+        return topic
 
     def _wake(self, result: AppendResult) -> None:
         self.signal.comes_due(due_in_ms(result))
@@ -220,6 +223,32 @@ class Topic(forks.Owned):
         if self._closed:
             raise self._owner.refusal()
         return self.partition(partition).reschedule(offset, deliver_after, delay_ms=delay_ms)
+
+    def add_partitions(self, count: int, config: LogConfig | None = None,
+                       clock: Clock | None = None) -> None:
+        """Grow the topic to `count` partitions (more only: InvalidTopicError otherwise), as
+        Kafka's CreatePartitions does: keys then map onto the new count. The new count is
+        recorded first (atomically), then the new partitions are created and opened, so a
+        crash between the two leaves a topic whose missing partitions its next open
+        creates. `config` and `clock` are those of the new partitions (default: the first
+        partition's). Cost: one atomic write and one Log.open per new partition."""
+        if self._closed:
+            raise self._owner.refusal()
+        count = as_int(count, "partitions", lo=1, error=InvalidTopicError)
+        if count <= len(self._logs):
+            raise InvalidTopicError(f"topic {self.name!r} has {len(self._logs)} partitions; "
+                                    f"it can only grow (asked for {count})")
+        first = self._logs[0]
+        config = config or first.config
+        meta_path = os.path.join(self.root, META_DIR, self.name)
+        body = {"format": _META_FORMAT, "name": self.name, "partitions": count}
+        os_errors("growing topic in", self.root, lambda: fsio.atomic_write(
+            meta_path, (json.dumps(body) + "\n").encode()))
+        for i in range(len(self._logs), count):
+            log = Log.open(os.path.join(self.root, f"{self.name}-{i}"), config=config,
+                           clock=clock or self._clock_source)
+            log.add_append_listener(self._wake)
+            self._logs.append(log)
 
     # ------------------------------------------------------------------ lifecycle
 

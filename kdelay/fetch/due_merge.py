@@ -1,11 +1,13 @@
 """Page filling: a k-way merge of runs (see runs.py) into one page of due records.
 
 The merge takes the smallest head of the runs, so a page touches only the entries it
-returns plus one head per run. It runs compiled (page_fill.pyx): each run offers a window
-of its index entries as columns, and one call merges them, reads each batch it takes from
-the mapped segment, checks it against its entry (entry_check's rule, and its CRC-32C),
-decodes it and builds the FetchedRecords the page needs. Python's work is per page and per
-run; a batch that fails a check is read again by the Python path (Segment.read_verified,
+returns plus the heads it compares. It runs compiled (page_fill.KWayMerge): each run
+offers a window of its index entries as columns, and one call merges them with a binary
+heap (O(log k) per batch for k runs), reads each batch it takes from the mapped segment,
+checks it against its entry (entry_check's rule, and its CRC-32C), decodes it and builds
+the FetchedRecords the page needs. Python's work is per page and per window it refills or
+segment it takes up (planner.py keeps the merge from one page to the next); a batch that
+fails a check is read again by the Python path (Segment.read_verified,
 codec.decode_records) to say what is wrong, in one wording. A remote run's bytes are
 fetched when the fill is about to read a batch not at hand (FETCH; runs.py), so a page
 fetches nothing for the runs it takes nothing from.
@@ -16,21 +18,18 @@ from __future__ import annotations
 from itertools import repeat
 from typing import NamedTuple
 
-import numpy as np
-
 from ..errors import KdelayError
 from ..log.batch import codec
-from ..log.batch.record_decode import shared_headers
 from ..log.cancellation.cancel_store import CancelStore
-from ..records import NO_HEADERS, DeliveryKey, FetchedRecord
+from ..records import DeliveryKey, FetchedRecord
 from ..validation import MAX_INT64
-from .page_fill import DAMAGED, DONE, FETCH, REFILL, fill_page
+from .page_fill import DAMAGED, DONE, FETCH, NO_BOUND, PLAN, PageRequest, Window
+from .planner import MergeCursor, cursor_key
 from .runs import BatchSource
 
 _new_record = tuple.__new__
-_NO_OFFSETS = np.empty(0, np.int64)
 # most entries of a recent run gathered into a window at once (a larger page refills)
-_RECENT_WINDOW = 4096
+RECENT_WINDOW = 4096
 
 
 class Page(NamedTuple):
@@ -53,56 +52,60 @@ def batch_records(h: codec.BatchHeader, data: bytes, skip: int, limit: int,
     return list(map(_new_record, repeat(FetchedRecord), rows))
 
 
-def read_page(runs: list, after: DeliveryKey | None, now: int, max_records: int,
-              max_bytes: int, cancels: CancelStore | None = None) -> Page:
-    """Fill one page by merging `runs`: records with key > `after` and deliverAfter <= `now`,
-    at most `max_records`, and `max_bytes` as a soft cap (at least one batch). Each run is
-    left positioned at its first entry not fully consumed.
+def window_limit(max_records: int) -> int:
+    """How many entries a page of `max_records` gathers of a recent run at once."""
+    return min(max_records, RECENT_WINDOW)
 
-    Cancelled records (`cancels`) are left out and do not count against the page; a batch
-    whose remaining records are all cancelled is not even read."""
+
+def read_page(state: MergeCursor, after: DeliveryKey | None, now: int, max_records: int,
+              max_bytes: int, cancels: CancelStore | None = None) -> Page:
+    """Fill one page from the merge `state` (planner.merge_state for `after`): records
+    with key > `after` and deliverAfter <= `now`, at most `max_records`, and `max_bytes`
+    as a soft cap (at least one batch), taking up pending segments as they can
+    contribute. The merge is left positioned at the first entry of each run not fully
+    consumed. Cancelled records (`cancels`) are left out and do not count against the
+    page; a batch whose remaining records are all cancelled is not even read."""
     out: list[FetchedRecord] = []
     max_records = min(max_records, MAX_INT64)
-    limit = min(max_records, _RECENT_WINDOW)
-    windows = [_window(run, now, limit, cancels) for run in runs]
-    heads = np.array([w[1] for w in windows], np.int64)
-    windows = [w[0] for w in windows]
+    limit = window_limit(max_records)
     after_da, after_off = (-1, -1) if after is None else after
-    taken = 0
+    request = PageRequest(after_da, after_off, now, max_records, min(max_bytes, MAX_INT64))
+    key = cursor_key(after)
+    merge, pending = state.merge, state.pending
     while True:
-        outcome, taken, detail = fill_page(
-            out, windows, heads, codec.HEADER_LAYOUT, after_da, after_off, now, max_records,
-            min(max_bytes, MAX_INT64), taken, FetchedRecord, NO_HEADERS, shared_headers)
-        if outcome != REFILL and outcome != FETCH:
-            break
-        run = runs[detail]
-        if outcome == FETCH:
-            run.fetch(int(heads[detail]), now)
+        bound = pending.peek()
+        if bound is not None:
+            request.bound_da, request.bound_off = bound
         else:
-            run.moved_to(int(heads[detail]))
-        windows[detail], heads[detail] = _window(run, now, limit, cancels)
+            request.bound_da = NO_BOUND
+        outcome = merge.fill(out, request)
+        if outcome in (DONE, DAMAGED):
+            break
+        if outcome == PLAN:
+            state.take_up(key, now, limit, cancels)
+            continue
+        slot = request.detail
+        run = state.runs[slot]
+        if outcome == FETCH:
+            run.fetch(merge.head(slot), now)
+        else:
+            run.moved_to(merge.head(slot))
+        state.set_window(slot, now, limit, cancels)
     if outcome == DAMAGED:
-        _explain(runs[detail].seg, windows[detail], int(heads[detail]))
-    for run, head in zip(runs, heads.tolist(), strict=True):
-        run.moved_to(head)
+        slot = request.detail
+        _explain(state.runs[slot].seg, merge.window(slot), merge.head(slot))
     nxt = DeliveryKey(out[-1].deliver_after, out[-1].offset) if out else after
-    return Page(out, nxt, detail if outcome == DONE and detail >= 0 else None)
+    pending_da = request.detail if outcome == DONE and request.detail >= 0 else None
+    bound = pending.peek()
+    if bound is not None and (pending_da is None or bound[0] < pending_da):
+        pending_da = bound[0]  # a bound, never later than the segment's first due
+    return Page(out, nxt, pending_da)
 
 
-def _window(run, now: int, limit: int, cancels: CancelStore | None) -> tuple[tuple, int]:
-    """(the window fill_page takes of `run`, its first entry)."""
-    seg = run.seg
-    mapped = seg.mapped()  # before the window: its bytes are ready in this mapping
-    cols, start, end, more, ready = run.window(now, limit)
-    sc = None if cancels is None else cancels.get(seg.base_offset)
-    gone = (_NO_OFFSETS, _NO_OFFSETS) if sc is None else sc.sorted_parts()
-    return (mapped, seg.size, *cols, end, more, ready, *gone), start
-
-
-def _explain(seg: BatchSource, window: tuple, i: int) -> None:
+def _explain(seg: BatchSource, window: Window, i: int) -> None:
     """Raise the CorruptLogError the Python path raises for the batch of entry `i` of
     `window`, which the page fill refused."""
-    entry = tuple(int(c[i]) for c in window[2:7])
+    entry = window.entry(i)
     h, data = seg.read_verified(entry)
     codec.decode_records(data, h, path=seg.log_path, file_pos=entry[2])
     raise KdelayError(f"the compiled page fill refused the batch at byte {entry[2]} of "

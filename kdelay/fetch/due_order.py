@@ -1,8 +1,9 @@
 """The due-order read: one page of due records after a cursor, in (deliverAfter, offset)
 order, planned by planner.py and filled by due_merge.py.
 
-DueOrderReader keeps what one fetch leaves for the next: the sealed segments' runs
-(ResumePoints), and, after an empty page, how long nothing after that cursor can come
+DueOrderReader keeps what one fetch leaves for the next: the merge, its heads and the
+segments it has not taken up yet (planner.MergeCursor, kept in ResumePoints by the page's
+`next`), and, after an empty page, how long nothing after that cursor can come
 due, so that an idle poll skips the merge entirely until then or until an append that
 is due sooner. The Log's lock guards every call.
 """
@@ -17,10 +18,11 @@ from ..log.segments.segment_set import SegmentSet
 from ..records import DeliveryKey, FetchedRecord, FetchResult
 from ..validation import as_delivery_key, is_int
 from . import planner
-from .due_merge import read_page
+from .active_page import NEVER, active_page
+from .due_merge import read_page, window_limit
 from .long_poll import ActivitySignal, long_poll
 
-NEVER = 1 << 63
+_new_tuple = tuple.__new__
 
 
 def resolve_cursor(segments: SegmentSet, after: DeliveryKey | int | None
@@ -78,17 +80,24 @@ class DueOrderReader:
         quiet = self._quiet
         if quiet is not None and quiet[0] == cursor and now < quiet[1]:
             return [], cursor, quiet[1]  # known: nothing after the cursor is due
-        sealed = planner.sealed_runs(segments, self._resume, cursor, now)
-        runs = sealed.runs + planner.active_runs(segments.active, cursor)
-        page = read_page(runs, cursor, now, max_records, max_bytes, cancels)
-        self._resume.remember(page.next, sealed)
+        small = active_page(segments, cursor, now, max_records, max_bytes, cancels)
+        if small is not None:  # only the active segment's recent entries can contribute
+            records, nxt, until = small
+            if until is not None:  # the page saw the end of what is due: a quiet spell
+                self._quiet = (nxt, until)  # after it, even when it returned records
+            if records:
+                return records, nxt, None
+            if until is not None:
+                return [], cursor, until
+        limit = window_limit(max_records)
+        state = planner.merge_state(segments, self._resume, cursor, now, limit, cancels)
+        page = read_page(state, cursor, now, max_records, max_bytes, cancels)
+        self._resume.remember(page.next, state)
         if page.records:
             return page.records, page.next, None
-        # every record after the cursor is due at `until` or later: the smallest run head,
-        # or parked segment, not yet due
+        # every record after the cursor is due at `until` or later: the smallest head not
+        # yet due, or the smallest bound of a segment not taken up
         until = NEVER if page.next_pending is None else page.next_pending
-        if sealed.parked:
-            until = min(until, sealed.parked[0][0])
         self._quiet = (cursor, until)
         return [], cursor, until
 
@@ -96,7 +105,7 @@ class DueOrderReader:
                    max_records: int, max_bytes: int, cancels: CancelStore) -> FetchResult:
         """`page` as a fetch returns it (a fetch that does not wait: one page)."""
         records, nxt, _ = self.page(segments, cursor, now, max_records, max_bytes, cancels)
-        return FetchResult(records, nxt)
+        return _new_tuple(FetchResult, (records, nxt))  # (not its Python-level __new__)
 
     def wait_for_page(self, segments: SegmentSet, cursor: DeliveryKey | None,
                       max_records: int, max_bytes: int, cancels: CancelStore, *,

@@ -33,6 +33,7 @@ Window = tuple[Columns, int, int, bool, int]
 # the most entries of a remote run whose bytes one fetch gets (the read-ahead's bound)
 MAX_READ_AHEAD = 4096
 READ_AHEAD_GROWTH = 8  # each fetch of a run gets this many times more entries than the last
+empty_offsets = np.empty(0, np.int64)  # a segment's cancelled offsets when it has none
 
 
 class BatchSource(Protocol):

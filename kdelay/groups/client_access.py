@@ -6,6 +6,7 @@ A Log hands one out as `log.clients`; nothing here is a user's surface."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -44,14 +45,21 @@ class ClientAccess:
         O(1), from memory."""
         self._groups.check_member(group, generation)
 
+    def has_position(self, group: str) -> bool:
+        """Whether `group` has ever stored a position on this log. One stat."""
+        return os.path.exists(self._groups.path(group))
+
     def earliest_pending(self, now: int) -> int | None:
         """The smallest deliverAfter > `now` in the log (None: nothing pending). Sealed
-        segments whose largest key is due are skipped without being touched."""
+        segments whose largest key is due are skipped without being touched: O(segments
+        not all due)."""
         with self._lock:
             return metrics.earliest_pending(self._segments, now)
 
-    def due_after(self, keys: Sequence[DeliveryKey | None], now: int) -> list[int]:
+    def due_after(self, keys: Sequence[DeliveryKey | None], now: int,
+                  reach: metrics.Reach | None = None) -> list[int]:
         """Per key (a position in due order, None: the start), the records due at `now`
-        after it and not cancelled: what a reader at that position has left to read now."""
+        after it and not cancelled: what a reader at that position has left to read now
+        (over the segments in `reach`: all when None). O(segments + batches due)."""
         with self._lock:
-            return metrics.due_after_keys(self._segments, keys, now, self._cancels)
+            return metrics.due_after_keys(self._segments, keys, now, self._cancels, reach)

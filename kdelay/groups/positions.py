@@ -70,9 +70,7 @@ class GroupStore:
         """Store `group`'s position; with `generation`, only if that member is current
         (checked and written under one lock, so no join slips in between)."""
         path = self._file(group)
-        body = ("none" if key is None else f"{key.deliver_after} {key.offset}") + f" {clock}"
-        text = f"{_TAG}\n{group}\n{body}\n"
-        data = f"{text}{crc32c.crc32c(text.encode('utf-8')):08x}\n".encode()
+        data = _encode(group, key, clock)
         with self._lock:
             if generation is not None:
                 self.check_member(group, generation)
@@ -81,6 +79,25 @@ class GroupStore:
                 fsio.fsync_dir(os.path.dirname(self.directory))
             fsio.atomic_write(path, data)
             self._cache[group] = key
+
+    def commit_many(self, positions: dict[str, DeliveryKey | None], clock: int) -> None:
+        """Store several groups' positions with one directory fsync: each file is written,
+        fsynced and renamed, then the directory fsync makes every rename durable (a crash
+        before it leaves each group at its old or its new position, never a torn one)."""
+        files = [(group, self._file(group)) for group in positions]
+        with self._lock:
+            if not os.path.isdir(self.directory):
+                os.makedirs(self.directory, exist_ok=True)
+                fsio.fsync_dir(os.path.dirname(self.directory))
+            # every new file is written and fsynced before any rename, so that no file is
+            # created between a rename and the directory fsync that makes it durable
+            for group, path in files:
+                fsio.write_new(path + ".tmp", _encode(group, positions[group], clock))
+            for _, path in files:
+                fsio.rename(path + ".tmp", path)
+            fsio.fsync_dir(self.directory)
+            for group, _ in files:
+                self._cache[group] = positions[group]
 
     def committed(self, group: str) -> DeliveryKey | None:
         path = self._file(group)
@@ -117,6 +134,12 @@ class GroupStore:
                 except ValueError:
                     continue
         return sorted(out)
+
+
+def _encode(group: str, key: DeliveryKey | None, clock: int) -> bytes:
+    body = ("none" if key is None else f"{key.deliver_after} {key.offset}") + f" {clock}"
+    text = f"{_TAG}\n{group}\n{body}\n"
+    return f"{text}{crc32c.crc32c(text.encode('utf-8')):08x}\n".encode()
 
 
 def _parse(raw: bytes, path: str, group: str) -> tuple[DeliveryKey | None, int]:

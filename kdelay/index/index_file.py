@@ -52,6 +52,9 @@ VERSION_1 = b"1"  # one CRC over all the columns, no chunks
 # 128 KiB of a .dlyindex, checked in about 10 µs; smaller chunks cost more Python per
 # entry checked (1024: twice the time of one CRC over the whole file)
 CHUNK_ENTRIES = 4096
+# an index file this small is read whole on loading rather than mapped (a map costs more
+# than reading a few pages)
+SMALL_INDEX_BYTES = 64 << 10
 
 
 def kind_of(magic: bytes) -> bytes:
@@ -202,15 +205,21 @@ def map_index(path: str, magic: bytes, dtypes: list[np.dtype], *, base_offset: i
     every chunk's, or with `lazy` those of the first and last chunk only (what opening a
     log reads: a segment's first and last keys), the others as reads reach them (the
     ChunkChecks returned; the file is removed if one fails then). The file is opened
-    once: header read, size checked and data mapped through the same descriptor."""
+    once: header read, size checked and data read (a small file) or mapped through the
+    same descriptor."""
     try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below; the map outlives it
+        fd = os.open(path, os.O_RDONLY | fsio.O_BINARY)
     except FileNotFoundError:
         raise IndexFileError(f"{path}: missing") from None
     except OSError as e:
         raise IndexFileError(f"{path}: {e}") from None
-    with f:
-        raw = _parse_header(f.read(HEADER_SIZE), path, magic)
+    try:
+        st = os.fstat(fd)
+        # a small file is read whole in one call (cheaper than a map), a larger one mapped;
+        # either way its chunks are checked as `lazy` says
+        small = st.st_size <= SMALL_INDEX_BYTES
+        data = os.pread(fd, st.st_size if small else HEADER_SIZE, 0)
+        raw = _parse_header(data[:HEADER_SIZE], path, magic)
         meta = raw.meta
         mismatches = currency_mismatches(meta, base_offset=base_offset, log_bytes=log_bytes)
         if mismatches and mismatches[0].field == "base_offset":
@@ -220,13 +229,21 @@ def map_index(path: str, magic: bytes, dtypes: list[np.dtype], *, base_offset: i
             raise IndexFileError(
                 f"{path}: stale (covers {meta.log_bytes} log bytes, the log has {log_bytes})")
         expected = _file_bytes(raw, dtypes)
-        st = os.fstat(f.fileno())
-        if st.st_size != expected:
+        if st.st_size != expected or (small and len(data) != expected):
             raise IndexFileError(f"{path}: {st.st_size} bytes, header implies {expected}")
         # a plain ndarray over an mmap: np.memmap's Python-level hooks cost more than the
         # searches themselves (no map for an empty index: nothing to read)
-        body = np.empty(0, np.uint8) if meta.entries == 0 else np.frombuffer(
-            mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), dtype=np.uint8)[HEADER_SIZE:]
+        if meta.entries == 0:
+            body = np.empty(0, np.uint8)
+        elif small:
+            body = np.frombuffer(data, dtype=np.uint8)[HEADER_SIZE:]
+        else:
+            body = np.frombuffer(mmap.mmap(fd, 0, access=mmap.ACCESS_READ),
+                                 dtype=np.uint8)[HEADER_SIZE:]
+    except OSError as e:  # a directory by that name, an I/O error
+        raise IndexFileError(f"{path}: {e}") from None
+    finally:
+        os.close(fd)
     checked = _check_body(path, raw, body, dtypes, lazy=lazy, file_id=(st.st_dev, st.st_ino))
     if checked.problem is not None:
         spans = checked.damaged

@@ -16,7 +16,7 @@ before it is read, and every output's capacity before it is written."""
 
 cimport cython
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
-from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.stdlib cimport qsort
 from libc.string cimport memcpy
 
@@ -32,13 +32,6 @@ cdef class IntColumn:
     relative column, else 0) in a 4-byte dtype, widened to int64 once a value does not
     fit. Capacity grows by a sixteenth (at most 1/16 slack)."""
 
-    cdef readonly object a  # the numpy array of stored values; [:n] are in use
-    cdef readonly Py_ssize_t n
-    cdef readonly bint started  # a relative column has taken its first value (its base)
-    cdef bint relative
-    cdef int64_t _base
-    cdef int kind
-    cdef uint8_t[::1] _bytes  # `a`'s bytes, for the C loops
 
     def __init__(self, dtype, relative: bool = False) -> None:
         self.relative = relative
@@ -75,7 +68,7 @@ cdef class IntColumn:
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
-    cdef inline void _put(self, Py_ssize_t i, int64_t x) noexcept:
+    cdef void _put(self, Py_ssize_t i, int64_t x) noexcept:
         cdef uint8_t* p = &self._bytes[0]
         if self.kind == INT64:
             (<int64_t*>p)[i] = x
@@ -86,7 +79,7 @@ cdef class IntColumn:
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
-    cdef inline int64_t value(self, Py_ssize_t i) noexcept:
+    cdef int64_t value(self, Py_ssize_t i) noexcept:
         """The value of entry i (< n), base added back."""
         cdef const uint8_t* p = &self._bytes[0]
         if self.kind == INT64:
@@ -107,6 +100,18 @@ cdef class IntColumn:
         return self.a.nbytes
 
 
+cdef int _by_key(const void* a, const void* b) noexcept nogil:
+    cdef const Key* x = <const Key*>a
+    cdef const Key* y = <const Key*>b
+    if x.da != y.da:
+        return -1 if x.da < y.da else 1
+    return -1 if x.seq < y.seq else (1 if x.seq > y.seq else 0)
+
+
+cdef inline bint _key_less(Key x, Key y) noexcept nogil:
+    return x.da < y.da or (x.da == y.da and x.seq < y.seq)
+
+
 cdef class RecentColumns:
     """The recent entries' columns, in arrival (= offset) order: deliverAfter relative to
     the first entry's (int32), base offset relative to the first entry's (uint32), position
@@ -117,10 +122,12 @@ cdef class RecentColumns:
     arrivals. Never changed in place, only replaced: a reader's reference stays a valid
     snapshot."""
 
-    cdef readonly IntColumn da, rel, pos, lod, size
-    cdef readonly int64_t base0, next_base, end_pos
-    cdef readonly object order
-    cdef Py_ssize_t merged, tail_limit  # len(order); arrivals kept unmerged at most
+
+    def __cinit__(self, *args) -> None:
+        self.heap, self.heap_n, self.heap_cap = NULL, 0, 0
+
+    def __dealloc__(self) -> None:
+        PyMem_Free(self.heap)
 
     def __init__(self, Py_ssize_t tail_limit) -> None:
         self.da = IntColumn(np.int32, relative=True)
@@ -135,7 +142,7 @@ cdef class RecentColumns:
     def __len__(self) -> int:
         return self.complete()
 
-    cdef inline Py_ssize_t complete(self) noexcept:
+    cdef Py_ssize_t complete(self) noexcept:
         """Entries whose every column is written (all of them, unless an append failed
         part-way, as from a MemoryError)."""
         cdef Py_ssize_t n = min(self.da.n, self.rel.n, self.pos.n)
@@ -161,8 +168,30 @@ cdef class RecentColumns:
             self.size.append(size)
         self.next_base = base + lod + 1
         self.end_pos = pos + size
+        self._heap_push(da, self.complete() - 1)
         if self.complete() - self.merged >= self.tail_limit:
             self.merge()
+
+    cdef int _heap_push(self, int64_t da, Py_ssize_t seq) except -1:
+        """Add arrival `seq` to the tail's heap (sift up)."""
+        cdef Py_ssize_t i = self.heap_n, parent
+        cdef Key* grown
+        if i == self.heap_cap:
+            grown = <Key*>PyMem_Realloc(self.heap, max(64, 2 * self.heap_cap) * sizeof(Key))
+            if grown == NULL:
+                raise MemoryError()
+            self.heap, self.heap_cap = grown, max(64, 2 * self.heap_cap)
+        cdef Key key
+        key.da, key.seq = da, seq
+        while i > 0:
+            parent = (i - 1) >> 1
+            if not _key_less(key, self.heap[parent]):
+                break
+            self.heap[i] = self.heap[parent]
+            i = parent
+        self.heap[i] = key
+        self.heap_n += 1
+        return 0
 
     cpdef merge(self):
         """Fold the unsorted tail of arrivals into the sorted order: the tail sorted (a
@@ -178,6 +207,7 @@ cdef class RecentColumns:
             merge_tail(self.da, self.order, tail, merged)
             tail = merged
         self.order, self.merged = tail, n
+        self.heap_n = 0
 
     cdef int _explicit(self) except -1:
         """Start explicit lod/size columns, filled for the entries so far."""
@@ -191,7 +221,7 @@ cdef class RecentColumns:
         self.lod, self.size = lod, size
         return 0
 
-    cdef inline void entry(self, Py_ssize_t s, int64_t* out) noexcept:
+    cdef void entry(self, Py_ssize_t s, int64_t* out) noexcept:
         """Arrival s's (deliver_after, base_offset, position, lod, size) into out[0:5]
         (s < self.complete(), checked by the caller)."""
         cdef int64_t base = self.rel.value(s) + self.base0
@@ -240,18 +270,6 @@ def window(RecentColumns entries, const uint32_t[:] seqs, int64_t now,
         if e[0] > now:
             return k + 1
     return seqs.shape[0]
-
-
-cdef struct Key:
-    int64_t da, seq
-
-
-cdef int _by_key(const void* a, const void* b) noexcept nogil:
-    cdef const Key* x = <const Key*>a
-    cdef const Key* y = <const Key*>b
-    if x.da != y.da:
-        return -1 if x.da < y.da else 1
-    return -1 if x.seq < y.seq else (1 if x.seq > y.seq else 0)
 
 
 @cython.boundscheck(False)
@@ -326,6 +344,13 @@ def start_after(RecentColumns entries, const uint32_t[:] order, int64_t after_da
     """Rank in `order` (arrivals sorted by (deliverAfter, arrival)) of the first entry that
     may hold a record with key > (after_da, after_off): the batch holding that key itself
     if it has records past it."""
+    return _start_after(entries, order, after_da, after_off)
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef Py_ssize_t _start_after(RecentColumns entries, const uint32_t[:] order, int64_t after_da,
+                             int64_t after_off) except -1:
     cdef Py_ssize_t lo = rank(entries.da, order, after_da, False)
     cdef Py_ssize_t hi = rank(entries.da, order, after_da, True), mid
     cdef Py_ssize_t n = entries.complete()
@@ -404,3 +429,198 @@ def merge_tail(IntColumn da, const uint32_t[::1] order, const uint32_t[:] tail,
         w += 1
     if m > done:
         memcpy(&out[w], &order[done], (m - done) * sizeof(uint32_t))
+
+
+cdef inline bint _key_below(const int64_t* x, const int64_t* y) noexcept:
+    return x[0] < y[0] or (x[0] == y[0] and x[1] < y[1])
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef Key* _tail_due(RecentColumns entries, int64_t after_da, int64_t after_off, int64_t now,
+                    Py_ssize_t* count, int64_t* later_e, bint* have_later) except? NULL:
+    """The tail's due entries after the cursor (unsorted; *count of them, in a block the
+    caller frees), found by a walk down its heap that stops at every entry not due (so
+    O(due entries)); the first not due after the cursor into later_e (*have_later)."""
+    cdef Py_ssize_t hn = entries.heap_n, top = 0, i, nt = 0
+    cdef Key* heap = entries.heap
+    cdef Key* keys = <Key*>PyMem_Malloc(max(hn, 1) * sizeof(Key))
+    cdef Py_ssize_t* stack = <Py_ssize_t*>PyMem_Malloc(max(hn, 1) * sizeof(Py_ssize_t))
+    cdef int64_t e[5]
+    cdef Key later
+    later.da, later.seq = -1, -1
+    if keys == NULL or stack == NULL:
+        PyMem_Free(keys)
+        PyMem_Free(stack)
+        raise MemoryError()
+    try:
+        if hn:
+            stack[0], top = 0, 1
+        while top:  # (each index is pushed once: the stack never holds more than hn)
+            top -= 1
+            i = stack[top]
+            if heap[i].seq >= entries.complete():
+                raise ValueError("an arrival number past the entries")
+            if heap[i].da > now:  # neither it nor anything below it is due
+                if heap[i].da > after_da or after_off < 0:
+                    if later.seq < 0 or _key_less(heap[i], later):
+                        later = heap[i]
+                else:  # a cursor not yet due (a caller's own key): find the first after it
+                    _later_after(entries, i, after_da, after_off, &later)
+                continue
+            if after_off < 0 or heap[i].da > after_da or (
+                    heap[i].da == after_da and _past(entries, heap[i].seq, after_off)):
+                keys[nt] = heap[i]
+                nt += 1
+            if 2 * i + 1 < hn:
+                stack[top] = 2 * i + 1
+                top += 1
+            if 2 * i + 2 < hn:
+                stack[top] = 2 * i + 2
+                top += 1
+        if later.seq >= 0:
+            entries.entry(later.seq, later_e)
+            have_later[0] = True
+        count[0] = nt
+        return keys
+    except BaseException:
+        PyMem_Free(keys)
+        raise
+    finally:
+        PyMem_Free(stack)
+
+
+cdef inline bint _past(RecentColumns entries, Py_ssize_t seq, int64_t after_off) noexcept:
+    """Whether the batch of arrival `seq` holds a record with offset > after_off."""
+    cdef int64_t e[5]
+    entries.entry(seq, e)
+    return e[1] + e[3] > after_off
+
+
+cdef void _later_after(RecentColumns entries, Py_ssize_t i, int64_t after_da,
+                       int64_t after_off, Key* later) noexcept:
+    """The smallest entry of the heap below index i (included) that holds a record after
+    the cursor, into *later if below it: a walk of the whole subtree (only for a cursor not
+    due yet, which no fetch following its pages' `next` passes)."""
+    cdef Key* heap = entries.heap
+    cdef Py_ssize_t hn = entries.heap_n, j
+    for j in range(i, hn):  # the subtree's indices all lie at or after i
+        if not _in_subtree(j, i):
+            continue
+        if heap[j].da > after_da or (heap[j].da == after_da and
+                                     _past(entries, heap[j].seq, after_off)):
+            if later.seq < 0 or _key_less(heap[j], later[0]):
+                later[0] = heap[j]
+
+
+cdef inline bint _in_subtree(Py_ssize_t j, Py_ssize_t i) noexcept:
+    while j > i:
+        j = (j - 1) >> 1
+    return j == i
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def due_entries(RecentColumns entries, int64_t after_da, int64_t after_off, int64_t now,
+                int64_t[:, ::1] out) -> tuple[int, bool]:
+    """The entries (merged order and unmerged tail alike) that may hold a record with key >
+    (after_da, after_off) (after_off -1: any), in key order: those due at `now`, at most
+    out.shape[1] - 1 of them, then the first one not due (if any and if the due ones all
+    fit), into the rows of `out` as `window` writes them. Returns (how many rows, whether
+    due entries were left out for want of room). (due_entries_into, for Python callers.)"""
+    cdef Py_ssize_t cap = out.shape[1] - 1, k, j
+    if out.shape[0] < 5 or cap < 0:
+        raise ValueError("output too small")
+    cdef int64_t* buf = <int64_t*>PyMem_Malloc((cap + 1) * 5 * sizeof(int64_t))
+    if buf == NULL:
+        raise MemoryError()
+    cdef bint full = False
+    try:
+        k = due_entries_into(entries, after_da, after_off, now, buf, cap, &full)
+        for j in range(k):
+            _store(out, j, buf + 5 * j)
+        return k, full
+    finally:
+        PyMem_Free(buf)
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef Py_ssize_t due_entries_into(RecentColumns entries, int64_t after_da, int64_t after_off,
+                                 int64_t now, int64_t* buf, Py_ssize_t cap,
+                                 bint* full) except -1:
+    """`due_entries` into `buf` (room for cap + 1 entries of 5 int64s each, entry j at
+    buf[5 * j:5 * j + 5]); *full when due entries were left out for want of room.
+
+    One call for what a page of the active segment's recent entries needs (a RecentRun's
+    and an ArrivalsRun's windows, merged): O(log entries + rows + the tail's due entries),
+    the last by a walk down the tail's heap (kept by `add`), not over the whole tail."""
+    cdef Py_ssize_t n = entries.complete(), m = entries.merged
+    cdef const uint32_t[:] order = entries.order
+    if m > n or order.shape[0] != m or cap < 0:
+        raise ValueError("the order does not match the entries")
+    cdef Py_ssize_t i = 0 if after_off < 0 else _start_after(entries, order, after_da,
+                                                              after_off)
+    cdef Py_ssize_t nt = 0, j = 0, k = 0, s
+    cdef int64_t eo[5]
+    cdef int64_t et[5]
+    cdef int64_t later_e[5]
+    cdef int64_t da
+    cdef bint have_later = False, have_o, have_t
+    cdef Key* keys
+    if entries.heap_n == n - m:
+        keys = _tail_due(entries, after_da, after_off, now, &nt, later_e, &have_later)
+    else:  # (an add failed part-way: the heap is short) as arrivals_window, a walk
+        keys = <Key*>PyMem_Malloc(max(n - m, 1) * sizeof(Key))
+        if keys == NULL:
+            raise MemoryError()
+        for s in range(m, n):
+            da = entries.da.value(s)
+            if after_off >= 0 and da <= after_da:
+                if da < after_da:
+                    continue
+                entries.entry(s, et)
+                if et[1] + et[3] <= after_off:
+                    continue
+            if da <= now:
+                keys[nt].da, keys[nt].seq = da, s
+                nt += 1
+            elif not have_later or da < later_e[0]:
+                entries.entry(s, later_e)
+                have_later = True
+    qsort(keys, nt, sizeof(Key), _by_key)
+    try:
+        while True:  # merge the order's due entries from rank i with the tail's
+            have_o = i < m
+            if have_o:
+                if order[i] >= n:
+                    raise ValueError("an arrival number past the entries")
+                entries.entry(order[i], eo)
+                have_o = eo[0] <= now
+            have_t = j < nt
+            if have_t:
+                entries.entry(keys[j].seq, et)
+            if not have_o and not have_t:
+                break
+            if k == cap:
+                full[0] = True
+                break
+            if have_o and (not have_t or _key_below(eo, et)):
+                memcpy(buf + 5 * k, eo, 5 * sizeof(int64_t))
+                i += 1
+            else:
+                memcpy(buf + 5 * k, et, 5 * sizeof(int64_t))
+                j += 1
+            k += 1
+        if not full[0]:  # the first entry not due: the order's next, or the tail's earliest
+            if i < m:  # (not due: the loop took every due one)
+                if not have_later or _key_below(eo, later_e):
+                    later_e[0], later_e[1], later_e[2], later_e[3], later_e[4] = \
+                        eo[0], eo[1], eo[2], eo[3], eo[4]
+                    have_later = True
+            if have_later:
+                memcpy(buf + 5 * k, later_e, 5 * sizeof(int64_t))
+                k += 1
+        return k
+    finally:
+        PyMem_Free(keys)

@@ -16,22 +16,27 @@ Requests and bytes are counted (`counters`), for `metrics()["remote"]`. A module
 kdelay.testing.faults wraps kdelay.fsio.
 
 Thread-safe: obstore's stores may be shared between threads; the counters are updated
-under a lock.
+under a lock. Not fork-safe: in a child forked after a request, every open and request
+raises RemoteStorageError (after_fork.py says why) instead of waiting forever.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 from ..errors import RemoteStorageError
+from . import after_fork
 
-__all__ = ["ObjectExistsError", "RemoteCounters", "RemoteStore", "public_options"]
+__all__ = ["ObjectExistsError", "RemoteCounters", "RemoteStore", "StorePanic", "public_options"]
+
+T = TypeVar("T")
 
 # options that go to obstore's HTTP client rather than to the store's own configuration
 _CLIENT_OPTIONS = {"allow_http", "allow_invalid_certificates", "proxy_url", "user_agent",
@@ -71,6 +76,43 @@ class RemoteCounters:
             self.bytes_put += put
 
 
+class StorePanic(Exception):  # noqa: N818 (what the client did, not an error of ours)
+    """The store client panicked: obstore's Rust code surfaces a panic as pyo3's
+    PanicException, a BaseException that `except Exception` would let escape."""
+
+
+def _is_panic(e: BaseException) -> bool:
+    t = type(e)
+    return t.__name__ == "PanicException" and t.__module__ == "pyo3_runtime"
+
+
+def _guarded(fn: Callable[..., T], *args, **kwargs) -> T:
+    """`fn(*args, **kwargs)` (a call into obstore), a panic turned into StorePanic, an
+    Exception like any other failure of the store. Every call into obstore goes through
+    here (a listing's pages too)."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception:
+        raise
+    except BaseException as e:
+        if _is_panic(e):
+            raise StorePanic(f"the store client panicked: "
+                             f"{(str(e).strip().splitlines() or [''])[0]}") from e
+        raise
+
+
+def _check_endpoint(options: dict) -> None:
+    """An endpoint that is not an http(s) URL: refused here, as the client would only
+    panic on the first request."""
+    endpoint = options.get("endpoint", options.get("aws_endpoint"))
+    if endpoint is None:
+        return
+    parts = urlsplit(str(endpoint))
+    if parts.scheme not in ("http", "https") or not parts.netloc or any(
+            c.isspace() for c in str(endpoint)):
+        raise RemoteStorageError(f"endpoint {endpoint!r} is not an http(s) URL")
+
+
 def _open_obstore(url: str, options: dict, timeout_ms: int):
     from obstore.store import from_url  # an optional dependency: `pip install kdelay[remote]`
 
@@ -91,31 +133,45 @@ def _open_obstore(url: str, options: dict, timeout_ms: int):
                          "base": 2}}
     if scheme in ("s3", "s3a"):
         config.setdefault("virtual_hosted_style_request", False)
+    _check_endpoint(config)
     return from_url(url, client_options=client, retry_config=retry, **config)
 
 
 class RemoteStore:
     """The objects of one partition under `<url>/<partition>/`. Open with `RemoteStore.open`."""
 
-    def __init__(self, url: str, partition: str, store, counters: RemoteCounters | None = None):
+    def __init__(self, url: str, partition: str, store, counters: RemoteCounters | None = None,
+                 options: dict | None = None, timeout_ms: int = 30_000):
         self.url = url.rstrip("/")
         self.partition = partition
         self._store = store
         self.counters = counters or RemoteCounters()
+        self._options = dict(options or {})  # for uploads.py (S3's multipart API)
+        self._timeout_ms = timeout_ms
 
     @classmethod
     def open(cls, url: str, options: dict, partition: str, *, timeout_ms: int = 30_000,
              counters: RemoteCounters | None = None) -> RemoteStore:
         """A store for partition directory `partition` (its base name) under `url`. Raises
         RemoteStorageError if the URL or options are refused (no request is made)."""
+        after_fork.check_usable()
         try:
-            store = _open_obstore(url, options, timeout_ms)
+            store = _guarded(_open_obstore, url, options, timeout_ms)
         except ImportError as e:
             raise RemoteStorageError("tiered storage needs obstore: pip install 'kdelay[remote]'"
                                      ) from e
+        except RemoteStorageError:
+            raise
         except Exception as e:  # obstore's configuration errors
             raise RemoteStorageError(f"object store {url}: {e}") from e
-        return cls(url, partition, store, counters)
+        return cls(url, partition, store, counters, options, timeout_ms)
+
+    @property
+    def volatile(self) -> bool:
+        """Does the store vanish with the process (`memory://`)? Its copies are then no
+        lasting record: local retention keeps every local file, and a directory whose
+        segments only such a store holds is refused."""
+        return urlsplit(self.url).scheme == "memory"
 
     def key(self, name: str) -> str:
         return f"{self.partition}/{name}"
@@ -130,28 +186,40 @@ class RemoteStore:
         """Store `data` (bytes, or the path of a local file, sent in parts when large) at
         `name`. With `create`, raise ObjectExistsError if it exists. Atomic: a reader sees
         the whole object or none of it."""
+        after_fork.before_request()
         return STORE_OPS["put"](self, name, data, create)
 
     def get(self, name: str) -> bytes:
         """The whole object. Raises ObjectMissingError if there is none."""
+        after_fork.before_request()
         return STORE_OPS["get"](self, name)
 
     def get_ranges(self, name: str, starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
         """The bytes [starts[i], ends[i]) of the object, one request per range or fewer
         (obstore coalesces ranges less than 1 MiB apart)."""
+        after_fork.before_request()
         return STORE_OPS["get_ranges"](self, name, starts, ends)
 
     def size(self, name: str) -> int | None:
         """The object's size, or None if there is none."""
+        after_fork.before_request()
         return STORE_OPS["size"](self, name)
 
     def list(self) -> dict[str, int]:
         """name -> size of every object of the partition."""
+        after_fork.before_request()
         return STORE_OPS["list"](self)
 
     def delete(self, name: str) -> None:
         """Remove the object; a missing one is no error (deletion is idempotent)."""
+        after_fork.before_request()
         return STORE_OPS["delete"](self, name)
+
+    def abort_uploads(self) -> int:
+        """Abort the multipart uploads left open under the partition's place (uploads.py:
+        what an interrupted copy of a large file left); returns how many. Call only while
+        no upload of this partition is under way."""
+        return STORE_OPS["abort_uploads"](self)
 
 
 def _failure(store: RemoteStore, name: str | None, what: str, e: Exception) -> RemoteStorageError:
@@ -183,7 +251,8 @@ def _put(store: RemoteStore, name: str, data, create: bool) -> None:
     source, size = (Path(data), os.path.getsize(data)) if isinstance(data, str) \
         else (data, len(data))
     try:
-        obstore.put(store._store, store.key(name), source, mode="create" if create else None)
+        _guarded(obstore.put, store._store, store.key(name), source,
+                 mode="create" if create else None)
     except (AlreadyExistsError, PreconditionError) as e:  # (S3 answers a create with 412)
         raise ObjectExistsError(f"{store.describe(name)} exists already") from e
     except Exception as e:
@@ -196,7 +265,7 @@ def _get(store: RemoteStore, name: str) -> bytes:
     import obstore
 
     try:
-        data = bytes(obstore.get(store._store, store.key(name)).bytes())
+        data = bytes(_guarded(lambda: obstore.get(store._store, store.key(name)).bytes()))
     except Exception as e:
         raise _read_failure(store, name, e) from e
     finally:
@@ -210,8 +279,8 @@ def _get_ranges(store: RemoteStore, name: str, starts: Sequence[int], ends: Sequ
     import obstore
 
     try:
-        parts = obstore.get_ranges(store._store, store.key(name), starts=list(starts),
-                                   ends=list(ends))
+        parts = _guarded(obstore.get_ranges, store._store, store.key(name),
+                         starts=list(starts), ends=list(ends))
     except Exception as e:
         raise _read_failure(store, name, e) from e
     finally:
@@ -236,7 +305,7 @@ def _size(store: RemoteStore, name: str) -> int | None:
     import obstore
 
     try:
-        return int(obstore.head(store._store, store.key(name))["size"])
+        return int(_guarded(obstore.head, store._store, store.key(name))["size"])
     except Exception as e:
         if _not_found(e):
             return None
@@ -252,7 +321,7 @@ def _list(store: RemoteStore) -> dict[str, int]:
     out: dict[str, int] = {}
     pages = 0
     try:
-        for page in obstore.list(store._store, prefix):
+        for page in _guarded(lambda: list(obstore.list(store._store, prefix))):
             pages += 1
             for meta in page:
                 out[meta["path"][len(prefix):]] = int(meta["size"])
@@ -269,7 +338,7 @@ def _delete(store: RemoteStore, name: str) -> None:
     import obstore
 
     try:
-        obstore.delete(store._store, store.key(name))
+        _guarded(obstore.delete, store._store, store.key(name))
     except Exception as e:
         if _not_found(e):
             return
@@ -278,6 +347,16 @@ def _delete(store: RemoteStore, name: str) -> None:
         store.counters.count(1)
 
 
+def _abort_uploads(store: RemoteStore) -> int:
+    from .uploads import abort_open_uploads
+
+    try:
+        return abort_open_uploads(store.url, store._options, store.partition,
+                                  store._timeout_ms)
+    finally:
+        store.counters.count(1)
+
+
 # The seam for fault injection: kdelay.testing.store_faults replaces these entries.
 STORE_OPS = {"put": _put, "get": _get, "get_ranges": _get_ranges, "size": _size,
-             "list": _list, "delete": _delete}
+             "list": _list, "delete": _delete, "abort_uploads": _abort_uploads}

@@ -64,9 +64,20 @@ def _parser(prog: str, description: str) -> argparse.ArgumentParser:
     """The options both Spark commands take: a path, the local cores, --verbose."""
     p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("path", help="a partition directory or a directory of name-i partitions")
-    p.add_argument("--cores", type=int, default=2, help="local Spark cores (default 2)")
+    p.add_argument("--cores", type=_cores, default=2, help="local Spark cores (default 2)")
     p.add_argument("--verbose", action="store_true", help="let Spark and Java log as usual")
     return p
+
+
+def _cores(text: str) -> int:
+    """--cores: a positive int, refused by argparse (not by the JVM once it started)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if n <= 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return n
 
 
 def _is_dir(p: argparse.ArgumentParser, path: str) -> bool:

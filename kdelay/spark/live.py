@@ -11,7 +11,8 @@ or before E is already visible in the files) and then brings the catalog up to d
   previous refresh stopped, reading only whole batches whose CRC and base offset check out.
   A batch that is still being written (shorter than its header says, or not yet CRC-valid)
   ends the walk; the next refresh retries it. One that stays bad while its writer is alive
-  and idle is corruption and raises CorruptLogError.
+  and idle is corruption and raises CorruptLogError; so is one that stays bad in a sealed
+  segment, writer or not (a sealed .log is never written again).
 
 The horizon is read before the files, so a batch that lands after the files were read is
 due after E and belongs to a later refresh. Batches whose key is at or below `floor` (what
@@ -21,8 +22,11 @@ Beside a compaction. Compaction swaps a rewritten segment in (log/compaction/swa
 merged-away segments' .log files are deleted before the new .log is renamed over the
 first one, so a listing taken in between shows records nowhere. A refresh therefore only
 vouches for its catalogue when the directory held still around it: no swap being
-installed, and every .log it listed still the same file (same inode) at its end (a segment
-rolled meanwhile only adds appends due after E). Otherwise it returns NO_BOUND (plan
+installed, and every .log it listed still the same file at its end (a segment rolled
+meanwhile only adds appends due after E). "The same file" is not the same inode: a
+filesystem reuses a freed inode number at once, so a segment compaction rewrote twice can
+come back under the number catalogued; a sealed segment is known by its inode and ctime
+(segment_bytes.file_ident). Otherwise it returns NO_BOUND (plan
 nothing new; the stream keeps its previous bound) and keeps the segments a swap in
 progress is replacing as they were; the next settled refresh catalogues a replaced
 segment afresh (its inode changed) and drops a deleted one. Cost per refresh: one small
@@ -53,7 +57,7 @@ from ..log.segments.layout import (
     classify,
     segment_file,
 )
-from .segment_bytes import SegmentBytes, open_segment
+from .segment_bytes import FileIdent, SegmentBytes, file_ident, open_segment
 
 NO_BOUND = -1  # a refresh that cannot vouch for its catalogue (see the module docstring)
 T = TypeVar("T")
@@ -72,7 +76,7 @@ class BatchRef(tuple):
 
 @dataclass
 class _Segment:
-    ident: int | tuple  # segment_ident when catalogued (another one: it was replaced)
+    ident: FileIdent  # segment_ident when catalogued (another one: it was replaced, or sealed)
     walked: int = 0  # bytes of the .log already catalogued
     next_offset: int = -1  # the base offset the next batch must have (-1: unknown yet)
     complete: bool = False  # sealed and fully catalogued
@@ -88,12 +92,12 @@ def _listed_bases(directory: str) -> list[int] | None:
     return None if swapping(names) else classify(names).bases
 
 
-def segment_ident(directory: str, base: int) -> int | tuple | None:
-    """What identifies a segment's bytes: its .log's inode (a compaction's swap replaces
-    the file), or for a remote-only segment ("remote", its marker's inode); None if it is
-    gone."""
+def segment_ident(directory: str, base: int, sealed: bool = True) -> FileIdent | None:
+    """What identifies a segment's bytes: its .log's file_ident (a compaction's swap
+    replaces the file; `sealed`: a newer segment exists), or for a remote-only segment
+    ("remote", its marker's inode); None if it is gone."""
     try:
-        return os.stat(segment_file(directory, base, LOG_SUFFIX)).st_ino
+        return file_ident(os.stat(segment_file(directory, base, LOG_SUFFIX)), sealed)
     except FileNotFoundError:
         pass
     try:
@@ -102,15 +106,15 @@ def segment_ident(directory: str, base: int) -> int | tuple | None:
         return None
 
 
-def log_inodes(directory: str) -> dict[int, int | tuple] | None:
+def log_inodes(directory: str) -> dict[int, FileIdent] | None:
     """{base offset: segment_ident} of the directory's segments (None: mid-swap, see
     _listed_bases)."""
     bases = _listed_bases(directory)
     if bases is None:
         return None
     out = {}
-    for base in bases:
-        ident = segment_ident(directory, base)
+    for i, base in enumerate(bases):
+        ident = segment_ident(directory, base, i + 1 < len(bases))
         if ident is not None:  # else deleted since the listing: as if listed a moment later
             out[base] = ident
     return out
@@ -118,11 +122,18 @@ def log_inodes(directory: str) -> dict[int, int | tuple] | None:
 
 def _held_still(before: dict | None, after: dict | None) -> bool:
     """Did the directory hold still between two `log_inodes`? Segments rolled meanwhile
-    (after every one listed before) do not count: they only hold later appends."""
+    (after every one listed before) do not count: they only hold later appends; nor does
+    the segment listed last being sealed by that roll (its identity then changes kind, see
+    file_ident: the same inode is the same file, which compaction cannot have rewritten
+    while it was being appended to)."""
     if before is None or after is None:
         return False
     last = max(before, default=-1)
-    return {b: i for b, i in after.items() if b <= last} == before
+    now = {b: i for b, i in after.items() if b <= last}
+    if isinstance(before.get(last), int) and isinstance(now.get(last), tuple) \
+            and now[last][0] == before[last]:
+        now[last] = before[last]
+    return now == before
 
 
 def wall_ms() -> int:
@@ -191,15 +202,15 @@ class LivePartition:
                     continue
             if seg.complete:
                 continue
-            try:
-                whole = self._walk(base, seg, idle_writer)
+            try:  # a sealed .log never changes: what looks damaged there is damage
+                whole = self._walk(base, seg, idle_writer or sealed)
             except FileNotFoundError:
                 self._drop(base)
                 continue
             seg.complete = sealed and whole
         return bound if _held_still(inodes, log_inodes(self.part.path)) else NO_BOUND
 
-    def inodes(self) -> dict[int, int | tuple]:
+    def inodes(self) -> dict[int, FileIdent]:
         """{base offset: segment_ident} of the segments catalogued."""
         return {base: seg.ident for base, seg in self._segments.items()}
 
@@ -237,7 +248,7 @@ class LivePartition:
                 self.batches.add(BatchRef(d, b, b + lo, base, p, s))
         return True
 
-    def _walk(self, base: int, seg: _Segment, idle_writer: bool) -> bool:
+    def _walk(self, base: int, seg: _Segment, confirms: bool) -> bool:
         """Catalogue the whole, CRC-valid batches appended to segment `base` since the last
         walk (the shared walker's framing parse); stop at the first batch that is not (yet)
         whole and valid. True when the walk reached the end of the file. Offsets run on as
@@ -251,21 +262,21 @@ class LivePartition:
         if src is None:
             raise FileNotFoundError(segment_file(self.part.path, base, LOG_SUFFIX))
         with src:
-            if src.remote is None and src.ident != seg.ident:
+            if not src.is_file(seg.ident):
                 return False  # replaced since it was listed: the next refresh starts afresh
             if src.remote is not None:
                 compacted = src.remote.compacted
-            return self._walk_bytes(src, seg, compacted, idle_writer)
+            return self._walk_bytes(src, seg, compacted, confirms)
 
     def _walk_bytes(self, src: SegmentBytes, seg: _Segment, compacted: bool,
-                    idle_writer: bool) -> bool:
+                    confirms: bool) -> bool:
         path = seg.path = src.path
         frames = walker.frames(src.read, seg.walked, src.size, path=path)
         try:
             for pos, h, buf, rel in frames:
                 if not continues(h.base_offset, seg.next_offset, compacted) or \
                         not codec.crc_ok(buf, rel, h):
-                    return self._bad(seg, pos, idle_writer, path)
+                    return self._bad(seg, pos, confirms, path)
                 if self._keep(h.deliver_after, h.last_offset):
                     self.batches.add(BatchRef(h.deliver_after, h.base_offset,
                                               h.last_offset, src.base, pos, h.size))
@@ -274,15 +285,17 @@ class LivePartition:
                 seg.bad_at = -1
         except CorruptLogError as e:  # not whole yet (or damaged): see _bad
             return self._bad(seg, e.position if e.position is not None else seg.walked,
-                             idle_writer, path)
+                             confirms, path)
         return True
 
     @staticmethod
-    def _bad(seg: _Segment, at: int, idle_writer: bool, path: str) -> bool:
-        # In flight (the writer is mid-append) or torn (a writer died mid-append: the next
-        # open truncates it) looks the same as damage at first; damage stays put while a
-        # live writer sits idle.
-        if seg.bad_at == at and idle_writer:
+    def _bad(seg: _Segment, at: int, confirms: bool, path: str) -> bool:
+        # In the segment being appended to, in flight (the writer is mid-append) or torn (a
+        # writer died mid-append: the next open truncates it) looks the same as damage at
+        # first; damage stays put while a live writer sits idle. A sealed segment is never
+        # written again (`confirms`): a second sighting in the same file is damage, with or
+        # without a writer (else the stream would stall on it silently).
+        if seg.bad_at == at and confirms:
             raise CorruptLogError("batch is damaged (CRC, framing or offset); the stream "
                                   "cannot go past it", path, at)
         seg.bad_at = at

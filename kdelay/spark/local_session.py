@@ -25,6 +25,8 @@ import sys
 
 from pyspark.sql import SparkSession
 
+from ..errors import InvalidConfigError
+from ..validation import as_int
 from . import PUSHDOWN_CONF, register
 
 QUIET_LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -38,6 +40,8 @@ def session(app_name: str = "kdelay", *, cores: int | None = None,
     WARN). While a session is active, that one is returned with the data source registered
     (and so pushdown on), its other settings left as they are: its workers' Python and its
     JVM were fixed when it started."""
+    if cores is not None:  # refused here, not by the JVM once started ("local[0]")
+        cores = as_int(cores, "cores", lo=1, hi=1 << 16, error=InvalidConfigError)
     active = SparkSession.getActiveSession()
     if active is not None:
         register(active)

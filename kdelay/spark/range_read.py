@@ -32,7 +32,7 @@ from ..log.segments.layout import PartitionDir
 from ..read_ranges import coalesce
 from . import columnar, scan
 from .live import settled
-from .segment_bytes import SegmentBytes, open_segment
+from .segment_bytes import FileIdent, SegmentBytes, open_segment
 
 Key = tuple[int, int]
 CHANGES = 20  # fresh catalogues one read may take before it gives up
@@ -48,7 +48,7 @@ def read_range(part: PartitionDir, start: Key, end: Key, batches: list[tuple]
     """The records of `batches` (in key order) whose key is in (start, end], cancelled ones
     left out, as Arrow batches in key order (see the module docstring)."""
     done = start
-    inodes: dict[int, int] | None = None  # of the files a fresh catalogue listed
+    inodes: dict[int, FileIdent] | None = None  # of the files a fresh catalogue listed
     for _ in range(CHANGES):
         try:
             for rows, last in _runs(part, done, end, batches, inodes):
@@ -67,7 +67,7 @@ def read_range(part: PartitionDir, start: Key, end: Key, batches: list[tuple]
 
 
 def _runs(part: PartitionDir, start: Key, end: Key, batches: list[tuple],
-          inodes: dict[int, int] | None) -> Iterator[tuple[Iterator[pa.RecordBatch], Key]]:
+          inodes: dict[int, FileIdent] | None) -> Iterator[tuple[Iterator[pa.RecordBatch], Key]]:
     """Per run of batches of one segment (read into one buffer): its rows, still to be
     decoded, and the key of its last record, once every check has passed. Raises
     _Changed when the files differ from the plan (with `inodes`, from a catalogue of the
@@ -121,13 +121,13 @@ def _runs(part: PartitionDir, start: Key, end: Key, batches: list[tuple],
             src.close()
 
 
-def _open(directory: str, base: int, ident: int | tuple | None) -> SegmentBytes:
+def _open(directory: str, base: int, ident: FileIdent | None) -> SegmentBytes:
     """The segment's bytes (local, or its remote copy); _Changed if it is gone, or
     (`ident` given: live.segment_ident of the catalogue) is not the file catalogued."""
     src = open_segment(directory, base)
     if src is None:
         raise _Changed  # deleted since planning (retention, or merged away)
-    if ident is not None and src.remote is None and src.ident != ident:
+    if ident is not None and not src.is_file(ident):
         src.close()
         raise _Changed
     return src

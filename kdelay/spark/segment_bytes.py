@@ -44,7 +44,24 @@ from ..log.tiered.manifest import RemoteCopy
 from ..log.tiered.remote_marker import read_remote_marker
 from ..remote.store import ObjectMissingError, RemoteStore
 
-__all__ = ["LocalBytes", "RemoteBytes", "SegmentBytes", "open_segment", "remote_store"]
+__all__ = ["LocalBytes", "RemoteBytes", "SegmentBytes", "file_ident", "open_segment",
+           "remote_store"]
+
+FileIdent = int | tuple  # see file_ident
+
+
+def file_ident(st: os.stat_result, sealed: bool) -> FileIdent:
+    """What tells a catalogued .log from a file that replaced it, as far as a stat can.
+
+    The inode alone does not: a filesystem hands a freed inode number to the next file it
+    makes (ext4 does within milliseconds), so a segment compaction rewrote twice can come
+    back under the inode the reader catalogued, with other bytes at other positions. A
+    sealed .log never changes in place, so its ctime, set when it was written and again
+    when the swap renamed it into place, tells the two apart: (inode, ctime_ns). The
+    segment being appended to changes its ctime with every append and is never rewritten
+    by compaction: its inode alone (a plain int), until it is sealed; the catalogue then
+    takes it afresh under its sealed identity."""
+    return (st.st_ino, st.st_ctime_ns) if sealed else st.st_ino
 
 
 class SegmentBytes:
@@ -54,6 +71,11 @@ class SegmentBytes:
     path: str  # for messages: the local path, or the remote object's full name
     size: int
     ident: int  # the local file's inode (LocalBytes only: read where `remote` is None)
+
+    def is_file(self, ident: FileIdent) -> bool:
+        """Are these the bytes of the file a catalogue identified by `ident` (file_ident,
+        sealed or not as it was catalogued)? A remote copy never changes: always."""
+        return True
     remote: RemoteCopy | None = None  # set when the bytes come from the store
 
     def read(self, pos: int, length: int) -> bytes:
@@ -101,8 +123,11 @@ class LocalBytes(SegmentBytes):
         self.base = base
         self.path = segment_file(directory, base, LOG_SUFFIX)
         self.fd = fd
-        st = os.fstat(fd)
+        st = self._stat = os.fstat(fd)
         self.size, self.ident = st.st_size, st.st_ino
+
+    def is_file(self, ident: FileIdent) -> bool:
+        return ident == file_ident(self._stat, not isinstance(ident, int))
 
     def read(self, pos: int, length: int) -> bytes:
         return os.pread(self.fd, length, pos)
@@ -125,6 +150,8 @@ class LocalBytes(SegmentBytes):
             return None
 
     def still_current(self) -> bool:
+        # the inode alone is exact here: while this descriptor holds the file open, no new
+        # file can be given its inode number (see file_ident)
         try:
             return os.stat(self.path).st_ino == self.ident
         except FileNotFoundError:

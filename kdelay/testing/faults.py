@@ -71,6 +71,10 @@ class FaultInjector:
         self._synced: dict[int, bytes] = {}      # inode -> durable content
         self._last: dict[int, bytes] = {}        # inode -> content when it left the namespace
         self._dirs: dict[str, _Dir] = {}
+        # the model keys contents by inode number, which a filesystem hands out again once
+        # a file is gone: every inode the model has seen is held open until the reboot,
+        # so no new file can take its number and its bytes
+        self._pins: dict[int, int] = {}
         self._rng = random.Random(self.seed)
         for root in self.roots:
             self._snapshot_tree(root)
@@ -87,6 +91,7 @@ class FaultInjector:
                 p = os.path.join(dirpath, name)
                 st = os.stat(p)
                 entries[name] = st.st_ino
+                self._pin(p, st.st_ino)
                 with open(p, "rb") as f:
                     self._synced[st.st_ino] = f.read()
             self._dirs[os.path.abspath(dirpath)] = _Dir(entries)
@@ -102,6 +107,16 @@ class FaultInjector:
     def _tracked(self, path: str) -> bool:
         p = os.path.abspath(path)
         return any(p == r or p.startswith(r + os.sep) for r in self.roots)
+
+    def _pin(self, path: str, ino: int) -> None:
+        if ino not in self._pins:
+            with contextlib.suppress(OSError):
+                self._pins[ino] = os.open(path, os.O_RDONLY)
+
+    def _unpin(self) -> None:
+        for fd in self._pins.values():
+            os.close(fd)
+        self._pins.clear()
 
     @staticmethod
     def _read(path: str) -> bytes | None:
@@ -121,6 +136,7 @@ class FaultInjector:
         data = self._read(path)
         if data is not None:
             self._last[st.st_ino] = data
+            self._pin(path, st.st_ino)
 
     # ------------------------------------------------------------------ counting
 
@@ -161,7 +177,9 @@ class FaultInjector:
         self._saved["fsync"](fd)
         # re-open through /proc: the descriptor may be write-only (atomic_write's temp file)
         with open(f"/proc/self/fd/{fd}", "rb") as f:
-            self._synced[os.fstat(f.fileno()).st_ino] = f.read()
+            ino = os.fstat(f.fileno()).st_ino
+            self._synced[ino] = f.read()
+            self._pin(f"/proc/self/fd/{fd}", ino)
 
     def _truncate(self, fd: int, size: int) -> None:
         self._step("truncate", _fd_path(fd))
@@ -188,6 +206,7 @@ class FaultInjector:
             p = os.path.join(path, name)
             if os.path.isfile(p):
                 entries[name] = os.stat(p).st_ino
+                self._pin(p, entries[name])
         d.durable = entries
 
     def _atomic_write(self, path: str, data: bytes, *, sync_dir: bool = True) -> None:
@@ -208,6 +227,8 @@ class FaultInjector:
     def __exit__(self, *exc) -> None:
         for name, fn in self._saved.items():
             setattr(fsio, name, fn)
+        if not self.crashed:  # no reboot to model: the inodes may go
+            self._unpin()
 
     # ------------------------------------------------------------------ the reboot
 
@@ -217,6 +238,12 @@ class FaultInjector:
         `close_abandoned` on the dead objects (their descriptors and locks)."""
         if mode not in CRASH_MODES:
             raise ValueError(mode)
+        try:
+            return self._reboot(mode)
+        finally:
+            self._unpin()
+
+    def _reboot(self, mode: str) -> dict[str, str]:
         changes: dict[str, str] = {}
         if mode == "process":
             return changes
@@ -289,9 +316,11 @@ def close_abandoned(log) -> None:
     if finalizer is not None:
         finalizer.detach()  # the descriptors are closed here, once
     for seg in list(getattr(log, "_segments", ())):
-        if getattr(seg, "fd", -1) >= 0:
+        # open_fd: a segment whose .log a lazy open never opened is not opened now
+        fd = getattr(seg, "open_fd", getattr(seg, "fd", -1))
+        if fd >= 0:
             with contextlib.suppress(OSError):
-                os.close(seg.fd)
+                os.close(fd)
             seg.fd = -1
     cancels = getattr(log, "_cancels", None)
     if cancels is not None:

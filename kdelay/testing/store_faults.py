@@ -1,7 +1,8 @@
 """A fault-injecting layer over the object store (kdelay.remote.store.STORE_OPS), as
 kdelay.testing.faults is over kdelay.fsio.
 
-`StoreFaults` wraps every store operation (put, get, get_ranges, size, list, delete) so
+`StoreFaults` wraps every store operation (put, get, get_ranges, size, list, delete,
+abort_uploads) so
 that it is counted (`ops`: (name, object) in order) and can
 
 - raise `SimulatedCrash` before operation N (`crash_at`), after which every further store
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["StoreFaults", "crash_during"]
 
-OPERATIONS = ("put", "get", "get_ranges", "size", "list", "delete")
+OPERATIONS = ("put", "get", "get_ranges", "size", "list", "delete", "abort_uploads")
 
 
 @dataclass
@@ -59,11 +60,11 @@ class StoreFaults:
 
     def _wrap(self, op: str) -> Callable:
         real = self._saved[op]
-        if op == "list":
-            def listing(s):
+        if op in ("list", "abort_uploads"):  # of the whole partition: no object named
+            def whole(s):
                 self._step(op, "")
                 return real(s)
-            return listing
+            return whole
 
         def wrapped(s, name, *args):
             self._step(op, name)

@@ -20,7 +20,7 @@ import os
 import sys
 
 from ..errors import InspectError, KdelayError
-from . import compact, serve
+from . import compact, remote_ops, serve
 from .dump_index import cmd_dump_index
 from .dump_log import cmd_dump_log
 from .formatting import Out, err
@@ -138,7 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(handler=cmd_rebuild_index)
 
     s = sub.add_parser("stats", help="records, due/pending counts and a delivery forecast")
-    s.add_argument("dir")
+    s.add_argument("dir", nargs="?", help="a log or topic root (with --broker: a topic name, "
+                                          "or none for every topic)")
+    s.add_argument("--broker", metavar="URL",
+                   help="ask a running broker's operations endpoint instead of reading files")
+    s.add_argument("--user", help="SASL user for the endpoint (password: "
+                                  "$KDELAY_BROKER_PASSWORD)")
+    s.add_argument("--cafile", help="trust this PEM certificate for https")
     s.add_argument("--now", type=non_negative_int, metavar="MS",
                    help="the time to count from, ms since the epoch (default: wall clock)")
     s.add_argument("--json", action="store_true", help="one JSON object")
@@ -146,6 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     compact.add_parser(sub, non_negative_int)
     serve.add_parser(sub)
+    serve.add_sasl_user_parser(sub)
+    remote_ops.add_parsers(sub, non_negative_int)
 
     sub.add_parser("demo", help="run the demo (options: kdelay demo --help)", add_help=False)
     # Spark commands (kdelay.spark; need the spark extra) parse their own options

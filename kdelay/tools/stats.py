@@ -112,24 +112,28 @@ def _stats_once(directory: str, now: int, progress: Progress | None) -> dict:
     pending_mask = da > now
     records = int(counts.sum())
     pending = int(counts[pending_mask].sum())
-    forecast = {name: int(counts[pending_mask & (da <= now + ms)].sum())
+    gone = _cancelled_offsets(directory, sums)
+    # what will be delivered: a cancelled record never comes due (as kdelay.spark.forecast)
+    cancelled_here = cancelled_per_batch(gone, base, counts).count  # per batch
+    live = counts - cancelled_here
+    forecast = {name: int(live[pending_mask & (da <= now + ms)].sum())
                 for name, ms in FORECAST}
-    forecast["beyond_1d"] = int(counts[da > now + FORECAST[-1][1]].sum())
+    forecast["beyond_1d"] = int(live[da > now + FORECAST[-1][1]].sum())
     groups = []
     positions = _read_groups(directory)
-    # lag as the facade's metrics count it, over all segments' batches in key order
+    # lag as the facade's metrics count it, over all segments' batches in key order,
+    # cancelled records left out (a group never gets them)
     order = np.lexsort((base, da))
     lags = due_after(da[order], base[order], counts[order] - 1, now,
-                     [key for _, key in positions])
+                     [key for _, key in positions], gone)
     for (name, key), lag in zip(positions, lags, strict=True):
         groups.append({"group": name,
                        "deliver_after": None if key is None else key[0],
                        "offset": None if key is None else key[1],
                        "due_not_consumed": lag})
-    gone = _cancelled_offsets(directory, sums)
     queues = _queue_groups(directory, now, da[order], base[order], counts[order] - 1, gone)
     clean = os.path.exists(os.path.join(directory, CLEAN_SHUTDOWN_FILE))
-    cancelled, cancelled_pending = _cancelled_counts(gone, base, counts, da, now)
+    cancelled, cancelled_pending = int(len(gone)), int(cancelled_here[pending_mask].sum())
     remote = remote_summary(directory)
     starts = [s.base_offset for s in segments[:1]]
     if remote["log_start_offset"] is not None:  # remote-only segments come first
@@ -224,6 +228,11 @@ def _index_bytes(segments: list[SegmentFiles]) -> int:
 
 
 def cmd_stats(args: argparse.Namespace, out: Out) -> int:
+    if args.broker:
+        from .remote_ops import cmd_broker_stats
+        return cmd_broker_stats(args, out)
+    if args.dir is None:
+        raise InspectError("stats needs a directory (or --broker URL)")
     existing(args.dir)
     if not os.path.isdir(args.dir):
         raise InspectError(f"{args.dir}: not a directory; stats takes a log directory")
@@ -259,17 +268,6 @@ def _cancelled_offsets(directory: str, sums: list[SegmentSummary]) -> np.ndarray
     gone = [cancels.cancelled_offsets(directory, s.segment.base_offset, s.next_offset)
             for s in sums]
     return np.sort(np.concatenate(gone)) if gone else np.empty(0, np.int64)
-
-
-def _cancelled_counts(gone: np.ndarray, base: np.ndarray, counts: np.ndarray,
-                      da: np.ndarray, now: int) -> tuple[int, int]:
-    """(cancelled records, how many of them are not yet due): the cancelled offsets `gone`
-    are laid over all batches at once (cancelled_per_batch), and those of pending batches
-    counted."""
-    if not len(gone) or not len(base):
-        return int(len(gone)), 0
-    per_batch = cancelled_per_batch(gone, base, counts).count
-    return int(len(gone)), int(per_batch[da > now].sum())
 
 
 def _totals(parts: list[dict], now: int) -> dict:

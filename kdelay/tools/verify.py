@@ -35,8 +35,10 @@ from .scanning import (
     scan_segment,
 )
 from .verify_batches import check_batches
+from .verify_broker import check_broker_files
 from .verify_index import check_index
 from .verify_remote import check_remote
+from .verify_view import check_view
 
 EXIT_OK, EXIT_PROBLEMS = 0, 1
 SWAP_WAIT_S = 10.0  # how long a check waits for a live compaction's swap to finish
@@ -89,6 +91,7 @@ def _verify_once(directory: str, only_base: int | None, progress: Progress | Non
                     "was interrupted: the next open finishes or undoes it)")
     prev_next: int | None = None
     prev_path = ""
+    batches: list[tuple[int, int, int]] = []  # (base, last, deliverAfter): the view's check
     for listed in segments:
         active = listed is segments[-1]
         if only_base is not None and listed.base_offset != only_base:
@@ -121,12 +124,15 @@ def _verify_once(directory: str, only_base: int | None, progress: Progress | Non
                     "compaction marker unreadable (the next open rewrites it from the next "
                     "segment's base offset)")
         check_batches(rep, seg, scan, active, clean)
+        batches += [(b.header.base_offset, b.last_offset, b.header.deliver_after)
+                    for b in scan.batches]
         for kind in (DLY, OFFSET, TIME):
             check_index(rep, seg, scan, kind, active, clean)
         cancels.check_segment(rep, directory, seg.base_offset, scan.next_offset())
         prev_next, prev_path = scan.next_offset(), seg.log_path
     if only_base is None:
         _check_groups(rep, directory, prev_next)
+        check_view(rep, directory, batches)
         bad = append_horizon.check_file(directory)
         if bad is not None:
             rep.add(False, os.path.join(directory, append_horizon.HORIZON_FILE), None,
@@ -218,14 +224,22 @@ def cmd_verify(args: argparse.Namespace, out: Out) -> int:
                         out.line(f.line())
     finally:
         bar.close()
-    problems = sum(len(r.problems) for r in reports)
+    broker = check_broker_files(args.path) if os.path.isdir(args.path) else None
+    if broker is not None and not args.json:
+        for f in broker.findings:
+            if f.problem or not args.quiet:
+                out.line(f.line())
+    problems = sum(len(r.problems) for r in reports) + (
+        len(broker.problems) if broker is not None else 0)
     if args.json:
         out.json({
             "ok": problems == 0, "problems": problems,
             "partitions": [{
                 "path": r.directory, "ok": r.ok, "segments": r.segments, "batches": r.batches,
                 "records": r.records, "bytes": r.bytes, "indexes_checked": r.indexes_checked,
-                "remote_copies": r.remote_copies, "findings": [f.as_dict() for f in r.findings]} for r in reports]})
+                "remote_copies": r.remote_copies, "findings": [f.as_dict() for f in r.findings]} for r in reports],
+            **({"broker_files": [f.as_dict() for f in broker.findings]}
+               if broker is not None else {})})
     else:
         segs = sum(r.segments for r in reports)
         nbytes = sum(r.bytes for r in reports)

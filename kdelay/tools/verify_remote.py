@@ -13,7 +13,13 @@ environment). One listing of the partition's objects, then:
   (CRC, offset continuity, each index against the log): they are laid out in a temporary
   directory as a partition's files and checked by the same code (verify.py,
   verify_index.py), and the messages name the remote objects;
-* its `.cancelled` object holds sorted offsets of the segment.
+* its `.cancelled` object holds sorted offsets of the segment;
+* its `.cancellations` object (written by the sync when cancellations change after the
+  copy), when there, checks out by its own CRC-32C, names this segment and holds every
+  offset of `.cancelled`.
+
+A `memory://` store vanishes with its process: there is nothing to check (a note), and
+a remote-only segment recorded against one is a problem (its records are lost).
 
 Objects no committed manifest names are orphans, reported as information, not as
 problems: those of an interrupted copy, which the next sync removes (copier.orphans, the
@@ -35,7 +41,12 @@ from ..log.segments.layout import (
     segment_file,
 )
 from ..log.tiered import inventory, tier
-from ..log.tiered.cancelled_object import CANCELLED_SUFFIX, decode_cancelled
+from ..log.tiered.cancelled_object import (
+    CANCELLATIONS_SUFFIX,
+    CANCELLED_SUFFIX,
+    decode_cancellations,
+    decode_cancelled,
+)
 from ..log.tiered.copier import orphans, read_manifest
 from ..log.tiered.manifest import (
     MANIFEST_SUFFIX,
@@ -72,6 +83,13 @@ def check_remote(rep: VerifyReport, directory: str) -> None:
                     f"store, but the directory does not say which")
         else:
             rep.add(False, directory, None, "no tiered storage (no remote-storage.json)")
+        return
+    if store.volatile:  # its copies vanished with the process that made them
+        rep.add(False, store.describe(""), None, "the object store vanishes with its "
+                "process (memory://): there is no copy to check; the local files are kept")
+        if any(s.remote_only for s in listed):
+            rep.add(True, store.describe(""), None, "segments held only in a store that "
+                    "vanishes with its process: their records are lost")
         return
     try:
         listing = store.list()
@@ -158,6 +176,7 @@ def _check_copy(rep: VerifyReport, store: RemoteStore, listing: dict[str, int],
                 with open(path, "wb") as f:
                     f.write(data)
                 names[path] = where
+        _check_cancellations(rep, store, listing, copy)
         log_path = segment_file(tmp, copy.base_offset, LOG_SUFFIX)
         if log_path in names:  # as long as its manifest says: a truncated one reads short
             _check_segment(rep, SegmentFiles(tmp, copy.base_offset, copy.size), copy, names,
@@ -193,3 +212,28 @@ def _check_cancelled(rep: VerifyReport, where: str, data: bytes, copy: RemoteCop
         decode_cancelled(data, copy.base_offset, copy.next_offset, where)
     except CorruptLogError as e:
         rep.add(True, where, None, e.reason)
+
+
+def _check_cancellations(rep: VerifyReport, store: RemoteStore, listing: dict[str, int],
+                         copy: RemoteCopy) -> None:
+    """The `.cancellations` object the sync keeps beside a copy, when there: whole, of this
+    segment (its own CRC-32C, base, end and count), and holding every offset of the
+    copy's `.cancelled` (cancellations only grow)."""
+    name = copy.object_name(CANCELLATIONS_SUFFIX)
+    if name not in listing:
+        return
+    where = store.describe(name)
+    try:
+        offsets = decode_cancellations(store.get(name), copy.base_offset, copy.next_offset,
+                                       where)
+        if CANCELLED_SUFFIX in copy.objects:
+            older = decode_cancelled(store.get(copy.object_name(CANCELLED_SUFFIX)),
+                                     copy.base_offset, copy.next_offset, where)
+            lost = set(older.tolist()) - set(offsets.tolist())
+            if lost:
+                rep.add(True, where, None, f"lacks {len(lost)} offsets its copy's .cancelled "
+                                           f"holds (first {min(lost)})")
+    except CorruptLogError as e:
+        rep.add(True, where, None, e.reason)
+    except RemoteStorageError as e:
+        rep.add(True, where, None, str(e))

@@ -218,6 +218,10 @@ def test_bad_arguments(env):
             QueueConsumer(log, "g", **kw)
     with pytest.raises(KdelayError):
         QueueConsumer("not a log", "g")
+    # issue 31, point 11: a lock of 0 ms frees every record again at once, so every
+    # worker would get every record
+    with pytest.raises(KdelayError, match=r"lock_ms must be in \[1, "):
+        QueueConsumer(log, "g", lock_ms=0)
     q = QueueConsumer(log, "g")
     for kw in ({"max_records": 0}, {"timeout_ms": -1}, {"max_records": True}):
         with pytest.raises(KdelayError):

@@ -118,21 +118,24 @@ def _mapped(tmp_path, buf: bytes) -> mapped_file.MappedFile:
 
 def _window(mapped, limit: int, entries, *, more: bool = False, gone=(NONE, NONE),
             end: int | None = None, ready: int | None = None) -> tuple:
+    """The arguments of a page_fill.Window (built by _fill, which the checks then meet)."""
     cols = [np.array([e[k] for e in entries], np.int64) for k in range(5)]
     cols[3], cols[4] = cols[3].astype(np.int32), cols[4].astype(np.int32)
     end = len(entries) if end is None else end
-    return (mapped, limit, *cols, end, more, end if ready is None else ready, *gone)
+    return (mapped, limit, cols, end, more, end if ready is None else ready, *gone)
 
 
 def _fill(out: list, window: tuple, head: int = 0, *, after=None, now: int = NOW,
           max_records: int = 500, max_bytes: int = 1 << 40) -> tuple[int, int, int, int]:
-    """fill_page over one window: (outcome, taken bytes, detail, the head after)."""
-    heads = np.full(1, head, np.int64)
+    """A KWayMerge of one window filling a page: (outcome, taken bytes, detail, the head
+    after)."""
+    merge = page_fill.KWayMerge(codec.HEADER_LAYOUT, FetchedRecord, NO_HEADERS,
+                                shared_headers)
+    merge.set(0, page_fill.Window(*window), head)
     a_da, a_off = (-1, -1) if after is None else after
-    outcome, taken, detail = page_fill.fill_page(
-        out, [window], heads, codec.HEADER_LAYOUT, a_da, a_off, now, max_records, max_bytes, 0,
-        FetchedRecord, NO_HEADERS, shared_headers)
-    return outcome, taken, detail, int(heads[0])
+    request = page_fill.PageRequest(a_da, a_off, now, max_records, max_bytes)
+    outcome = merge.fill(out, request)
+    return outcome, request.taken_bytes, request.detail, merge.head(0)
 
 
 def _compiled_page(tmp_path, buf: bytes, entries, gone: set[int],
@@ -247,7 +250,7 @@ def test_windows_that_disagree_with_their_sources_are_refused(tmp_path):
     assert _fill([], good)[0] == page_fill.DONE
     for bad in (_window(mapped, len(buf) + 4097, entries),  # past the mapping
                 _window(mapped, len(buf), entries, end=3),  # columns too short
-                good[:-1]):
+                (*good[:2], good[2][:4], *good[3:])):  # a column missing
         with pytest.raises(ValueError):
             _fill([], bad)
     with pytest.raises(ValueError):

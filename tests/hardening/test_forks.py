@@ -31,6 +31,7 @@ from kdelay import (
     LogClosedError,
     LogConfig,
     LogLockedError,
+    Producer,
     QueueConsumer,
     Record,
     Topic,
@@ -290,6 +291,145 @@ def test_a_child_opens_logs_of_its_own(tmp_path) -> None:
                 return [[r.value.decode() for r in own.read(0)], grandchild]
 
         assert in_child(child) == [["x"], "ForkedProcessError"]
+
+
+def test_a_producer_in_a_forked_child_refuses_and_its_futures_fail(tmp_path) -> None:
+    """The issue's gunicorn --preload case (issue 31, point 6): a Producer made before the
+    fork. In the child, send, flush and close raise ForkedProcessError (they used to return
+    a future that never resolved, and hang), a Producer made there on the parent's Log or
+    Topic is refused too, and a future the parent's copy held at the fork fails at once
+    (the parent appends that record). The parent's producer goes on and closes cleanly."""
+    log = Log.open(tmp_path / "solo", config=LogConfig(flush_messages=1))
+    topic = Topic.open(tmp_path, "t", partitions=2)
+    producer = Producer(log, linger_ms=600_000)  # records wait in open batches at the fork
+    on_topic = Producer(topic, linger_ms=600_000)
+    called = []
+    held = producer.send(b"before")
+    held.add_done_callback(lambda f: called.append(os.getpid()))
+    held_on_topic = on_topic.send(b"before", key=b"k")
+
+    def child() -> dict:
+        out = {
+            "send": outcome(lambda: producer.send(b"child")),
+            "send to a topic": outcome(lambda: on_topic.send(b"child", key=b"k")),
+            "flush": outcome(producer.flush),
+            "new Producer on the Log": outcome(lambda: Producer(log)),
+            "new Producer on the Topic": outcome(lambda: Producer(topic)),
+            "close": outcome(producer.close),
+            "close the topic's": outcome(on_topic.close),
+            "send after close": outcome(lambda: producer.send(b"child")),
+        }
+        for name, future in (("held", held), ("held on the topic", held_on_topic)):
+            error = future.exception(timeout=5)  # at once: no sender to wait for here
+            out[name] = type(error).__name__
+            assert "forked from it" in str(error), str(error)
+        out["callbacks run here"] = len(called)
+        return out
+
+    got = in_child(child, timeout_s=15)
+    assert got.pop("callbacks run here") == 0  # the parent's, run when its copy resolves
+    wrong = {name: what for name, what in got.items() if what != "ForkedProcessError"}
+    assert not wrong, f"not refused in the child: {wrong}"
+    producer.flush()
+    assert held.result(timeout=30).offset == 0 and called == [os.getpid()]
+    after = producer.send(b"after")
+    producer.flush()
+    assert after.result(timeout=30).offset == 1
+    on_topic.flush()
+    assert held_on_topic.result(timeout=30) is not None
+    producer.close()
+    on_topic.close()
+    log.close()
+    topic.close()
+    with Log.open(tmp_path / "solo") as log:
+        assert [r.value for r in log.read(0)] == [b"before", b"after"]
+
+
+def test_a_producer_made_in_the_child_works(tmp_path) -> None:
+    """Only the parent's objects are refused: a child that opens its own Log after the
+    fork makes a Producer on it and sends as usual."""
+    with Log.open(tmp_path / "parent") as parent_log, Producer(parent_log) as parent:
+        parent.send(b"p").result(timeout=30)
+
+        def child() -> list:
+            with Log.open(tmp_path / "child") as own, Producer(own, linger_ms=0) as p:
+                offsets = [p.send(b"c%d" % i).result(timeout=30).offset for i in range(3)]
+            return offsets
+
+        assert in_child(child, timeout_s=30) == [0, 1, 2]
+        assert parent.send(b"q").result(timeout=30).offset == 1
+
+
+def test_store_requests_in_a_child_forked_after_one_are_refused_not_hung(tmp_path) -> None:
+    """The sweep of issue 31, point 6, over what owns threads beyond kdelay's objects:
+    obstore's request threads are started at the first request and a fork copies none, so
+    in a child forked after one, every store request used to wait forever (a tiered Log
+    made in the child, as the docs advise, hung in Log.open). Now each raises
+    RemoteStorageError saying why; the parent goes on."""
+    from kdelay.remote.store import RemoteStore
+
+    store = RemoteStore.open("memory://", {}, "p-0")
+    store.put("x", b"1")  # a request: obstore's threads run in this process now
+    url = "file://" + str(tmp_path / "store")
+
+    def child() -> list:
+        return [outcome(lambda: store.get("x")),
+                outcome(lambda: RemoteStore.open(url, {}, "p-0")),
+                outcome(lambda: Log.open(tmp_path / "tiered",
+                                         config=LogConfig(remote_storage=url)))]
+
+    assert in_child(child, timeout_s=20) == ["RemoteStorageError"] * 3
+    assert store.get("x") == b"1"
+
+
+def test_a_child_forked_before_any_store_request_may_use_a_store(tmp_path) -> None:
+    """The refusal is for children forked after a request only (a fresh interpreter: this
+    one has made requests)."""
+    script = f"""
+import os, sys
+from kdelay import Log, LogConfig, Record
+pid = os.fork()
+if pid == 0:
+    with Log.open({str(tmp_path / 'p')!r},
+                  config=LogConfig(remote_storage="file://{tmp_path}/store")) as log:
+        log.append([Record(b"x")])
+        log.roll()
+        log.sync_remote()
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, PYTHONPATH=os.getcwd()))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert os.listdir(tmp_path / "store")
+
+
+def test_a_reader_fence_held_at_the_fork_does_not_hang_the_child(tmp_path) -> None:
+    """append_horizon's reader fence is a module-level lock a lock-free reader takes for
+    a moment: a parent thread holding it at the fork left it held forever in the child,
+    whose own readers (the Spark stream, the live tools) then hung."""
+    from kdelay.log.segments import append_horizon
+
+    path = str(tmp_path / "p")
+    with Log.open(path, clock=FakeClock()) as log:
+        log.append([Record(b"x")])
+    holding, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with append_horizon._READER_FENCE:
+            holding.set()
+            done.wait(30)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    holding.wait(10)
+    try:
+        got = in_child(lambda: append_horizon.read_bound(path, T0) == T0 - 1, timeout_s=10)
+    finally:
+        done.set()
+        t.join()
+    assert got is True
 
 
 # ---------------------------------------------------------------------- multiprocessing

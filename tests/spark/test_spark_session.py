@@ -149,6 +149,20 @@ def test_cancelled_count_batch_column(spark, tmp_path):
         assert sorted(tuple(r) for r in rows) == [(0, 2), (5, 0)]
 
 
+def test_cores_must_be_a_positive_int(capsys):
+    """Refused before any JVM starts (issue 31's sweep of lock_ms=0: an int setting whose
+    0 is no setting at all): Spark would fail on "local[0]" with a Java stack trace."""
+    from kdelay import InvalidConfigError
+    from kdelay.spark.cli import cli_spark_verify
+
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(InvalidConfigError, match="cores"):
+            kdelay.spark.session(cores=bad)
+    with pytest.raises(SystemExit) as e:
+        cli_spark_verify(["/nonexistent", "--cores", "0"])
+    assert e.value.code == 2 and "must be > 0" in capsys.readouterr().err
+
+
 def test_a_problem_names_its_file_once():
     p = Problem("index", "/d/00000000000000000000.dlyindex", 96,
                 "1 entries differ from the index recomputed from the .log (first differing "

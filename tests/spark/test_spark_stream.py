@@ -142,6 +142,85 @@ def test_live_catalog_follows_rewritten_and_deleted_segments(tmp_path):
     assert list(live.batches) == [b for b in before if b[3] != bases[0]]
 
 
+def _reuse_inode(path: str, held: str) -> None:
+    """Put the bytes of the file at `path` into the older file `held` (a hard link that kept
+    an inode alive) and rename it over `path`: the segment is now its rewritten bytes
+    under the inode number it had before, as when the filesystem hands a freed inode to
+    the next file made (ext4 does within milliseconds: issue 31, point 13)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(held, "r+b") as f:
+        f.truncate(0)
+        f.write(data)
+    os.replace(held, path)
+
+
+def test_live_catalog_knows_a_rewrite_under_a_reused_inode(tmp_path):
+    """A sealed segment catalogued whole, and the segment being appended to catalogued up
+    to its end, are then compacted (cancelled records removed, batches moved) and come
+    back under the inode numbers catalogued. The catalogue takes both afresh: it agrees
+    with one built from nothing, and with the log. (The inode alone used to identify a
+    segment: the first kept stale batches, the second walked on from its old end into
+    other bytes, which stalled the stream or failed it as damage.)"""
+    path = str(tmp_path / "p")
+    clock = [T0]
+    cfg = LogConfig(segment_bytes=1500, index_interval_bytes=128, compaction_min_ratio=0.01)
+    later = T0 + 3_600_000
+    with Log.open(path, config=cfg, clock=lambda: clock[0]) as log:
+        for i in range(30):
+            log.append([Record(b"v%d-%d" % (i, k) * 3) for k in range(3)],
+                       deliver_after=later if i % 3 == 0 else T0)
+        live = LivePartition(scan.PartitionDir(path))
+        live.refresh(T0 + 1)  # the last segment catalogued while it is appended to
+        sealed, active = log.segments[0], log.segments[-1]
+        for _ in range(12):  # seal it
+            log.append([Record(b"w" * 60)])
+        assert log.segments[-1] != active
+        held = {}
+        for base in (sealed, active):
+            held[base] = str(tmp_path / f"held-{base}")
+            os.link(segment_file(path, base, ".log"), held[base])
+        pending = [r.offset for r in log.read(0, max_records=10_000)
+                   if r.deliver_after == later and r.offset >= sealed]
+        assert log.cancel(pending) == len(pending)
+        assert log.compact().segments_rewritten >= 2
+        want = sorted((r.deliver_after, r.offset) for r in log.read(0, max_records=10_000)
+                      if r.deliver_after <= T0 + 1)
+    for base in (sealed, active):
+        log_path = segment_file(path, base, ".log")
+        assert os.stat(log_path).st_ino != os.stat(held[base]).st_ino
+        _reuse_inode(log_path, held[base])
+    live.refresh(T0 + 1)
+    fresh = LivePartition(scan.PartitionDir(path))
+    fresh.refresh(T0 + 1)
+    assert list(live.batches) == list(fresh.batches)
+    assert live.damaged() is None
+    got = sorted((b[0], off) for b in live.batches for off in range(b[1], b[2] + 1)
+                 if b[0] <= T0 + 1)
+    assert got == want
+
+
+def test_live_catalog_raises_on_damage_in_a_sealed_segment_without_a_writer(tmp_path):
+    """A sealed segment that stays damaged is reported even when no writer is alive (the
+    catalogue used to wait for one that never came: the stream stalled silently)."""
+    path = str(tmp_path / "p")
+    with Log.open(path, config=LogConfig(segment_bytes=1024), clock=lambda: T0) as log:
+        for _ in range(30):
+            log.append([Record(b"q" * 40)])
+        bases = log.segments
+    assert len(bases) > 2
+    os.remove(segment_file(path, bases[0], ".dlyindex"))  # walked, not listed from its index
+    with open(segment_file(path, bases[0], ".log"), "r+b") as f:
+        f.seek(200)
+        byte = f.read(1)
+        f.seek(200)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    live = LivePartition(scan.PartitionDir(path))
+    live.refresh(T0 + 1)  # a first sighting may be a file replaced under the walk
+    with pytest.raises(CorruptLogError, match="damaged"):
+        live.refresh(T0 + 1)
+
+
 def test_live_catalog_across_a_compaction(tmp_path):
     """Segments compacted under a reader (records long due are dropped, offsets get gaps):
     the catalogue it keeps and one built afresh agree with the log's own index, and the
@@ -353,8 +432,11 @@ class TestStream:
         with _streaming(spark, tmp_path) as (path, sink):
             out = _write(path, "5", "11", "compact")
             assert int(out.split("compacted ")[1].split()[0]) >= 10
-            time.sleep(1.6)  # the last records come due
-            with Log.open(path) as log:  # every due record the engine holds, uncancelled
+            with Log.open(path) as log:  # wait for the last record to come due, however
+                # late the writer's last append was: no margin a loaded machine can break
+                last_due = max(r.deliver_after for r in log.read(0, max_records=1 << 20))
+                assert _wait(lambda: log.now() > last_due, 30)
+                # every record the engine holds, uncancelled: all due now
                 want = [(r.offset, r.deliver_after) for r in
                         log.fetch(None, max_records=1 << 20, max_bytes=1 << 30).records]
             assert _wait(lambda: sum(len(r) for _, _, r in sink) >= len(want), 90)

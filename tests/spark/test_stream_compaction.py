@@ -236,3 +236,10 @@ def test_held_still_tolerates_rolls_only() -> None:
     assert not _held_still(before, {0: 11, 5: 98, 10: 12, 20: 13})  # one before the last
     assert not _held_still(None, before) and not _held_still(before, None)  # a swap
     assert _held_still({}, {0: 1})  # the first segment appeared
+    # sealed segments are known by (inode, ctime): a rewrite under a reused inode shows
+    sealed = {0: (11, 5), 10: (12, 6), 20: 13}
+    assert _held_still(sealed, {0: (11, 5), 10: (12, 6), 20: 13})
+    assert not _held_still(sealed, {0: (11, 5), 10: (12, 9), 20: 13})  # 10 rewritten
+    # the last one sealed by a roll meanwhile: the same inode is the same file
+    assert _held_still(sealed, {0: (11, 5), 10: (12, 6), 20: (13, 7), 30: 14})
+    assert not _held_still(sealed, {0: (11, 5), 10: (12, 6), 20: (99, 7), 30: 14})

@@ -98,3 +98,24 @@ def test_a_page_fetches_only_from_the_segments_it_returns_records_from(
                 assert seg._bytes.cached_bytes == int(size[batch][0])
         finally:
             log.close()
+
+
+@pytest.mark.parametrize("page", [1, 7, 40])
+def test_a_page_fetches_the_indexes_of_only_the_segments_it_reads(tmp_path, page):
+    """Remote-only segments due one after another: a page takes up (and so fetches the
+    index of) only the segments it returns records from, not every segment with
+    something due."""
+    clock = FakeClock()
+    directory = _build(os.fspath(tmp_path), [i * 5 for i in range(200)], [], clock)
+    clock.advance(10_000)
+    cfg = LogConfig(remote_storage=f"file://{tmp_path}/store", segment_bytes=1500)
+    log = Log.open(directory, config=cfg, clock=clock)
+    try:
+        remote = {s.base_offset: s for s in log._segments if isinstance(s, RemoteSegment)}
+        assert len(remote) >= 8
+        records = log.fetch(None, max_records=page).records
+        holding = {log._segments.segment_for(r.offset).base_offset for r in records}
+        indexed = {base for base, s in remote.items() if s._indexes}
+        assert indexed == holding
+    finally:
+        log.close()

@@ -139,3 +139,52 @@ def test_an_object_must_have_its_manifests_size_and_crc(data, flip):
             copy.check_object(CANCELLED_SUFFIX, bytes(damaged), "where")
 
 
+
+
+def test_a_manifest_of_another_segment_refuses_the_restore(lost, remote, clock):
+    """The newest manifest is sound but describes an older segment than its name: a
+    restore that believed it would end the log early and reuse stored offsets."""
+    directory, config, history, store, copies = lost(remote)
+    name = manifest.manifest_name(copies[-1].base_offset)
+    store.put(name, manifest.encode(copies[-2]))  # valid bytes, the wrong segment
+    with pytest.raises(CorruptLogError, match=name):
+        Log.open(directory, config=config, clock=clock)
+    assert _markers(directory) == []
+    store.put(name, manifest.encode(copies[-1]))
+    with Log.open(directory, config=config, clock=clock) as log:
+        assert log.log_end_offset >= history.end
+
+
+def test_a_missing_manifest_between_copies_ends_the_restored_history(lost, file_remote,
+                                                                      clock):
+    """Copies are adopted newest first and must meet end to end: past a missing one the
+    log starts at the newer copy (reported), never with a hole in its offsets."""
+    directory, config, history, store, copies = lost(file_remote)
+    store.delete(manifest.manifest_name(copies[1].base_offset))
+    with Log.open(directory, config=config, clock=clock) as log:
+        assert log.log_start_offset == copies[2].base_offset
+        assert any("adopted" in p for p in log.load_report.problems)
+        got = read_everything(log)
+        assert sorted(got) == list(range(copies[2].base_offset, log.log_end_offset))
+        assert log.log_end_offset == history.end
+
+
+def test_a_marker_holding_another_segments_manifest_is_not_trusted(tmp_path, file_remote,
+                                                                    clock):
+    """`N.remote` of a remote-only segment holding the manifest of another (sound bytes):
+    the open restores it from the store's own manifest instead of serving the wrong
+    offsets."""
+    directory = os.fspath(tmp_path / "p-0")
+    config = file_remote.config(**CONFIG)
+    history = tiered_history(directory, config, clock, 30)
+    markers = _markers(directory)
+    with open(os.path.join(directory, markers[0]), "rb") as f:
+        first = f.read()
+    with open(os.path.join(directory, markers[1]), "wb") as f:
+        f.write(first)  # segment 2's marker now names segment 1's copy
+    clock.advance(10**6)
+    with Log.open(directory, config=config, clock=clock) as log:
+        assert any(markers[1][:20].lstrip("0") in p for p in log.load_report.problems)
+        got = read_everything(log)
+        assert sorted(got) == list(range(log.log_end_offset))
+        assert all(history.records[o] == v for o, v in got.items() if o < history.end)

@@ -9,6 +9,17 @@ from ..dispatcher import Api
 
 FAMILIES = (
     "api_versions",
+    "metadata",
+    "topics_admin",
+    "configs",
+    "produce",
+    "fetch",
+    "list_offsets",
+    "groups",
+    "consumer_groups",
+    "offsets",
+    "share",
+    "sasl",
 )
 
 

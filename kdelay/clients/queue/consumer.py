@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ... import forks
 from ...errors import KdelayError
@@ -31,6 +31,7 @@ from ...groups.queue import state_store
 from ...groups.queue.group import GroupPartition, Member, QueueRecord, attach, detach
 from ...groups.queue.state_store import ACK, REJECT, RELEASE
 from ...partition import Log
+from ...records import DeliveryKey
 from ...validation import as_int, check_page_limits, is_int, time_after
 from ..dead_letter import REJECTED, dead_letter_copy, send_to_dead_letter
 from ..topic import Topic, fair_round
@@ -42,12 +43,18 @@ class QueueConsumer(forks.Owned):
     """`QueueConsumer(log_or_topic, group, *, lock_ms=30_000, max_delivery_count=5,
     dead_letter=None)`: one member of a queue group (see the module docstring).
 
+    `start="latest"` makes a group that has acquired nothing yet start after the records
+    due now (Kafka's share.auto.offset.reset=latest; the default "earliest" takes every
+    retained record). `expired_lock_delay(delivery_count) -> ms` delays a record whose lock
+    ran out as a release with that delay would (the broker's delayed release).
+
     Thread-safe to share, but meant as one per worker thread; many QueueConsumers of one
     group share the group's state on each open Log."""
 
     def __init__(self, source: Log | Topic, group: str, *, lock_ms: int = 30_000,
                  max_delivery_count: int = 5, dead_letter: Log | Topic | None = None,
-                 compact_min_bytes: int = 1 << 20):
+                 compact_min_bytes: int = 1 << 20, start: str = "earliest",
+                 expired_lock_delay: Callable[[int], int] | None = None):
         if isinstance(source, Topic):
             logs, self._is_topic = source.logs, True
         elif isinstance(source, Log):
@@ -56,7 +63,7 @@ class QueueConsumer(forks.Owned):
             raise KdelayError(f"QueueConsumer needs a Log or a Topic, "
                               f"got {type(source).__name__}")
         state_store.validate_group(group)
-        lock_ms = as_int(lock_ms, "lock_ms")
+        lock_ms = as_int(lock_ms, "lock_ms", lo=1)  # 0: every record free again at once
         for log in logs:
             log.clients.check_open()  # before taking the group's locks (see kdelay.forks)
             time_after(log.now(), lock_ms, "lock_ms")
@@ -65,6 +72,8 @@ class QueueConsumer(forks.Owned):
             raise KdelayError(f"dead_letter must be a Log or a Topic, "
                               f"got {type(dead_letter).__name__}")
         compact_min_bytes = as_int(compact_min_bytes, "compact_min_bytes")
+        if start not in ("earliest", "latest"):
+            raise KdelayError(f"start must be 'earliest' or 'latest', got {start!r}")
         self.source, self.group = source, group
         self.lock_ms, self.max_delivery_count = lock_ms, max_delivery_count
         self.dead_letter = dead_letter
@@ -77,6 +86,11 @@ class QueueConsumer(forks.Owned):
             for log in logs:
                 part = attach(log, group, compact_min_bytes)
                 self._parts.append(part)
+                if expired_lock_delay is not None:
+                    part.expiry_delay = expired_lock_delay
+                if start == "latest" and log.log_end_offset:
+                    # a group that has acquired nothing yet starts after what is due now
+                    part.start_at(DeliveryKey(log.now(), log.log_end_offset - 1))
                 part.subscribe(self._signal)
         except BaseException:
             for part in self._parts:

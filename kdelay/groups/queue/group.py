@@ -137,6 +137,8 @@ class GroupPartition:
             if gc_was_on:
                 gc.enable()
         self.closed = False
+        # a share group's delayed release also for locks that run out (kdelay.broker)
+        self.expiry_delay: Callable[[int], int] | None = None
         self._subscribers: set[ActivitySignal] = set()
         self._sub_lock = threading.Lock()
 
@@ -191,13 +193,17 @@ class GroupPartition:
     # ------------------------------------------------------------------ heaps
 
     def _expire(self, now: int) -> None:
-        """Locks that ran out (the log clock passed their expiry) make records available."""
+        """Locks that ran out (the log clock passed their expiry) make records available
+        (after `expiry_delay(delivery count)` ms when the group has a release delay: a lock
+        that runs out counts as a release)."""
         locks, inflight = self._locks, self.inflight
         while locks and locks[0][0] < now:
-            _, off, ver = heapq.heappop(locks)
+            until, off, ver = heapq.heappop(locks)
             e = inflight.get(off)
             if e is not None and e.version == ver and e.holder is not None:
                 e.holder = None
+                if self.expiry_delay is not None:
+                    e.avail_at = max(e.avail_at, until + self.expiry_delay(e.count))
                 e.version = next(self._ver)
                 heapq.heappush(self._avail, (e.avail_at, off, e.version))
 
@@ -381,6 +387,19 @@ class GroupPartition:
                 self.rejected += len(offsets)
         self._maybe_compact()
         return lsn
+
+    def start_at(self, key: DeliveryKey | None) -> bool:
+        """Start a group that has acquired nothing yet after `key` (a share group's
+        `latest`: the records due later, those pending included). Durable on return;
+        False, changing nothing, when the group has state already."""
+        with self.lock:
+            self.check_open()
+            if self.cursor is not None or self.inflight or self.acked or self.rejected \
+                    or key is None:
+                return False
+            self.store.append([(ACQUIRE, state_store.acquire_payload(key, []))], sync=True)
+            self.cursor = key
+            return True
 
     def renew(self, offsets: list[int], until: int) -> None:
         for off in offsets:

@@ -45,6 +45,31 @@ cdef struct Cancelled:
     int64_t nb
 
 
+cdef inline int64_t lower_bound(const int64_t* a, int64_t n, int64_t x) noexcept nogil:
+    """The first index of sorted a[:n] whose value is >= x."""
+    cdef int64_t lo = 0, hi = n, mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+cdef inline Cancelled cancelled_in(const Cancelled* all, int64_t first, int64_t last,
+                                   int64_t* count) noexcept nogil:
+    """The cancelled offsets of `all` from `first` on, and in *count how many lie in
+    [first, last] (the page fills' one rule for a batch's cancelled records)."""
+    cdef Cancelled c
+    cdef int64_t i = lower_bound(all.a, all.na, first)
+    cdef int64_t j = lower_bound(all.b, all.nb, first)
+    c.a, c.na = all.a + i, all.na - i
+    c.b, c.nb = all.b + j, all.nb - j
+    count[0] = lower_bound(c.a, c.na, last + 1) + lower_bound(c.b, c.nb, last + 1)
+    return c
+
+
 cdef struct Wanted:
     # what a caller takes of a batch: records from index `first` on, leaving out the
     # cancelled offsets, until `count` are kept

@@ -140,6 +140,18 @@ def reschedule(segments: SegmentSet, store: CancelStore, offset: int, deliver_af
     return copy
 
 
+def settle_moves(segments: SegmentSet, cancels: CancelStore) -> None:
+    """Before a record may be removed for good (compaction, retention): fsync the active
+    segment if reschedules wait for it, and confirm them (so does an export of
+    cancellations to an object store, which makes them outlive the local disk). A rescheduled original is
+    removed by its cancellation or by age once due; either way removing it makes the move
+    durable, so its copy (always in the active segment: a roll fsyncs and confirms) must
+    be durable first. Call under the log's lock; one fsync, only when a move waits."""
+    if cancels.moves_unconfirmed:
+        segments.active.flush()
+        cancels.log_synced()
+
+
 def settled_hook(lock: threading.RLock, store: CancelStore) -> Callable[[int, int], list[int]]:
     """Compaction's `cancelled` hook: the cancelled offsets in [first, end) it may remove
     (not the original of a reschedule whose copy is not yet durable: see cancel_store).

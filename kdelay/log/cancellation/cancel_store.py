@@ -35,6 +35,10 @@ class CancelStore:
         self._segs: dict[int, SegmentCancels] = {}
         self._unconfirmed: list[tuple[int, int]] = []  # (segment base, offset)
         self.problems: list[str] = []
+        # bumped whenever a segment's cancelled offsets change, so that a reader keeping
+        # them (the fetch's merge, fetch/planner.py) redoes only those changed since
+        self.changes = 0
+        self._changed: dict[int, int] = {}  # base -> `changes` at its last change
 
     @classmethod
     def open(cls, directory: str, segments: Iterable[tuple[int, int]], *,
@@ -81,6 +85,15 @@ class CancelStore:
     def recent_total(self) -> int:
         return sum(sc.recent_count for sc in self._segs.values())
 
+    def _touched(self, base: int) -> None:
+        self.changes += 1
+        self._changed[base] = self.changes
+
+    def changed_since(self, seen: int) -> list[int]:
+        """Bases of the segments whose cancelled offsets changed after `changes` was
+        `seen`. O(segments ever changed)."""
+        return [b for b, at in self._changed.items() if at > seen]
+
     def _seg(self, base: int) -> SegmentCancels:
         sc = self._segs.get(base)
         if sc is None:
@@ -95,6 +108,7 @@ class CancelStore:
             sc = self._seg(base)
             sc.write([encode_entry(CANCEL, o) for o in offsets])
             sc.add(offsets)
+            self._touched(base)
 
     def begin_move(self, base: int, offset: int, copy_offset: int, copy_crc: int) -> None:
         """Journal the reschedule intent durably; the copy may be written after this."""
@@ -105,6 +119,7 @@ class CancelStore:
     def end_move(self, base: int, offset: int) -> None:
         """The copy is appended: the original is cancelled (confirmed at the next sync)."""
         self._seg(base).add((offset,))
+        self._touched(base)
         self._unconfirmed.append((base, offset))
 
     def abort_move(self, base: int, offset: int) -> None:
@@ -181,6 +196,7 @@ class CancelStore:
             kept = present_offsets(sc.offsets(), np.asarray(first), np.asarray(lod))
             if len(kept) != len(sc):
                 sc.rewrite(set(kept.tolist()))
+                self._touched(base)
 
     def would_strand(self, merged_away: Iterable[int], merged) -> bool:
         """Would a merge lose a cancellation? True when a segment about to be merged into
@@ -211,6 +227,7 @@ class CancelStore:
         sc = self._segs.pop(base, None)
         if sc is not None:
             sc.delete()
+            self._touched(base)
         self._unconfirmed = [(b, o) for b, o in self._unconfirmed if b != base]
 
     def close(self) -> None:

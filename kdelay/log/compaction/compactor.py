@@ -37,6 +37,7 @@ import numpy as np
 from ...config import LogConfig
 from ...errors import CorruptLogError
 from ...records import CompactionResult
+from ..cancellation.cancel_ops import settle_moves
 from ..cancellation.cancel_store import CancelStore
 from ..segments.segment import LogSegment
 from . import swap
@@ -234,6 +235,10 @@ class Compactor:
         that were compacted away."""
         with self._one_at_a_time:
             t = time.perf_counter()
+            with self._lock:
+                # removing a rescheduled original (cancelled, or due by age) makes its
+                # cancellation durable: its copy must be durable first
+                settle_moves(self._segments, self._cancels)
             result = run(self._directory, self._segments, self._lock, Settings.of(config),
                          now=now, cancelled=cancelled, before_change=before_change,
                          after_change=after_change, is_closed=is_closed,
@@ -246,11 +251,9 @@ class Compactor:
             totals["longest_swap_ms"] = max(totals["longest_swap_ms"], result.longest_swap_ms)
             if result.segments_rewritten:
                 with self._lock:  # compacted away: no longer counted as cancelled
-                    if self._cancels.moves_unconfirmed:
-                        # prune leaves a segment with a pending move alone; the copies are
-                        # all in the active segment (a roll confirms), so one fsync settles
-                        self._segments.active.flush()
-                        self._cancels.log_synced()
+                    # prune leaves a segment with a pending move alone (one made during
+                    # the run): one fsync settles them
+                    settle_moves(self._segments, self._cancels)
                     self._cancels.prune(self._segments)
         return result
 

@@ -4,6 +4,7 @@ leaves flushing to rolls, clean close and explicit `Log.flush` calls."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import weakref
@@ -11,6 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ...config import LogConfig
+
+_log = logging.getLogger("kdelay")
 
 
 class FlushPolicy:
@@ -60,8 +63,15 @@ def start_flusher(owner: object, tick: Callable[[Any], bool], period_s: float, n
         while True:
             time.sleep(period_s / 2)
             live = ref()
-            if live is None or not tick(live):
+            if live is None:
                 return
+            try:
+                if not tick(live):
+                    return
+            except Exception as e:  # noqa: BLE001 - a refused fsync (disk full, I/O error)
+                # must not end the thread: flush_ms would stop holding, silently; the next
+                # tick tries again (and an append that finds the flush overdue does too)
+                _log.warning("kdelay: %s: the flush_ms flush failed, retrying: %s", name, e)
             del live
 
     thread = threading.Thread(target=loop, daemon=True, name=name)

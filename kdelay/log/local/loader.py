@@ -1,7 +1,9 @@
 """LogLoader: turn a partition directory into open segments, recovering it if needed.
 
 After a clean close (the marker file is present) every segment opens from its persisted
-indexes and no log data is read. After an unclean shutdown, segments at or past the recovery
+indexes and no log data is read; the sealed ones the segment summary describes
+(segment_summary.py) open with none of their indexes read, each loaded and checked on
+first use (DeferredIndexes), as Kafka loads its indexes lazily. After an unclean shutdown, segments at or past the recovery
 point (the part not known to be fsync'd) are scanned batch by batch with CRCs and cut at the
 first torn or corrupt batch; segments before it keep their indexes, and any index that is
 missing, stale or corrupt is rebuilt from its .log and persisted again.
@@ -26,19 +28,28 @@ from typing import NamedTuple, Protocol
 
 from ... import fsio
 from ...errors import CorruptLogError, IndexFileError, LogLockedError, RemoteStorageError
+from ...index.deliver_after_index import DeliverAfterIndex
+from ...index.offset_index import OffsetIndex
+from ...index.time_index import TimeIndex
 from ..compaction import swap
 from ..segments.layout import (
     CLEAN_SHUTDOWN_FILE,
+    CLEANED_SUFFIX,
     COMPANION_SUFFIXES,
+    DLYINDEX_SUFFIX,
+    INDEX_SUFFIX,
     LOCK_FILE,
     LOG_SUFFIX,
     MARKER_SUFFIX,
+    SWAP_SUFFIX,
+    TIMEINDEX_SUFFIX,
     Listing,
     classify,
     segment_file,
 )
 from ..segments.recovery_point import read_recovery_point, write_recovery_point
 from ..segments.segment import LogSegment
+from ..segments.segment_summary import SegmentSummary, read_summaries
 
 log = logging.getLogger("kdelay")
 
@@ -52,10 +63,150 @@ class LoadReport:
     orphans_removed: int = 0
     problems: list[str] = field(default_factory=list)
     swaps: list[str] = field(default_factory=list)  # interrupted compactions finished/undone
+    # the indexes a clean open left to load on first use (None: none)
+    deferred: DeferredIndexes | None = field(default=None, repr=False, compare=False)
+    # the directory as the open listed it (after tidying)
+    listing: Listing | None = field(default=None, repr=False, compare=False)
+
+    def finish_deferred(self) -> None:
+        """Load and check every index the open deferred, so that this report says all the
+        damage there is (each repair or failure counted and named as at open).
+        O(segments deferred) the first time, O(1) after."""
+        if self.deferred is not None:
+            self.deferred.finish()
+
+
+# what each deferred index is, by suffix: (its kind, the LogSegment attribute holding it)
+_KINDS = {INDEX_SUFFIX: (OffsetIndex, "offset_index"),
+          TIMEINDEX_SUFFIX: (TimeIndex, "time_index"),
+          DLYINDEX_SUFFIX: (DeliverAfterIndex, "dly_index")}
+
+
+class DeferredIndexes:
+    """The indexes of the sealed segments a clean open took from the segment summary,
+    loaded on first use with the checks `LogSegment.load` makes (header, staleness
+    against the .log's size, chunk table, first and last chunk), plus agreement with the
+    summary (end offset, smallest deliverAfter, largest key). An index that fails is
+    rebuilt from its .log and persisted, as an open rebuilds it, and counted in the
+    report; if the .log no longer bears out the summary, the read raises CorruptLogError
+    (the segment was changed behind the clean close)."""
+
+    def __init__(self, directory: str, index_interval_bytes: int, report: LoadReport):
+        self.directory = directory
+        self.interval = index_interval_bytes
+        self.report = report
+        self.segments: list[LogSegment] = []
+        self._loaded_of: dict[int, set[str]] = {}  # base -> suffixes loaded (once one is)
+        self.loads = 0  # index files loaded since the open
+        self._failed: set[int] = set()  # bases whose .log no longer matches the summary
+
+    def defer(self, seg: LogSegment) -> None:
+        self.segments.append(seg)
+
+    def pending(self, seg: LogSegment, suffix: str) -> bool:
+        return seg._deferred is self and suffix not in self._loaded_of.get(seg.base_offset, ())
+
+    def load(self, seg: LogSegment, suffix: str):
+        """Index `suffix` of `seg`, loaded now (under the Log's lock, as every read)."""
+        kind, attr = _KINDS[suffix]
+        seg.fd  # noqa: B018 - opens the .log first: an index is checked against its real size
+        if not self.pending(seg, suffix):
+            return getattr(seg, attr)  # a .log changed behind the close: rebuilt them all
+        try:
+            index = kind.load(seg.path(suffix), base_offset=seg.base_offset,
+                              log_bytes=seg.size, lazy=True)
+            self.loads += 1
+            _check_against_summary(seg, suffix, index)
+            setattr(seg, attr, index)
+            self._loaded(seg, (suffix,))
+        except IndexFileError as e:
+            self._rebuild(seg, e)
+        return getattr(seg, attr)
+
+    def finish(self) -> None:
+        """Load every deferred index of every segment still open."""
+        for seg in self.segments:
+            if seg.closed or seg.base_offset in self._failed:
+                continue  # deleted (retention) or replaced (compaction) since; or reported
+            for suffix in sorted(_KINDS):
+                if not self.pending(seg, suffix):
+                    continue  # loaded already (a rebuild loads all three)
+                try:
+                    self.load(seg, suffix)
+                except CorruptLogError as e:
+                    self.report.problems.append(str(e))
+                    break
+
+    def _loaded(self, seg: LogSegment, suffixes: tuple[str, ...]) -> None:
+        done = self._loaded_of.setdefault(seg.base_offset, set())
+        done.update(suffixes)
+        if len(done) == len(_KINDS):
+            del self._loaded_of[seg.base_offset]
+            seg._deferred = None
+
+    def log_changed(self, seg: LogSegment, size: int) -> None:
+        """The .log of `seg` is not the size the clean close recorded: its indexes cannot
+        be current, so they are rebuilt from it, as an open finds them stale and rebuilds
+        them."""
+        self._rebuild(seg, IndexFileError(f"{seg.log_path}: {size} bytes, the clean close "
+                                          f"left {seg.size}"))
+
+    def _rebuild(self, seg: LogSegment, error: IndexFileError) -> None:
+        """Rebuild the segment's indexes from its .log, as an open does: persisted if the
+        scan found no damage; if it did, kept in memory (reads stop at the damage, and the
+        next open finds it again) with the segment's end moved to it."""
+        self.report.problems.append(f"rebuilding indexes: {error}")
+        base = seg.base_offset
+        marker = swap.read_marker(self.directory, base) if seg.compacted else None
+        fresh, _, damaged = _recover(self.directory, base, self.interval, self.report,
+                                     truncate=False, marker=marker)
+        try:
+            summary = seg.summary
+            assert summary is not None  # only a summarised segment defers its indexes
+            # a .log cut short (by damage, or behind the clean close) holds less than was
+            # recorded: what is left must lie inside it, as the merge plans by those bounds
+            inside = fresh.next_offset <= summary.next_offset and (fresh.max_key is None or (
+                summary.max_key is not None and
+                fresh.min_deliver_after is not None and summary.min_deliver_after is not None
+                and fresh.min_deliver_after >= summary.min_deliver_after
+                and fresh.max_key <= summary.max_key))
+            if not inside:
+                self._failed.add(base)
+                raise CorruptLogError(f"segment {base}: {error}, and its .log holds what the "
+                                      f"clean close did not record of it", seg.log_path)
+            seg.offset_index, seg.time_index = fresh.offset_index, fresh.time_index
+            seg.dly_index = fresh.dly_index
+            seg.size = fresh.size
+            self._loaded(seg, tuple(_KINDS))
+            # the recorded smallest deliverAfter and largest key stay as bounds of what is
+            # left (the segment set is ordered by them)
+            seg.next_offset = fresh.next_offset
+            seg.summary = summary._replace(next_offset=fresh.next_offset, log_bytes=fresh.size)
+            if not damaged:
+                seg.persist_indexes()  # repaired once, as an open repairs it
+        finally:
+            fresh.close()
+
+
+def _check_against_summary(seg: LogSegment, suffix: str, index) -> None:
+    """The checks LogSegment.load makes across a segment's indexes, made against the
+    summary each deferred index is loaded by. Raises IndexFileError."""
+    summary = seg.summary
+    assert summary is not None  # only a summarised segment defers its indexes
+    name = seg.path(suffix)
+    if index.meta.next_offset != summary.next_offset:
+        raise IndexFileError(f"{name}: ends at offset {index.meta.next_offset}, the segment "
+                             f"summary says {summary.next_offset}")
+    if suffix == DLYINDEX_SUFFIX and (
+            (len(index) == 0) != (seg.size == 0) or
+            index.min_deliver_after() != summary.min_deliver_after or
+            index.max_key() != summary.max_key):
+        raise IndexFileError(f"{name}: does not match the segment summary")
 
 
 ONE_OWNER = ("one process owns a log: share the Log between threads, or read it with the "
-             "Spark source or the CLI, which take no lock")
+             "Spark source or the CLI, which take no lock; for many processes, run "
+             "`kdelay serve` (a Kafka-protocol broker) as the one that owns it")
 
 
 def take_lock(directory: str) -> int:
@@ -177,14 +328,21 @@ def load_segments(directory: str, index_interval_bytes: int,
     report = LoadReport()
     report.clean = os.path.exists(os.path.join(directory, CLEAN_SHUTDOWN_FILE))
     recovery_point = read_recovery_point(directory)
-    # an interrupted compaction swap is finished or undone before anything is listed
-    report.swaps = swap.recover(directory)
-    for note in report.swaps:
-        log.info("kdelay recovery: %s", note)
-    listing = _tidy_directory(directory, report)
+    # an interrupted compaction swap is finished or undone before anything is listed (one
+    # listing serves both when no swap was in progress: the usual case)
+    names = os.listdir(directory)
+    if [n for n in names if n.endswith((CLEANED_SUFFIX, SWAP_SUFFIX))]:
+        report.swaps = swap.recover(directory)
+        for note in report.swaps:
+            log.info("kdelay recovery: %s", note)
+        names = os.listdir(directory)
+    listing = report.listing = _tidy_directory(directory, report, names)
     bases, remote_bases = listing.bases, set(listing.remote_only)
     if remote_bases and tiered is None:
         raise _store_needed(directory, listing.remote_only[0])
+    summaries = _usable_summaries(directory, bases, remote_bases) if report.clean else None
+    deferred = report.deferred = None if summaries is None else DeferredIndexes(
+        directory, index_interval_bytes, report)
     segments: list = []
     try:
         for i, base in enumerate(bases):
@@ -207,14 +365,17 @@ def load_segments(directory: str, index_interval_bytes: int,
                 continue
             unflushed = not report.clean and (i == len(bases) - 1 or base >= recovery_point)
             cut = 0
-            marker = _compaction_marker(directory, bases, i, report)
+            marker = _compaction_marker(directory, bases, i, report, listing)
             end = None if marker is None else marker.end_offset
             if unflushed:
                 seg, cut, _ = _recover(directory, base, index_interval_bytes, report,
                                        truncate=True, marker=marker)
             else:
                 try:
-                    seg = _load(directory, base, end)
+                    lazy = None
+                    if deferred is not None and summaries is not None and base in summaries:
+                        lazy = _deferred_load(directory, summaries[base], end, deferred)
+                    seg = _load(directory, base, end) if lazy is None else lazy
                 except IndexFileError as e:
                     report.problems.append(f"rebuilding indexes: {e}")
                     # The last segment takes the appends: a damaged tail left there would
@@ -246,14 +407,14 @@ def load_segments(directory: str, index_interval_bytes: int,
     return segments, report
 
 
-def _compaction_marker(directory: str, bases: list[int], i: int, report: LoadReport
-                       ) -> swap.Marker | None:
+def _compaction_marker(directory: str, bases: list[int], i: int, report: LoadReport,
+                       listing: Listing) -> swap.Marker | None:
     """The marker of segment `bases[i]` if compaction wrote it (None if not). A damaged
     marker is rewritten from the next segment's base (a compacted segment is never the
     last one); without a next segment the segment is treated as never compacted, so that
     any gap in it is reported as damage."""
     base = bases[i]
-    if not swap.marker_exists(directory, base):
+    if not listing.has(base, MARKER_SUFFIX):
         return None
     marker = swap.read_marker(directory, base)
     if marker is not None:
@@ -268,6 +429,31 @@ def _compaction_marker(directory: str, bases: list[int], i: int, report: LoadRep
     marker = swap.Marker(base, end)  # the checksum of its base offsets is lost with it
     fsio.atomic_write(segment_file(directory, base, MARKER_SUFFIX), swap.encode_marker(marker))
     return marker
+
+
+def _usable_summaries(directory: str, bases: list[int], remote_bases: set[int]
+                      ) -> dict[int, SegmentSummary] | None:
+    """The segment summary, if it describes exactly the sealed local segments listed
+    (every one but the last); else None (every index is loaded at open)."""
+    summaries = read_summaries(directory)
+    if summaries is None:
+        return None
+    local = [b for b in bases[:-1] if b not in remote_bases]
+    if len(summaries) != len(local) or any(b not in summaries for b in local):
+        return None
+    return summaries
+
+
+def _deferred_load(directory: str, summary: SegmentSummary, compacted_end: int | None,
+                   deferred: DeferredIndexes) -> LogSegment | None:
+    """The segment opened from its summary, its indexes deferred; None where the summary
+    and the compaction marker disagree (the caller loads it as usual)."""
+    if summary.compacted != (compacted_end is not None) or (
+            compacted_end is not None and compacted_end != summary.next_offset):
+        return None
+    seg = LogSegment.deferred_load(directory, summary, deferred)
+    deferred.defer(seg)
+    return seg
 
 
 def _load(directory: str, base: int, compacted_end: int | None) -> LogSegment:
@@ -308,10 +494,10 @@ def _recover(directory: str, base: int, interval: int, report: LoadReport, *,
     return seg, cut, error is not None
 
 
-def _tidy_directory(directory: str, report: LoadReport) -> Listing:
-    """Remove leftovers (temp files, indexes without a .log, see layout.classify); return
-    the directory's listing."""
-    listing = classify(os.listdir(directory))
+def _tidy_directory(directory: str, report: LoadReport, names: list[str]) -> Listing:
+    """Remove leftovers (temp files, indexes without a .log, see layout.classify) of the
+    directory listed as `names`; return its listing."""
+    listing = classify(names)
     for name in listing.leftovers:
         fsio.unlink(os.path.join(directory, name))
         report.orphans_removed += 1

@@ -98,6 +98,7 @@ class Maintenance:
         with self._lock:
             self._check_open()
             remote = self.remote
+            cancel_ops.settle_moves(self._segments, self._cancels)  # (see there)
             deleted = retention.enforce(self._segments, self._config, self._now(), self._path,
                                         self._life.mark_dirty,
                                         busy=remote.busy if remote else _never)

@@ -16,7 +16,10 @@ from ...config import LogConfig
 from ...errors import os_errors
 from ..cancellation import cancel_ops
 from ..cancellation.cancel_store import CancelStore
+from ..segments.layout import CANCEL_INDEX_SUFFIX, CANCELS_SUFFIX
+from ..segments.segment import LogSegment
 from ..segments.segment_set import SegmentSet
+from ..segments.segment_summary import SegmentSummary, write_summaries
 from .horizon_writer import Horizon
 
 if TYPE_CHECKING:
@@ -67,7 +70,12 @@ def open_log_directory(path: str, index_interval_bytes: int,
     try:
         # after a crash every journal is checked against the recovered segments' ends,
         # and reschedules in flight are settled against the log (cancel_store.py)
-        cancels.load([(s.base_offset, s.next_offset) for s in opened.segments],
+        listing = opened.report.listing
+        with_files = None if listing is None else \
+            listing.companions.get(CANCELS_SUFFIX, frozenset()) | \
+            listing.companions.get(CANCEL_INDEX_SUFFIX, frozenset())
+        cancels.load([(s.base_offset, s.next_offset) for s in opened.segments
+                       if with_files is None or s.base_offset in with_files],
                      recovered=() if opened.report.clean else segments.bases(),
                      copy_check=cancel_ops.copy_checker(segments))
     except BaseException:
@@ -115,6 +123,7 @@ class Lifetime:
         if not self.marker_present:
             self._segments.active.persist_indexes()
             write_recovery_point(self.path, self._segments.active.next_offset)
+            write_summaries(self.path, sealed_summaries(self._segments))
         self._cancels.checkpoint(everything=True)  # after the .log fsync above
         fsio.atomic_write(os.path.join(self.path, CLEAN_SHUTDOWN_FILE),
                           str(clock_floor).encode("ascii"))
@@ -136,6 +145,19 @@ class Lifetime:
         parent's writer is gone)."""
         self.finalizer()  # release(), once
         self.lock_fd = -1
+
+
+def sealed_summaries(segments: SegmentSet) -> list[SegmentSummary]:
+    """What the next clean open needs of each sealed local segment instead of its indexes
+    (segment_summary.py): from memory, O(sealed segments)."""
+    out = []
+    for seg in segments:
+        if seg is segments.active or not isinstance(seg, LogSegment):
+            continue
+        out.append(SegmentSummary(seg.base_offset, seg.next_offset, seg.size,
+                                  seg.min_deliver_after, seg.max_key, seg.max_timestamp,
+                                  seg.compacted))
+    return out
 
 
 def release(segments: SegmentSet, lock_fd: int, cancels: CancelStore) -> None:

@@ -44,7 +44,12 @@ def enforce(segments: SegmentSet, config: LogConfig, now: int, directory: str,
             break
         if not deleted:
             before_first_delete()
-        if seg.remote is not None:
+        # a segment with a copy gives it up first, durably; so does one whose `N.remote`
+        # is there but damaged (the open took it as not copied): left behind, it would
+        # bring the deleted segment back from the store at the next open
+        marked = seg.remote is not None or os.path.exists(
+            segment_file(directory, seg.base_offset, REMOTE_SUFFIX))
+        if marked:
             begin_remote_deletion(directory, seg.base_offset)
         # the .log goes first: if that fails the segment stays, whole and in the set, and
         # the offsets stay contiguous; once it is gone the set forgets it (a failure on
@@ -54,7 +59,7 @@ def enforce(segments: SegmentSet, config: LogConfig, now: int, directory: str,
         finally:
             if not os.path.exists(seg.log_path):
                 segments.remove_oldest()
-            elif seg.remote is not None:  # still served locally: its copy stays too
+            elif marked:  # still served locally: its copy stays too
                 with contextlib.suppress(OSError):
                     _rename_marker(directory, seg.base_offset, REMOTE_DELETING_SUFFIX,
                                    REMOTE_SUFFIX)

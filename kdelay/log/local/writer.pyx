@@ -68,14 +68,17 @@ cdef class Writer:
         cdef int64_t base
         cdef Built built
         cdef bint sync = False
+        cdef SegmentTail active
         try:
-            base = self._active().next_offset
+            active = self._active()
+            base = active.next_offset
             data = build(columns, base, now, requested, self.config, &built)
-            self.make_room(len(data), built.max_timestamp)
+            if self._make_room(active, len(data), built.max_timestamp):
+                active = self._active()  # rolled: a new segment, starting at `base`
             if self._flushes:
                 sync = self.policy.due_after(built.records)
-            self._active().append(data, base, built.records - 1, built.deliver_after,
-                                  built.max_timestamp, self._index_interval_bytes, sync)
+            active.append(data, base, built.records - 1, built.deliver_after,
+                          built.max_timestamp, self._index_interval_bytes, sync)
         finally:
             horizon.end(now)
         if self._flushes:  # (without a flush setting, the policy has nothing to count)
@@ -83,6 +86,39 @@ cdef class Writer:
             if sync:
                 self.policy.flushed()
         cdef tuple args = ((base, base + built.records - 1, built.deliver_after, now),)
+        return _new_tuple(AppendResult, <PyObject *>args, NULL)
+
+    def append_client_batch(self, batch, int64_t spread_ms, bint log_append_time,
+                            int64_t producer_id, int64_t producer_epoch,
+                            int64_t base_sequence):
+        """A Kafka client's batch (client_batch.ClientBatch, checked) stored at the log
+        clock now as runs of consecutive offsets (ClientBatch.build), written with one
+        write; fsync'd first when the flush policy says the records make a flush due.
+        Returns the AppendResult of the whole: its first and last offsets, the earliest
+        deliverAfter of its stored batches (when the first of them comes due), the append
+        time. The stored batches go to one segment (rolled first if they would not fit,
+        as a single batch's would). Cost: ClientBatch.build, one write, the index upkeep
+        per stored batch."""
+        cdef Horizon horizon = self._horizon()
+        cdef int64_t now = horizon.start(self._clock.floor, self._clock)
+        cdef int64_t base, n = batch.n
+        cdef bint sync = False
+        try:
+            base = self._active().next_offset
+            data, entries = batch.build(base, now, spread_ms, log_append_time=log_append_time,
+                                        producer_id=producer_id, producer_epoch=producer_epoch,
+                                        base_sequence=base_sequence)
+            self.make_room(len(data), int(entries[:, 5].max()))
+            if self._flushes:
+                sync = self.policy.due_after(n)
+            self._active().append_many(data, entries, self._index_interval_bytes, sync)
+        finally:
+            horizon.end(now)
+        if self._flushes:
+            self.policy.appended(n)
+            if sync:
+                self.policy.flushed()
+        cdef tuple args = ((base, base + n - 1, int(entries[:, 0].min()), now),)
         return _new_tuple(AppendResult, <PyObject *>args, NULL)
 
     cdef Horizon _horizon(self):
@@ -120,11 +156,17 @@ cdef class Writer:
 
     cpdef make_room(self, int64_t size, int64_t max_timestamp):
         """Before writing a batch: the first change removes the clean marker; roll if due."""
+        self._make_room(self._active(), size, max_timestamp)
+
+    cdef bint _make_room(self, SegmentTail active, int64_t size,
+                         int64_t max_timestamp) except -1:
+        """make_room, given the active segment; True if it rolled (a new one is active)."""
         if self._life.marker_present:
             self._life.mark_dirty()
-        if self._active().rolls_before(size, max_timestamp, self._segment_bytes,
-                                       self._segment_ms):
+        if active.rolls_before(size, max_timestamp, self._segment_bytes, self._segment_ms):
             self._roll()
+            return True
+        return False
 
     def roll(self) -> None:
         """Seal the active segment if it holds anything."""

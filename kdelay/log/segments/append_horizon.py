@@ -125,6 +125,16 @@ def read_bound(directory: str, now: int) -> int:
 _READER_FENCE = threading.Lock()
 
 
+def _new_fence_in_child() -> None:
+    # a reader thread of the parent may have held the fence at the fork, and no thread of
+    # the child would ever release it: the child's lock-free readers would wait forever
+    global _READER_FENCE
+    _READER_FENCE = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_fence_in_child)
+
+
 def _barrier_reader() -> None:
     _READER_FENCE.acquire()
     _READER_FENCE.release()

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -61,6 +61,9 @@ CLEAN_SHUTDOWN_FILE = ".kdelay_cleanshutdown"
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 HORIZON_FILE = "append.horizon"  # see kdelay/log/segments/append_horizon.py
 _MARKERS = (LOCK_FILE, CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE)
+# the suffixes `classify` sorts a listing by
+_SEGMENT_SUFFIXES = frozenset((LOG_SUFFIX, REMOTE_SUFFIX, REMOTE_DELETING_SUFFIX,
+                               *COMPANION_SUFFIXES))
 _PARTITION_NAME = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>\d+)$")
 
 
@@ -73,8 +76,11 @@ def segment_name(base_offset: int) -> str:
 
 
 def segment_file(directory: str, base_offset: int, suffix: str) -> str:
-    """The path of one of a segment's files, e.g. `segment_file(d, 0, LOG_SUFFIX)`."""
-    return os.path.join(directory, segment_name(base_offset) + suffix)
+    """The path of one of a segment's files, e.g. `segment_file(d, 0, LOG_SUFFIX)` (as
+    os.path.join makes it, without its cost: an open builds one per segment)."""
+    if not directory or directory.endswith(os.sep):
+        return f"{directory}{base_offset:020d}{suffix}"
+    return f"{directory}{os.sep}{base_offset:020d}{suffix}"
 
 
 def parse_segment_name(filename: str) -> tuple[int, str] | None:
@@ -126,6 +132,13 @@ class Listing:
     copied: frozenset[int]   # segments with `N.remote`: a committed copy (local or not)
     deleting: list[int]      # no longer in the log: their remote copies are being deleted
     leftovers: list[str]     # names the next open removes, in name order
+    # bases of the segments that have a compaction marker or a cancellation file, by
+    # suffix (an open asks here rather than looking for each segment's files one by one)
+    companions: dict[str, frozenset[int]] = field(default_factory=dict)
+
+    def has(self, base: int, suffix: str) -> bool:
+        """Does local segment `base` have its `suffix` file?"""
+        return base in self.companions.get(suffix, ())
 
     @property
     def bases(self) -> list[int]:
@@ -140,49 +153,51 @@ def classify(names: list[str]) -> Listing:
     deleted (`N.remote-deleting`) is no longer in the log: its .log and every companion
     are leftovers (the marker itself is left to the deletion to finish).
     O(n log n) in the number of names."""
-    logs, remote, deleting, companions, leftovers = _sort_names(names)
-    bases = logs - deleting
-    remote_only = remote - bases - deleting
-    leftovers += [name for base, suffix, name in companions
-                  if base not in bases
-                  and not (suffix in CANCEL_SUFFIXES and base in remote_only)]
-    leftovers += [segment_name(base) + LOG_SUFFIX for base in deleting & logs]
-    return Listing(sorted(bases), sorted(remote_only), frozenset(remote - deleting),
-                   sorted(deleting), sorted(leftovers))
+    stems = _stems_by_suffix(names)
+
+    def by_base(suffix: str) -> dict[int, str]:
+        return {int(stem): stem for stem in stems.get(suffix, ()) if stem.isdigit()}
+
+    logs, remote = by_base(LOG_SUFFIX), by_base(REMOTE_SUFFIX)
+    deleting = by_base(REMOTE_DELETING_SUFFIX).keys()
+    bases = logs.keys() - deleting
+    remote_only = remote.keys() - bases - deleting
+    # companions are matched to their .log by name (no int per index file)
+    local_stems = {logs[b] for b in bases}
+    remote_stems = {remote[b] for b in remote_only}
+    leftovers = [n for n in names if n.endswith(TEMP_SUFFIXES)]
+    kept: dict[str, frozenset[int]] = {}
+    for suffix in COMPANION_SUFFIXES:
+        found = stems.get(suffix)
+        if not found:
+            continue
+        keep = found & local_stems
+        if suffix in CANCEL_SUFFIXES:
+            keep |= found & remote_stems
+        leftovers += [stem + suffix for stem in found - keep if stem.isdigit()]
+        if suffix not in INDEX_SUFFIXES:
+            kept[suffix] = frozenset(map(int, keep))
+    leftovers += [logs[b] + LOG_SUFFIX for b in deleting & logs.keys()]
+    return Listing(sorted(bases), sorted(remote_only), frozenset(remote.keys() - deleting),
+                   sorted(deleting), sorted(leftovers), kept)
+
+
+def _stems_by_suffix(names: list[str]) -> dict[str, set[str]]:
+    """The segment files of a listing by suffix, as their 20-character stems (a segment
+    file's name is its base offset, zero-padded to 20 digits, then the suffix from the
+    first dot on: parse_segment_name; the caller keeps the stems that are digits). One
+    pass over the names."""
+    stems: dict[str, set[str]] = {}
+    for name in names:
+        if len(name) > 20 and name[20] == ".":
+            stems.setdefault(name[20:], set()).add(name[:20])
+    return {suffix: found for suffix, found in stems.items() if suffix in _SEGMENT_SUFFIXES}
 
 
 def remote_deletions(directory: str) -> list[int]:
     """Base offsets of the segments whose remote copies are being deleted (a
     `N.remote-deleting` marker), ascending."""
     return classify_directory(directory).deleting
-
-
-def _sort_names(names: list[str]) -> tuple[set[int], set[int], set[int],
-                                          list[tuple[int, str, str]], list[str]]:
-    """(bases with a .log, with `.remote`, with `.remote-deleting`, (base, suffix, name) of
-    companion files, temporary names) of a listing."""
-    bases: set[int] = set()
-    remote: set[int] = set()
-    deleting: set[int] = set()
-    companions: list[tuple[int, str, str]] = []
-    temporary: list[str] = []
-    for name in names:
-        if is_temporary(name):
-            temporary.append(name)
-            continue
-        parsed = parse_segment_name(name)
-        if parsed is None:
-            continue
-        base, suffix = parsed
-        if suffix == LOG_SUFFIX:
-            bases.add(base)
-        elif suffix == REMOTE_SUFFIX:
-            remote.add(base)
-        elif suffix == REMOTE_DELETING_SUFFIX:
-            deleting.add(base)
-        elif suffix in COMPANION_SUFFIXES:
-            companions.append((base, suffix, name))
-    return bases, remote, deleting, companions, temporary
 
 
 def compaction_in_progress(names: list[str]) -> list[str]:

@@ -9,6 +9,7 @@ Touching a page past the end of the file is a fault (SIGBUS), so a reader reads 
 bytes the segment knows its file holds (LogSegment.size: the log's lock excludes any
 other writer, and the file never shrinks below what its indexes point at)."""
 
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.errno cimport errno
 from posix.mman cimport MAP_FAILED, MAP_SHARED, PROT_READ, mmap, munmap
 
@@ -32,6 +33,14 @@ cdef class MappedFile:
         if self.data != NULL:
             munmap(<void*>self.data, <size_t>self.capacity)
             self.data = NULL
+
+    def read(self, Py_ssize_t position, Py_ssize_t size) -> bytes:
+        """A copy of `size` bytes from `position` (no system call). The caller keeps within
+        the bytes the file holds (touching a page past its end is SIGBUS); ValueError
+        outside the mapping or once closed."""
+        if self.data == NULL or position < 0 or size < 0 or position + size > self.capacity:
+            raise ValueError("a read outside the mapping")
+        return PyBytes_FromStringAndSize(<const char*>(self.data + position), size)
 
     @property
     def closed(self) -> bool:

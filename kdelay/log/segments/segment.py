@@ -4,6 +4,11 @@ The .log is append-only. Indexes of the active segment grow in memory; `persist_
 writes them atomically (on roll and on clean close) and re-maps them. A segment whose
 persisted indexes are missing, stale or corrupt is rebuilt from a scan of its .log.
 
+After a clean close a sealed segment opens from the segment summary (segment_summary.py)
+with none of its indexes read: each loads on first use (DeferredIndexes, log/local/loader.py), with
+every check a load makes, and what the fetch plans by (its end offset, smallest
+deliverAfter, largest key, largest timestamp) comes from the summary until then.
+
 A sealed segment rewritten by compaction (`compacted`, marked on disk by its `.compacted`
 file, see swap.py) may have offset gaps between its batches: its records lie in
 [base_offset, next_offset) but not every offset there exists. Offsets inside every batch
@@ -14,7 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterator
+from typing import Any
 
 from ... import fsio
 from ...errors import CorruptLogError, IndexFileError
@@ -36,40 +43,117 @@ from .layout import (
 )
 from .mapped_file import MappedFile
 from .offset_lookup import OffsetLookup
+from .segment_summary import SegmentSummary
 from .segment_tail import SegmentTail
 
 # a mapping reaches this far past the file's end, so the active segment grows into it
 _MAP_HEADROOM = 1 << 20
+UNOPENED = -2  # the descriptor of a .log a clean open has not opened yet (see `fd`)
+_kept_fd = SegmentTail.__dict__["fd"]
+_opening = threading.Lock()  # one thread opens a deferred .log
+
+
+def _deferrable(name: str, suffix: str) -> property:
+    """The index `name` of SegmentTail (where it is kept once loaded), loaded on first use
+    when a clean open deferred it."""
+    kept = SegmentTail.__dict__[name]
+
+    def get(self: LogSegment):
+        index = kept.__get__(self, SegmentTail)
+        return self._deferred.load(self, suffix) if index is None else index
+
+    def set_(self: LogSegment, index) -> None:
+        kept.__set__(self, index)
+
+    return property(get, set_, doc=f"The segment's {suffix} index (loaded on first use "
+                                   f"after a clean open).")
 
 
 class LogSegment(SegmentTail, OffsetLookup):
     """A segment: its files, loading and recovery, and reads (appends: SegmentTail;
     finding a batch by offset: OffsetLookup, shared with remote segments)."""
 
+    @property
+    def fd(self) -> int:
+        """The .log's descriptor (-1: closed). A segment a clean open took from the
+        summary opens its .log on first use; if it is not the size the clean close left,
+        its indexes are rebuilt from it then, as an open would (CorruptLogError if it holds
+        keys the clean close did not record)."""
+        fd = _kept_fd.__get__(self, SegmentTail)
+        return self._open_log() if fd == UNOPENED else fd
+
+    @fd.setter
+    def fd(self, fd: int) -> None:
+        _kept_fd.__set__(self, fd)
+
+    @property
+    def closed(self) -> bool:
+        return _kept_fd.__get__(self, SegmentTail) == -1
+
+    @property
+    def open_fd(self) -> int:
+        """The .log's descriptor if it is open, else -1 (never opens it)."""
+        fd = _kept_fd.__get__(self, SegmentTail)
+        return fd if fd >= 0 else -1
+
+    def _open_log(self) -> int:
+        with _opening:
+            fd = _kept_fd.__get__(self, SegmentTail)
+            if fd != UNOPENED:
+                return fd
+            fd = os.open(self.log_path, os.O_RDWR | fsio.O_BINARY)
+            size = os.fstat(fd).st_size
+            _kept_fd.__set__(self, fd)
+            if size != self.size:  # changed behind the clean close: rebuild, as an open would
+                try:
+                    if self._deferred is None:
+                        raise CorruptLogError(f"{size} bytes, where the clean close left "
+                                              f"{self.size}", self.log_path)
+                    self._deferred.log_changed(self, size)
+                except BaseException:
+                    _kept_fd.__set__(self, UNOPENED)  # every read reaching it fails again
+                    os.close(fd)
+                    raise
+            return fd
+
+    offset_index = _deferrable("offset_index", INDEX_SUFFIX)
+    time_index = _deferrable("time_index", TIMEINDEX_SUFFIX)
+    dly_index = _deferrable("dly_index", DLYINDEX_SUFFIX)
+
     def __init__(self, directory: str, base_offset: int, fd: int, size: int, next_offset: int,
-                 offset_index: OffsetIndex, time_index: TimeIndex,
-                 dly_index: DeliverAfterIndex):
+                 offset_index: OffsetIndex | None, time_index: TimeIndex | None,
+                 dly_index: DeliverAfterIndex | None, summary: SegmentSummary | None = None):
         self.directory = directory
         self.log_path = segment_file(directory, base_offset, LOG_SUFFIX)
         self.base_offset = base_offset
         self.fd = fd
         self.size = size
         self.next_offset = next_offset
-        self.offset_index = offset_index
-        self.time_index = time_index
-        self.dly_index = dly_index
+        if dly_index is not None:  # else deferred: loaded on first use
+            self.offset_index = offset_index
+            self.time_index = time_index
+            self.dly_index = dly_index
         # max timestamp of the first batch, for segment_ms; read lazily so that opening a
         # sealed segment reads none of its .log
         self._first_timestamp = None
         self._bytes_since_index_entry = 0
         # (dly_index.generation, min_deliver_after): see min_deliver_after
         self._min_deliver_after: tuple[int, int | None] = (0, None)
-        # a sealed segment's largest timestamp is its time index's last entry (see
-        # seal_time_index), the active one's kept by every append
-        last_key = time_index.last_key()
-        last = None if last_key is None else time_index.floor(last_key)
-        self.max_timestamp = -1 if last is None else last[0]
-        self.max_timestamp_offset = -1 if last is None else last[1]
+        # what a clean close recorded (None: the indexes were loaded at open), and what
+        # loads the indexes not loaded yet (DeferredIndexes in log/local/loader.py; None: all)
+        self.summary = summary
+        self._deferred: Any = None
+        # the largest timestamp: a sealed segment's is its time index's last entry (see
+        # seal_time_index) or the summary's, the active one's kept by every append
+        self.max_timestamp_offset = -1  # base offset of the batch holding it (-1: unknown)
+        if summary is not None:
+            self.max_timestamp = summary.max_timestamp
+        else:
+            assert time_index is not None  # loaded, or built afresh
+            last_key = time_index.last_key()
+            last = None if last_key is None else time_index.floor(last_key)
+            self.max_timestamp = -1 if last is None else last[0]
+            self.max_timestamp_offset = -1 if last is None else last[1]
         self.compacted = False  # may have offset gaps (set by the loader and compaction)
         # tiered storage: the segment's committed copy in the object store
         # (kdelay.log.tiered.manifest.RemoteCopy), None until copied
@@ -87,6 +171,8 @@ class LogSegment(SegmentTail, OffsetLookup):
     @property
     def max_key(self) -> tuple[int, int] | None:
         """The largest (deliverAfter, offset) of any record here (None: no batch)."""
+        if self.summary is not None:  # sealed: what the summary says, checked on loading
+            return self.summary.max_key
         return self.dly_index.max_key()
 
     @property
@@ -94,6 +180,8 @@ class LogSegment(SegmentTail, OffsetLookup):
         """The smallest deliverAfter of any record here (None: no batch). Worked out once
         per persisted index (a generation), so a sealed segment answers from memory, as a
         remote one does from its manifest; entries appended since change it at once."""
+        if self.summary is not None:  # sealed: what the summary says, checked on loading
+            return self.summary.min_deliver_after
         idx = self.dly_index
         if idx.has_recent:
             return idx.min_deliver_after()
@@ -152,6 +240,17 @@ class LogSegment(SegmentTail, OffsetLookup):
             os.close(fd)
             raise
         return cls(directory, base_offset, fd, size, next_offset, oi, ti, di)
+
+    @classmethod
+    def deferred_load(cls, directory: str, summary: SegmentSummary, loader) -> LogSegment:
+        """A sealed segment as a clean close summarised it, touching none of its files:
+        its .log opens on first use (`fd`), and `loader` (log/local/loader.py's DeferredIndexes) loads
+        each index on first use."""
+        seg = cls(directory, summary.base_offset, UNOPENED, summary.log_bytes,
+                  summary.next_offset, None, None, None, summary)
+        seg.compacted = summary.compacted
+        seg._deferred = loader
+        return seg
 
     @classmethod
     def recover(cls, directory: str, base_offset: int, *, index_interval_bytes: int,
@@ -216,7 +315,7 @@ class LogSegment(SegmentTail, OffsetLookup):
         lookup by time would pass it by. As Kafka appends one when a segment goes
         inactive."""
         last = self.time_index.last_key()
-        if self.max_timestamp >= 0 and (last is None or self.max_timestamp > last):
+        if self.max_timestamp_offset >= 0 and (last is None or self.max_timestamp > last):
             self.time_index.add(self.max_timestamp, self.max_timestamp_offset)
 
     def persist_indexes(self) -> None:
@@ -232,9 +331,10 @@ class LogSegment(SegmentTail, OffsetLookup):
         if self._mapped is not None:
             self._mapped.close()
             self._mapped = None
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        fd = _kept_fd.__get__(self, SegmentTail)
+        if fd >= 0:
+            os.close(fd)
+        self.fd = -1
 
     def delete(self) -> None:
         """Remove the segment's files: the .log first, so a crash part-way leaves only

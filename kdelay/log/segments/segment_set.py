@@ -6,6 +6,8 @@ which offer the same reads; the active one is always a LogSegment.
 - sealed segments by the largest (deliverAfter, offset) they hold (a SortedList of
   (deliverAfter, offset, base)), so a fetch or a "what comes due next" question skips every
   segment with nothing after its cursor without touching it;
+- sealed segments by (earliest deliverAfter, base offset), a bound below every key each
+  holds, so that the fetch's merge takes them up in that order (fetch/planner.py);
 - the active one, which takes the appends (always the last by base offset);
 - sealed segments' largest record timestamps as a running maximum in offset order, worked
   out again after a change to the set, so the first segment holding a timestamp >= T is
@@ -34,9 +36,12 @@ class SegmentSet:
         if not segments:
             raise ValueError("a SegmentSet needs at least the active segment")
         self._by_base: SortedDict = SortedDict((s.base_offset, s) for s in segments)
-        self._by_max_key = SortedList()
-        for seg in segments[:-1]:
-            self._add_sealed(seg)
+        sealed = [(seg.max_key, seg.min_deliver_after, seg.base_offset)
+                  for seg in segments[:-1]]
+        # built in one sort each (a clean open of many segments adds them all at once)
+        self._by_max_key = SortedList((k[0], k[1], base) for k, _, base in sealed
+                                      if k is not None)
+        self._by_min_key = SortedList((da, base) for k, da, base in sealed if k is not None)
         self.active: LogSegment = segments[-1]
         self._changes = 0  # counts changes to which segments are sealed (see by_time)
         self._by_time: tuple[int, list[int], list[int]] = (-1, [], [])
@@ -45,6 +50,13 @@ class SegmentSet:
         key = seg.max_key
         if key is not None:
             self._by_max_key.add((key[0], key[1], seg.base_offset))
+            self._by_min_key.add((seg.min_deliver_after, seg.base_offset))
+
+    def _discard_sealed(self, seg) -> None:
+        key = seg.max_key
+        if key is not None:
+            self._by_max_key.discard((key[0], key[1], seg.base_offset))
+            self._by_min_key.discard((seg.min_deliver_after, seg.base_offset))
 
     # ------------------------------------------------------------------ changes
 
@@ -69,9 +81,7 @@ class SegmentSet:
         seg = self._by_base.peekitem(0)[1]
         if seg is self.active:
             raise ValueError("the active segment cannot be removed")
-        key = seg.max_key
-        if key is not None:
-            self._by_max_key.discard((key[0], key[1], seg.base_offset))
+        self._discard_sealed(seg)
         del self._by_base[seg.base_offset]
         return seg
 
@@ -92,9 +102,7 @@ class SegmentSet:
             if seg is self.active or self._by_base.get(seg.base_offset) is not seg:
                 raise ValueError(f"segment {seg.base_offset} is not a sealed segment here")
         for seg in old:
-            key = seg.max_key
-            if key is not None:
-                self._by_max_key.discard((key[0], key[1], seg.base_offset))
+            self._discard_sealed(seg)
             del self._by_base[seg.base_offset]
         self._by_base[new.base_offset] = new
         self._add_sealed(new)
@@ -166,6 +174,32 @@ class SegmentSet:
                                          inclusive=(False, True)))
         for _, _, base in found:
             yield self._by_base[base]
+
+    def first_starting_after(self, low: tuple[int, int] | None
+                             ) -> tuple[tuple[int, int], LogSegment] | None:
+        """The sealed segment with the smallest (earliest deliverAfter, base offset) above
+        `low` (any, if None), with that pair; None if there is none. O(log segments)."""
+        found = (self._by_min_key if low is None else
+                 self._by_min_key.irange(minimum=low, inclusive=(False, True)))
+        for da, base in found:
+            return (da, base), self._by_base[base]
+        return None
+
+    def sealed_starting_upto(self, key: tuple[int, int]) -> Iterator[LogSegment]:
+        """Sealed segments whose (earliest deliverAfter, base offset) is at or below `key`,
+        in that order."""
+        for _, base in self._by_min_key.irange(maximum=key):
+            yield self._by_base[base]
+
+    def sealed_hold_after(self, key: tuple[int, int] | None) -> bool:
+        """Whether a sealed segment holds a record with (deliverAfter, offset) > `key` (any
+        record, if `key` is None). O(log segments)."""
+        if not self._by_max_key:
+            return False
+        if key is None:
+            return True
+        da, off, _ = self._by_max_key[-1]
+        return da > key[0] or (da == key[0] and off > key[1])
 
     def sealed_not_all_due(self, now: int) -> Iterator[LogSegment]:
         """Sealed segments holding a record with deliverAfter > `now`."""

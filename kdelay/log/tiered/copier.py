@@ -143,7 +143,7 @@ def _commit(store: RemoteStore, copy: RemoteCopy, log_crc: int) -> RemoteCopy:
     except ObjectExistsError:
         pass
     try:
-        earlier = decode(store.get(name), store.describe(name))
+        earlier = decode(store.get(name), store.describe(name), copy.base_offset)
     except CorruptLogError as e:
         raise RemoteStorageError(f"cannot commit the copy of segment {copy.base_offset}: "
                                  f"{e}") from e
@@ -168,11 +168,7 @@ def read_manifest(store: RemoteStore, base: int) -> RemoteCopy:
     CorruptLogError naming the manifest if it is damaged or describes another segment,
     RemoteStorageError (ObjectMissingError: there is none)."""
     name = manifest_name(base)
-    copy = decode(store.get(name), store.describe(name))
-    if copy.base_offset != base:
-        raise CorruptLogError(f"describes segment {copy.base_offset}, not the one its name "
-                              f"says", store.describe(name))
-    return copy
+    return decode(store.get(name), store.describe(name), base)
 
 
 def orphans(names: Iterable[str], committed: Mapping[int, str | None]) -> list[str]:

@@ -108,9 +108,10 @@ def encode(copy: RemoteCopy) -> bytes:
     return (body + f"crc {crc32c.crc32c(body.encode('ascii')):08x}\n").encode("ascii")
 
 
-def decode(raw: bytes, where: str) -> RemoteCopy:
+def decode(raw: bytes, where: str, base_offset: int | None = None) -> RemoteCopy:
     """The RemoteCopy of a manifest's bytes. Raises CorruptLogError naming `where` if they
-    are damaged (bad tag, checksum or fields)."""
+    are damaged (bad tag, checksum or fields), or, given the `base_offset` its name says,
+    if they describe another segment (sound bytes in the wrong place are damage too)."""
     try:
         text = raw.decode("ascii")
         lines = text.split("\n")
@@ -135,6 +136,9 @@ def decode(raw: bytes, where: str) -> RemoteCopy:
             raise ValueError("inconsistent fields")
     except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError) as e:
         raise CorruptLogError(f"damaged remote-segment manifest: {e}", where) from None
+    if base_offset is not None and copy.base_offset != base_offset:
+        raise CorruptLogError(f"describes segment {copy.base_offset}, not segment "
+                              f"{base_offset} its name says", where)
     return copy
 
 

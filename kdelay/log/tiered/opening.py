@@ -27,9 +27,15 @@ from ... import fsio
 from ...errors import CorruptLogError, RemoteStorageError
 from ..cancellation.journal import CANCEL, JOURNAL_SUFFIX, encode_entry, journal_header
 from ..segments.layout import classify_directory, segment_file
-from .cancelled_object import CANCELLED_SUFFIX, decode_cancelled
+from .cancelled_object import (
+    CANCELLATIONS_SUFFIX,
+    CANCELLED_SUFFIX,
+    decode_cancellations,
+    decode_cancelled,
+)
+from .copier import read_manifest
 from .index_cache import remove_stale_files
-from .manifest import MANIFEST_SUFFIX, RemoteCopy, decode, manifest_name, parse_object_name
+from .manifest import MANIFEST_SUFFIX, RemoteCopy, decode, parse_object_name
 from .remote_marker import read_remote_marker, write_remote_marker
 from .remote_segment import RemoteSegment
 from .tier import RemoteTier, record_settings
@@ -51,10 +57,14 @@ class TieredDirectory:
             return None
 
     def remote_segment(self, base: int) -> RemoteSegment:
+        if self.tier.store.volatile:
+            raise RemoteStorageError(
+                f"{self.directory}: segment {base} is held only in an object store, and "
+                f"{self.tier.store.url} vanishes with its process: open it with the store "
+                f"that holds its copy")
         copy = self.committed_copy(base)
         if copy is None:  # damaged locally: the store's manifest is the same bytes
-            name = manifest_name(base)
-            copy = decode(self.tier.store.get(name), self.tier.store.describe(name))
+            copy = read_manifest(self.tier.store, base)
             write_remote_marker(self.directory, copy)
         return RemoteSegment(self.directory, copy, self.tier)
 
@@ -70,16 +80,25 @@ class TieredDirectory:
         deleting = set(listing.deleting)
         adopted: list[int] = []
         try:
-            listing = self.tier.store.list()
-            for name in sorted(listing, reverse=True):  # newest first: see _overlaps
+            stored = self.tier.store.list()
+            for name in sorted(stored, reverse=True):  # newest first: see _overlaps
                 parsed = parse_object_name(name)
                 if (parsed is None or parsed[2] != MANIFEST_SUFFIX or parsed[0] in known
                         or parsed[0] in deleting):
                     continue
-                copy = decode(self.tier.store.get(name), self.tier.store.describe(name))
+                copy = decode(self.tier.store.get(name), self.tier.store.describe(name),
+                              parsed[0])
                 if _overlaps(copy, known):
                     continue
-                self._adopt(copy)
+                if known and copy.next_offset != known[0]:
+                    # copies must meet end to end: a log restored across the hole would
+                    # have offsets missing in its middle
+                    raise RemoteStorageError(
+                        f"no copy in {self.tier.store.describe('')} ends where segment "
+                        f"{known[0]} begins (the newest copy below ends at "
+                        f"{copy.next_offset}): the history before {known[0]} is not "
+                        f"restored")
+                self._adopt(copy, stored)
                 known.insert(0, copy.base_offset)
                 adopted.append(copy.base_offset)
         except (RemoteStorageError, CorruptLogError) as e:
@@ -93,20 +112,36 @@ class TieredDirectory:
             log.warning("kdelay open: %s", self.problems[-1])
         return adopted
 
-    def _adopt(self, copy: RemoteCopy) -> None:
+    def _adopt(self, copy: RemoteCopy, stored: dict[str, int]) -> None:
         journal_path = segment_file(self.directory, copy.base_offset, JOURNAL_SUFFIX)
         # a journal still here (only the marker was lost) holds the copy's cancellations
-        # and those made since: the object would take the later ones away
-        if CANCELLED_SUFFIX in copy.objects and not os.path.exists(journal_path):
-            name = copy.object_name(CANCELLED_SUFFIX)
-            data = self.tier.store.get(name)
-            where = self.tier.store.describe(name)
-            copy.check_object(CANCELLED_SUFFIX, data, where)  # size and CRC: the manifest's
-            offsets = decode_cancelled(data, copy.base_offset, copy.next_offset, where)
-            journal = journal_header(copy.base_offset, 0) + b"".join(
-                encode_entry(CANCEL, offset) for offset in offsets.tolist())
-            fsio.atomic_write(journal_path, journal)
+        # and those made since: the objects know no more (the sync exports only what is
+        # durable here)
+        if not os.path.exists(journal_path):
+            offsets = self._stored_cancellations(copy, stored)
+            if offsets:
+                journal = journal_header(copy.base_offset, 0) + b"".join(
+                    encode_entry(CANCEL, offset) for offset in sorted(offsets))
+                fsio.atomic_write(journal_path, journal)
         write_remote_marker(self.directory, copy)
+
+    def _stored_cancellations(self, copy: RemoteCopy, stored: dict[str, int]) -> set[int]:
+        """The offsets the store holds as cancelled for `copy`: its `.cancelled` object
+        (checked against the manifest) and its `.cancellations` object (checking itself),
+        when there. Raises CorruptLogError naming a damaged one."""
+        store = self.tier.store
+        out: set[int] = set()
+        if CANCELLED_SUFFIX in copy.objects:
+            name = copy.object_name(CANCELLED_SUFFIX)
+            data, where = store.get(name), store.describe(name)
+            copy.check_object(CANCELLED_SUFFIX, data, where)  # size and CRC: the manifest's
+            out.update(decode_cancelled(data, copy.base_offset, copy.next_offset,
+                                        where).tolist())
+        name = copy.object_name(CANCELLATIONS_SUFFIX)
+        if name in stored:
+            out.update(decode_cancellations(store.get(name), copy.base_offset,
+                                            copy.next_offset, store.describe(name)).tolist())
+        return out
 
 
 def _overlaps(copy: RemoteCopy, known: list[int]) -> bool:

@@ -22,7 +22,7 @@ def read_remote_marker(directory: str, base_offset: int, suffix: str = REMOTE_SU
                        ) -> RemoteCopy | None:
     """The RemoteCopy that segment `base_offset`'s marker (`N.remote`, or with `suffix`
     `N.remote-deleting`) records, or None if there is none. Raises CorruptLogError naming
-    the marker if it is damaged."""
+    the marker if it is damaged or records another segment's copy."""
     path = segment_file(directory, base_offset, suffix)
     raw = fsio.read_small(path)
-    return None if raw is None else decode(raw, path)
+    return None if raw is None else decode(raw, path, base_offset)

@@ -104,6 +104,15 @@ class RemoteSegment(OffsetLookup):
     def time_index(self) -> TimeIndex:
         return self._index(TIMEINDEX_SUFFIX)
 
+    def loaded_indexes(self) -> list[AbstractIndex]:
+        """The indexes at hand (fetched already): what metrics may read without asking the
+        store. O(1)."""
+        return list(self._indexes.values())
+
+    def has_index(self, suffix: str) -> bool:
+        """Is index `suffix` at hand (no request needed to read it)? O(1)."""
+        return suffix in self._indexes
+
     def _index(self, suffix: str):
         index = self._indexes.get(suffix)
         return self._load_index(suffix) if index is None else index

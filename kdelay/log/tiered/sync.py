@@ -7,9 +7,14 @@ A pass (`sync`, what `Log.sync_remote()` runs) does, in order:
    held only to pick the segment with a snapshot of its cancellations, and to publish
    the copy (`seg.remote`); appends, fetches and rolls go on meanwhile. While a copy is in
    flight neither retention nor compaction touches its segment (`busy`);
-3. local retention (tier_retention.py): copied segments whose local files are due go,
+3. the export of cancellations (cancel_export.py): each copied segment whose
+   cancellations changed since the store last heard gets its `.cancellations` object
+   rewritten, so that losing the local disk after the pass brings back no cancelled
+   record and no rescheduled original;
+4. local retention (tier_retention.py): copied segments whose local files are due go,
    each once its manifest is confirmed in the store, and are served from it from then on;
-4. once after open and after anything failed: the orphan sweep (one list request).
+5. once after open and after anything failed: the orphan sweep (one list request), and
+   the abort of multipart uploads an interrupted copy left open (S3: one more request).
 
 The background thread runs a pass when woken (a roll, retention) or every `_IDLE_S`
 seconds; while passes fail it retries with exponential backoff (not woken meanwhile), and
@@ -30,6 +35,7 @@ from ..cancellation.cancel_store import CancelStore
 from ..segments.layout import remote_deletions
 from ..segments.segment import LogSegment
 from ..segments.segment_set import SegmentSet
+from .cancel_export import CancelExport
 from .copier import copy_segment, sweep_orphans
 from .manifest import manifest_name
 from .remote_segment import RemoteSegment
@@ -58,6 +64,7 @@ class RemoteSync:
         self._before_change = before_change
         self._after_change = after_change
         self._one_at_a_time = threading.Lock()
+        self._export = CancelExport(tier.store, segments, lock, cancels)
         self._in_flight: LogSegment | None = None  # being copied (guarded by the log's lock)
         # copies go oldest first and compaction leaves copied segments alone: every segment
         # below this offset is copied (or gone), so picking starts here
@@ -90,28 +97,37 @@ class RemoteSync:
         store = self.tier.store
         remote_deleted = 0
         for base in remote_deletions(self.directory):
-            delete_remote_copy(store, self.directory, base)
+            if not delete_remote_copy(store, self.directory, base):
+                self._sweep_due = True  # its objects are orphans: this pass removes them
             remote_deleted += 1
         copied = 0
         while (picked := self._pick()) is not None:
             seg, cancelled = picked
             try:
                 copy = copy_segment(self.tier, seg, cancelled)
-            finally:
+            except BaseException:
                 with self._lock:
                     self._in_flight = None
+                raise
+            # published and released in one hold of the lock: retention and compaction
+            # must never see the segment neither in flight nor copied, or they would
+            # delete (rewrite) it beside its `N.remote` and its copy, which would bring
+            # it back at the next open
             with self._lock:
                 seg.remote = copy
+                self._in_flight = None
                 self._scan_from = seg.next_offset
             copied += 1
+        self._export.export()  # cancellations made since the copies (cancel_export.py)
         local_deleted = self._apply_local_retention()
         if self._sweep_due:
             with self._lock:
                 known = {s.base_offset: s.remote.copy_id for s in self._segments
                          if s.remote is not None}
             swept = sweep_orphans(store, store.list(), known)
+            swept += store.abort_uploads()  # parts of a .log an interrupted copy sent
             if swept:
-                _log.info("kdelay tiered storage %s: removed %d orphan objects",
+                _log.info("kdelay tiered storage %s: removed %d orphan objects and uploads",
                           self.directory, swept)
             self._sweep_due = False
         return RemoteSyncResult(copied, local_deleted, remote_deleted)
@@ -121,7 +137,11 @@ class RemoteSync:
         once its manifest is confirmed in the store (so nothing local goes while the store
         cannot be reached); from then on a RemoteSegment serves it. Under the lock per
         segment: its .log (first: a crash after it leaves a remote-only segment and
-        leftovers) and its place in the set; its other files after."""
+        leftovers) and its place in the set; its other files after. Nothing goes for a
+        store that vanishes with the process (`memory://`): the local files are the only
+        lasting record."""
+        if self.tier.store.volatile:
+            return 0
         with self._lock:
             due = local_retention_due(self._segments, self.config, self._now())
         store = self.tier.store
@@ -157,6 +177,9 @@ class RemoteSync:
                     return None
                 if seg.remote is None:
                     self._in_flight = seg
+                    # the copy's `.cancelled` holds only what is durable here (see
+                    # cancel_export.py: the store never knows more than the directory)
+                    self._cancels.sync()
                     return seg, self._cancels.settled_between(seg.base_offset,
                                                               seg.next_offset)
         return None

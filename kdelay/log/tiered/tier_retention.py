@@ -29,6 +29,7 @@ from ..segments.layout import (
 )
 from ..segments.segment import LogSegment
 from ..segments.segment_set import SegmentSet
+from .cancelled_object import CANCELLATIONS_SUFFIX
 from .manifest import manifest_name
 from .remote_marker import read_remote_marker
 
@@ -63,9 +64,10 @@ def delete_local_files(seg: LogSegment) -> None:
         fsio.unlink(seg.path(suffix))
 
 
-def delete_remote_copy(store: RemoteStore, directory: str, base_offset: int) -> None:
+def delete_remote_copy(store: RemoteStore, directory: str, base_offset: int) -> bool:
     """Finish deleting segment `base_offset` (its `N.remote-deleting` marker is there):
-    its manifest, its objects, its cancellation files, the marker. Raises
+    its manifest, its objects, its cancellation files, the marker. Returns False when the
+    marker was damaged (its objects, orphans now, are left to the orphan sweep). Raises
     RemoteStorageError (nothing is lost: the next sync starts again)."""
     marker = segment_file(directory, base_offset, REMOTE_DELETING_SUFFIX)
     try:
@@ -74,9 +76,11 @@ def delete_remote_copy(store: RemoteStore, directory: str, base_offset: int) -> 
         copy = None  # its objects become orphans: the next orphan sweep removes them
     store.delete(manifest_name(base_offset))
     if copy is not None:
-        for suffix in copy.objects:
+        # the manifest's objects, and the one the sync rewrites beside them
+        for suffix in (*copy.objects, CANCELLATIONS_SUFFIX):
             store.delete(copy.object_name(suffix))
     for suffix in CANCEL_SUFFIXES:
         fsio.unlink(segment_file(directory, base_offset, suffix))
     fsio.unlink(marker)
     fsio.fsync_dir(directory)
+    return copy is not None

@@ -13,6 +13,7 @@ from conftest import T0, FakeClock
 
 from kdelay import Log, LogConfig, Record
 from kdelay.log.local import flush_policy
+from kdelay.log.local.maintenance import Maintenance
 from kdelay.log.segments.layout import LOG_SUFFIX, segment_file
 from kdelay.testing.faults import FaultInjector
 
@@ -117,3 +118,28 @@ def test_no_flush_setting_leaves_appends_to_the_os(tmp_path):
             log.append([Record(b"v")])
             time.sleep(0.05)
         assert log_fsyncs(inj, log) == 0
+
+
+def test_a_failed_flush_ms_flush_does_not_end_the_thread(tmp_path, monkeypatch):
+    """A flush the flush_ms thread makes that fails (an fsync refused: EIO, disk full) is
+    logged and tried again at the next tick; it used to end the thread silently, and with
+    it flush_ms for the rest of the log's life (issue 31's sweep of dead threads)."""
+    import errno
+
+    real = Maintenance._flush_if_overdue
+    ticks = []
+
+    def refused_once(maintenance):
+        ticks.append(1)
+        if len(ticks) == 1:
+            raise OSError(errno.EIO, "Input/output error")
+        return real(maintenance)
+
+    monkeypatch.setattr(Maintenance, "_flush_if_overdue", refused_once)
+    config = LogConfig(flush_ms=20, segment_bytes=BIG)
+    with Log.open(tmp_path / "p", config=config, clock=FakeClock()) as log, \
+            FaultInjector([str(tmp_path)]) as inj:
+        assert wait_until(lambda: len(ticks) >= 1)  # the refused one came first
+        log.append([Record(b"v")])
+        assert wait_until(lambda: log_fsyncs(inj, log) >= 1), \
+            "the flush thread died with its first failure: no fsync within 10 s"

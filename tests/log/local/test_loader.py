@@ -258,6 +258,7 @@ def test_locked_error_names_the_holding_process_and_the_way_forward(log_dir):
     msg = str(caught.value)
     assert f"locked by process {holder.pid};" in msg
     assert "share the Log between threads" in msg and "which take no lock" in msg
+    assert "kdelay serve" in msg  # the way for many processes (issue 31, point 14)
     Log.open(log_dir).close()  # the holder is gone: the lock is free
 
 

@@ -1,0 +1,238 @@
+"""The broker's produce side and its resource costs, side by side with librdkafka's mock
+cluster (`test.mock.num.brokers=1`: an in-memory C broker inside the client process).
+
+Produce: one confluent-kafka Producer (linger.ms=5, acks=1) sends N records (16 B keys,
+100 B values) into partition 0, against `kdelay serve` (a child process) and against the
+mock, alternating, R rounds; the time runs from the first produce() to flush()'s return
+(every delivery report in). Two workloads:
+- `delay0`: every record carries `kdelay.delay_ms: 0`;
+- `mixed`: half carry no header, 30 % a retry backoff of 1-8 s, 20 % a delay uniform over
+  15 minutes; the topic's delayed.delivery.max.spread.ms is 1000.
+The mock gets the same records and headers (it ignores them).
+
+The broker's own CPU time for each produce run is reported beside it: on a shared machine
+the wall-clock ratio also measures how soon the broker process gets a core (the mock runs
+inside the client's process), the CPU time what the broker spends.
+
+Resources (kdelay only): start to first answer (process start to an ApiVersions answer),
+the RSS of an idle broker, and the memory of 1,000 idle client connections held while a
+producer runs (RSS with them minus RSS without, per connection).
+
+    python bench/broker.py [--records 500000] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+import shutil
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+TOPIC = "bench"
+
+
+def payload(n: int, workload: str, seed: int = 7) -> list[tuple[bytes, bytes, list]]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        key = b"%016d" % i
+        value = rng.randbytes(100)
+        if workload == "delay0":
+            headers = [("kdelay.delay_ms", b"0")]
+        else:
+            u = rng.random()
+            if u < 0.5:
+                headers = []
+            elif u < 0.8:
+                headers = [("kdelay.delay_ms", b"%d" % rng.randint(1000, 8000))]
+            else:
+                headers = [("kdelay.delay_ms", b"%d" % rng.randint(0, 900_000))]
+        out.append((key, value, headers))
+    return out
+
+
+def produce(config: dict, records: list) -> float:
+    """Seconds from the first produce() to flush()'s return, every report in, none failed."""
+    from confluent_kafka import Producer
+    failed = []
+
+    def report(err, msg) -> None:
+        if err is not None:
+            failed.append(err)
+
+    p = Producer({"linger.ms": 5, "acks": 1, **config})
+    p.produce(TOPIC, b"warm", partition=0, on_delivery=report)  # metadata, connection
+    p.flush(60)
+    started = time.perf_counter()
+    for k, v, h in records:
+        while True:
+            try:
+                p.produce(TOPIC, v, k, partition=0, headers=h, on_delivery=report)
+                break
+            except BufferError:
+                p.poll(0.005)
+    left = p.flush(300)
+    elapsed = time.perf_counter() - started
+    if left or failed:
+        raise RuntimeError(f"{left} records undelivered, {len(failed)} failed: {failed[:3]}")
+    return elapsed
+
+
+def mock_bootstrap() -> tuple[object, str]:
+    """A client holding a mock cluster (kept alive by the caller) and its address."""
+    from confluent_kafka import Producer
+    found: list[str] = []
+
+    class Grab(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "Mock cluster enabled" in record.getMessage():
+                found.append(record.getMessage().rsplit(" ", 1)[-1].strip())
+
+    logger = logging.getLogger("mock-bootstrap")
+    logger.addHandler(Grab())
+    logger.setLevel(logging.INFO)
+    holder = Producer({"test.mock.num.brokers": 1, "logger": logger,
+                       "bootstrap.servers": "unused:9092"})
+    holder.poll(0.5)
+    if not found:
+        raise RuntimeError("the mock cluster's address did not appear in the client log")
+    return holder, found[0]
+
+
+def start_broker(root: str, *config: str) -> tuple[subprocess.Popen, str, float]:
+    """`kdelay serve`; (process, bootstrap, seconds from start to an ApiVersions answer)."""
+    args = [sys.executable, "-m", "kdelay", "serve", root, "--listen", "127.0.0.1:0",
+            "--log-level", "WARNING"]
+    for c in config:
+        args += ["--config", c]
+    started = time.perf_counter()
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = proc.stdout.readline()
+    bootstrap = line.rsplit(" ", 1)[1].strip()
+    api_versions(bootstrap)
+    return proc, bootstrap, time.perf_counter() - started
+
+
+def api_versions(bootstrap: str) -> socket.socket:
+    """A connection that has asked ApiVersions v0 and read the answer (kept open)."""
+    host, port = bootstrap.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)))
+    s.sendall(struct.pack(">ihhih", 10, 18, 0, 1, 0))
+    size = struct.unpack(">i", _read(s, 4))[0]
+    _read(s, size)
+    return s
+
+
+def _read(s: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise EOFError
+        buf += chunk
+    return buf
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+def produce_rounds(args: argparse.Namespace, workdir: str) -> list[str]:
+    rows = []
+    holder, mock = mock_bootstrap()
+    for workload in ("delay0", "mixed"):
+        records = payload(args.records, workload)
+        ours, theirs, broker_cpu = [], [], []
+        for r in range(args.rounds):
+            root = tempfile.mkdtemp(dir=workdir)
+            proc, bootstrap, _ = start_broker(root, "num.partitions=1",
+                                              "delayed.delivery.max.spread.ms=1000")
+            try:
+                before = cpu_s(proc.pid)
+                ours.append(produce({"bootstrap.servers": bootstrap}, records))
+                broker_cpu.append(cpu_s(proc.pid) - before)
+            finally:
+                proc.terminate()
+                proc.wait(60)
+                shutil.rmtree(root, ignore_errors=True)
+            theirs.append(produce({"bootstrap.servers": mock}, records))
+            print(f"{workload} round {r}: kdelay {args.records / ours[-1]:,.0f} rec/s, "
+                  f"mock {args.records / theirs[-1]:,.0f} rec/s", flush=True)
+        a = args.records / statistics.median(ours)
+        b = args.records / statistics.median(theirs)
+        ratio = statistics.median(t / o for o, t in zip(ours, theirs, strict=True))
+        rows.append(f"| produce {args.records:,} ({workload}) | {a:,.0f} rec/s | "
+                    f"{b:,.0f} rec/s | {ratio:.2f}x |")
+        cpu = statistics.median(broker_cpu)
+        rows.append(f"| ... the broker process's CPU for it ({workload}) | {cpu:.2f} s "
+                    f"({args.records / max(cpu, 1e-9):,.0f} rec/s of CPU) | (in the client) | |")
+    del holder
+    return rows
+
+
+def resources(args: argparse.Namespace, workdir: str) -> list[str]:
+    root = tempfile.mkdtemp(dir=workdir)
+    proc, bootstrap, first_answer = start_broker(root, "num.partitions=1")
+    try:
+        time.sleep(1.0)  # settled
+        idle = rss_kb(proc.pid)
+        records = payload(min(args.records, 100_000), "mixed")
+        produce({"bootstrap.servers": bootstrap}, records)  # warm: the produce path loaded
+        before = rss_kb(proc.pid)
+        held = [api_versions(bootstrap) for _ in range(args.connections)]
+        produce({"bootstrap.servers": bootstrap}, records)  # while they are held
+        with_them = rss_kb(proc.pid)
+        for s in held:
+            s.close()
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        shutil.rmtree(root, ignore_errors=True)
+    per = (with_them - before) * 1024 / args.connections
+    return [f"| start to first answer | {first_answer * 1000:.0f} ms | | |",
+            f"| idle broker RSS | {idle / 1024:.1f} MB | | |",
+            f"| {args.connections:,} idle connections held while a producer runs | "
+            f"{per / 1024:.1f} KB each | | |"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--records", type=int, default=500_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--connections", type=int, default=1000)
+    ap.add_argument("--skip-produce", action="store_true")
+    args = ap.parse_args()
+    workdir = tempfile.mkdtemp(prefix="kdelay-bench-broker-")
+    try:
+        lines = ["| measure | kdelay broker | librdkafka mock | mock / kdelay time |",
+                 "|---|---|---|---|"]
+        if not args.skip_produce:
+            lines += produce_rounds(args, workdir)
+        lines += resources(args, workdir)
+        print("\n".join(lines))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()

@@ -1,0 +1,264 @@
+"""The broker's consume side, side by side with librdkafka's mock cluster (an in-memory C
+broker inside the client process), the same confluent-kafka Consumer and settings against
+both.
+
+- consume: `--records` (150,000) due records, 16-byte keys and 100-byte values, over
+  the 4 partitions the mock gives an auto-created topic (it keeps only its newest ~5 MiB
+  per partition: 37,500 of these records fit) read by one
+  confluent Consumer with assign() from the beginning, default settings; the clock runs
+  from assign() (once Metadata has named the partitions' leader) to the last record
+  handed over. kdelay's records are written in process
+  (1,000-record batches, due at once) before `kdelay serve` starts in a child process, so
+  the time includes numbering them (the due-order view) on the first fetches. The mock's
+  are produced by a confluent Producer (linger.ms=5) before its clock starts. Each broker
+  first serves one record of another topic, untimed (kdelay's first answer of each
+  request kind builds kio's reader and writer for it). Rounds
+  alternate which goes first; medians over `--rounds`.
+- lateness: a child process runs the broker and a writer appending `--rate` (5,000)
+  records/s for `--seconds` (20), each due at a time uniform over the next 10 s (single-
+  record batches: every record asks its own time); one confluent Consumer with default
+  settings reads them; lateness is the time it handed a record over minus the time the
+  record asked for (wall clock of one machine). None may be early.
+
+    python bench/broker_consume.py [--records 150000] [--rounds 3] [--seconds 20]
+        [--out bench/results/broker_consume.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+TOPIC = "bench"
+WARM = "warm"  # one record read first, untimed: each broker has answered every request kind
+MOCK_PARTITIONS = 4  # what the mock gives an auto-created topic
+
+
+# ---------------------------------------------------------------------------- consume
+
+
+def consume(bootstrap: str, topic: str, partitions: int, count: int,
+            timeout_s: float = 120.0) -> float:
+    """Seconds for one Consumer to receive `count` records from the beginning."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench",
+                  "enable.auto.commit": False})
+    try:
+        # the partitions' leader known before the clock starts: a partition assigned before
+        # librdkafka has it waits for an offset-query timer (500 ms) with either broker
+        c.list_topics(topic, timeout=30)
+        got = 0
+        start = time.perf_counter()
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        deadline = start + timeout_s
+        while got < count:
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"only {got} of {count} records in {timeout_s} s")
+            for m in c.consume(10_000, 0.5):
+                if m.error() is None:
+                    got += 1
+        return time.perf_counter() - start
+    finally:
+        c.close()
+
+
+def _payload(n: int, seed: int) -> list[tuple[bytes, bytes]]:
+    rng = random.Random(seed)
+    return [(rng.randbytes(16), rng.randbytes(100)) for _ in range(n)]
+
+
+def mock_round(records: list[tuple[bytes, bytes]], partitions: int) -> float:
+    from confluent_kafka import Producer
+    found: list[str] = []
+
+    class Grab(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            msg = record.getMessage()
+            if "Mock cluster enabled" in msg:
+                found.append(msg.rsplit(" ", 1)[-1].strip())
+
+    logger = logging.getLogger("mock-bootstrap")
+    logger.addHandler(Grab())
+    logger.setLevel(logging.INFO)
+    p = Producer({"test.mock.num.brokers": 1, "linger.ms": 5, "logger": logger,
+                  "bootstrap.servers": "unused:9092"})
+    p.poll(0.5)
+    if not found:
+        raise RuntimeError("the mock cluster's address did not appear in the client log")
+    bootstrap = found[0]
+    if partitions != MOCK_PARTITIONS:
+        raise ValueError(f"the mock auto-creates topics of {MOCK_PARTITIONS} partitions")
+    for i, (k, v) in enumerate(records):
+        while True:
+            try:
+                p.produce(TOPIC, v, k, partition=i % partitions)
+                break
+            except BufferError:
+                p.poll(0.01)
+    p.produce(WARM, b"w", partition=0)
+    p.flush()
+    try:
+        consume(bootstrap, WARM, 1, 1)
+        return consume(bootstrap, TOPIC, partitions, len(records))
+    finally:
+        del p
+
+
+def kdelay_round(records: list[tuple[bytes, bytes]], partitions: int, workdir: str) -> float:
+    from kdelay import Record, Topic
+    root = tempfile.mkdtemp(dir=workdir)
+    with Topic.open(root, TOPIC, partitions=partitions) as t:
+        per = [records[p::partitions] for p in range(partitions)]
+        for p, rows in enumerate(per):
+            log = t.partition(p)
+            for i in range(0, len(rows), 1000):
+                log.append([Record(v, key=k) for k, v in rows[i:i + 1000]])
+    with Topic.open(root, WARM, partitions=1) as t:
+        t.send([Record(b"w")])
+    proc = subprocess.Popen([sys.executable, "-m", "kdelay", "serve", root, "--listen",
+                             "127.0.0.1:0", "--log-level", "WARNING"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = proc.stdout.readline()
+        bootstrap = line.rsplit(" ", 1)[1].strip()
+        consume(bootstrap, WARM, 1, 1)
+        return consume(bootstrap, TOPIC, partitions, len(records))
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------- lateness
+
+
+def lateness_child(root: str, rate: int, seconds: float, spread_ms: int) -> None:
+    """In the child: the broker, and a writer appending `rate` records/s for `seconds`,
+    each due uniform over the next `spread_ms`; its value is the time it asked for."""
+    from kdelay import Broker, Record, Topic
+    Topic.open(root, TOPIC, partitions=1).close()
+    rng = random.Random(7)
+    with Broker(root, listen="127.0.0.1:0") as b:
+        print(b.bootstrap_servers, flush=True)
+        sys.stdin.readline()  # the consumer is reading
+        topic = b._server.state.topics.get(TOPIC)  # the served topic, written in process
+        log = topic.partition(0)
+        tick = 0.01
+        per_tick = max(1, int(rate * tick))
+        start = time.monotonic()
+        n = 0
+        while n < rate * seconds:
+            now = time.time_ns() // 1_000_000
+            for _ in range(per_tick):
+                due = now + rng.randrange(spread_ms)
+                log.append(Record(b"%d" % due), deliver_after=due)
+                n += 1
+            time.sleep(max(0.0, start + (n / per_tick) * tick - time.monotonic()))
+        print("done", n, flush=True)
+        sys.stdin.readline()  # the consumer has read everything
+
+
+def lateness_run(rate: int, seconds: float, spread_ms: int, workdir: str) -> dict:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    root = tempfile.mkdtemp(dir=workdir)
+    child = subprocess.Popen([sys.executable, __file__, "--child", root, str(rate),
+                              str(seconds), str(spread_ms)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        bootstrap = child.stdout.readline().strip()
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench",
+                      "enable.auto.commit": False})
+        c.list_topics(TOPIC, timeout=30)  # (see consume: no offset-query timer)
+        c.assign([TopicPartition(TOPIC, 0, OFFSET_BEGINNING)])
+        c.poll(1.0)  # connected and fetching before the writer starts
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        total = int(rate * seconds)
+        late: list[int] = []
+        deadline = time.monotonic() + seconds + spread_ms / 1000 + 60
+        while len(late) < total and time.monotonic() < deadline:
+            m = c.poll(0.5)  # returns as soon as a record is there (consume(n) waits for n)
+            if m is not None and m.error() is None:
+                late.append(time.time_ns() // 1_000_000 - int(m.value()))
+        c.close()
+        child.stdin.write("end\n")
+        child.stdin.flush()
+        child.wait(60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        shutil.rmtree(root, ignore_errors=True)
+    late.sort()
+    q = statistics.quantiles(late, n=100, method="inclusive")
+    return {"records": len(late), "expected": total, "early": sum(x < 0 for x in late),
+            "p50": q[49], "p99": q[98], "max": late[-1], "min": late[0]}
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=150_000)
+    ap.add_argument("--partitions", type=int, default=MOCK_PARTITIONS)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rate", type=int, default=5000)
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--spread-ms", type=int, default=10_000)
+    ap.add_argument("--only", choices=["consume", "lateness"])
+    ap.add_argument("--out")
+    ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        root, rate, seconds, spread = args.child
+        lateness_child(root, int(rate), float(seconds), int(spread))
+        return
+    workdir = tempfile.mkdtemp(prefix="kdelay-bench-")
+    lines = ["| measure | kdelay broker | librdkafka mock | ratio |", "|---|---|---|---|"]
+    try:
+        if args.only in (None, "consume"):
+            records = _payload(args.records, 1)
+            ours, mock = [], []
+            for r in range(args.rounds):
+                order = [0, 1] if r % 2 == 0 else [1, 0]
+                for which in order:
+                    if which == 0:
+                        ours.append(kdelay_round(records, args.partitions, workdir))
+                    else:
+                        mock.append(mock_round(records, args.partitions))
+                print(f"round {r}: kdelay {args.records / ours[-1]:,.0f} rec/s, "
+                      f"mock {args.records / mock[-1]:,.0f} rec/s", flush=True)
+            a, b = args.records / statistics.median(ours), args.records / statistics.median(mock)
+            per_round = statistics.median(m / o for o, m in zip(ours, mock, strict=True))
+            lines.append(f"| consume {args.records:,} due records, confluent Consumer, "
+                         f"{args.partitions} partitions (records/s, median of {args.rounds}) "
+                         f"| {a:,.0f} | {b:,.0f} | {a / b:.2f}x (median of per-round "
+                         f"ratios {per_round:.2f}x) |")
+        if args.only in (None, "lateness"):
+            res = lateness_run(args.rate, args.seconds, args.spread_ms, workdir)
+            print(res, flush=True)
+            lines.append(f"| lateness, {args.rate:,} records/s for {args.seconds:g} s, delays "
+                         f"uniform over {args.spread_ms / 1000:g} s: received minus due, "
+                         f"p50 / p99 / max (ms); early | {res['p50']:.0f} / {res['p99']:.0f} "
+                         f"/ {res['max']} ms; {res['early']} early; {res['records']:,} of "
+                         f"{res['expected']:,} received | n/a (no delays) | |")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    table = "\n".join(lines)
+    print(table)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(table + "\n")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    main()

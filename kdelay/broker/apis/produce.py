@@ -1,0 +1,189 @@
+"""Produce (key 0, v3..v10) and InitProducerId (key 22, v0..v4).
+
+Each partition's records field is checked whole first (wire_batch.py: framing, CRC,
+decompression, the records and their kdelay headers, in one compiled pass), then each
+batch is checked against its producer's state (producer_state.py) and stored with
+`Log.append_client_batch` as runs of consecutive offsets (the offsets the client computes
+are the log offsets). A refused partition writes nothing and the request's other
+partitions are unaffected. The append runs on the event loop: it is a write into the page
+cache (plus an fsync where the topic's flush policy says), no longer than kio's encoding
+of the answer; acks=1 and acks=all are answered once it returns (one replica: the same
+thing), acks=0 not at all.
+
+Transactions are not supported: a request with a transactional id, or a transactional or
+control batch, is refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED / INVALID_RECORD) and
+changes nothing; InitProducerId with a transactional id is refused the same way.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import re
+import time
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.schema.types import ProducerId
+
+from ...errors import CorruptBatchError, InvalidRecordError, KdelayError, LogWriteError
+from ..dispatcher import Api, RequestContext
+from ..producer_state import ProducerStates, Verdict
+from ..responses import element, has, make
+from ..wire_batch import BatchTooLargeError, open_batches
+
+log = logging.getLogger("kdelay.broker")
+
+_RECORD_INDEX = re.compile(r"record (\d+): ")
+_EPOCH = datetime.UTC
+
+
+def producer_states(ctx: RequestContext) -> ProducerStates:
+    """The broker's ProducerStates (made on first use; forgets deleted topics)."""
+    states = getattr(ctx.broker, "producer_states", None)
+    if states is None:
+        states = ctx.broker.producer_states = ProducerStates()
+        ctx.broker.topics.add_listener(states.forget_topic)
+    return states
+
+
+class _Refused(Exception):
+    def __init__(self, code: ErrorCode, message: str, record: int | None = None):
+        super().__init__(message)
+        self.code, self.message, self.record = code, message, record
+
+
+def _produce_partition(ctx: RequestContext, states: ProducerStates, topic_name: str,
+                       index: int, records: bytes | None) -> tuple[int, int, int]:
+    """(base offset, log start offset, append time or -1) of one partition's batches;
+    _Refused when refused."""
+    registry = ctx.broker.topics
+    topic = registry.get(topic_name)
+    if topic is None or not 0 <= index < topic.partitions:
+        raise _Refused(ErrorCode.unknown_topic_or_partition,
+                       f"no partition {index} of topic {topic_name!r}")
+    if records is None:
+        raise _Refused(ErrorCode.corrupt_message, "no records")
+    configs = registry.configs(topic_name)
+    assert configs is not None
+    plog = topic.partition(index)
+    cfg = plog.config
+    try:
+        batches = open_batches(records, max_bytes=cfg.max_batch_bytes,
+                               delays_allowed=cfg.delayed_delivery_enable,
+                               max_delay_ms=cfg.max_delivery_delay_ms)
+    except BatchTooLargeError as e:
+        raise _Refused(ErrorCode.message_too_large, str(e)) from None
+    except CorruptBatchError as e:
+        raise _Refused(ErrorCode.corrupt_message, str(e)) from None
+    except InvalidRecordError as e:
+        m = _RECORD_INDEX.match(str(e))
+        raise _Refused(ErrorCode.invalid_record, str(e),
+                       int(m.group(1)) if m else None) from None
+    first_base, append_time = -1, -1
+    for b in batches:
+        base = -1
+        if b.producer_id >= 0:
+            verdict = states.check(topic_name, index, plog, b.producer_id, b.producer_epoch,
+                                   b.base_sequence, b.last_sequence)
+            if isinstance(verdict, ErrorCode):
+                raise _Refused(verdict, f"producer {b.producer_id} epoch {b.producer_epoch} "
+                                        f"sequence {b.base_sequence}: {verdict.name}")
+            if verdict[0] == Verdict.DUPLICATE:
+                base = verdict[1]
+        if base < 0:
+            result = plog.append_client_batch(
+                b.records, spread_ms=configs.spread_ms,
+                log_append_time=configs.log_append_time,
+                producer=(b.producer_id, b.producer_epoch, b.base_sequence))
+            base = result.base_offset
+            append_time = result.append_time if configs.log_append_time else -1
+            if b.producer_id >= 0:
+                states.appended(topic_name, index, plog, b.producer_id, b.producer_epoch,
+                                b.base_sequence, b.last_sequence, base)
+        if first_base < 0:
+            first_base = base
+    return first_base, plog.log_start_offset, append_time
+
+
+async def handle_produce(ctx: RequestContext, request: Any) -> Any:
+    states = producer_states(ctx)
+    topic_cls = element(ctx.response_type, "responses")
+    part_cls = element(topic_cls, "partition_responses")
+    error_cls = element(part_cls, "record_errors") if has(part_cls, "record_errors") else None
+    refuse_all: tuple[ErrorCode, str] | None = None
+    if request.transactional_id is not None:
+        refuse_all = (ErrorCode.transactional_id_authorization_failed,
+                      "transactions are not supported")
+    elif request.acks not in (0, 1, -1):
+        refuse_all = (ErrorCode.invalid_required_acks, f"acks={request.acks}")
+    topics = []
+    for t in request.topic_data:
+        parts = []
+        for p in t.partition_data:
+            code, message = ErrorCode.none, None
+            record_errors: tuple = ()
+            base, start, append_time = -1, -1, -1
+            try:
+                if refuse_all is not None:
+                    raise _Refused(*refuse_all)
+                base, start, append_time = _produce_partition(ctx, states, t.name, p.index,
+                                                              p.records)
+            except _Refused as e:
+                log.debug("produce to %s-%d refused: %s", t.name, p.index, e.message)
+                code, message = e.code, e.message
+                if e.record is not None and error_cls is not None:
+                    record_errors = (make(error_cls, batch_index=e.record,
+                                          batch_index_error_message=e.message),)
+            except LogWriteError as e:
+                log.error("produce to %s-%d failed: %s", t.name, p.index, e)
+                code, message = ErrorCode.kafka_storage_error, str(e)
+            except KdelayError as e:
+                log.error("produce to %s-%d failed: %s", t.name, p.index, e)
+                code, message = ErrorCode.unknown_server_error, str(e)
+            parts.append(make(part_cls, index=p.index, error_code=code, base_offset=base,
+                              log_append_time=None if append_time < 0 else
+                              datetime.datetime.fromtimestamp(append_time / 1000, _EPOCH),
+                              log_start_offset=start, record_errors=record_errors,
+                              error_message=message))
+        topics.append(make(topic_cls, name=t.name, partition_responses=tuple(parts)))
+    if request.acks == 0:
+        return None  # a producer with acks=0 expects no answer at all
+    return make(ctx.response_type, responses=tuple(topics))
+
+
+class ProducerIds:
+    """Producer ids, unique across restarts without a file: the wall clock in ms times
+    1024, plus a counter, never below the last one handed out (a clock that steps back
+    across a restart by more than the ids handed out since would be needed to repeat
+    one)."""
+
+    def __init__(self) -> None:
+        self._last = -1
+
+    def next(self) -> int:
+        self._last = max(self._last + 1, int(time.time() * 1000) << 10)
+        return self._last
+
+
+async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
+    if request.transactional_id is not None:
+        return make(ctx.response_type,
+                    error_code=ErrorCode.transactional_id_authorization_failed,
+                    producer_id=ProducerId(-1), producer_epoch=-1)
+    ids = getattr(ctx.broker, "producer_ids", None)
+    if ids is None:
+        ids = ctx.broker.producer_ids = ProducerIds()
+    known_id = getattr(request, "producer_id", -1)
+    known_epoch = getattr(request, "producer_epoch", -1)
+    if known_id >= 0 and 0 <= known_epoch < 32766:  # a bump of an id it has (KIP-360)
+        return make(ctx.response_type, error_code=ErrorCode.none,
+                    producer_id=ProducerId(known_id), producer_epoch=known_epoch + 1)
+    return make(ctx.response_type, error_code=ErrorCode.none,
+                producer_id=ProducerId(ids.next()), producer_epoch=0)
+
+
+APIS = [
+    Api(0, 3, 10, handle_produce, name="Produce"),
+    Api(22, 0, 4, handle_init_producer_id, name="InitProducerId"),
+]

@@ -1,0 +1,302 @@
+"""The due-order view of one delayed partition: delivery offsets.
+
+Kafka consumers need offsets that only grow, so a delayed partition is served as the
+sequence of its records in due order: the n-th record to come due, in (deliverAfter,
+offset) order, has delivery offset n - 1. The view numbers records as they come due and
+keeps the numbering in its file (view_file.py), so that a number, once given, never
+changes: not across restarts or kill -9 (the file is written before any of its offsets is
+served), nor when retention, compaction or tiered storage move or remove records (the file
+names records by their keys, which those keep; a removed record leaves a gap).
+
+Why numbering at due time is stable: the log clock never runs backwards and an append is
+never due before it, so every record due at time t has a key below every record that comes
+due later; and a due record can no longer be cancelled. So the records due at any time
+form a prefix of due order that only grows, and numbering it again from any sound prefix
+of the file gives the same numbers (the torn tail a crash leaves is numbered again,
+identically). Cancelled records are skipped: they never come due.
+
+Cost: `extend` per newly due batch (fetch/due_batches.py, no record decoded) plus one file
+append per call; `read` one binary search, then per batch served one pread, one CRC pass
+and the header rewrite (batch_rewrite.py); memory 32 bytes per entry (a run of consecutive
+offsets of one stored batch: one per batch unless records in it were cancelled).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+import numpy as np
+
+from ..errors import OffsetOutOfRangeError
+from ..records import DeliveryKey
+from .batch_rewrite import as_v2_only, v2_batches
+from .view_file import ENTRY_DTYPE, VIEW_FILE, ViewDamagedError, ViewFile, read_view
+
+if TYPE_CHECKING:
+    from ..partition import Log
+
+_EXTEND_BATCHES = 4096      # due batches numbered per engine call
+_MAX = (1 << 63) - 1
+_REWRITE_DEAD = 1 << 16     # entries dead at the head before the file is rewritten without them
+F = TypeVar("F", bound=Callable)
+
+
+def _locked(method: F) -> F:
+    """Run under the view's lock: the event loop serves from the view while a maintenance
+    thread may extend it before retention (ServedPartitions.before_retention)."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return run  # type: ignore[return-value]
+
+
+class DeliveryView:
+    """One delayed partition's delivery offsets over its open Log (the broker holds it)."""
+
+    def __init__(self, log: Log, file: ViewFile, first_delivery: int, rows: np.ndarray,
+                 sync: bool):
+        self.log = log
+        self._file = file
+        self._first = first_delivery
+        self._rows = np.empty(max(1024, 2 * len(rows)), ENTRY_DTYPE)
+        self._rows[:len(rows)] = rows
+        self._n = len(rows)
+        self._head = 0   # entries before it hold only records retention removed
+        self._sync = sync
+        self._lock = threading.RLock()
+
+    @classmethod
+    def open(cls, log: Log) -> DeliveryView:
+        """The view of `log` from its file (created empty if missing: records are then
+        numbered from 0 as they are found due). Raises ViewDamagedError for damage that
+        is not a torn tail."""
+        path = os.path.join(log.path, VIEW_FILE)
+        sync = log.config.flush_messages is not None or log.config.flush_ms is not None
+        if not os.path.exists(path):
+            return cls(log, ViewFile.create(path), 0, np.empty(0, ENTRY_DTYPE), sync)
+        reading = read_view(path)
+        if reading.damage is not None:
+            raise ViewDamagedError(reading.damage)
+        return cls(log, ViewFile.open(path, reading), reading.first_delivery, reading.rows,
+                   sync)
+
+    # ------------------------------------------------------------------ offsets
+
+    @property
+    @_locked
+    def high_watermark(self) -> int:
+        """The next delivery offset to be given out."""
+        if not self._n:
+            return self._first
+        last = self._rows[self._n - 1]
+        return int(last["base"]) + int(last["count"])
+
+    @property
+    @_locked
+    def log_start(self) -> int:
+        """The first delivery offset whose record retention has not removed."""
+        self._advance_head()
+        return int(self._rows[self._head]["base"]) if self._head < self._n else \
+            self.high_watermark
+
+    def _advance_head(self) -> None:
+        """Skip the entries at the head whose records lie below the log start (retention
+        deletes segments from the oldest, by offset); rewrite the file without them once
+        there are many. O(entries skipped)."""
+        start = self.log.log_start_offset
+        rows, head = self._rows, self._head
+        while head < self._n and int(rows[head]["first"]) + int(rows[head]["count"]) <= start:
+            head += 1
+        self._head = head
+        keep = min(head, self._n - 1)  # the last entry stays: it is the numbering's cursor
+        if keep >= _REWRITE_DEAD:
+            live = rows[keep:self._n].copy()
+            self._file.rewrite(int(live[0]["base"]), live)
+            self._first = int(live[0]["base"])
+            self._rows[:len(live)] = live
+            self._n, self._head = len(live), head - keep
+
+    def last_key(self) -> DeliveryKey | None:
+        """The key of the last numbered record (None: none yet)."""
+        if not self._n:
+            return None
+        r = self._rows[self._n - 1]
+        return DeliveryKey(int(r["deliver_after"]), int(r["first"]) + int(r["count"]) - 1)
+
+    def key_before(self, n: int) -> DeliveryKey | None:
+        """A key with every record numbered below `n` at or before it and every one from
+        `n` on after it (the cursor a read at `n` starts from)."""
+        i = self._entry_of(n - 1)
+        if i is not None:
+            r = self._rows[i]
+            return DeliveryKey(int(r["deliver_after"]), int(r["first"]) + n - 1 - int(r["base"]))
+        i = self._entry_of(n)
+        if i is None:
+            return self.last_key()
+        r = self._rows[i]
+        return DeliveryKey(int(r["deliver_after"]), int(r["first"]) - 1)
+
+    def offset_after(self, key: DeliveryKey) -> int:
+        """The delivery offset of the first numbered record after `key` (the high watermark
+        when none is). O(log entries)."""
+        rows, n = self._rows, self._n
+        da = rows["deliver_after"][:n]
+        lo = int(np.searchsorted(da, key.deliver_after, side="left"))
+        hi = int(np.searchsorted(da, key.deliver_after, side="right"))
+        i = lo + int(np.searchsorted(rows["first"][lo:hi], key.offset, side="right")) - 1
+        if i < 0:
+            return self._first
+        r = rows[i]
+        if int(r["deliver_after"]) < key.deliver_after or \
+                key.offset >= int(r["first"]) + int(r["count"]):
+            return int(r["base"]) + int(r["count"])
+        return int(r["base"]) + key.offset - int(r["first"]) + 1
+
+    def _entry_of(self, n: int) -> int | None:
+        """The index of the entry holding delivery offset `n` (None: not in the file)."""
+        if n < self._first or n >= self.high_watermark:
+            return None
+        return int(np.searchsorted(self._rows["base"][:self._n], n, side="right")) - 1
+
+    @_locked
+    def offset_for_time(self, t: int) -> tuple[int, int]:
+        """(delivery offset, deliverAfter) of the first record (from the log start) whose
+        deliverAfter is `t` or later; (-1, -1) if none is numbered yet. O(log entries)."""
+        start = self.log_start
+        head = self._head
+        i = head + int(np.searchsorted(self._rows["deliver_after"][head:self._n], t))
+        if i >= self._n:
+            return -1, -1
+        return max(int(self._rows[i]["base"]), start), int(self._rows[i]["deliver_after"])
+
+    # ------------------------------------------------------------------ numbering
+
+    @_locked
+    def extend(self) -> int:
+        """Number every record due now and not numbered yet (written to the file before
+        this returns); returns how many."""
+        numbered = 0
+        while True:
+            after = self.last_key()
+            batches, _, _ = self.log.batches.due(after, max_batches=_EXTEND_BATCHES,
+                                                  max_bytes=_MAX, with_bytes=False)
+            rows = _new_entries(batches, after, self.high_watermark)
+            if rows:
+                self._append_rows(np.frombuffer(self._file.append(rows, self._sync),
+                                                ENTRY_DTYPE))
+                numbered += sum(r[3] for r in rows)
+            if len(batches) < _EXTEND_BATCHES:
+                return numbered
+
+    def _append_rows(self, rows: np.ndarray) -> None:
+        need = self._n + len(rows)
+        if need > len(self._rows):
+            grown = np.empty(2 * need, ENTRY_DTYPE)
+            grown[:self._n] = self._rows[:self._n]
+            self._rows = grown
+        self._rows[self._n:need] = rows
+        self._n = need
+
+    @_locked
+    def sync(self) -> None:
+        self._file.sync()
+
+    @_locked
+    def close(self) -> None:
+        self._file.close()
+
+    # ------------------------------------------------------------------ serving
+
+    @_locked
+    def read(self, n: int, max_bytes: int) -> bytearray:
+        """Kafka v2 batches, back to back, holding the records numbered `n` on, in
+        delivery-offset order, the first one holding `n` or the first record after it that
+        is still in the log; their sizes within `max_bytes`, but at least one batch.
+        OffsetOutOfRangeError outside [log start, high watermark]."""
+        hw = self.high_watermark
+        if not self.log_start <= n <= hw:
+            raise OffsetOutOfRangeError(f"delivery offset {n} is outside "
+                                        f"[{self.log_start}, {hw}]")
+        if n == hw:
+            return bytearray()
+        parts: list[tuple[bytes, int | None]] = []
+        batches, _, _ = self.log.batches.due(self.key_before(n), max_batches=_MAX,
+                                              max_bytes=max_bytes, with_bytes=True)
+        rows = self._rows[:self._n]
+        j = self._entry_of(n)
+        assert j is not None  # log start <= n < high watermark: the file holds n
+        for b in batches:
+            # entries of records removed since they were numbered: gaps
+            while j < self._n and (int(rows[j]["deliver_after"]), int(rows[j]["first"]) +
+                                   int(rows[j]["count"]) - 1) < (b.deliver_after, b.base_offset):
+                j += 1
+            while j > 0 and int(rows[j - 1]["deliver_after"]) == b.deliver_after and \
+                    int(rows[j - 1]["first"]) + int(rows[j - 1]["count"]) > b.base_offset:
+                j -= 1  # an entry of this batch before the fetch offset: serve it whole
+            k = j
+            while k < self._n and int(rows[k]["deliver_after"]) == b.deliver_after and \
+                    int(rows[k]["first"]) <= b.last_offset:
+                k += 1
+            if k == j:
+                if j >= self._n:
+                    break  # due since the view was extended: past the high watermark
+                continue  # nothing of the batch is numbered (all cancelled)
+            _serve(parts, b, rows[j:k])
+            j = k - 1 if int(rows[k - 1]["first"]) + int(rows[k - 1]["count"]) - 1 > \
+                b.last_offset else k
+        return v2_batches(parts)
+
+
+def _serve(parts: list, batch, entries: np.ndarray) -> None:
+    """Add the batch as it is served to `parts` (batch_rewrite.v2_batches): its header to
+    be rewritten when one entry numbers all of it, else re-encoded now with only its
+    numbered records."""
+    if len(entries) == 1 and int(entries[0]["first"]) == batch.base_offset and \
+            int(entries[0]["count"]) == batch.last_offset - batch.base_offset + 1:
+        parts.append((batch.data, int(entries[0]["base"])))
+        return
+    delivery = {}
+    for base, first, count in zip(entries["base"].tolist(), entries["first"].tolist(),
+                                  entries["count"].tolist(), strict=True):
+        for t in range(count):
+            delivery[first + t] = base + t
+    rebuilt = as_v2_only(batch.data, delivery)
+    if rebuilt is not None:
+        parts.append((rebuilt, None))
+
+
+def _new_entries(batches: list, after: DeliveryKey | None, next_delivery: int
+                 ) -> list[tuple[int, int, int, int]]:
+    """Entries (base, deliverAfter, first, count) numbering the records of `batches` with
+    a key after `after`, leaving out cancelled ones, from `next_delivery` on."""
+    rows = []
+    for b in batches:
+        first = b.base_offset
+        if after is not None and b.deliver_after == after.deliver_after:
+            first = max(first, after.offset + 1)
+        for lo, hi in _runs(first, b.last_offset, b.cancelled):
+            rows.append((next_delivery, b.deliver_after, lo, hi - lo + 1))
+            next_delivery += hi - lo + 1
+    return rows
+
+
+def _runs(first: int, last: int, cancelled: tuple[int, ...]) -> list[tuple[int, int]]:
+    """[first, last] less the cancelled offsets, as runs of consecutive offsets."""
+    if not cancelled:
+        return [(first, last)] if first <= last else []
+    out = []
+    lo = first
+    for c in cancelled:
+        if c < lo or c > last:
+            continue
+        if c > lo:
+            out.append((lo, c - 1))
+        lo = c + 1
+    if lo <= last:
+        out.append((lo, last))
+    return out

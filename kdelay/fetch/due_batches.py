@@ -1,0 +1,175 @@
+"""Due batches: the due-order read at the grain of stored batches. A merge of the same runs
+as the page fill's (planner.py's runs and pending segments; nothing kept between reads), but
+what it hands out is each due batch whole, as stored (its key, the offsets cancelled in it,
+and, when asked, its bytes checked by entry_check's rule), with no record decoded.
+
+The broker's due-order view (kdelay/broker/delivery_view.py) numbers the records of these
+batches with delivery offsets and serves their bytes with rewritten headers, so its cost
+is per batch, not per record.
+
+Cost of a page: O(sealed segments overlapping the cursor) to find where to start (nothing
+for the segments after it, which join one at a time as the merge reaches their earliest
+key), then per batch one heap step, and with bytes one copy out of the segment's memory
+mapping and one CRC-32C pass; cancelled offsets are looked up (two binary searches) only in
+segments that have any.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import NamedTuple
+
+import numpy as np
+
+from ..log.batch.entry_check import check_batch
+from ..log.cancellation.cancel_store import CancelStore
+from ..log.segments.segment import LogSegment
+from ..log.segments.segment_set import SegmentSet
+from ..records import DeliveryKey
+from . import planner
+
+# the most index entries one window of a run offers (a longer page refills it)
+_WINDOW = 1024
+_NONE: tuple[int, ...] = ()
+
+
+class DueBatch(NamedTuple):
+    """One stored batch that is due: its key range, the offsets cancelled in it (sorted;
+    they never come due), and the stored bytes (a magic-3 batch, checked) or None."""
+    deliver_after: int
+    base_offset: int
+    last_offset: int
+    cancelled: tuple[int, ...]
+    data: bytes | None
+
+
+class DueBatchReader:
+    """Reads due batches after a cursor. Sealed segments join the merge lazily, in the
+    order of the smallest key each may hold after the cursor (planner.PendingSegments, the
+    KIP's deliverAfterSegments): one whose records all lie later is never opened."""
+
+    def read(self, segments: SegmentSet, cursor: DeliveryKey | None, now: int,
+             max_batches: int, max_bytes: int, cancels: CancelStore | None,
+             with_bytes: bool) -> tuple[list[DueBatch], DeliveryKey | None]:
+        """(batches, next cursor): the batches holding a record with key > `cursor` and
+        deliverAfter <= `now`, in key order, whole (the first may hold records at or
+        before the cursor), at most `max_batches` and, counting stored sizes,
+        `max_bytes` (at least one batch). `next` is the last batch's last key."""
+        key = planner.cursor_key(cursor)
+        pending = planner.PendingSegments(segments, key)
+        merge = _Merge(planner.active_runs(segments.active, key), now)
+        out: list[DueBatch] = []
+        taken = 0
+        after = (-1, -1) if key is None else key
+        while len(out) < max_batches:
+            head = merge.head(now)
+            bound = pending.peek()
+            if bound is not None and bound[0] <= now and (head is None
+                                                          or bound <= (head[0], head[1])):
+                low, _, seg = pending.pop()  # it may hold the next key: take it up
+                merge.add(planner.column_run(seg, None if key is None or low > key
+                                             else key))
+                continue
+            if head is None:
+                break
+            da, base, pos, lod, size, k = head
+            last = base + lod
+            if (da, last) > after:
+                if out and taken + size > max_bytes:
+                    break
+                seg = merge.runs[k].seg
+                data = _read(seg, (da, base, pos, lod, size)) if with_bytes else None
+                out.append(DueBatch(da, base, last, _cancelled_in(cancels, seg.base_offset,
+                                                                  base, last), data))
+                taken += size
+            merge.advance(k)
+        merge.leave()
+        nxt = DeliveryKey(out[-1].deliver_after, out[-1].last_offset) if out else cursor
+        return out, nxt
+
+
+class _Merge:
+    """A k-way merge of the runs' windows by (deliverAfter, base offset)."""
+
+    def __init__(self, runs: list, now: int):
+        self.runs: list = []
+        self._now = now
+        self._cols: list = []
+        self._end: list[int] = []
+        self._more: list[bool] = []
+        self._head: list[int] = []
+        self._start: list[int] = []  # where each window starts, in its run's terms
+        self._heap: list[tuple[int, int, int]] = []
+        for run in runs:
+            self.add(run)
+
+    def add(self, run) -> None:
+        """One more run in the merge. O(log k) plus its first window."""
+        self.runs.append(run)
+        for column, empty in ((self._cols, None), (self._end, 0), (self._more, False),
+                              (self._head, 0), (self._start, 0)):
+            column.append(empty)
+        self._refill(len(self.runs) - 1)
+
+    def _refill(self, k: int) -> None:
+        cols, start, end, more, _ = self.runs[k].window(self._now, _WINDOW)
+        if end - start > _WINDOW:  # a persisted run offers all it has checked
+            end, more = start + _WINDOW, True
+        self._cols[k] = [np.asarray(c[start:end]).tolist() for c in cols]
+        self._end[k], self._more[k] = end - start, more
+        self._head[k] = 0
+        self._start[k] = start
+        if end > start:
+            heapq.heappush(self._heap, (self._cols[k][0][0], self._cols[k][1][0], k))
+
+    def head(self, now: int) -> tuple[int, int, int, int, int, int] | None:
+        """(deliverAfter, base, position, lastOffsetDelta, size, run) of the smallest due
+        entry, or None when nothing more is due."""
+        if not self._heap or self._heap[0][0] > now:
+            return None
+        da, base, k = self._heap[0]
+        i = self._head[k]
+        cols = self._cols[k]
+        return da, base, cols[2][i], cols[3][i], cols[4][i], k
+
+    def advance(self, k: int) -> None:
+        """Consume run k's head entry."""
+        i = self._head[k] = self._head[k] + 1
+        cols = self._cols[k]
+        if i < self._end[k]:
+            heapq.heapreplace(self._heap, (cols[0][i], cols[1][i], k))
+            return
+        heapq.heappop(self._heap)
+        if self._more[k]:
+            self.runs[k].moved_to(self._start[k] + i)
+            self._refill(k)
+
+    def leave(self) -> None:
+        """Tell every run where the merge left it."""
+        for k, run in enumerate(self.runs):
+            run.moved_to(self._start[k] + self._head[k])
+
+
+def _read(seg, entry: tuple[int, int, int, int, int]) -> bytes:
+    """The batch `entry` points at, checked (entry_check's rule): from a local segment's
+    memory mapping, where the file holds it, else as the segment reads it (a remote one
+    fetches it; a local one past its size raises what a read there raises)."""
+    pos, size = entry[2], entry[4]
+    if isinstance(seg, LogSegment) and pos >= 0 and pos + size <= seg.size:
+        data = seg.mapped().read(pos, size)
+        check_batch(data, 0, entry, path=seg.log_path)
+        return data
+    return seg.read_verified(entry)[1]
+
+
+def _cancelled_in(cancels: CancelStore | None, seg_base: int, first: int,
+                  last: int) -> tuple[int, ...]:
+    sc = None if cancels is None else cancels.get(seg_base)
+    if sc is None:
+        return _NONE
+    out: list[int] = []
+    for part in sc.sorted_parts():
+        lo, hi = np.searchsorted(part, [first, last + 1])
+        if hi > lo:
+            out += part[lo:hi].tolist()
+    return tuple(sorted(out)) if out else _NONE

@@ -1,0 +1,270 @@
+"""The due-order view's file under crashes and damage: the crash-point injector stops the
+machine before every file operation of the view's write path (creation, appends, the
+rewrite that drops a dead head) and of retention between them, in each crash mode; the
+reopened view numbers every record the log still holds exactly as a run without a crash
+did. Damage that is not a torn tail is refused (never wrong offsets served), and
+`kdelay verify` names it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from view_support import T0, FakeClock, numbering
+
+from kdelay import Log, LogConfig, Record
+from kdelay.broker import delivery_view
+from kdelay.broker.delivery_view import DeliveryView
+from kdelay.broker.view_file import ENTRY_SIZE, HEADER_SIZE, VIEW_FILE, ViewDamagedError
+from kdelay.testing.faults import CRASH_MODES, FaultInjector, SimulatedCrash, close_abandoned
+from kdelay.tools.cli import main as cli_main
+
+CONFIG = LogConfig(retention_ms=1000, compaction_min_ratio=0)
+
+
+def _setup(path: str) -> None:
+    """A log of three sealed segments and an active one, records due over 0..900 ms, two
+    cancelled; flushed (the crashes below are the view's, not the log's appends)."""
+    clock = FakeClock(T0)
+    log = Log.open(path, config=CONFIG, clock=clock)
+    for seg in range(4):
+        for i in range(3):
+            log.append([Record(b"%d-%d-%d" % (seg, i, j)) for j in range(3)],
+                       deliver_after=T0 + ((seg * 7 + i * 5) % 10) * 100)
+        if seg < 3:
+            log.roll()
+    log.cancel([4, 31])
+    log.flush()
+    log.close()
+
+
+def _script(path: str, clock: FakeClock, opened: list, seen: dict[int, int]) -> None:
+    """The view's life: created, extended as the clock moves, synced, retention deletes
+    what has been due long enough, the view's head is dropped, more comes due. `seen`
+    gathers every numbering the view held."""
+    log = Log.open(path, config=CONFIG, clock=clock)
+    opened.append(log)
+    view = DeliveryView.open(log)
+    opened.append(view)
+    for _ in range(3):
+        clock.advance(350)
+        view.extend()
+    seen.update(numbering(view))
+    view.sync()  # before retention may delete numbered records (what the broker does)
+    clock.advance(2000)
+    log.enforce_retention()
+    assert view.log_start > 0  # drops the dead head: the rewrite path
+    log.append([Record(b"late")])
+    view.extend()
+    seen.update(numbering(view))
+
+
+def _final(path: str, clock: FakeClock) -> dict[int, int]:
+    log = Log.open(path, config=CONFIG, clock=clock)
+    try:
+        view = DeliveryView.open(log)
+        view.extend()
+        held = {r.offset for r in log.read(0, max_records=1000)}
+        got = {off: n for off, n in numbering(view).items() if off in held}
+        view.close()
+        return got
+    finally:
+        log.close()
+
+
+@pytest.mark.parametrize("mode", CRASH_MODES)
+def test_a_crash_at_every_file_operation_keeps_the_numbering(tmp_path, monkeypatch,
+                                                             mode) -> None:
+    monkeypatch.setattr(delivery_view, "_REWRITE_DEAD", 2)
+    setup = os.fspath(tmp_path / "setup" / "t-0")
+    _setup(setup)
+    ref = os.fspath(tmp_path / "ref" / "t-0")
+    shutil.copytree(setup, ref)
+    clock = FakeClock(T0)
+    expected: dict[int, int] = {}
+    with FaultInjector(roots=[os.path.dirname(ref)]) as counting:
+        opened: list = []
+        _script(ref, clock, opened, expected)
+    for o in reversed(opened):
+        o.close()
+    total = len(counting.ops)
+    assert _final(ref, clock).items() <= expected.items()
+    assert len(expected) > 20 and any(op == "rename" for op, _ in counting.ops)
+    for k in range(total):
+        run = os.fspath(tmp_path / f"{mode}-{k}" / "t-0")
+        shutil.copytree(setup, run)
+        clock = FakeClock(T0)
+        opened = []
+        with FaultInjector(roots=[os.path.dirname(run)], crash_at=k, seed=k) as faults, \
+                pytest.raises(SimulatedCrash):
+            _script(run, clock, opened, {})
+        for o in opened:
+            if isinstance(o, DeliveryView):
+                o.close()
+            else:
+                close_abandoned(o)
+        faults.apply_crash(mode)
+        got = _final(run, FakeClock(clock.t))
+        # records retention removed before the crash are gone; every one left keeps the
+        # delivery offset a crash-free run gave it
+        assert got and got.items() <= expected.items(), (mode, k)
+        shutil.rmtree(os.path.dirname(run))
+
+
+def _numbered_view(tmp_path) -> tuple[str, dict[int, int]]:
+    path = os.fspath(tmp_path / "t-0")
+    _setup(path)
+    clock = FakeClock(T0 + 5000)
+    log = Log.open(path, config=CONFIG, clock=clock)
+    view = DeliveryView.open(log)
+    view.extend()
+    numbered = numbering(view)
+    view.close()
+    log.close()
+    return path, numbered
+
+
+def _reopen(path: str):
+    log = Log.open(path, config=CONFIG, clock=FakeClock(T0 + 5000))
+    try:
+        view = DeliveryView.open(log)
+    except BaseException:
+        log.close()
+        raise
+    return log, view
+
+
+@pytest.mark.parametrize("cut", [1, ENTRY_SIZE - 1, ENTRY_SIZE, 2 * ENTRY_SIZE + 5])
+def test_a_torn_tail_is_cut_off_and_numbered_again_identically(tmp_path, cut) -> None:
+    path, numbered = _numbered_view(tmp_path)
+    view_path = os.path.join(path, VIEW_FILE)
+    size = os.path.getsize(view_path)
+    with open(view_path, "r+b") as f:
+        f.truncate(size - cut)
+    rc = cli_main(["verify", path])
+    assert rc == 0  # a torn tail is information: the next open repairs it
+    log, view = _reopen(path)
+    try:
+        assert len(numbering(view)) < len(numbered)
+        view.extend()
+        assert numbering(view) == numbered
+    finally:
+        view.close()
+        log.close()
+
+
+def test_garbage_after_the_last_entry_is_a_torn_tail(tmp_path) -> None:
+    path, numbered = _numbered_view(tmp_path)
+    with open(os.path.join(path, VIEW_FILE), "ab") as f:
+        f.write(b"\xff" * (ENTRY_SIZE * 2))
+    log, view = _reopen(path)
+    try:
+        view.extend()
+        assert numbering(view) == numbered
+    finally:
+        view.close()
+        log.close()
+
+
+@pytest.mark.parametrize("where", ["header", "first entry", "middle entry"])
+def test_damage_is_refused_and_verify_names_it(tmp_path, capsys, where) -> None:
+    path, numbered = _numbered_view(tmp_path)
+    assert len(numbered) > 4
+    view_path = os.path.join(path, VIEW_FILE)
+    at = {"header": 9, "first entry": HEADER_SIZE + 3,
+          "middle entry": HEADER_SIZE + 2 * ENTRY_SIZE + 17}[where]
+    with open(view_path, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 0x40]))
+    with pytest.raises(ViewDamagedError):
+        _reopen(path)
+    capsys.readouterr()
+    assert cli_main(["verify", path]) == 1
+    out = capsys.readouterr().out
+    assert VIEW_FILE in out and "damaged" in out
+
+
+def test_verify_finds_an_entry_the_log_disagrees_with(tmp_path, capsys) -> None:
+    path, _ = _numbered_view(tmp_path)
+    assert cli_main(["verify", path]) == 0
+    view_path = os.path.join(path, VIEW_FILE)
+    from kdelay.broker.view_file import encode_entries, read_view
+    reading = read_view(view_path)
+    rows = [tuple(int(x) for x in r)[:4] for r in reading.rows.tolist()]
+    base, da, first, count = rows[-1]
+    rows[-1] = (base, da + 1, first, count)  # a sound entry (its CRC recomputed), wrong key
+    with open(view_path, "r+b") as f:
+        f.seek(HEADER_SIZE)
+        f.write(encode_entries(rows))
+    capsys.readouterr()
+    assert cli_main(["verify", path]) == 1
+    assert "which the log holds otherwise" in capsys.readouterr().out
+
+
+def test_a_broker_refuses_a_damaged_view_and_serves_the_other_partitions(tmp_path) -> None:
+    from kio.schema.errors import ErrorCode
+    from view_support import decode_served
+    from wire_support import connect, fetch
+
+    from kdelay import Broker, Topic
+
+    root = os.fspath(tmp_path)
+    with Topic.open(root, "d", partitions=2) as t:
+        for p in range(2):
+            for i in range(4):
+                t.partition(p).append([Record(b"%d-%d" % (p, i))])
+    for damaged in (False, True):
+        if damaged:
+            path = os.path.join(root, "d-0", VIEW_FILE)
+            with open(path, "r+b") as f:
+                f.seek(HEADER_SIZE + ENTRY_SIZE + 5)  # entry 1 of 4: not a torn tail
+                f.write(b"\xee")
+        with Broker(root, listen="127.0.0.1:0") as b:
+            conn = connect(b.bootstrap_servers, b._server.state.topics.topic_id("d"))
+            with conn.sock:
+                r = fetch(conn, 16, [(conn.w_id, [(0, 0, 1 << 20), (1, 0, 1 << 20)])])
+                p0, p1 = r.responses[0].partitions
+                assert len(decode_served(p1.records or b"")) == 4
+                if damaged:
+                    assert p0.error_code == ErrorCode.kafka_storage_error
+                    assert not p0.records
+                else:
+                    assert len(decode_served(p0.records)) == 4
+                # the connection goes on being served
+                r = fetch(conn, 12, [("d", [(1, 2, 1 << 20)])])
+                assert r.responses[0].partitions[0].high_watermark == 4
+
+
+def test_a_batch_failing_its_crc_is_never_served(tmp_path) -> None:
+    """A byte of a stored record flipped (the file read through its memory mapping): the
+    fetch reaching that batch answers KAFKA_STORAGE_ERROR, serving none of it; the
+    batches before it are served."""
+    from kio.schema.errors import ErrorCode
+    from view_support import decode_served
+    from wire_support import connect, fetch
+
+    from kdelay import Broker, Topic
+
+    root = os.fspath(tmp_path)
+    with Topic.open(root, "c", partitions=1) as t:
+        sizes = [t.partition(0).append([Record(b"v%d" % i)]) for i in range(3)]
+    assert [r.base_offset for r in sizes] == [0, 1, 2]
+    log_path = os.path.join(root, "c-0", "0" * 20 + ".log")
+    with open(log_path, "r+b") as f:
+        data = f.read()
+        at = data.rindex(b"v2")  # inside the last batch's record
+        f.seek(at)
+        f.write(b"X")
+    with Broker(root, listen="127.0.0.1:0") as b:
+        conn = connect(b.bootstrap_servers, b._server.state.topics.topic_id("c"))
+        with conn.sock:
+            r = fetch(conn, 12, [("c", [(0, 0, 1 << 20)])])
+            part = r.responses[0].partitions[0]
+            assert part.error_code == ErrorCode.kafka_storage_error
+            assert not part.records
+            r = fetch(conn, 12, [("c", [(0, 0, 40)])])  # room for one batch: the first
+            part = r.responses[0].partitions[0]
+            assert [(o, v) for _, o, _, v, *_ in decode_served(part.records)] == [(0, b"v0")]
