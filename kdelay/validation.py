@@ -13,6 +13,7 @@ and offsets must fit the on-disk int64 fields: 0 <= value < 2**63.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import numpy as np
 
@@ -182,15 +183,19 @@ def requested_deliver_after(record_das: tuple, deliver_after: object, *,
     return deliver_after  # type: ignore[return-value]
 
 
-def reschedule_args(offset: object, deliver_after: object, *, delayed_delivery_enable: bool,
-                    path: str) -> tuple[int, int]:
-    """`Log.reschedule`'s (offset, deliver_after), both non-negative ints."""
+def reschedule_args(offset: object, deliver_after: object, delay_ms: object,
+                    now: Callable[[], int], config: LogConfig, path: str) -> tuple[int, int]:
+    """`Log.reschedule`'s (offset, deliver_after), both non-negative ints; with `delay_ms`,
+    deliver_after is the log clock `now()` plus it (deliver_after_for_delay)."""
+    if delay_ms is not None:
+        deliver_after = deliver_after_for_delay(deliver_after, delay_ms, now(),
+                                                error=KdelayError)
     off, due = as_offset(offset), as_offset(deliver_after)
     if off is None or due is None:
         raise InvalidOffsetError(f"reschedule needs a non-negative int offset and "
                                  f"deliver_after, got {offset!r}, {deliver_after!r}")
     requested_deliver_after((None,), due, path=path,
-                            delayed_delivery_enable=delayed_delivery_enable)
+                            delayed_delivery_enable=config.delayed_delivery_enable)
     return off, due
 
 

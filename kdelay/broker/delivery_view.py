@@ -183,8 +183,8 @@ class DeliveryView:
         numbered = 0
         while True:
             after = self.last_key()
-            batches, _, _ = self.log.batches.due(after, max_batches=_EXTEND_BATCHES,
-                                                  max_bytes=_MAX, with_bytes=False)
+            batches, _, _ = self.log.reads.due(after, max_batches=_EXTEND_BATCHES,
+                                               max_bytes=_MAX, with_bytes=False)
             rows = _new_entries(batches, after, self.high_watermark)
             if rows:
                 self._append_rows(np.frombuffer(self._file.append(rows, self._sync),
@@ -225,8 +225,8 @@ class DeliveryView:
         if n == hw:
             return bytearray()
         parts: list[tuple[bytes, int | None]] = []
-        batches, _, _ = self.log.batches.due(self.key_before(n), max_batches=_MAX,
-                                              max_bytes=max_bytes, with_bytes=True)
+        batches, _, _ = self.log.reads.due(self.key_before(n), max_batches=_MAX,
+                                           max_bytes=max_bytes, with_bytes=True)
         rows = self._rows[:self._n]
         j = self._entry_of(n)
         assert j is not None  # log start <= n < high watermark: the file holds n

@@ -51,7 +51,7 @@ class PlainPartition:
         if n == self.high_watermark:
             return bytearray()
         return v2_batches([(data, int.from_bytes(data[:8], "big"))
-                           for data in self.log.batches.from_offset(n, max_bytes)])
+                           for data in self.log.reads.batches_from(n, max_bytes)])
 
     def offset_for_time(self, t: int) -> tuple[int, int]:
         """(offset, timestamp) of the first record whose timestamp is `t` or later

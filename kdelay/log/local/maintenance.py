@@ -70,16 +70,16 @@ class Maintenance:
                 self._writer.flush()
             return True
 
-    def start_remote_sync(self, tier: RemoteTier) -> RemoteSync:
-        """Tiered storage: start the background sync (the caller wakes it on every roll)."""
+    def start_remote_sync(self, tier: RemoteTier) -> None:
+        """Tiered storage: start the background sync, woken by every roll."""
         from ..tiered.sync import RemoteSync
 
         self.remote = RemoteSync(tier, self._segments, self._lock, self._cancels,
                                  self._config, now=self._now,
                                  before_change=self._life.mark_dirty,
                                  after_change=self._after_change)
+        self._writer.rolled = self.remote.wake
         self.remote.start()
-        return self.remote
 
     def stop(self) -> None:
         """Stop the remote sync's thread (its passes take the lock: call without it)."""
@@ -89,6 +89,7 @@ class Maintenance:
     def enforce_retention(self) -> int:
         """Retention, then compaction when `compaction_min_ratio` > 0 and retention again
         for what compaction emptied at the log start (see Log.enforce_retention)."""
+        self._check_open()
         deleted = self._retention_pass()
         if self._config.compaction_min_ratio > 0 and self.compact().segments_rewritten:
             deleted += self._retention_pass()
@@ -109,10 +110,12 @@ class Maintenance:
 
     def sync_remote(self) -> RemoteSyncResult:
         """One remote sync pass now (see Log.sync_remote); nothing without tiered storage."""
+        self._check_open()
         return RemoteSyncResult() if self.remote is None else self.remote.sync()
 
     def compact(self) -> CompactionResult:
         """One compaction run (see Log.compact)."""
+        self._check_open()
         return self.compactor.compact(self._config, now=self._now, cancelled=self.cancelled,
                                       before_change=self._life.mark_dirty,
                                       after_change=self._after_change,
