@@ -2,9 +2,10 @@
 
 A stored batch is Kafka's v2 batch with magic 3 and an 8-byte deliverAfter at byte 43
 (docs/formats.md). Served, it loses that field, gets magic 2, its batchLength less 8, a new
-base offset (a delivery offset, or its own log offset on a plain topic) and the CRC-32C of
-what follows the CRC, which the base offset is outside of: two slices of the stored bytes
-and one CRC pass, no record touched (`put_v2`: one copy, into the response's buffer).
+base offset (a delivery offset, or its own log offset on a plain topic), kdelay's own
+attribute bit (codec.MORE_RUNS) cleared, and the CRC-32C of what follows the CRC, which
+the base offset is outside of: two slices of the stored bytes and one CRC pass, no record
+touched (`put_v2`: one copy, into the response's buffer).
 
 Only where some of a batch's records must not be served (cancelled records take no
 delivery offset) are its records re-encoded (`as_v2_only`): each kept record is copied with
@@ -30,19 +31,24 @@ _MAGIC_AT = codec.MAGIC_OFFSET           # 16
 _LAST_DELTA_AT = codec.FIELD_OFFSETS["last_offset_delta"]    # 23, before deliverAfter
 _COUNT_AT = codec.FIELD_OFFSETS["record_count"] - 8            # 57
 V2_HEADER_SIZE = codec.HEADER_SIZE - 8   # 61
+_MORE_RUNS_HIGH = codec.MORE_RUNS >> 8   # in the attributes' first (high) byte, at 21
 
 
 def put_v2(out: bytearray, at: int, stored: bytes, base_offset: int) -> int:
     """Write `stored` as a v2 batch at `base_offset` into `out` from byte `at` (room for
     len(stored) - 8 bytes there); returns where it ends. One copy of its bytes."""
     view = memoryview(stored)
-    crc = crc32c.crc32c(view[_DA_END:], crc32c.crc32c(view[_CRC_START:_DA_START]))
+    head: memoryview | bytearray = view[_CRC_START:_DA_START]
+    if head[0] & _MORE_RUNS_HIGH:  # kdelay's own bit: clients are not shown it
+        head = bytearray(head)
+        head[0] &= ~_MORE_RUNS_HIGH & 0xFF
+    crc = crc32c.crc32c(view[_DA_END:], crc32c.crc32c(head))
     end = at + len(stored) - 8
     _BASE_AND_LENGTH.pack_into(out, at, base_offset, len(stored) - _EPOCH_START - 8)
     out[at + _EPOCH_START:at + _MAGIC_AT] = view[_EPOCH_START:_MAGIC_AT]
     out[at + _MAGIC_AT] = 2
     _CRC.pack_into(out, at + _MAGIC_AT + 1, crc)
-    out[at + _CRC_START:at + _DA_START] = view[_CRC_START:_DA_START]
+    out[at + _CRC_START:at + _DA_START] = head
     out[at + _DA_START:end] = view[_DA_END:]
     return end
 
@@ -91,6 +97,7 @@ def as_v2_only(stored: bytes, delivery: dict[int, int]) -> bytes | None:
     header = bytearray(stored[:codec.HEADER_SIZE])
     del header[_DA_START:_DA_END]
     header[_MAGIC_AT] = 2
+    header[_CRC_START] &= ~_MORE_RUNS_HIGH & 0xFF
     struct.pack_into(">i", header, _LAST_DELTA_AT, last)
     struct.pack_into(">i", header, _COUNT_AT, kept)
     batch = header + records

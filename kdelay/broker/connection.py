@@ -3,7 +3,9 @@
 Kafka answers a connection's requests one at a time, in order (a client pipelines them and
 matches answers by correlation id and order), so a connection is one loop: read a frame,
 answer it, write the answer. A frame over `socket.request.max.bytes`, one that stalls
-mid-way past the idle timeout, or one that does not parse closes this connection only.
+mid-way (from its first byte, the size prefix included) longer than
+`kdelay.frame.timeout.ms`, or one that does not parse closes this connection only; a
+connection idle between frames is kept.
 """
 
 from __future__ import annotations
@@ -39,21 +41,34 @@ class Connection:
         self.closing = False
         self.busy = False  # answering a request (a stopping broker lets it finish)
 
+    async def _rest_of_frame(self, start: bytes) -> bytes:
+        """The frame whose first bytes (1 to 4 of its size prefix) are `start`: the rest of
+        the prefix, then the body. FrameError for a size out of bounds."""
+        prefix = start if len(start) == 4 else start + await self.reader.readexactly(
+            4 - len(start))
+        size = protocol.read_size(prefix)
+        limit = self.broker.settings.socket_request_max_bytes
+        if size < 0 or size > limit:
+            raise FrameError(f"a request of {size} bytes (socket.request.max.bytes is "
+                             f"{limit})")
+        return await self.reader.readexactly(size)
+
     async def serve(self) -> None:
         """Answer frames until the client goes, a frame is refused, or the broker stops."""
         settings = self.broker.settings
         try:
             while not self.closing:
                 try:
-                    prefix = await self.reader.readexactly(4)
-                except (asyncio.IncompleteReadError, ConnectionError):
+                    # no deadline before a frame starts: clients keep idle connections
+                    # (Kafka closes them after connections.max.idle.ms, a separate limit
+                    # this broker does not set), but a started frame must finish in time
+                    start = await self.reader.read(4)
+                except ConnectionError:
+                    return
+                if not start:
                     return  # the client went away between requests
-                size = protocol.read_size(prefix)
-                if size < 0 or size > settings.socket_request_max_bytes:
-                    raise FrameError(f"a request of {size} bytes (socket.request.max.bytes "
-                                     f"is {settings.socket_request_max_bytes})")
                 try:
-                    frame = await asyncio.wait_for(self.reader.readexactly(size),
+                    frame = await asyncio.wait_for(self._rest_of_frame(start),
                                                    settings.frame_timeout_s)
                 except TimeoutError:
                     raise FrameError(f"a request stalled mid-frame for "

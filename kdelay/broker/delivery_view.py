@@ -34,7 +34,16 @@ import numpy as np
 from ..errors import OffsetOutOfRangeError
 from ..records import DeliveryKey
 from .batch_rewrite import as_v2_only, v2_batches
-from .view_file import ENTRY_DTYPE, VIEW_FILE, ViewDamagedError, ViewFile, read_view
+from .view_file import (
+    ENTRY_DTYPE,
+    ENTRY_SIZE,
+    HEADER_SIZE,
+    VIEW_FILE,
+    Reading,
+    ViewDamagedError,
+    ViewFile,
+    read_view,
+)
 
 if TYPE_CHECKING:
     from ..partition import Log
@@ -69,6 +78,7 @@ class DeliveryView:
         self._head = 0   # entries before it hold only records retention removed
         self._sync = sync
         self._lock = threading.RLock()
+        self._durable_end = -1  # the log was fsynced below it by `sync` (-1: not yet)
 
     @classmethod
     def open(cls, log: Log) -> DeliveryView:
@@ -80,6 +90,10 @@ class DeliveryView:
         if not os.path.exists(path):
             return cls(log, ViewFile.create(path), 0, np.empty(0, ENTRY_DTYPE), sync)
         reading = read_view(path)
+        if reading.damage is not None and _renumbered_alike(log, reading):
+            reading = Reading(reading.first_delivery, reading.rows,
+                              HEADER_SIZE + len(reading.rows) * ENTRY_SIZE, None)
+        reading = _within(reading, log.log_end_offset)
         if reading.damage is not None:
             raise ViewDamagedError(reading.damage)
         return cls(log, ViewFile.open(path, reading), reading.first_delivery, reading.rows,
@@ -187,6 +201,8 @@ class DeliveryView:
                                                max_bytes=_MAX, with_bytes=False)
             rows = _new_entries(batches, after, self.high_watermark)
             if rows:
+                if self._sync:
+                    self._log_durable()  # (see `sync`)
                 self._append_rows(np.frombuffer(self._file.append(rows, self._sync),
                                                 ENTRY_DTYPE))
                 numbered += sum(r[3] for r in rows)
@@ -204,7 +220,17 @@ class DeliveryView:
 
     @_locked
     def sync(self) -> None:
+        """fsync the file, the log first: a durable entry must never name a record that a
+        power failure could still take from the log (its offset would go to another)."""
+        self._log_durable()
         self._file.sync()
+
+    def _log_durable(self) -> None:
+        """fsync the log unless nothing was appended since the view last did (or opened)."""
+        end = self.log.log_end_offset
+        if end != self._durable_end:
+            self.log.flush()
+            self._durable_end = end
 
     @_locked
     def close(self) -> None:
@@ -268,6 +294,51 @@ def _serve(parts: list, batch, entries: np.ndarray) -> None:
     rebuilt = as_v2_only(batch.data, delivery)
     if rebuilt is not None:
         parts.append((rebuilt, None))
+
+
+def _within(reading: Reading, log_end: int) -> Reading:
+    """`reading` without its entries from the first one that names a record at or past the
+    log end on: the log lost them (a power failure took unsynced appends, and the view's
+    page cache reached the disk without the log's). Cut off as a torn tail is: the records
+    still in the log are numbered again from there."""
+    rows = reading.rows
+    if reading.damage is not None or not len(rows):
+        return reading
+    past = np.flatnonzero(rows["first"].astype(np.int64) + rows["count"] > log_end)
+    if not len(past):
+        return reading
+    cut = int(past[0])
+    return Reading(reading.first_delivery, rows[:cut].copy(),
+                   HEADER_SIZE + cut * ENTRY_SIZE, None)
+
+
+def _renumbered_alike(log: Log, reading: Reading) -> bool:
+    """Whether numbering the log again from the sound entries before the damage gives every
+    sound entry after it (`reading.later`) exactly as the file has it: then the damage is a
+    torn tail whose blocks reached the disk garbled (a crash before the file's fsync), and
+    cutting it off loses nothing. Real damage among entries whose records retention has
+    since removed renumbers differently, and stays refused. Reads nothing past the last
+    sound entry's numbers."""
+    later = reading.later
+    if later is None or not len(later):
+        return False
+    want = {tuple(r) for r in later[["base", "deliver_after", "first", "count"]].tolist()}
+    end = int((later["base"].astype(np.int64) + later["count"]).max())
+    rows = reading.rows
+    after = None if not len(rows) else DeliveryKey(
+        int(rows[-1]["deliver_after"]), int(rows[-1]["first"]) + int(rows[-1]["count"]) - 1)
+    next_delivery = reading.first_delivery if not len(rows) else \
+        int(rows[-1]["base"]) + int(rows[-1]["count"])
+    while next_delivery < end:
+        batches, _, _ = log._read_due_batches(after, max_batches=_EXTEND_BATCHES,
+                                              max_bytes=_MAX, with_bytes=False)
+        new = _new_entries(batches, after, next_delivery)
+        if not new:
+            break
+        want.difference_update(new)
+        base, da, first, count = new[-1]
+        after, next_delivery = DeliveryKey(da, first + count - 1), base + count
+    return not want
 
 
 def _new_entries(batches: list, after: DeliveryKey | None, next_delivery: int

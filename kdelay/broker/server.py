@@ -17,6 +17,7 @@ from .connection import Connection
 from .dispatcher import Dispatcher
 from .errors import BrokerConfigError
 from .maintenance import interval_s, maintain
+from .producer_state import expiration_ms
 from .security import credentials, tls
 from .settings import BrokerSettings, parse_host_port
 from .state import BrokerState
@@ -38,6 +39,7 @@ def check_defaults(settings: BrokerSettings) -> None:
     settings.int_config("num.partitions", 1, minimum=1)
     settings.bool_config("auto.create.topics.enable", True)
     interval_s(settings)
+    expiration_ms(settings)
 
 
 class Server:
@@ -123,6 +125,8 @@ class Server:
         for task in list(self._tasks):
             task.cancel()
         try:
+            if self.state.producer_states is not None:
+                self.state.producer_states.close()  # snapshots at the log ends
             self.state.served.close()  # the views number what is due and fsync
         finally:
             self.state.topics.close()

@@ -17,7 +17,10 @@ offset in them is served; `rewrite` drops a dead head atomically (temp file, ren
 Opening checks everything. A torn tail (a partial entry, or bad entries up to the end of
 the file: what a crash mid-append leaves) is cut off: the entries it held are numbered
 again, identically, from the ones before it. Anything else (a bad header, a bad entry
-followed by a good one) is damage the view refuses to serve from (ViewDamagedError).
+followed by a good one) is damage: `Reading.later` keeps the sound entries after it, and
+the view (delivery_view.py) cuts it off as a torn tail only where numbering the log again
+gives each of them exactly (a torn page cache written back garbled); else it refuses to
+serve from the file (ViewDamagedError).
 Cost: open O(entries) (one CRC per entry); append O(entries appended).
 """
 
@@ -69,12 +72,15 @@ class Reading:
     the damaged part starts."""
 
     def __init__(self, first_delivery: int, rows: np.ndarray, torn_at: int | None,
-                 damage: str | None, damage_at: int = 0):
+                 damage: str | None, damage_at: int = 0, later: np.ndarray | None = None):
         self.first_delivery = first_delivery
         self.rows = rows
         self.torn_at = torn_at
         self.damage = damage
         self.damage_at = damage_at
+        # with damage: the entries after the damaged one that pass their CRC (what a torn
+        # page cache leaves after a garbled block; the view checks them against the log)
+        self.later = later
 
 
 def read_view(path: str) -> Reading:
@@ -94,11 +100,12 @@ def read_view(path: str) -> Reading:
         whole = HEADER_SIZE + n * ENTRY_SIZE
         return Reading(first_delivery, rows.copy(), whole if whole < len(data) else None,
                        None)
-    if any(_entry_ok(data, i) for i in range(bad, n)):  # not what a torn append leaves
+    sound = [i for i in range(bad, n) if _entry_ok(data, i)]
+    if sound:  # not what a torn append leaves, unless its blocks reached the disk garbled
         at = HEADER_SIZE + bad * ENTRY_SIZE
         return Reading(first_delivery, rows[:bad].copy(), None,
                        f"{path}: entry {bad} at byte {at} is damaged and is not a torn tail",
-                       at)
+                       at, rows[sound].copy())
     return Reading(first_delivery, rows[:bad].copy(), HEADER_SIZE + bad * ENTRY_SIZE, None)
 
 

@@ -1,6 +1,7 @@
 """`kdelay verify`: check every batch's CRC, offset continuity within and across segments,
 the consumer group files, every persisted index against what its .log says (the index
-checks are in verify_index.py), and each segment's cancellation files (tools/cancels.py).
+checks are in verify_index.py), each segment's cancellation files (tools/cancels.py), and
+the broker's files in a partition (verify_view.py, verify_producers.py).
 Only reads; safe on a live log."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 from ..errors import CorruptLogError, KdelayError
 from ..groups.positions import GroupStore
 from ..groups.queue import state_store
+from ..log.batch import codec
 from ..log.batch.offset_continuity import continues
 from ..log.batch.walker import Progress
 from ..log.compaction.swap_watch import between_swaps
@@ -37,6 +39,7 @@ from .scanning import (
 from .verify_batches import check_batches
 from .verify_broker import check_broker_files
 from .verify_index import check_index
+from .verify_producers import check_producer_snapshot
 from .verify_remote import check_remote
 from .verify_view import check_view
 
@@ -92,6 +95,8 @@ def _verify_once(directory: str, only_base: int | None, progress: Progress | Non
     prev_next: int | None = None
     prev_path = ""
     batches: list[tuple[int, int, int]] = []  # (base, last, deliverAfter): the view's check
+    # base -> (producer id, epoch, first sequence): the producer-state snapshot's check
+    producer_batches: dict[int, tuple[int, int, int]] = {}
     for listed in segments:
         active = listed is segments[-1]
         if only_base is not None and listed.base_offset != only_base:
@@ -124,8 +129,14 @@ def _verify_once(directory: str, only_base: int | None, progress: Progress | Non
                     "compaction marker unreadable (the next open rewrites it from the next "
                     "segment's base offset)")
         check_batches(rep, seg, scan, active, clean)
+        if active and not clean:
+            _check_last_client_batch(rep, seg.log_path, scan)
         batches += [(b.header.base_offset, b.last_offset, b.header.deliver_after)
                     for b in scan.batches]
+        producer_batches.update(
+            (b.header.base_offset, (b.header.producer_id, b.header.producer_epoch,
+                                    b.header.base_sequence))
+            for b in scan.batches if b.header.producer_id >= 0)
         for kind in (DLY, OFFSET, TIME):
             check_index(rep, seg, scan, kind, active, clean)
         cancels.check_segment(rep, directory, seg.base_offset, scan.next_offset())
@@ -133,6 +144,7 @@ def _verify_once(directory: str, only_base: int | None, progress: Progress | Non
     if only_base is None:
         _check_groups(rep, directory, prev_next)
         check_view(rep, directory, batches)
+        check_producer_snapshot(rep, directory, producer_batches, prev_next)
         bad = append_horizon.check_file(directory)
         if bad is not None:
             rep.add(False, os.path.join(directory, append_horizon.HORIZON_FILE), None,
@@ -154,6 +166,20 @@ def _check_continues(rep: VerifyReport, base: int, prev_next: int | None, prev_p
     else:
         rep.add(True, path, 0, f"segment overlaps the previous one: it starts at offset "
                                f"{base}, the previous ends at {prev_next - 1}")
+
+
+def _check_last_client_batch(rep: VerifyReport, path: str, scan: SegmentScan) -> None:
+    """A crashed log whose last batches carry codec.MORE_RUNS holds the first runs of a
+    client batch whose write was torn (or, live, is under way): information, as the next
+    open cuts them off (LogSegment.recover)."""
+    i = len(scan.batches)
+    while i > 0 and scan.batches[i - 1].header.attributes & codec.MORE_RUNS:
+        i -= 1
+    if i < len(scan.batches):
+        b = scan.batches[i]
+        rep.add(False, path, b.position,
+                f"the last client batch (from offset {b.header.base_offset}) lacks its last "
+                f"run (a torn write, or one under way): the next open cuts it off")
 
 
 def _scan_for_verify(seg: SegmentFiles, live_tail: bool,

@@ -30,7 +30,9 @@ def check_view(rep: VerifyReport, directory: str,
         return
     if reading.damage is not None:
         rep.add(True, path, reading.damage_at, f"due-order view damaged: {reading.damage} "
-                "(the broker refuses to serve this partition's delivery offsets)")
+                "(the broker cuts it off only where numbering the log again gives every "
+                "sound entry after it exactly; else it refuses to serve this partition's "
+                "delivery offsets)")
     elif reading.torn_at is not None:
         rep.add(False, path, reading.torn_at, "due-order view has a torn tail (a crash "
                 "mid-append); the broker cuts it off and numbers those records again")

@@ -75,3 +75,54 @@ def test_reconciliation_never_gives_a_partition_two_owners(steps):
         groups.close()
 
     asyncio.run(run())
+
+
+def test_offset_fetch_checks_the_member_epoch_and_empty_groups_are_dropped():
+    """OffsetFetch v9 names the member: Kafka's STALE_MEMBER_EPOCH and UNKNOWN_MEMBER_ID
+    for a KIP-848 group; no member named (admin clients, classic consumers) is taken. A
+    group whose last member leaves is dropped."""
+    async def run() -> None:
+        groups = ConsumerGroups(lambda t: PARTITIONS.get(t, 0), 45_000, 5_000)
+        a = groups.heartbeat("g", "m1", 0, None, 60_000, ("a",), None)
+        epoch = a.member.epoch
+        assert groups.fetch_error("g", "m1", epoch) == ErrorCode.none
+        assert groups.fetch_error("g", "m1", epoch - 1) == ErrorCode.stale_member_epoch
+        assert groups.fetch_error("g", "m1", epoch + 1) == ErrorCode.stale_member_epoch
+        assert groups.fetch_error("g", "m9", epoch) == ErrorCode.unknown_member_id
+        assert groups.fetch_error("g", None, -1) == ErrorCode.none
+        assert groups.fetch_error("classic", "x", 3) == ErrorCode.none  # not KIP-848's
+        assert groups.heartbeat("g", "m1", -1, None, -1, None, None).error == ErrorCode.none
+        assert "g" not in groups.groups
+        assert groups.heartbeat("h", "m1", 3, None, -1, None, None).error == \
+            ErrorCode.unknown_member_id
+        assert "h" not in groups.groups  # a refused heartbeat makes no group
+        groups.close()
+
+    asyncio.run(run())
+
+
+def test_revocations_and_sessions_run_out_on_the_injected_clock():
+    """A member that does not give up its partitions within its rebalance timeout is
+    fenced; one that stops heartbeating is removed at its session timeout; the group with
+    no members is dropped and holds no timer. No sleeps: an injected clock."""
+    now = [0.0]
+    groups = ConsumerGroups(lambda t: PARTITIONS.get(t, 0), 1_000, 100,
+                            clock=lambda: now[0])
+    a = groups.heartbeat("g", "m1", 0, None, 500, ("a",), None)
+    assert a.member.assigned == {("a", 0), ("a", 1), ("a", 2)}
+    b = groups.heartbeat("g", "m2", 0, None, 500, ("a",), None)
+    m1 = groups.groups["g"].members["m1"]
+    groups.heartbeat("g", "m1", a.member.epoch, None, -1, None, set(m1.assigned))  # told
+    # to give some up
+    assert m1.revoking  # ... and it never confirms
+    now[0] = 499
+    groups.timers.run_due()
+    assert "m1" in groups.groups["g"].members
+    now[0] = 501
+    groups.timers.run_due()
+    assert set(groups.groups["g"].members) == {"m2"}  # fenced: its partitions are free
+    groups.heartbeat("g", "m2", b.member.epoch, None, -1, None, set())
+    assert groups.groups["g"].members["m2"].assigned == {("a", 0), ("a", 1), ("a", 2)}
+    now[0] = 501 + 1_001  # no heartbeat from m2 for a session
+    groups.timers.run_due()
+    assert "g" not in groups.groups and len(groups.timers) == 0

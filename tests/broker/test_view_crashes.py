@@ -154,6 +154,85 @@ def test_a_torn_tail_is_cut_off_and_numbered_again_identically(tmp_path, cut) ->
         log.close()
 
 
+def _appended_and_numbered(path: str, config: LogConfig, crash: str | None
+                           ) -> tuple[Log, DeliveryView, FakeClock]:
+    """Two records appended and numbered, then a third under the injector (appended,
+    numbered, the view synced as before a retention pass), the machine crashed in mode
+    `crash` (None: no crash), the log and view reopened and a fourth record appended."""
+    clock = FakeClock(T0)
+    log = Log.open(path, config=config, clock=clock)
+    view = DeliveryView.open(log)
+    log.append([Record(b"x0")])
+    log.append([Record(b"x1")])
+    log.flush()
+    view.extend()
+    view.sync()
+    with FaultInjector([os.path.dirname(path)]) as faults:
+        log.append([Record(b"lost?")])
+        view.extend()
+        view.sync()
+    view.close()
+    close_abandoned(log)
+    if crash is not None:
+        faults.apply_crash(crash)
+    clock.advance(10)
+    log = Log.open(path, config=config, clock=clock)
+    view = DeliveryView.open(log)
+    log.append([Record(b"next")])
+    view.extend()
+    return log, view, clock
+
+
+@pytest.mark.parametrize("config", [LogConfig(flush_messages=2), LogConfig()],
+                         ids=["flush.messages=2", "no flush policy"])
+def test_a_durable_view_entry_never_names_a_record_the_log_can_lose(tmp_path, config):
+    """Syncing the view fsyncs the log first: after a power failure the view's entries
+    name only records the log still holds, and the next record takes the next number."""
+    path = os.fspath(tmp_path / "t-0")
+    log, view, _ = _appended_and_numbered(path, config, "power")
+    try:
+        values = {r.offset: r.value for r in log.read(0)}
+        assert values == {0: b"x0", 1: b"x1", 2: b"lost?", 3: b"next"}
+        assert numbering(view) == {0: 0, 1: 1, 2: 2, 3: 3}
+    finally:
+        view.close()
+        log.close()
+    assert cli_main(["verify", path]) == 0
+
+
+def test_view_entries_past_the_log_end_are_cut_off_and_numbered_again(tmp_path):
+    """Without a sync of the view, power loss may still write its page cache back and not
+    the log's: entries naming records past the log end are cut off at the next open, as a
+    torn tail, and what the log holds is numbered again from there."""
+    path = os.fspath(tmp_path / "t-0")
+    clock = FakeClock(T0)
+    with Log.open(path, config=LogConfig(), clock=clock) as log:
+        view = DeliveryView.open(log)
+        log.append([Record(b"x0")])
+        log.append([Record(b"x1")])
+        log.flush()
+        view.extend()
+        size = os.path.getsize(os.path.join(path, "00000000000000000000.log"))
+        log.append([Record(b"lost")])
+        view.extend()
+        view.close()
+    with open(os.path.join(path, "00000000000000000000.log"), "r+b") as f:
+        f.truncate(size)  # the log's last append did not reach the disk, the view's did
+    os.unlink(os.path.join(path, ".kdelay_cleanshutdown"))
+    log = Log.open(path, config=LogConfig(), clock=clock)
+    try:
+        view = DeliveryView.open(log)
+        assert numbering(view) == {0: 0, 1: 1}
+        log.append([Record(b"next")])
+        view.extend()
+        assert numbering(view) == {0: 0, 1: 1, 2: 2}
+        assert {r.offset: r.value for r in log.read(0)}[2] == b"next"
+        view.close()
+    finally:
+        log.close()
+    assert cli_main(["verify", path]) == 0
+
+
 def test_garbage_after_the_last_entry_is_a_torn_tail(tmp_path) -> None:
     path, numbered = _numbered_view(tmp_path)
     with open(os.path.join(path, VIEW_FILE), "ab") as f:
@@ -167,10 +246,42 @@ def test_garbage_after_the_last_entry_is_a_torn_tail(tmp_path) -> None:
         log.close()
 
 
+def _flip(path: str, at: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 0x40]))
+
+
+@pytest.mark.parametrize("where", ["first entry", "middle entry"])
+def test_damage_the_log_can_renumber_identically_is_repaired(tmp_path, where) -> None:
+    """A damaged entry with sound ones after it, where numbering the log again from before
+    it gives every sound entry after it exactly (no record of theirs removed since): what
+    a torn page cache leaves when a garbled block reached the disk. Cut off and numbered
+    again, identically."""
+    path, numbered = _numbered_view(tmp_path)
+    _flip(os.path.join(path, VIEW_FILE),
+          {"first entry": HEADER_SIZE + 3, "middle entry": HEADER_SIZE + 2 * ENTRY_SIZE + 17}[
+              where])
+    log, view = _reopen(path)
+    try:
+        view.extend()
+        assert numbering(view) == numbered
+    finally:
+        view.close()
+        log.close()
+    assert cli_main(["verify", path]) == 0
+
+
 @pytest.mark.parametrize("where", ["header", "first entry", "middle entry"])
 def test_damage_is_refused_and_verify_names_it(tmp_path, capsys, where) -> None:
+    """Damage where the log cannot give the numbers again (retention removed the records
+    of the first entries since they were numbered) is refused, never renumbered."""
     path, numbered = _numbered_view(tmp_path)
     assert len(numbered) > 4
+    with Log.open(path, config=CONFIG, clock=FakeClock(T0 + 5000)) as log:
+        assert log.enforce_retention() > 0
     view_path = os.path.join(path, VIEW_FILE)
     at = {"header": 9, "first entry": HEADER_SIZE + 3,
           "middle entry": HEADER_SIZE + 2 * ENTRY_SIZE + 17}[where]
@@ -220,7 +331,7 @@ def test_a_broker_refuses_a_damaged_view_and_serves_the_other_partitions(tmp_pat
         if damaged:
             path = os.path.join(root, "d-0", VIEW_FILE)
             with open(path, "r+b") as f:
-                f.seek(HEADER_SIZE + ENTRY_SIZE + 5)  # entry 1 of 4: not a torn tail
+                f.seek(9)  # the header: never a torn tail
                 f.write(b"\xee")
         with Broker(root, listen="127.0.0.1:0") as b:
             conn = connect(b.bootstrap_servers, b._server.state.topics.topic_id("d"))

@@ -88,6 +88,19 @@ def test_a_client_stalling_mid_frame_is_closed(broker):
         assert closed_without_answer(stall)  # after kdelay.frame.timeout.ms
 
 
+def test_a_client_stalling_inside_the_size_prefix_is_closed_an_idle_one_is_kept(broker):
+    with RawClient(broker.bootstrap_servers) as idle, \
+            RawClient(broker.bootstrap_servers) as stall:
+        assert served(broker)
+        stall.send(struct.pack(">i", 40)[:2])  # half a size prefix, then nothing
+        assert closed_without_answer(stall)  # after kdelay.frame.timeout.ms
+        # `idle` has sent nothing for longer than the stall timeout: still served
+        versions = idle.request(18, 3, make(load_request_schema(18, 3),
+                                            client_software_name="t",
+                                            client_software_version="1"))
+        assert versions.error_code == ErrorCode.none
+
+
 def test_unknown_versions(broker):
     with RawClient(broker.bootstrap_servers) as c:
         # ApiVersions at a version it lacks: the protocol's error answer (v0), then on

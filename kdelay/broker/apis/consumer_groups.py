@@ -1,5 +1,6 @@
-"""ConsumerGroupHeartbeat (68), KIP-848's consumer group protocol, v0-1 (confluent-kafka
-sends v1 with `group.protocol=consumer`). The state machine and the broker-side assignor are
+"""ConsumerGroupHeartbeat (68) and ConsumerGroupDescribe (69), KIP-848's consumer group
+protocol, v0-1 (confluent-kafka sends v1 with `group.protocol=consumer`, and describes
+groups with ConsumerGroupDescribe first). The state machine and the broker-side assignor are
 groups/consumer_protocol.py; this module translates topic ids and the request's "unchanged"
 (null) fields. A group id is either a classic group or a consumer-protocol group while it
 has members: the other protocol is refused (GROUP_ID_NOT_FOUND here, as Kafka answers, and
@@ -7,13 +8,14 @@ INCONSISTENT_GROUP_PROTOCOL from JoinGroup)."""
 
 from __future__ import annotations
 
+import typing
 from datetime import timedelta
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from ..dispatcher import Api, RequestContext
-from ..groups.consumer_protocol import ASSIGNOR, HeartbeatAnswer
+from ..groups.consumer_protocol import ASSIGNOR, HeartbeatAnswer, partitions_by_topic
 from ..responses import element, make
 
 
@@ -24,7 +26,7 @@ def _ms(value: Any) -> int:
 def _owned(ctx: RequestContext, topics: Any) -> set[tuple[str, int]] | None:
     if topics is None:
         return None
-    out = set()
+    out: set[tuple[str, int]] = set()
     for t in topics:
         name = ctx.broker.topics.by_id(t.topic_id)
         if name is not None:  # a deleted topic's partitions are owned by nobody now
@@ -65,7 +67,8 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> 
                     assignment=None)
     assignment = None
     if answer.assignment is not None:
-        assignment_type = ctx.response_type.__dataclass_fields__["assignment"].type.__args__[0]
+        assignment_type = next(a for a in typing.get_args(
+            typing.get_type_hints(ctx.response_type)["assignment"]) if a is not type(None))
         tp_type = element(assignment_type, "topic_partitions")
         assignment = make(assignment_type, topic_partitions=tuple(
             make(tp_type, topic_id=ctx.broker.topics.topic_id(name), partitions=tuple(parts))
@@ -74,6 +77,47 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> 
                 heartbeat_interval=interval, assignment=assignment)
 
 
+async def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
+    """ConsumerGroupDescribe (69): KIP-848 groups with their epochs, members, current and
+    target assignments. Any other group id is GROUP_ID_NOT_FOUND, as Kafka answers for a
+    classic group (clients then ask DescribeGroups). O(the groups' members and partitions)."""
+    group_type = element(ctx.response_type, "groups")
+    member_type = element(group_type, "members")
+    described = []
+    for group_id in request.group_ids:
+        g = ctx.broker.consumer_groups.groups.get(group_id)
+        if g is None or group_id in ctx.broker.groups.groups:
+            described.append(make(
+                group_type, error_code=ErrorCode.group_id_not_found,
+                error_message=f"group {group_id} is not a consumer-protocol group",
+                group_id=group_id, group_state="Dead", group_epoch=-1, assignment_epoch=-1,
+                assignor_name="", members=(), authorized_operations=-2147483648))
+            continue
+        members = tuple(make(
+            member_type, member_id=m.member_id, instance_id=m.instance_id, rack_id=None,
+            member_epoch=m.epoch, client_id=m.client_id, client_host=m.client_host,
+            subscribed_topic_names=m.topics, subscribed_topic_regex=None,
+            assignment=_assignment(ctx, member_type, m.assigned),
+            target_assignment=_assignment(ctx, member_type, g.target.get(m.member_id, ())),
+            member_type=1)  # 1: a member of the consumer protocol (not a classic one)
+            for m in g.members.values())
+        described.append(make(
+            group_type, group_id=group_id, group_state=g.state, group_epoch=g.epoch,
+            assignment_epoch=g.target_epoch, assignor_name=ASSIGNOR, members=members,
+            authorized_operations=-2147483648))
+    return make(ctx.response_type, groups=tuple(described))
+
+
+def _assignment(ctx: RequestContext, member_type: type, partitions: Any) -> Any:
+    assignment_type = typing.get_type_hints(member_type)["assignment"]
+    tp_type = element(assignment_type, "topic_partitions")
+    return make(assignment_type, topic_partitions=tuple(
+        make(tp_type, topic_id=ctx.broker.topics.topic_id(name), topic_name=name,
+             partitions=tuple(parts))
+        for name, parts in partitions_by_topic(partitions)))
+
+
 APIS = [
     Api(68, 0, 1, handle_consumer_group_heartbeat, name="ConsumerGroupHeartbeat"),
+    Api(69, 0, 1, handle_consumer_group_describe, name="ConsumerGroupDescribe"),
 ]

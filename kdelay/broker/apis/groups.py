@@ -5,7 +5,9 @@ The broker is every group's coordinator (node 0 at the advertised listener)."""
 
 from __future__ import annotations
 
+import asyncio
 import struct
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -13,7 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from ..dispatcher import Api, RequestContext
 from ..groups.consumer_protocol import ASSIGNOR, ConsumerGroup
-from ..groups.coordinator import GroupCoordinator
+from ..groups.coordinator import EMPTY, GroupCoordinator, JoinAnswer
 from ..responses import build, entry_type
 from ..state import NODE_ID
 
@@ -44,6 +46,19 @@ def _coordinator(ctx: RequestContext) -> GroupCoordinator:
     return ctx.broker.groups
 
 
+async def _answered(start: Callable[[Callable[[Any], None]], None]) -> Any:
+    """Run one coordinator call and wait for the answer it gives through its callback
+    (at once, or when the rebalance it waits for completes)."""
+    done = asyncio.get_running_loop().create_future()
+
+    def reply(answer: Any) -> None:
+        if not done.done():  # the connection may have gone meanwhile
+            done.set_result(answer)
+
+    start(reply)
+    return await done
+
+
 async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
     if ctx.broker.consumer_groups.has_members(request.group_id):
         return build(ctx.response_type, throttle_time=NO_THROTTLE,
@@ -52,24 +67,26 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
                      skip_assignment=False, member_id=request.member_id, members=())
     session_ms = _ms(request.session_timeout)
     rebalance_ms = _ms(getattr(request, "rebalance_timeout", request.session_timeout))
-    answer = await _coordinator(ctx).join(
+    answer: JoinAnswer = await _answered(lambda reply: _coordinator(ctx).join(
         request.group_id, request.member_id, getattr(request, "group_instance_id", None),
         request.protocol_type, [(p.name, p.metadata) for p in request.protocols],
-        session_ms, rebalance_ms, ctx.header.client_id or "", ctx.connection.peer)
+        session_ms, rebalance_ms, ctx.header.client_id or "", ctx.connection.peer, reply))
     entry = entry_type(ctx.response_type, "members")
     members = tuple(build(entry, member_id=m, group_instance_id=i, metadata=md)
                     for m, i, md in answer.members)
     return build(ctx.response_type, throttle_time=NO_THROTTLE, error_code=answer.error,
                  generation_id=answer.generation, protocol_type=request.protocol_type,
                  protocol_name=answer.protocol_name or "", leader=answer.leader,
-                 skip_assignment=False, member_id=answer.member_id or request.member_id,
-                 members=members)
+                 skip_assignment=answer.skip_assignment,
+                 member_id=answer.member_id or request.member_id, members=members)
 
 
 async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
     assignments = {a.member_id: a.assignment for a in request.assignments}
-    error, assignment = await _coordinator(ctx).sync(
-        request.group_id, request.generation_id, request.member_id, assignments)
+    error, assignment = await _answered(lambda reply: _coordinator(ctx).sync(
+        request.group_id, request.generation_id, request.member_id,
+        getattr(request, "group_instance_id", None), assignments, reply,
+        getattr(request, "protocol_type", None), getattr(request, "protocol_name", None)))
     group = ctx.broker.groups.groups.get(request.group_id)
     return build(ctx.response_type, throttle_time=NO_THROTTLE, error_code=error,
                  protocol_type=group.protocol_type if group else None,
@@ -78,7 +95,8 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
 
 async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
     error = _coordinator(ctx).heartbeat(request.group_id, request.generation_id,
-                                        request.member_id)
+                                        request.member_id,
+                                        getattr(request, "group_instance_id", None))
     return build(ctx.response_type, throttle_time=NO_THROTTLE, error_code=error)
 
 
@@ -97,18 +115,30 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
                  members=answers)
 
 
+def _listed(ctx: RequestContext) -> list[tuple[str, str, str, str]]:
+    """(group id, protocol type, state, type) of every group: the classic, KIP-848 and
+    share groups with members, and the groups with none that have committed offsets
+    (Empty)."""
+    classic, consumer = _coordinator(ctx).groups, ctx.broker.consumer_groups.groups
+    found = [(g.group_id, g.protocol_type or "", g.state, "classic")
+             for g in classic.values()]
+    found += [(g.group_id, "consumer", g.state, "consumer") for g in consumer.values()
+              if g.group_id not in classic]
+    found += [(gid, "share", "Stable", "share")
+              for gid, members in ctx.broker.share_groups.groups.items() if members]
+    with_members = {gid for gid, _, _, _ in found}
+    found += [(gid, "consumer", EMPTY, "classic")
+              for gid in sorted(ctx.broker.offsets.groups(ctx.broker.topics) - with_members)]
+    return found
+
+
 async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
     wanted = {s.lower() for s in getattr(request, "states_filter", ())}
     types = {s.lower() for s in getattr(request, "types_filter", ())}
     entry = entry_type(ctx.response_type, "groups")
-    found = [(g.group_id, g.protocol_type or "", g.state, "classic")
-             for g in _coordinator(ctx).groups.values()]
-    found += [(g.group_id, "consumer", g.state, "consumer")
-              for g in ctx.broker.consumer_groups.groups.values()
-              if g.members or g.group_id not in _coordinator(ctx).groups]
     groups = tuple(build(entry, group_id=gid, protocol_type=ptype, group_state=state,
                          group_type=gtype)
-                   for gid, ptype, state, gtype in found
+                   for gid, ptype, state, gtype in _listed(ctx)
                    if (not wanted or state.lower() in wanted)
                    and (not types or gtype in types))
     return build(ctx.response_type, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
@@ -121,20 +151,27 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     out = []
     for group_id in request.groups:
         cg = ctx.broker.consumer_groups.groups.get(group_id)
-        if cg is not None and (cg.members or group_id not in _coordinator(ctx).groups):
+        if cg is not None and group_id not in _coordinator(ctx).groups:
             out.append(_describe_consumer_group(entry, member_entry, cg))
             continue
         g = _coordinator(ctx).groups.get(group_id)
-        members = () if g is None else tuple(
+        if g is None:  # no members: Empty if it has committed offsets, else unknown
+            known = ctx.broker.offsets.has_offsets(group_id, ctx.broker.topics)
+            out.append(build(entry, error_code=ErrorCode.none, error_message=None,
+                             group_id=group_id, group_state=EMPTY if known else "Dead",
+                             protocol_type="consumer" if known else "", protocol_data="",
+                             members=(), authorized_operations=-2147483648))
+            continue
+        members = tuple(
             build(member_entry, member_id=m.member_id, group_instance_id=m.instance_id,
                   client_id=m.client_id, client_host=m.client_host,
                   member_metadata=m.metadata_for(g.protocol_name) if g.protocol_name else b"",
                   member_assignment=m.assignment)
             for m in g.members.values())
         out.append(build(entry, error_code=ErrorCode.none, error_message=None,
-                         group_id=group_id, group_state=g.state if g else "Dead",
-                         protocol_type=(g.protocol_type or "") if g else "",
-                         protocol_data=(g.protocol_name or "") if g else "", members=members,
+                         group_id=group_id, group_state=g.state,
+                         protocol_type=g.protocol_type or "",
+                         protocol_data=g.protocol_name or "", members=members,
                          authorized_operations=-2147483648))
     return build(ctx.response_type, throttle_time=NO_THROTTLE, groups=tuple(out))
 
@@ -181,5 +218,5 @@ APIS = [
     Api(13, 0, 5, handle_leave_group, name="LeaveGroup"),
     Api(14, 0, 5, handle_sync_group, name="SyncGroup"),
     Api(15, 0, 5, handle_describe_groups, name="DescribeGroups"),
-    Api(16, 0, 4, handle_list_groups, name="ListGroups"),
+    Api(16, 0, 5, handle_list_groups, name="ListGroups"),
 ]

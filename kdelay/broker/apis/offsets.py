@@ -9,16 +9,15 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..dispatcher import Api, RequestContext
-from ..groups.coordinator import COMPLETING, PREPARING
 from ..responses import build, entry_type
 
 NO_THROTTLE = timedelta(0)
 
 
 def _membership_error(ctx: RequestContext, request: Any) -> ErrorCode:
-    """Kafka's checks of a commit's member and generation, or member epoch in a
-    consumer-protocol group (a commit with neither, from a consumer that assigns its own
-    partitions, needs a group without members)."""
+    """Kafka's checks of a commit's member and generation (classic groups), or member
+    epoch (KIP-848 groups); a commit with neither, from a consumer that assigns its own
+    partitions or an admin client, needs a group without members."""
     generation = getattr(request, "generation_id_or_member_epoch",
                          getattr(request, "generation_id", -1))
     member_id = getattr(request, "member_id", "")
@@ -27,18 +26,9 @@ def _membership_error(ctx: RequestContext, request: Any) -> ErrorCode:
         [(t.name, p.partition_index) for t in request.topics for p in t.partitions])
     if by_epoch is not None:
         return by_epoch
-    group = ctx.broker.groups.groups.get(request.group_id)
-    if group is None or not group.members:
-        return ErrorCode.none if generation < 0 else ErrorCode.illegal_generation
-    if generation < 0 and not member_id:
-        return ErrorCode.unknown_member_id
-    if member_id not in group.members:
-        return ErrorCode.unknown_member_id
-    if generation != group.generation:
-        return ErrorCode.illegal_generation
-    if group.state in (PREPARING, COMPLETING):
-        return ErrorCode.rebalance_in_progress
-    return ErrorCode.none
+    return ctx.broker.groups.commit_error(request.group_id, member_id,
+                                          getattr(request, "group_instance_id", None),
+                                          generation)
 
 
 async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
@@ -83,10 +73,14 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
     groups = getattr(request, "groups", None)
     if groups is not None:  # v8+: a batch of groups
         entry = entry_type(ctx.response_type, "groups")
-        answers = tuple(build(entry, group_id=g.group_id,
-                              topics=_fetch_topics(ctx, entry, g.group_id, g.topics),
-                              error_code=ErrorCode.none) for g in groups)
-        return build(ctx.response_type, throttle_time=NO_THROTTLE, groups=answers)
+        answers = []
+        for g in groups:
+            error = ctx.broker.consumer_groups.fetch_error(
+                g.group_id, getattr(g, "member_id", None), getattr(g, "member_epoch", -1))
+            answers.append(build(entry, group_id=g.group_id, error_code=error, topics=(
+                _fetch_topics(ctx, entry, g.group_id, g.topics)
+                if error == ErrorCode.none else ())))
+        return build(ctx.response_type, throttle_time=NO_THROTTLE, groups=tuple(answers))
     return build(ctx.response_type, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                  topics=_fetch_topics(ctx, ctx.response_type, request.group_id,
                                       request.topics))

@@ -21,16 +21,19 @@ import datetime
 import logging
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 from kio.schema.types import ProducerId
 
 from ...errors import CorruptBatchError, InvalidRecordError, KdelayError, LogWriteError
 from ..dispatcher import Api, RequestContext
-from ..producer_state import ProducerStates, Verdict
+from ..producer_state import ProducerStates, Verdict, expiration_ms
 from ..responses import element, has, make
 from ..wire_batch import BatchTooLargeError, open_batches
+
+if TYPE_CHECKING:
+    from ...partition import Log
 
 log = logging.getLogger("kdelay.broker")
 
@@ -42,7 +45,8 @@ def producer_states(ctx: RequestContext) -> ProducerStates:
     """The broker's ProducerStates (made on first use; forgets deleted topics)."""
     states = getattr(ctx.broker, "producer_states", None)
     if states is None:
-        states = ctx.broker.producer_states = ProducerStates()
+        states = ctx.broker.producer_states = ProducerStates(
+            expiration_ms(ctx.broker.settings))
         ctx.broker.topics.add_listener(states.forget_topic)
     return states
 
@@ -82,28 +86,37 @@ def _produce_partition(ctx: RequestContext, states: ProducerStates, topic_name: 
                        int(m.group(1)) if m else None) from None
     first_base, append_time = -1, -1
     for b in batches:
-        base = -1
-        if b.producer_id >= 0:
-            verdict = states.check(topic_name, index, plog, b.producer_id, b.producer_epoch,
-                                   b.base_sequence, b.last_sequence)
-            if isinstance(verdict, ErrorCode):
-                raise _Refused(verdict, f"producer {b.producer_id} epoch {b.producer_epoch} "
-                                        f"sequence {b.base_sequence}: {verdict.name}")
-            if verdict[0] == Verdict.DUPLICATE:
-                base = verdict[1]
-        if base < 0:
-            result = plog.append_client_batch(
-                b.records, spread_ms=configs.spread_ms,
-                log_append_time=configs.log_append_time,
-                producer=(b.producer_id, b.producer_epoch, b.base_sequence))
-            base = result.base_offset
-            append_time = result.append_time if configs.log_append_time else -1
-            if b.producer_id >= 0:
-                states.appended(topic_name, index, plog, b.producer_id, b.producer_epoch,
-                                b.base_sequence, b.last_sequence, base)
+        base, appended_at = store_client_batch(states, topic_name, index, plog, b,
+                                               configs.spread_ms, configs.log_append_time)
+        if appended_at >= 0:
+            append_time = appended_at if configs.log_append_time else -1
         if first_base < 0:
             first_base = base
     return first_base, plog.log_start_offset, append_time
+
+
+def store_client_batch(states: ProducerStates, topic_name: str, index: int, plog: Log,
+                       b: Any, spread_ms: int, log_append_time: bool) -> tuple[int, int]:
+    """(base offset, append time) of one checked client batch (wire_batch.open_batches)
+    stored in `plog`, or (its original base offset, -1) for an idempotent producer's
+    duplicate; _Refused for a producer's sequence or epoch error."""
+    if b.producer_id >= 0:
+        verdict = states.check(topic_name, index, plog, b.producer_id, b.producer_epoch,
+                               b.base_sequence, b.last_sequence)
+        if isinstance(verdict, ErrorCode):
+            raise _Refused(verdict, f"producer {b.producer_id} epoch {b.producer_epoch} "
+                                    f"sequence {b.base_sequence}: {verdict.name}")
+        if verdict[0] == Verdict.DUPLICATE:
+            return verdict[1], -1
+    result = plog.append_client_batch(
+        b.records, spread_ms=spread_ms, log_append_time=log_append_time,
+        producer=(b.producer_id, b.producer_epoch, b.base_sequence))
+    if b.producer_id >= 0:
+        states.appended(topic_name, index, plog, b.producer_id, b.producer_epoch,
+                        b.base_sequence, b.last_sequence, result.base_offset,
+                        result.append_time)
+    states.after_append(topic_name, index, plog)
+    return result.base_offset, result.append_time
 
 
 async def handle_produce(ctx: RequestContext, request: Any) -> Any:

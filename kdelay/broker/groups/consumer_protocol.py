@@ -18,15 +18,15 @@ its owner. A member that leaves (epoch -1) or misses its session timeout release
 at once; a static member leaving with epoch -2 keeps its partitions for its session timeout
 and hands them to the member that comes back with its `group.instance.id`.
 
-Timers are the event loop's (`call_later`, one per member session and one per revocation):
-nothing scans the groups. A heartbeat costs O(the member's partitions + the group's
+Deadlines (one per member session, one per revocation) are entries of one `Timers` heap on
+an injectable clock (a heartbeat only moves its member's deadline: O(1)); nothing scans the
+groups. A heartbeat costs O(the member's partitions + the group's
 subscribed topics); a change of membership recomputes the target in O(group's partitions +
 members). Call from the broker's event loop only.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import uuid
 from collections import Counter
@@ -34,6 +34,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
+
+from .timers import Timers
 
 TopicPartition = tuple[str, int]
 LEAVE, STATIC_LEAVE = -1, -2
@@ -56,8 +58,6 @@ class ConsumerMember:
     revoking: set[TopicPartition] = field(default_factory=set)  # given up, not confirmed
     answered: tuple | None = None  # (epoch, assignment) as last sent to the client
     left: bool = False  # a static member that left with epoch -2, waiting to be replaced
-    timer: asyncio.TimerHandle | None = None
-    revoke_timer: asyncio.TimerHandle | None = None
 
 
 class ConsumerGroup:
@@ -113,9 +113,12 @@ class ConsumerGroups:
     partition count (0 for a topic that does not exist)."""
 
     def __init__(self, partitions: Callable[[str], int], session_timeout_ms: int,
-                 heartbeat_interval_ms: int):
+                 heartbeat_interval_ms: int, clock: Callable[[], float] | None = None):
+        """`clock()`: now in ms; None: the event loop fires the deadlines (else the caller
+        advances its clock and calls `timers.run_due()`)."""
         self.partitions = partitions
-        self.session_s = session_timeout_ms / 1000
+        self.session_ms = session_timeout_ms
+        self.timers = Timers(clock)
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.groups: dict[str, ConsumerGroup] = {}
         self._joins = itertools.count()
@@ -130,7 +133,22 @@ class ConsumerGroups:
                   rebalance_ms: int, subscribed: Iterable[str] | None,
                   owned: set[TopicPartition] | None, client_id: str = "",
                   client_host: str = "") -> HeartbeatAnswer:
-        """One ConsumerGroupHeartbeat (None fields: unchanged since the last one)."""
+        """One ConsumerGroupHeartbeat (None fields: unchanged since the last one). A group
+        left with no members is dropped: its committed offsets are the engine's."""
+        answer = self._heartbeat(group_id, member_id, epoch, instance_id, rebalance_ms,
+                                 subscribed, owned, client_id, client_host)
+        self._drop_if_empty(group_id)
+        return answer
+
+    def _drop_if_empty(self, group_id: str) -> None:
+        g = self.groups.get(group_id)
+        if g is not None and not g.members:
+            del self.groups[group_id]
+
+    def _heartbeat(self, group_id: str, member_id: str, epoch: int, instance_id: str | None,
+                   rebalance_ms: int, subscribed: Iterable[str] | None,
+                   owned: set[TopicPartition] | None, client_id: str,
+                   client_host: str) -> HeartbeatAnswer:
         g = self.groups.get(group_id)
         if g is None:
             g = self.groups[group_id] = ConsumerGroup(group_id)
@@ -174,7 +192,7 @@ class ConsumerGroups:
         send = full or now != member.answered or epoch == 0
         member.answered = now
         return HeartbeatAnswer(ErrorCode.none, member,
-                               _by_topic(member.assigned) if send else None)
+                               partitions_by_topic(member.assigned) if send else None)
 
     def _join(self, g: ConsumerGroup, member_id: str, instance_id: str | None,
               rebalance_ms: int, topics: tuple[str, ...], client_id: str,
@@ -186,7 +204,7 @@ class ConsumerGroups:
         member = ConsumerMember(member_id, instance_id, client_id, client_host,
                                 max(rebalance_ms, 0), topics, next(self._joins))
         if old is not None:  # a static member back: it takes over the old one's place
-            self._cancel(old)
+            self._cancel(g, old)
             del g.members[old.member_id]
             member.joined, member.epoch = old.joined, old.epoch
             member.assigned, member.revoking = old.assigned, old.revoking
@@ -254,21 +272,20 @@ class ConsumerGroups:
                 del g.owners[tp]
         m.revoking -= partitions
         m.assigned -= partitions
-        if not m.revoking and m.revoke_timer is not None:
-            m.revoke_timer.cancel()
-            m.revoke_timer = None
+        if not m.revoking:
+            self.timers.cancel(("revoke", g.group_id, m.member_id))
 
     def _arm_revocation(self, g: ConsumerGroup, m: ConsumerMember) -> None:
         """A member that does not give up its partitions in its rebalance timeout is fenced
         (Kafka's rule), so that the others are not kept waiting for ever."""
-        if m.revoke_timer is None:
-            m.revoke_timer = asyncio.get_running_loop().call_later(
-                max(m.rebalance_ms, 1) / 1000, self._expire, g, m)
+        key = ("revoke", g.group_id, m.member_id)
+        if self.timers.deadline(key) is None:
+            self.timers.schedule(key, max(m.rebalance_ms, 1), lambda: self._expire(g, m))
 
     # ------------------------------------------------------------------ departures
 
     def _remove(self, g: ConsumerGroup, m: ConsumerMember) -> None:
-        self._cancel(m)
+        self._cancel(g, m)
         self._release(g, m, m.assigned | m.revoking)
         g.members.pop(m.member_id, None)
         g.target.pop(m.member_id, None)
@@ -277,20 +294,19 @@ class ConsumerGroups:
             del g.static[m.instance_id]
         g.epoch += 1
 
-    def _cancel(self, m: ConsumerMember) -> None:
-        for timer in (m.timer, m.revoke_timer):
-            if timer is not None:
-                timer.cancel()
-        m.timer = m.revoke_timer = None
+    def _cancel(self, g: ConsumerGroup, m: ConsumerMember) -> None:
+        self.timers.cancel(("session", g.group_id, m.member_id))
+        self.timers.cancel(("revoke", g.group_id, m.member_id))
 
     def _touch(self, g: ConsumerGroup, m: ConsumerMember) -> None:
-        if m.timer is not None:
-            m.timer.cancel()
-        m.timer = asyncio.get_running_loop().call_later(self.session_s, self._expire, g, m)
+        self.timers.schedule(("session", g.group_id, m.member_id), self.session_ms,
+                             lambda: self._expire(g, m))
 
     def _expire(self, g: ConsumerGroup, m: ConsumerMember) -> None:
         if g.members.get(m.member_id) is m:
             self._remove(g, m)
+            if self.groups.get(g.group_id) is g:
+                self._drop_if_empty(g.group_id)
 
     # ------------------------------------------------------------------ commits
 
@@ -311,13 +327,26 @@ class ConsumerGroups:
             return ErrorCode.none
         return ErrorCode.stale_member_epoch
 
+    def fetch_error(self, group_id: str, member_id: str | None, epoch: int) -> ErrorCode:
+        """Kafka's check of an OffsetFetch (v9+) naming a member: O(1). Without a member
+        (null id, epoch -1: admin clients, classic consumers) it is taken; a member of a
+        KIP-848 group must be known (UNKNOWN_MEMBER_ID) and at its epoch
+        (STALE_MEMBER_EPOCH)."""
+        if member_id is None and epoch < 0:
+            return ErrorCode.none
+        g = self.groups.get(group_id)
+        if g is None:  # not a KIP-848 group (or one with no members): nothing to check
+            return ErrorCode.none
+        member = g.members.get(member_id or "")
+        if member is None or member.left:
+            return ErrorCode.unknown_member_id
+        return ErrorCode.none if epoch == member.epoch else ErrorCode.stale_member_epoch
+
     def close(self) -> None:
-        for g in self.groups.values():
-            for m in g.members.values():
-                self._cancel(m)
+        self.timers.close()
 
 
-def _by_topic(partitions: Iterable[TopicPartition]) -> list[tuple[str, list[int]]]:
+def partitions_by_topic(partitions: Iterable[TopicPartition]) -> list[tuple[str, list[int]]]:
     out: dict[str, list[int]] = {}
     for t, p in sorted(partitions):
         out.setdefault(t, []).append(p)

@@ -25,6 +25,7 @@ from ...records import DeliveryKey
 if TYPE_CHECKING:
     from ...partition import Log
     from ..served import ServedPartitions
+    from ..topics import TopicRegistry
 
 NO_OFFSET = -1
 Pending = tuple["Log", str, "DeliveryKey | None", asyncio.Future]
@@ -86,6 +87,21 @@ class OffsetStore:
         if not _has_position(part.log, group):
             return NO_OFFSET, ErrorCode.none
         return part.offset_after(part.log.committed(group)), ErrorCode.none
+
+    def groups(self, topics: TopicRegistry) -> set[str]:
+        """Every group with a committed offset on a partition of `topics` (ListGroups):
+        a directory listing per partition, O(partitions + positions); admin calls only."""
+        out: set[str] = set()
+        for topic in topics:
+            for i in range(topic.partitions):
+                out.update(topic.partition(i)._groups.groups())
+        return out
+
+    def has_offsets(self, group: str, topics: TopicRegistry) -> bool:
+        """Whether `group` committed an offset on a partition of `topics` (DescribeGroups
+        of a group with no members): one stat per partition, admin calls only."""
+        return any(_has_position(topic.partition(i), group)
+                   for topic in topics for i in range(topic.partitions))
 
 
 def _write(batch: list[Pending]) -> list[ErrorCode]:

@@ -19,7 +19,9 @@ its own (a time in the past, or none, counts as `now`); each run becomes one sto
 their bytes: the first run's records section is copied as it is; a later run's records get
 offset deltas counted from the run's first record (their length varint rewritten to
 match). With `log_append_time`, every record's timestamp becomes `now` (delta 0, and the
-header's timestamp-type bit set, as Kafka marks LogAppendTime batches). A stored batch
+header's timestamp-type bit set, as Kafka marks LogAppendTime batches). Every run but the
+last carries codec.MORE_RUNS, so that recovery keeps a client batch whole or drops it
+(LogSegment.recover: the runs are one write, which a crash may tear). A stored batch
 keeps the producer id and epoch, and its first record's sequence, so a log can be read back
 for idempotent producers' state. Cost: O(records) C work per pass, one allocation each.
 """
@@ -47,6 +49,7 @@ cdef int64_t _AT_PRODUCER_ID = codec.FIELD_OFFSETS["producer_id"]
 cdef int64_t _AT_PRODUCER_EPOCH = codec.FIELD_OFFSETS["producer_epoch"]
 cdef int64_t _AT_BASE_SEQUENCE = codec.FIELD_OFFSETS["base_sequence"]
 DEF LOG_APPEND_TIME = 0x08  # the attributes' timestamp-type bit
+cdef int64_t _MORE_RUNS = codec.MORE_RUNS  # set on every run but a client batch's last
 
 cdef const char* _DELIVER_AFTER = b"kdelay.deliver_after"
 cdef const char* _DELAY_MS = b"kdelay.delay_ms"
@@ -255,7 +258,9 @@ cdef class ClientBatch:
                     q += rows[i, 2] - rows[i, 1]
             put_big_endian(o + at + _LAYOUT.at_base, 8, base_offset + s)
             put_big_endian(o + at + _LAYOUT.at_length, 4, q - at - _LAYOUT.overhead)
-            put_big_endian(o + at + _AT_ATTRIBUTES, 2, LOG_APPEND_TIME if log_append_time else 0)
+            put_big_endian(o + at + _AT_ATTRIBUTES, 2,
+                           (LOG_APPEND_TIME if log_append_time else 0)
+                           | (_MORE_RUNS if k < runs - 1 else 0))
             put_big_endian(o + at + _LAYOUT.at_lod, 4, count - 1)
             put_big_endian(o + at + _LAYOUT.at_base_ts, 8, base_ts)
             put_big_endian(o + at + _LAYOUT.at_max_ts, 8, max_ts)

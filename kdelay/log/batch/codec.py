@@ -39,6 +39,11 @@ MIN_RECORD_SIZE = 7
 NO_PRODUCER_ID = -1
 # attributes: bits 0-2 compression (0 = none), bit 3 timestamp type, 4 transactional, 5 control
 UNSUPPORTED_ATTRIBUTES = 0x07 | 0x10 | 0x20
+# bit 14, kdelay's own (Kafka leaves bits 7-15 unused): more stored batches of the same
+# client batch follow this one (client_batch.pyx). Recovery cuts a log whose last batch
+# has it back to where that client batch began, so a client batch is all there or none of
+# it; the broker clears it in what it serves.
+MORE_RUNS = 0x4000
 
 
 class BatchHeader(NamedTuple):

@@ -267,6 +267,18 @@ def scan_log(fd: int, path: str, base_offset: int, *, start: int = 0, end: int |
     return ScanResult(entries, max_ts, pos, next_offset, error)
 
 
+def unfinished_client_batch(fd: int, entries: Sequence[Entry]) -> int | None:
+    """Index in `entries` (a scan's batches, in file order) of the first stored batch of a
+    client batch whose last run is missing: the trailing batches that carry
+    codec.MORE_RUNS (a crash tore the one write of its runs after whole runs). None when
+    the last batch ends a client batch. One 2-byte read per trailing run."""
+    i = len(entries)
+    while i > 0 and int.from_bytes(fsio.pread(fd, 2, entries[i - 1][2] + codec.CRC_START),
+                                   "big") & codec.MORE_RUNS:
+        i -= 1
+    return i if i < len(entries) else None
+
+
 # ---------------------------------------------------------------------------- header-only
 
 

@@ -30,7 +30,13 @@ from ...index.offset_index import OffsetIndex
 from ...index.time_index import TimeIndex
 from ..batch import codec
 from ..batch.entry_check import check_batch
-from ..batch.walker import ScanResult, base_offsets_crc, iter_headers, scan_log
+from ..batch.walker import (
+    ScanResult,
+    base_offsets_crc,
+    iter_headers,
+    scan_log,
+    unfinished_client_batch,
+)
 from .layout import (
     CANCEL_SUFFIXES,
     COMPANION_SUFFIXES,
@@ -51,6 +57,20 @@ _MAP_HEADROOM = 1 << 20
 UNOPENED = -2  # the descriptor of a .log a clean open has not opened yet (see `fd`)
 _kept_fd = SegmentTail.__dict__["fd"]
 _opening = threading.Lock()  # one thread opens a deferred .log
+
+
+def _whole_client_batches(fd: int, path: str, result: ScanResult) -> ScanResult:
+    """`result` without the runs of a client batch whose last run is missing (a torn write
+    of an unacknowledged append; walker.unfinished_client_batch), as if the scan had
+    stopped where that client batch begins."""
+    cut = unfinished_client_batch(fd, result.entries)
+    if cut is None:
+        return result
+    _, base, position, _, _ = result.entries[cut]
+    return ScanResult(result.entries[:cut], result.max_timestamps[:cut], position, base,
+                      result.error or CorruptLogError(
+                          f"the last client batch (from offset {base}) lacks its last run",
+                          path, position))
 
 
 def _deferrable(name: str, suffix: str) -> property:
@@ -257,7 +277,8 @@ class LogSegment(SegmentTail, OffsetLookup):
                 check_crc: bool, truncate: bool, compacted_end: int | None = None,
                 bases_crc: int | None = None) -> tuple[LogSegment, CorruptLogError | None]:
         """Rebuild every index from a scan of the .log. With `truncate`, a torn or corrupt
-        tail is cut off (the segment was not known to be flushed); otherwise indexing stops
+        tail is cut off (the segment was not known to be flushed), and with it the runs of a
+        client batch whose last run is missing (codec.MORE_RUNS); otherwise indexing stops
         at the damage and the error is returned for the caller to report. `compacted_end`:
         the segment is a compacted one ending there (offset gaps allowed); `bases_crc`: its
         marker's checksum of the batches' base offsets. If the scan stops short or its base
@@ -284,6 +305,8 @@ class LogSegment(SegmentTail, OffsetLookup):
                     "compaction marker)", path, 0)
                 result = ScanResult([], [], 0, base_offset, error)
                 truncate = False
+            if truncate and compacted_end is None:
+                result = _whole_client_batches(fd, path, result)
             if truncate and result.valid_bytes < size:
                 fsio.truncate(fd, result.valid_bytes)
                 fsio.fsync(fd)
