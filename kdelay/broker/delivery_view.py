@@ -330,8 +330,8 @@ def _renumbered_alike(log: Log, reading: Reading) -> bool:
     next_delivery = reading.first_delivery if not len(rows) else \
         int(rows[-1]["base"]) + int(rows[-1]["count"])
     while next_delivery < end:
-        batches, _, _ = log._read_due_batches(after, max_batches=_EXTEND_BATCHES,
-                                              max_bytes=_MAX, with_bytes=False)
+        batches, _, _ = log.reads.due(after, max_batches=_EXTEND_BATCHES, max_bytes=_MAX,
+                                      with_bytes=False)
         new = _new_entries(batches, after, next_delivery)
         if not new:
             break

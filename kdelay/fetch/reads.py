@@ -3,7 +3,8 @@ log's lock. Records in offset order (Log.read, offset_order.py) and the first of
 after a time (Log.offset_for_time, time_lookup.py), which the Log delegates here; and what
 the broker reads at the grain of stored batches, no record decoded: due batches after a
 cursor (due_batches.py; the broker's due-order view numbers them) and stored batches in
-offset order (a plain topic's fetch and a share fetch serve them).
+offset order (a plain topic's fetch and a share fetch serve them); and where a batch
+lies and where the active segment begins (the broker's producer-state walk).
 
 A Log hands one out as `log.reads`; the broker's batch reads are not a user's surface."""
 
@@ -52,6 +53,19 @@ class Reads:
         with self._lock:
             self._check_open()
             return time_lookup.offset_for_time(self._segments, timestamp)
+
+    def active_base(self) -> int:
+        """The active segment's base offset (a roll moves it on). O(1)."""
+        return self._segments.active.base_offset
+
+    def batch_position(self, offset: int) -> int | None:
+        """Where the batch holding `offset` starts in its segment's .log (None: no segment
+        holds it). O(log segments + log index entries) and a short header walk."""
+        with self._lock:
+            self._check_open()
+            seg = self._segments.segment_for(offset)
+            found = None if seg is None else seg.find_batch(offset)
+        return None if found is None else found[0]
 
     def due(self, after: DeliveryKey | None, *, max_batches: int, max_bytes: int,
             with_bytes: bool) -> tuple[list[DueBatch], DeliveryKey | None, int]:
