@@ -3,8 +3,8 @@ and share groups side by side with librdkafka's mock cluster.
 
 - `commits`: G groups (default 1,000) each commit one offset once a second, driven by P
   client processes (raw OffsetCommit v2 requests, pre-encoded, one connection per group as
-  each group's consumer has, every answer checked); the broker process's CPU over
-  S seconds from /proc/<pid>/stat and per thread from /proc/<pid>/task (the event loop is
+  each group's consumer has, every answer checked); the broker process's CPU in R windows
+  of S seconds (the median reported) from /proc/<pid>/stat and per thread from /proc/<pid>/task (the event loop is
   the main thread; the commits' fsyncs run on executor threads).
 - `rebalance`: a 4-member group of confluent-kafka consumers (one thread each, 8
   partitions); one member closes (a clean leave) and the time until the 3 others hold
@@ -131,7 +131,10 @@ def read_all(bootstrap: str, topic: str, n: int) -> None:
     c.close()
 
 
-def bench_commits(groups: int, procs: int, seconds: float) -> dict:
+def bench_commits(groups: int, procs: int, seconds: float, rounds: int = 3) -> dict:
+    """`rounds` back-to-back windows of `seconds` each: the broker's CPU share of each
+    window, and the median (a burst of other load on the machine moves one window, not the
+    figure)."""
     from kdelay import Record, Topic
     root = tempfile.mkdtemp()
     with Topic.open(root, "t", partitions=1) as t:
@@ -141,24 +144,37 @@ def bench_commits(groups: int, procs: int, seconds: float) -> dict:
     warm = 5.0
     per = groups // procs
     clients = [subprocess.Popen([sys.executable, __file__, "_commit_client", bootstrap,
-                                 str(i * per), str(per), str(warm + seconds + 1)],
+                                 str(i * per), str(per), str(warm + seconds * rounds + 1)],
                                 stdout=subprocess.PIPE, text=True) for i in range(procs)]
+    windows = []
     try:
         time.sleep(warm)  # every group's position file made, clients at their pace
-        before, threads_before = cpu_seconds(proc.pid), thread_cpu(proc.pid)
-        t0, w0 = time.monotonic(), time.time()
-        time.sleep(seconds)
-        used, threads_after = cpu_seconds(proc.pid), thread_cpu(proc.pid)
-        elapsed, w1 = time.monotonic() - t0, time.time()
-        rounds = [line.split() for c in clients for line in c.communicate()[0].splitlines()]
-        commits = sum(int(n) for t, n in rounds if w0 <= float(t) <= w1)
+        for _ in range(rounds):
+            before, threads_before = cpu_seconds(proc.pid), thread_cpu(proc.pid)
+            t0, w0 = time.monotonic(), time.time()
+            time.sleep(seconds)
+            used, threads_after = cpu_seconds(proc.pid), thread_cpu(proc.pid)
+            elapsed, w1 = time.monotonic() - t0, time.time()
+            main = threads_after.get(str(proc.pid), 0) - threads_before.get(str(proc.pid), 0)
+            windows.append((w0, w1, elapsed, (used - before) / elapsed, main / elapsed))
+        rounds_seen = [line.split() for c in clients
+                       for line in c.communicate()[0].splitlines()]
     finally:
         proc.terminate()
         proc.wait(60)
-    main = threads_after.get(str(proc.pid), 0) - threads_before.get(str(proc.pid), 0)
-    return {"groups": groups, "cpu_share": (used - before) / elapsed,
-            "loop_share": main / elapsed, "other_threads_share": (used - before - main) / elapsed,
-            "commits_per_s": commits / elapsed}
+    out = []
+    for w0, w1, elapsed, cpu, loop in windows:
+        commits = sum(int(n) for t, n in rounds_seen if w0 <= float(t) <= w1)
+        out.append({"cpu_share": round(cpu, 4), "loop_share": round(loop, 4),
+                    "commits_per_s": round(commits / elapsed),
+                    # CPU per commit: comparable when the broker could not keep up the rate
+                    "cpu_us_per_commit": round(cpu * elapsed / max(commits, 1) * 1e6)})
+    return {"groups": groups,
+            "cpu_share_median": statistics.median(w["cpu_share"] for w in out),
+            "loop_share_median": statistics.median(w["loop_share"] for w in out),
+            "commits_per_s_median": statistics.median(w["commits_per_s"] for w in out),
+            "cpu_us_per_commit_median": statistics.median(w["cpu_us_per_commit"] for w in out),
+            "windows": out}
 
 
 # ---------------------------------------------------------------------------- rebalance
@@ -373,13 +389,14 @@ def main() -> None:
                     choices=["commits", "rebalance", "share", "all"])
     ap.add_argument("--groups", type=int, default=1000)
     ap.add_argument("--procs", type=int, default=4)
-    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--seconds", type=float, default=10,
+                    help="length of each measured window of `commits` (--rounds of them)")
     ap.add_argument("--heartbeat-ms", type=int, default=500)
     ap.add_argument("--records", type=int, default=20_000)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     if args.what in ("commits", "all"):
-        print(bench_commits(args.groups, args.procs, args.seconds), flush=True)
+        print(bench_commits(args.groups, args.procs, args.seconds, args.rounds), flush=True)
     if args.what in ("rebalance", "all"):
         print(bench_rebalance(args.rounds, args.heartbeat_ms), flush=True)
     if args.what in ("share", "all"):

@@ -134,7 +134,7 @@ class Log(forks.Owned):
             self._maintenance.stop()  # its passes take the lock: not held here
             # no queue group writes once close returns; outside the log's lock, as a poll
             # holds its group's lock while it reads the log
-            self.clients.queue_groups.close()
+            self.clients.close()
         finally:
             with self._lock:
                 try:
@@ -312,7 +312,7 @@ class Log(forks.Owned):
     @write_errors
     def commit_many(self, positions: dict[str, DeliveryKey | None]) -> None:
         """Durably store several groups' positions at once (a broker's group commit).
-        Cost: one fsync per group and one directory fsync for them all."""
+        Cost: one slot write and fdatasync per group, several at once (groups/positions.py)."""
         self.clients.commit_many(positions)
 
     def committed(self, group: str) -> DeliveryKey | None:

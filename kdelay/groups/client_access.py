@@ -9,7 +9,6 @@ A Log hands one out as `log.clients`; nothing here is a user's surface."""
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -53,8 +52,16 @@ class ClientAccess:
         self.positions.check_member(group, generation)
 
     def has_position(self, group: str) -> bool:
-        """Whether `group` has ever stored a position on this log. One stat."""
-        return os.path.exists(self.positions.path(group))
+        """Whether `group` has ever stored a position on this log (a dict lookup, or one
+        stat)."""
+        return self.positions.has_position(group)
+
+    def close(self) -> None:
+        """The Log's close: its queue groups (none writes after this), then the position
+        files' descriptors (nothing to write). Call without the log's lock: a poll holds
+        its group's lock while it reads the log."""
+        self.queue_groups.close()
+        self.positions.close()
 
     def earliest_pending(self, now: int) -> int | None:
         """The smallest deliverAfter > `now` in the log (None: nothing pending). Sealed

@@ -1,8 +1,8 @@
 """A fault-injecting layer under kdelay.fsio: crash points, lost page cache, ENOSPC.
 
 `FaultInjector` replaces the mutating functions of `kdelay.fsio` (open_append when it
-creates a file, write, fsync, truncate, rename, unlink, fsync_dir, and the temp-file
-creation inside atomic_write) with wrappers that count every operation and can
+creates a file, write, fsync, fdatasync, truncate, rename, unlink, fsync_dir, and the
+temp-file creation inside atomic_write) with wrappers that count every operation and can
 
 - raise `SimulatedCrash` (a BaseException, so no `except Exception` in the engine can
   swallow it) before operation N, after which every further operation raises it too
@@ -20,8 +20,10 @@ into what a machine would find after rebooting:
 Crash modes: "process" (kill -9: the page cache survives, everything written is there),
 "power" (only durable state survives: unsynced tails vanish, unsynced renames, creates and
 unlinks are undone), "torn" (power loss where the page cache was part-written back: each
-unsynced file keeps its durable bytes plus a random-length, partly garbled piece of its
-unsynced tail; directory operations are undone).
+unsynced file keeps its durable bytes up to its first unsynced change, then a random-length,
+partly garbled piece of what followed in the page cache, then (unless it was truncated since
+its last fsync) its durable bytes beyond that piece, as a disk keeps the old bytes where an
+overwrite in place had not reached; directory operations are undone).
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ class FaultInjector:
         # a file is gone: every inode the model has seen is held open until the reboot,
         # so no new file can take its number and its bytes
         self._pins: dict[int, int] = {}
+        self._cut: set[int] = set()              # inodes truncated since their last fsync
         self._rng = random.Random(self.seed)
         for root in self.roots:
             self._snapshot_tree(root)
@@ -172,17 +175,22 @@ class FaultInjector:
             raise
         self._saved["write"](fd, data, position)
 
-    def _fsync(self, fd: int) -> None:
-        self._step("fsync", _fd_path(fd))
-        self._saved["fsync"](fd)
+    def _fsync(self, fd: int, op: str = "fsync") -> None:
+        self._step(op, _fd_path(fd))
+        self._saved[op](fd)
         # re-open through /proc: the descriptor may be write-only (atomic_write's temp file)
         with open(f"/proc/self/fd/{fd}", "rb") as f:
             ino = os.fstat(f.fileno()).st_ino
             self._synced[ino] = f.read()
+            self._cut.discard(ino)
             self._pin(f"/proc/self/fd/{fd}", ino)
+
+    def _fdatasync(self, fd: int) -> None:
+        self._fsync(fd, "fdatasync")
 
     def _truncate(self, fd: int, size: int) -> None:
         self._step("truncate", _fd_path(fd))
+        self._cut.add(os.fstat(fd).st_ino)
         self._saved["truncate"](fd, size)
 
     def _rename(self, src: str, dst: str) -> None:
@@ -218,8 +226,8 @@ class FaultInjector:
     # ------------------------------------------------------------------ install
 
     def __enter__(self) -> FaultInjector:
-        for name in ("open_append", "write", "fsync", "truncate", "rename", "unlink",
-                     "fsync_dir", "atomic_write"):
+        for name in ("open_append", "write", "fsync", "fdatasync", "truncate", "rename",
+                     "unlink", "fsync_dir", "atomic_write"):
             self._saved[name] = getattr(fsio, name)
             setattr(fsio, name, getattr(self, "_" + name))
         return self
@@ -298,7 +306,11 @@ class FaultInjector:
             i = self._rng.randrange(len(tail))
             j = min(len(tail), i + self._rng.randint(1, 64))
             tail[i:j] = bytes(self._rng.getrandbits(8) for _ in range(j - i))
-        return durable[:common] + bytes(tail)
+        survivor = durable[:common] + bytes(tail)
+        if len(survivor) < len(durable) and ino not in self._cut:
+            # an overwrite in place: where it had not reached the disk, the old bytes remain
+            survivor += durable[len(survivor):]
+        return survivor
 
 
 def _fd_path(fd: int) -> str:
@@ -325,6 +337,9 @@ def close_abandoned(log) -> None:
     cancels = getattr(log, "_cancels", None)
     if cancels is not None:
         cancels.close()  # only closes journal descriptors: writes nothing
+    groups = getattr(log, "_groups", None)
+    if groups is not None:
+        groups.close()  # only closes the position files' descriptors: writes nothing
     fd = getattr(life, "lock_fd", -1)
     if fd is not None and fd >= 0:
         with contextlib.suppress(OSError):

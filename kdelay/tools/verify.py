@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..errors import CorruptLogError, KdelayError
+from .. import fsio
+from ..errors import CorruptLogError
+from ..groups import position_file
 from ..groups.positions import GroupStore
 from ..groups.queue import state_store
 from ..log.batch import codec
@@ -204,15 +206,32 @@ def _scan_for_verify(seg: SegmentFiles, live_tail: bool,
 def _check_groups(rep: VerifyReport, directory: str, log_end: int | None) -> None:
     store = GroupStore(directory)  # reads only: a store creates nothing until a commit
     for group in store.groups():
-        try:
-            store.committed(group)
-        except KdelayError as e:
-            rep.add(True, store.path(group), 0, f"consumer group position unreadable: {e}")
+        _check_position_file(rep, store.path(group), group)
     for group in state_store.group_names(directory):
         for problem, path, position, message in state_store.verify_group(directory, group,
                                                                          log_end):
             rep.add(problem, path, position, f"queue group {group!r}: {message}")
 
+
+def _check_position_file(rep: VerifyReport, path: str, group: str) -> None:
+    """Both slots of a consumer group's position file (groups/position_file.py): neither
+    valid is a problem (the group's position is lost); one damaged is noted, since a commit
+    that a crash interrupted leaves just that (its position is the other slot's)."""
+    raw = fsio.read_small(path)
+    if raw is None:  # removed since the listing
+        return
+    file = position_file.parse(raw[:position_file.MAX_FILE_BYTES], group)
+    try:
+        current = position_file.current_or_raise(file, path)
+    except CorruptLogError as e:
+        rep.add(True, path, 0, f"consumer group {group!r} position unreadable: {e.reason}")
+        return
+    for i, damage in enumerate(file.damage):
+        if damage:
+            rep.add(False, path, position_file.slot_position(i),
+                    f"consumer group {group!r}: slot {i} unreadable ({damage}); the position "
+                    f"is the other slot's (commit {current.sequence}): a commit a crash "
+                    f"interrupted, or damage")
 
 
 def _verify_targets(path: str) -> list[tuple[str, int | None]]:
