@@ -95,7 +95,7 @@ class OffsetStore:
         out: set[str] = set()
         for topic in topics:
             for i in range(topic.partitions):
-                out.update(topic.partition(i)._groups.groups())
+                out.update(topic.partition(i).clients.positions.groups())
         return out
 
     def has_offsets(self, group: str, topics: TopicRegistry) -> bool:
