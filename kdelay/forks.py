@@ -94,5 +94,9 @@ class Owned:
     def __enter__(self) -> Self:
         return self
 
+    def close(self) -> None:
+        """Each owner closes its own way."""
+        raise NotImplementedError
+
     def __exit__(self, *exc: object) -> None:
-        self.close()  # type: ignore[attr-defined]  (each owner defines its own)
+        self.close()

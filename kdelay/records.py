@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Header = tuple[str, bytes | None]
 
@@ -43,8 +46,8 @@ class PackedBinary(NamedTuple):
     non-null values back to back (bytes, or any buffer of bytes). A producer that holds its
     rows this way (the Spark writer) appends them without a Python object per row."""
 
-    lengths: object  # a 1-D numpy integer array
-    data: object  # bytes, bytearray, memoryview or a uint8 numpy array
+    lengths: np.ndarray  # a 1-D numpy integer array
+    data: bytes | bytearray | memoryview | np.ndarray  # a uint8 array once checked
 
 
 class DeliveryKey(NamedTuple):

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+T = TypeVar("T")  # what a check returns
 
 _SUBDIRS = ("", "groups")
 
@@ -36,8 +39,8 @@ def in_motion(message: str) -> str:
     return f"in motion (changed while checked; not seen again): {message}"
 
 
-def settle(directories: str | Sequence[str], run: Callable[[bool], object],
-           problems: Callable[[object], set], attempts: int = 3) -> tuple[object, set]:
+def settle(directories: str | Sequence[str], run: Callable[[bool], T],
+           problems: Callable[[T], set], attempts: int = 3) -> tuple[T, set]:
     """Run a read-only check of `directories` (one, or several: `run(first)`) so that a
     live log (another process appending, rolling, applying retention, compacting,
     committing) is not reported damaged for what is merely in motion. A check that finds
@@ -50,8 +53,7 @@ def settle(directories: str | Sequence[str], run: Callable[[bool], object],
     dirs = [directories] if isinstance(directories, str) else list(directories)
     found: set = set()
     persistent: set | None = None
-    result: object = None
-    for i in range(attempts):
+    for i in range(max(1, attempts)):
         before = fingerprint(dirs)
         result = run(i == 0)
         found = problems(result)

@@ -13,7 +13,8 @@ and offsets must fit the on-disk int64 fields: 0 <= value < 2**63.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TypeGuard, cast
 
 import numpy as np
 
@@ -35,9 +36,11 @@ def check_open_args(path: object, config: object, clock: object, what: str = "lo
     """The arguments of Log.open / Topic.open, checked before anything is created: a str
     or PathLike that is a directory or does not exist yet, a LogConfig (None: defaults),
     a callable clock (None: the wall clock). Returns (path, config)."""
+    if not isinstance(path, str | bytes | os.PathLike):
+        raise KdelayError(f"{what} path must be a str or os.PathLike, got {path!r}")
     try:
-        path = os.fspath(path)  # type: ignore[arg-type]
-    except TypeError:
+        path = os.fspath(path)
+    except TypeError:  # a PathLike whose __fspath__ returns neither str nor bytes
         raise KdelayError(f"{what} path must be a str or os.PathLike, got {path!r}") from None
     if not isinstance(path, str) or not path:
         raise KdelayError(f"{what} path must be a non-empty str, got {path!r}")
@@ -53,7 +56,7 @@ def check_open_args(path: object, config: object, clock: object, what: str = "lo
     return path, config
 
 
-def is_int(x: object) -> bool:
+def is_int(x: object) -> TypeGuard[int | np.integer]:
     """An int or a numpy integer (never a bool)."""
     return (isinstance(x, int) and not isinstance(x, bool)) or isinstance(x, np.integer)
 
@@ -83,11 +86,11 @@ def clock_value(t: object) -> int:
 
 
 def is_non_negative_int(x: object) -> bool:
-    return is_int(x) and x >= 0
+    return is_int(x) and bool(x >= 0)
 
 
 def is_positive_int(x: object) -> bool:
-    return is_int(x) and x > 0
+    return is_int(x) and bool(x > 0)
 
 
 def as_offset(x: object) -> int | None:
@@ -166,7 +169,7 @@ def check_page_limits(max_records: object, max_bytes: object = 1,
             as_int(max_wait_ms, "max_wait_ms", lo=0, hi=1 << 64))
 
 
-def requested_deliver_after(record_das: tuple, deliver_after: object, *,
+def requested_deliver_after(record_das: Sequence[int | None], deliver_after: object, *,
                             delayed_delivery_enable: bool, path: str) -> int | None:
     """The deliverAfter a batch asks for: `deliver_after`, else the largest of its
     records', else None (deliver at append time)."""
@@ -178,9 +181,9 @@ def requested_deliver_after(record_das: tuple, deliver_after: object, *,
             f"log {path} has delayed_delivery_enable=False; deliver_after refused")
     if deliver_after is None and has_record_da:
         if None not in record_das:
-            return max(record_das)
+            return max(cast(Sequence[int], record_das))
         return max(d for d in record_das if d is not None)
-    return deliver_after  # type: ignore[return-value]
+    return deliver_after
 
 
 def reschedule_args(offset: object, deliver_after: object, delay_ms: object,

@@ -27,7 +27,7 @@ import pathlib
 import re
 
 PKG = pathlib.Path(__file__).resolve().parents[1] / "kdelay"
-SOURCES = ("*.py", "*.pyx", "*.pxd")
+SOURCES = ("*.py", "*.pyi", "*.pyx", "*.pxd")  # (.pyi: the compiled modules' type stubs)
 
 BASE = {"errors", "records", "config", "clock", "validation", "fsio", "read_ranges", "forks",
         "remote", "settle"}
@@ -134,7 +134,7 @@ def _cython_imports(path: pathlib.Path) -> list[tuple[int, str]]:
 
 def imported(path: pathlib.Path) -> list[tuple[int, str]]:
     """(line, dotted kdelay module) of every kdelay import in a file."""
-    if path.suffix == ".py":
+    if path.suffix in (".py", ".pyi"):
         return _python_imports(path)
     return sorted(_cython_imports(path))
 

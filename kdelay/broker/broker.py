@@ -55,8 +55,8 @@ class Broker:
     @property
     def http_address(self) -> str | None:
         """'HOST:PORT' of the operations endpoint (None without one)."""
-        endpoint = self._server.endpoint
-        return None if endpoint is None else f"{self._server.http[0]}:{endpoint.port}"
+        endpoint, http = self._server.endpoint, self._server.http
+        return None if endpoint is None or http is None else f"{http[0]}:{endpoint.port}"
 
     @property
     def bootstrap_servers(self) -> str:
@@ -95,7 +95,8 @@ async def serve_forever(root: str, settings_kwargs: dict[str, Any],
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    http = f" (http on {server.http[0]}:{server.endpoint.port})" if server.endpoint else ""
+    http = f" (http on {server.http[0]}:{server.endpoint.port})" \
+        if server.endpoint and server.http else ""
     print(f"kdelay broker serving {root} on {server.state.host}:{server.state.port}{http}",
           flush=True)
     await stop.wait()

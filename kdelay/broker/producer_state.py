@@ -218,10 +218,10 @@ def load(plog: Log, expiration_ms: int) -> PartitionProducers:
                         "rebuilt from the log", plog.path, offset, plog.log_end_offset)
         else:
             start = offset
-            for pid, e in entries.items():
-                if now - e.last_time < expiration_ms:
-                    producers[pid] = ProducerEntry(e.epoch, e.last_time,
-                                                   deque(e.batches, maxlen=RECENT))
+            for pid, entry in entries.items():
+                if now - entry.last_time < expiration_ms:
+                    producers[pid] = ProducerEntry(entry.epoch, entry.last_time,
+                                                   deque(entry.batches, maxlen=RECENT))
     bases = plog.segments
     start_at = max(start, bases[0])
     if start_at < plog.log_end_offset:

@@ -26,6 +26,7 @@ A Consumer is not thread-safe (as in Kafka): use one per thread. `close()` (or l
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import random
 import time
@@ -162,7 +163,8 @@ class Consumer:
         self.consumer_timeout_ms = consumer_timeout_ms
         base, factor, top, jitter = check_backoff(backoff_base_ms, backoff_factor,
                                                   backoff_max_ms, backoff_jitter)
-        self._backoff = {"base_ms": base, "factor": factor, "max_ms": top, "jitter": jitter}
+        self._backoff = functools.partial(backoff_ms, base_ms=base, factor=factor, max_ms=top,
+                                          jitter=jitter)
         # joining fences every older Consumer of the group on these logs (Kafka's group
         # generations): two members would both consume, and move the position backwards
         self._generations = [log.clients.join_group(group) for log in self._logs]
@@ -229,6 +231,7 @@ class Consumer:
             out = self._poll_round(max_records)
             return out, bool(out)
 
+        assert self._topic is not None  # (a Consumer of a Topic polls here)
         return long_poll(poll_once, self._next_due_ms, self._topic.signal,
                          time.monotonic() + timeout_ms / 1000)
 
@@ -329,7 +332,7 @@ class Consumer:
             return self._dead_letter(record, done)
         log, partition = self._origin(record)
         if delay_ms is None:
-            delay_ms = backoff_ms(nxt, **self._backoff)
+            delay_ms = self._backoff(nxt)
             # never ask for more than the log allows (PIP-315's trap: a backoff past
             # max_delivery_delay_ms would make every later retry fail)
             if not log.config.delayed_delivery_enable:
@@ -362,6 +365,7 @@ class Consumer:
         if isinstance(self.dead_letter, Topic):
             p, result = self.dead_letter.send([copy])
             return RetryOutcome(DEAD_LETTERED, done, p, result)
+        assert self.dead_letter is not None  # max_attempts needs one (checked when made)
         return RetryOutcome(DEAD_LETTERED, done, None, self.dead_letter.append([copy]))
 
 

@@ -10,7 +10,7 @@ the old `kdelay.dlq.*` headers are replaced, not piled up.
 
 from __future__ import annotations
 
-from ..groups.queue.group import MAX_DELIVERY_COUNT, REJECTED
+from ..groups.queue.group import MAX_DELIVERY_COUNT, REJECTED, QueueRecord
 from ..partition import Log
 from ..records import FetchedRecord, Header, Record
 from .topic import Topic
@@ -21,7 +21,7 @@ __all__ = ["DLQ_HEADER_PREFIX", "MAX_DELIVERY_COUNT", "REJECTED", "dead_letter_c
 DLQ_HEADER_PREFIX = "kdelay.dlq."
 
 
-def dead_letter_copy(record: FetchedRecord, *, delivery_count: int, reason: str,
+def dead_letter_copy(record: FetchedRecord | QueueRecord, *, delivery_count: int, reason: str,
                      topic: str | None) -> Record:
     """The copy of `record` (a FetchedRecord or QueueRecord: its `partition` None means a
     Log's, shown as 0) to append to a dead letter."""

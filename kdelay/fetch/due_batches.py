@@ -106,9 +106,11 @@ class _Merge:
     def add(self, run) -> None:
         """One more run in the merge. O(log k) plus its first window."""
         self.runs.append(run)
-        for column, empty in ((self._cols, None), (self._end, 0), (self._more, False),
-                              (self._head, 0), (self._start, 0)):
-            column.append(empty)
+        self._cols.append(None)
+        self._end.append(0)
+        self._more.append(False)
+        self._head.append(0)
+        self._start.append(0)
         self._refill(len(self.runs) - 1)
 
     def _refill(self, k: int) -> None:

@@ -43,10 +43,10 @@ def batch_records(h: codec.BatchHeader, data: bytes, skip: int, limit: int,
     """Records `skip` .. `skip + limit` of a verified batch as FetchedRecords."""
     cols = codec.decode_records(data, h, path=source.log_path, file_pos=position)
     stop = min(h.record_count, skip + limit)
-    if skip == 0 and stop == h.record_count:
-        ts, keys, values, headers = cols
-    else:
-        ts, keys, values, headers = (c[skip:stop] for c in cols)
+    ts, keys, values, headers = cols
+    if skip or stop < h.record_count:
+        ts, keys, values = ts[skip:stop], keys[skip:stop], values[skip:stop]
+        headers = headers[skip:stop]
     offsets = range(h.base_offset + skip, h.base_offset + stop)
     rows = zip(offsets, repeat(h.deliver_after), ts, keys, values, headers, repeat(None))
     return list(map(_new_record, repeat(FetchedRecord), rows))
@@ -93,7 +93,9 @@ def read_page(state: MergeCursor, after: DeliveryKey | None, now: int, max_recor
         state.set_window(slot, now, limit, cancels)
     if outcome == DAMAGED:
         slot = request.detail
-        _explain(state.runs[slot].seg, merge.window(slot), merge.head(slot))
+        window = merge.window(slot)
+        assert window is not None  # the fill reads only from a slot with a window
+        _explain(state.runs[slot].seg, window, merge.head(slot))
     nxt = DeliveryKey(out[-1].deliver_after, out[-1].offset) if out else after
     pending_da = request.detail if outcome == DONE and request.detail >= 0 else None
     bound = pending.peek()

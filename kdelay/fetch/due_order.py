@@ -64,7 +64,7 @@ class DueOrderReader:
         empty page's `next`); else False (plan and merge as usual)."""
         quiet = self._quiet
         if quiet is not None and quiet[0] is after and now < quiet[1]:
-            return after  # type: ignore[return-value]
+            return after
         return False
 
     def appended(self, deliver_after: int) -> None:
@@ -120,9 +120,11 @@ class DueOrderReader:
             page = self.fetch_page(segments, cursor, now(), max_records, max_bytes, cancels)
             return page, bool(page.records)
 
-        def next_due_ms() -> int:
+        def next_due_ms() -> int | None:
             # an empty page began a quiet spell: nothing after the cursor is due before it
-            # ends (an append due sooner ends it sooner, and bumps the signal)
-            return self._quiet[1] - now()
+            # ends (an append due sooner ends it sooner, and bumps the signal); set by the
+            # page just taken, in the same hold of the log's lock
+            quiet = self._quiet
+            return None if quiet is None else quiet[1] - now()
 
         return long_poll(page_once, next_due_ms, signal, deadline)

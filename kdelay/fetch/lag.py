@@ -36,7 +36,7 @@ def due_after(deliver_after: np.ndarray, base_offset: np.ndarray,
     ends = firsts + counts  # last offset + 1 of each batch
     gone = None if cancelled is None or not len(cancelled) else \
         cancelled_per_batch(cancelled, firsts, counts)
-    live = counts if gone is None else counts - gone.count
+    live = counts if gone is None else counts - gone.cancelled
     suffix = np.concatenate([np.cumsum(live[::-1])[::-1], [0]])  # records in [i, j_now)
     out = []
     for key in keys:
@@ -49,9 +49,9 @@ def due_after(deliver_after: np.ndarray, base_offset: np.ndarray,
         partial = 0
         if hi > lo:
             partial = int(np.clip(ends[lo:hi] - 1 - k_off, 0, counts[lo:hi]).sum())
-            if gone is not None:  # less the cancelled offsets past the key's
+            if gone is not None and cancelled is not None:  # less those past the key's
                 first_past = int(cancelled.searchsorted(k_off, side="right"))
-                start, n = gone.start[lo:hi], gone.count[lo:hi]
+                start, n = gone.start[lo:hi], gone.cancelled[lo:hi]
                 partial -= int(np.clip(start + n - first_past, 0, n).sum())
         out.append(partial + int(suffix[hi]))
     return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import RemoteStorageError
@@ -90,10 +91,9 @@ def collect(segments: SegmentSet, group_keys: dict[str, DeliveryKey | None], now
     lag = due_after_keys(segments, keys, now, cancels, reach) if groups else []
     for seg in segments:
         size += seg.size
-        local = isinstance(seg, LogSegment)
         # a remote segment's indexes count only once fetched (never fetched for this)
-        for idx in ((seg.dly_index, seg.offset_index, seg.time_index) if local
-                    else seg.loaded_indexes()):
+        for idx in ((seg.dly_index, seg.offset_index, seg.time_index)
+                    if isinstance(seg, LogSegment) else seg.loaded_indexes()):
             index_mem += idx.memory_bytes()
         dly = reach.dly_index(seg)
         if dly is None:
@@ -143,7 +143,7 @@ def remote_metrics(segments: SegmentSet, tier: RemoteTier, reach: Reach | None =
     }
 
 
-def due_after_keys(segments: SegmentSet, keys: list[DeliveryKey | None], now: int,
+def due_after_keys(segments: SegmentSet, keys: Sequence[DeliveryKey | None], now: int,
                    cancels: CancelStore, reach: Reach | None = None) -> list[int]:
     """For each key, the records due at `now` after it and not cancelled, over every
     segment in `reach` (all: None): what a queue group whose cursor is at that key has

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 from ..log.batch.codec import BatchHeader
 from ..log.segments.layout import DLYINDEX_SUFFIX, INDEX_SUFFIX
+from ..log.segments.segment import LogSegment
 from ..log.segments.segment_set import SegmentSet
 from ..records import FetchedRecord
 from .due_merge import batch_records
@@ -50,8 +51,8 @@ def batches_from(segments: SegmentSet, offset: int, max_bytes: int) -> list[byte
     return out
 
 
-def _walk(segments: SegmentSet, offset: int) -> Iterator[tuple[BatchHeader, bytes, object,
-                                                               int]]:
+def _walk(segments: SegmentSet, offset: int
+          ) -> Iterator[tuple[BatchHeader, bytes, LogSegment, int]]:
     """(header, bytes, segment, position) of each batch from the one holding `offset` on."""
     seg = segments.segment_for(offset)
     while seg is not None:

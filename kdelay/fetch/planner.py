@@ -75,6 +75,8 @@ class PendingSegments:
         """`seg` was sealed after this was made: the walk reaches it if it starts above
         where the walk stands, else it goes in the heap (bound: above the cursor `key`)."""
         self._next = False  # the walk's next may be this one now
+        if seg.min_deliver_after is None:  # empty: no key to merge (callers pass none)
+            return
         low = (seg.min_deliver_after, seg.base_offset)
         if self._walked is not None and low <= self._walked:
             heapq.heappush(self._heap, (low if key is None or low > key else key,
@@ -111,11 +113,12 @@ class MergeCursor:
     __slots__ = ("merge", "runs", "slot_of", "pending", "remote", "active_slots",
                  "sealed_upto", "log_start", "cancels_seen")
 
-    def __init__(self, sealed_upto: int, log_start: int, cancels_seen: int):
+    def __init__(self, pending: PendingSegments, sealed_upto: int, log_start: int,
+                 cancels_seen: int):
         self.merge = KWayMerge(codec.HEADER_LAYOUT, FetchedRecord, NO_HEADERS, shared_headers)
         self.runs: list = []  # slot -> run (None: free)
         self.slot_of: dict[int, int] = {}
-        self.pending: PendingSegments | None = None  # sealed segments not in the merge
+        self.pending = pending  # sealed segments not in the merge
         self.remote: set[int] = set()  # slots of remote runs, whose windows expire
         self.active_slots: list[int] = []
         self.sealed_upto = sealed_upto
@@ -228,9 +231,10 @@ def cursor_key(cursor: DeliveryKey | None) -> Key | None:
 def column_run(seg: LogSegment | RemoteSegment, key: Key | None) -> ColumnRun:
     """A run over `seg`'s persisted index columns from the first entry past `key`."""
     idx = seg.dly_index
-    kind = ColumnRun if isinstance(seg, LogSegment) else RemoteColumnRun
-    return kind(seg, (seg.base_offset, idx.generation), idx.chunks,
-                idx.start_in_columns(key))
+    args = ((seg.base_offset, idx.generation), idx.chunks, idx.start_in_columns(key))
+    if isinstance(seg, LogSegment):
+        return ColumnRun(seg, *args)
+    return RemoteColumnRun(seg, *args)
 
 
 def merge_state(segments: SegmentSet, resume: ResumePoints, cursor: DeliveryKey | None,
@@ -245,9 +249,8 @@ def merge_state(segments: SegmentSet, resume: ResumePoints, cursor: DeliveryKey 
     active = segments.active
     log_start = segments.oldest.base_offset
     if state is None or state.log_start != log_start:
-        state = MergeCursor(active.base_offset, log_start,
+        state = MergeCursor(PendingSegments(segments, key), active.base_offset, log_start,
                             0 if cancels is None else cancels.changes)
-        state.pending = PendingSegments(segments, key)
     else:
         if state.sealed_upto != active.base_offset:  # rolled since: the new sealed ones
             for seg in segments.between(state.sealed_upto, active.base_offset):

@@ -48,6 +48,15 @@ class BatchSource(Protocol):
     def read_verified(self, entry: Entry) -> tuple[codec.BatchHeader, bytes]: ...
 
 
+class RemoteBatchSource(BatchSource, Protocol):
+    """What a remote run needs besides: its bytes fetched on demand into a cache."""
+
+    @property
+    def cache_generation(self) -> int: ...
+
+    def ensure_entries(self, columns: Columns, start: int, end: int) -> int: ...
+
+
 class ColumnRun:
     """Entries of immutable, persisted index columns from index `i` on."""
 
@@ -88,7 +97,9 @@ class RemoteColumnRun(ColumnRun):
 
     __slots__ = ("_ready", "_cache_generation", "_ahead")
 
-    def __init__(self, seg, key: tuple, chunks: ChunkChecks, start: int):
+    seg: RemoteBatchSource
+
+    def __init__(self, seg: RemoteBatchSource, key: tuple, chunks: ChunkChecks, start: int):
         super().__init__(seg, key, chunks, start)
         self._ready = start  # entries [i, _ready) have their bytes in the segment's cache
         self._cache_generation = -1  # ... as long as that cache is this generation

@@ -52,9 +52,9 @@ def run_all(jobs: Sequence[Callable[[], None]]) -> None:
     except BaseException as e:  # noqa: BLE001 (raised below, once the others are done)
         failures.append(e)
     for f in futures:
-        e = f.exception()
-        if e is not None:
-            failures.append(e)
+        failure = f.exception()
+        if failure is not None:
+            failures.append(failure)
     if failures:
         raise failures[0]
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterable
+from typing import TypeVar
 
 import crc32c
 import numpy as np
@@ -27,6 +28,8 @@ from .. import fsio
 from ..errors import CorruptLogError
 
 FileId = tuple[int, int]  # (st_dev, st_ino) of the file a mapping was made from
+# a key that `certify` compares: a deliverAfter, or a (deliverAfter, offset)
+Key = TypeVar("Key", int, tuple[int, int])
 
 
 def chunk_crc(columns: list[np.ndarray], start: int, stop: int) -> int:
@@ -34,7 +37,7 @@ def chunk_crc(columns: list[np.ndarray], start: int, stop: int) -> int:
     column, one column after the other in the kind's column order."""
     crc = 0
     for column in columns:
-        crc = crc32c.crc32c(column[start:stop], crc)
+        crc = crc32c.crc32c(column[start:stop].data, crc)
     return crc
 
 
@@ -114,7 +117,7 @@ class ChunkChecks:
         c = self.chunk_entries
         return min(self.n, -(-stop // c) * c)
 
-    def certify(self, j: int, below: object, above: object, x: object) -> None:
+    def certify(self, j: int, below: Key | None, above: Key | None, x: Key) -> None:
         """Make `j`, found by a search over unchecked bytes as the first entry whose key
         is > `x` in columns sorted by key, trustworthy; `below` and `above` are the keys of
         entries j - 1 and j as mapped (None where there is none). In a sound file those

@@ -74,8 +74,9 @@ class DeliverAfterIndex(AbstractIndex):
         if len(self._columns[0]):
             self._checks.check(0, 1)
             cands.append(int(self._columns[0][0]))
-        if self._recent:
-            cands.append(self._recent.min_deliver_after())
+        recent = self._recent.min_deliver_after() if self._recent else None
+        if recent is not None:
+            cands.append(recent)
         return min(cands) if cands else None
 
     def max_key(self) -> tuple[int, int] | None:
@@ -86,8 +87,8 @@ class DeliverAfterIndex(AbstractIndex):
         if n:
             self._checks.check(n - 1, n)
             cands.append((int(da[-1]), int(self._columns[1][-1]) + int(self._columns[3][-1])))
-        if self._recent:
-            e = self._recent.max_entry()
+        e = self._recent.max_entry() if self._recent else None
+        if e is not None:
             cands.append((e[0], e[1] + e[3]))
         return max(cands) if cands else None
 

@@ -76,7 +76,7 @@ def encode_index(magic: bytes, meta: IndexMeta, columns: list[np.ndarray]) -> by
     table = chunk_table(columns, CHUNK_ENTRIES)
     body = b"".join(c.tobytes() for c in columns) + table.tobytes()
     head = HEADER.pack(kind_of(magic) + VERSION, meta.base_offset, meta.log_bytes,
-                       meta.next_offset, meta.entries, CHUNK_ENTRIES, 0, crc32c.crc32c(table),
+                       meta.next_offset, meta.entries, CHUNK_ENTRIES, 0, crc32c.crc32c(table.data),
                        0)
     return head[:60] + struct.pack("<I", crc32c.crc32c(head[:56])) + body
 
@@ -250,6 +250,7 @@ def map_index(path: str, magic: bytes, dtypes: list[np.dtype], *, base_offset: i
         where = f" (entries {spans[0][0]}..{spans[0][1] - 1}" \
                 f"{' and more' if len(spans) > 1 else ''})" if spans else ""
         raise IndexFileError(f"{path}: {checked.problem}{where}")
+    assert checked.checks is not None  # None only with a problem, raised above
     return meta, checked.columns, checked.checks
 
 
@@ -276,11 +277,11 @@ def _check_body(path: str, head: RawHeader, body: np.ndarray, dtypes: list[np.dt
     n = head.meta.entries
     columns = _column_views(body, dtypes, n)
     if head.version == VERSION_1:
-        ok = crc32c.crc32c(body) == head.crc
+        ok = crc32c.crc32c(body.data) == head.crc
         return _CheckedBody(columns, ChunkChecks.trusted(columns),
                            None if ok else "data checksum mismatch", [])
     table = body[sum(c.nbytes for c in columns):].view("<u4")
-    if crc32c.crc32c(table) != head.crc:
+    if crc32c.crc32c(table.data) != head.crc:
         return _CheckedBody(columns, None, "chunk table checksum mismatch", [])
     checks = ChunkChecks(path, columns, table, head.chunk_entries, first_byte=HEADER_SIZE,
                          file_id=file_id)

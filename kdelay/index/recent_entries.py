@@ -59,6 +59,13 @@ class RecentEntries:
     def __len__(self) -> int:
         return len(self.cols)
 
+    def _da_base(self) -> int:
+        """What the stored deliverAfters are relative to (once any entry is held)."""
+        base = self.da.base
+        if base is None:
+            raise ValueError("no deliverAfter stored yet")
+        return base
+
     def __bool__(self) -> bool:
         return len(self.cols) > 0
 
@@ -118,7 +125,7 @@ class RecentEntries:
         return recent_columns.start_after(self.cols, self.order, *after)
 
     def min_deliver_after(self) -> int | None:
-        return int(self.da.raw().min()) + self.da.base if self else None
+        return int(self.da.raw().min()) + self._da_base() if self else None
 
     def max_entry(self) -> Entry | None:
         return self.entry_rows(self._sorted()[-1:])[0] if self else None
@@ -129,7 +136,7 @@ class RecentEntries:
             return None
         order = self._sorted()
         j = self._rank(now, True)
-        return int(self.da.raw()[order[j]]) + self.da.base if j < len(order) else None
+        return int(self.da.raw()[order[j]]) + self._da_base() if j < len(order) else None
 
     def count_not_due(self, now: int) -> tuple[int, int]:
         """(records, batches) with deliverAfter > `now`."""

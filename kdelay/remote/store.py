@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from ..errors import RemoteStorageError
@@ -134,7 +134,10 @@ def _open_obstore(url: str, options: dict, timeout_ms: int):
     if scheme in ("s3", "s3a"):
         config.setdefault("virtual_hosted_style_request", False)
     _check_endpoint(config)
-    return from_url(url, client_options=client, retry_config=retry, **config)
+    # the options are the user's, for whichever backend the URL names (obstore checks
+    # them): not one of obstore's per-backend TypedDicts
+    return from_url(url, client_options=client, retry_config=retry,  # type: ignore[call-overload]
+                    **config)
 
 
 class RemoteStore:
@@ -357,6 +360,8 @@ def _abort_uploads(store: RemoteStore) -> int:
         store.counters.count(1)
 
 
-# The seam for fault injection: kdelay.testing.store_faults replaces these entries.
-STORE_OPS = {"put": _put, "get": _get, "get_ranges": _get_ranges, "size": _size,
-             "list": _list, "delete": _delete, "abort_uploads": _abort_uploads}
+# The seam for fault injection: kdelay.testing.store_faults replaces these entries (each
+# called through the RemoteStore method of its name, with that operation's arguments).
+STORE_OPS: dict[str, Callable[..., Any]] = {
+    "put": _put, "get": _get, "get_ranges": _get_ranges, "size": _size, "list": _list,
+    "delete": _delete, "abort_uploads": _abort_uploads}

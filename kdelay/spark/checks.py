@@ -345,19 +345,21 @@ def _report(rows: list, with_topic: bool, parts: list[scan.PartitionDir],
         # segment's stay local)
         bases = [s.base_offset for s in segments]
         for base, nxt in zip(bases, [*bases[1:], None], strict=True):
-            found, n = check_cancels(p.path, base, _segment_end(p.path, base, nxt))
+            bad, n = check_cancels(p.path, base, _segment_end(p.path, base, nxt))
             cancelled += n
-            problems += [Problem("cancellation", f, pos, what) for f, pos, what in found]
+            problems += [Problem("cancellation", f, pos, what) for f, pos, what in bad]
     order = {k: i for i, k in enumerate(("framing", "crc", "offset", "index", "due-order",
                                          "cancellation"))}
     problems.sort(key=lambda p: (order[p.kind], p.file, p.position or 0))
-    segments = sum(len(s) for s in listed)
+    n_segments = sum(len(s) for s in listed)
     unusable = totals.get("index-file", 0)
     counts = {
-        "partitions": len(parts), "segments": segments, "batches": batches, "records": records,
+        "partitions": len(parts), "segments": n_segments, "batches": batches,
+        "records": records,
         "framing_errors": totals.get("framing", 0), "crc_errors": totals.get("crc", 0),
         "offset_errors": totals.get("offset", 0), "index_files_unusable": unusable,
-        "index_mismatches": totals.get("index", 0), "index_files_checked": segments - unusable,
+        "index_mismatches": totals.get("index", 0),
+        "index_files_checked": n_segments - unusable,
         "duplicate_keys": totals.get("due-order", 0),
         "cancelled_records": cancelled,
         "cancellation_errors": sum(p.kind == "cancellation" for p in problems),

@@ -156,8 +156,10 @@ def cli_forecast(argv: list[str] | None = None) -> int:
             df = read_batches(spark, args.path, columns="deliver_after,record_count")
             if after is not None:
                 df = df.where(F.col("deliver_after") > after)
-            lo, hi = df.agg(F.min("deliver_after"), F.max("deliver_after")).first()
-            span = 0 if lo is None else hi - min(lo, now) if after is None else hi - now
+            first = df.agg(F.min("deliver_after"), F.max("deliver_after")).first()
+            lo, hi = (None, None) if first is None else first  # (an aggregate has a row)
+            span = 0 if lo is None or hi is None else \
+                hi - min(lo, now) if after is None else hi - now
             window = pick_window(span)
         rows = forecast(spark, args.path, window, after=after, all_records=args.all).collect()
     finally:

@@ -208,12 +208,19 @@ def records_to_arrow(chunk: Chunk, *, segment: int, topic: str | None = None,
         buf = np.frombuffer(chunk.buf, dtype=np.uint8)
         fields = _decode_fields(buf, h.rel, h.size, counts, h.base_timestamp)
 
+    def decoded() -> _Fields:
+        """The fields, decoded above whenever a payload column is asked for."""
+        if fields is None:
+            raise AssertionError("a payload column without its decoded fields")
+        return fields
+
     def payload(which: str) -> pa.Array:
-        pos, ln = (fields.kpos, fields.klen) if which == "key" else (fields.vpos, fields.vlen)
+        f = decoded()
+        pos, ln = (f.kpos, f.klen) if which == "key" else (f.vpos, f.vlen)
         return binary_column(np.frombuffer(chunk.buf, dtype=np.uint8), pos, ln)
 
     extra = {
-        "timestamp": lambda: pa.array(fields.timestamps),
+        "timestamp": lambda: pa.array(decoded().timestamps),
         "key": lambda: payload("key"),
         "value": lambda: payload("value"),
     }

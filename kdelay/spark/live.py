@@ -196,6 +196,7 @@ class LivePartition:
                 self._drop(base)  # rewritten in place (compaction): catalogue it afresh
                 seg = None
             if seg is None:  # so base was listed: mid-swap only known segments are walked
+                assert inodes is not None  # (else every base walked is a known segment)
                 seg = self._segments[base] = _Segment(inodes[base])
                 if sealed and self._from_index(base):
                     seg.complete = True

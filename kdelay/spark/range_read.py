@@ -19,7 +19,7 @@ against a catalogue of the very file it reads is damage: CorruptLogError.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -43,7 +43,7 @@ class _Changed(Exception):
     """The files are not the ones the read was planned against."""
 
 
-def read_range(part: PartitionDir, start: Key, end: Key, batches: list[tuple]
+def read_range(part: PartitionDir, start: Key, end: Key, batches: Sequence[tuple]
                ) -> Iterator[pa.RecordBatch]:
     """The records of `batches` (in key order) whose key is in (start, end], cancelled ones
     left out, as Arrow batches in key order (see the module docstring)."""
@@ -66,7 +66,7 @@ def read_range(part: PartitionDir, start: Key, end: Key, batches: list[tuple]
                       f"{done} up to {end} {CHANGES} times over; giving up")
 
 
-def _runs(part: PartitionDir, start: Key, end: Key, batches: list[tuple],
+def _runs(part: PartitionDir, start: Key, end: Key, batches: Sequence[tuple],
           inodes: dict[int, FileIdent] | None) -> Iterator[tuple[Iterator[pa.RecordBatch], Key]]:
     """Per run of batches of one segment (read into one buffer): its rows, still to be
     decoded, and the key of its last record, once every check has passed. Raises

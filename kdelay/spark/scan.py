@@ -342,7 +342,7 @@ class SegmentReader:
         except CorruptLogError as e:
             self._fail(e)
 
-    def _take(self, buf: memoryview, headers: walker.HeaderColumns,
+    def _take(self, buf: bytes | bytearray | memoryview, headers: walker.HeaderColumns,
               positions: np.ndarray) -> Chunk:
         self.stats.batches_read += len(headers)
         self.stats.records += int(headers.record_count.sum())
@@ -401,7 +401,8 @@ class SegmentReader:
             start = want[i][2]
             end = want[j - 1][2] + want[j - 1][4]
             buf = self._read(src, start, end - start)
-            rels, headers = [], []
+            rels: list[int] = []
+            headers: list[codec.BatchHeader] = []
             for entry in want[i:j]:
                 rel = entry[2] - start
                 try:  # a CRC failure is no mismatch: the Chunk reports it per batch

@@ -167,6 +167,8 @@ class LocalBytes(SegmentBytes):
 class RemoteBytes(SegmentBytes):
     """A remote-only segment's `.log` object, read by ranged requests."""
 
+    remote: RemoteCopy  # (never None here)
+
     def __init__(self, store: RemoteStore, copy: RemoteCopy):
         self.store = store
         self.remote = copy

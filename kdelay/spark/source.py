@@ -49,6 +49,7 @@ import json
 import os
 import uuid
 from collections.abc import Iterator, Sequence
+from typing import TypeGuard
 
 import numpy as np
 import pyarrow as pa
@@ -365,7 +366,7 @@ def _narrow(bounds: scan.Bounds, f: Filter) -> None:
         setattr(bounds, attr, new)
 
 
-def _is_int(v) -> bool:
+def _is_int(v: object) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -396,7 +397,7 @@ def _batch_table(plan: scan.SegmentPlan, schema: pa.Schema, with_topic: bool, n:
              for c, t in zip(columns, types, strict=True)]
     base_offsets, record_counts = columns[1], columns[7]
     cols.append(pa.nulls(n, pa.int64()) if cancelled is None else pa.array(
-        cancelled_per_batch(cancelled, base_offsets, record_counts).count, pa.int64()))
+        cancelled_per_batch(cancelled, base_offsets, record_counts).cancelled, pa.int64()))
     cols.append(pa.nulls(n, pa.string()))  # error
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
@@ -436,7 +437,7 @@ def _index_batch(plan: scan.SegmentPlan, schema: pa.Schema, with_topic: bool) ->
             with RemoteBytes(remote_store(directory), plan.remote) as src:
                 idx = src.dly_index()
             status = None if idx is not None else \
-                f"{src.remote.object_name(DLYINDEX_SUFFIX)}: missing or damaged in the store"
+                f"{plan.remote.object_name(DLYINDEX_SUFFIX)}: missing or damaged in the store"
         else:
             size = os.path.getsize(segment_file(directory, base, LOG_SUFFIX))
             idx = DeliverAfterIndex.load(path, base_offset=base, log_bytes=size)

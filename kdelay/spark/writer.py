@@ -166,8 +166,10 @@ class _Rows:
 
     def batch(self, start: int, end: int) -> tuple:
         """append_columns' values, and its keys= and timestamps=, for rows start..end."""
-        if self.packed and (self.ts_nulls is None or not self.ts_nulls[start:end].any()):
-            return _slice(self.values, start, end), {
+        values = self.values  # (packed: set)
+        if self.packed and values is not None and (
+                self.ts_nulls is None or not self.ts_nulls[start:end].any()):
+            return _slice(values, start, end), {
                 "keys": None if self.keys is None else _slice(self.keys, start, end),
                 "timestamps": None if self.ts is None else self.ts[start:end]}
         values, keys, ts = (None if c is None else c.slice(start, end - start).to_pylist()
@@ -221,11 +223,11 @@ def _targets(path: str, options: dict) -> list[str]:
     with_topic, parts = scan.discover(path)
     if not with_topic:
         return [path]
-    names = sorted({p.topic for p in parts})
+    names = sorted({p.topic for p in parts if p.topic is not None})
     name = topic or (names[0] if len(names) == 1 else None)
     if name is None:
         raise ValueError(f"kdelay: {path} holds topics {names}; choose one with option topic")
-    nums = sorted(p.partition for p in parts if p.topic == name)
+    nums = sorted(p.partition for p in parts if p.topic == name and p.partition is not None)
     if nums != list(range(len(nums))):
         raise ValueError(f"kdelay: topic {name!r} under {path} has partitions {nums}")
     return [os.path.join(path, f"{name}-{i}") for i in nums]

@@ -8,14 +8,15 @@ from collections.abc import Mapping, Set
 
 from ..log.batch.walker import scan_log
 from ..partition import Log
+from ..records import FetchedRecord
 
 # offset -> (value, deliver_after)
-Sent = Mapping[int, tuple[bytes, int]]
+Sent = Mapping[int, tuple[bytes | None, int]]
 
 
-def read_everything(log: Log) -> dict[int, tuple[bytes, int]]:
+def read_everything(log: Log) -> dict[int, tuple[bytes | None, int]]:
     """Every record in offset order via `read`, as offset -> (value, deliver_after)."""
-    out: dict[int, tuple[bytes, int]] = {}
+    out: dict[int, tuple[bytes | None, int]] = {}
     offset = log.log_start_offset
     while offset < log.log_end_offset:
         page = log.read(offset, max_records=1000)
@@ -27,9 +28,10 @@ def read_everything(log: Log) -> dict[int, tuple[bytes, int]]:
     return out
 
 
-def fetch_everything(log: Log, page_size: int = 7) -> list:
+def fetch_everything(log: Log, page_size: int = 7) -> list[FetchedRecord]:
     """Every due record via `fetch` pages, following `next`."""
-    fetched, cursor = [], None
+    fetched: list[FetchedRecord] = []
+    cursor = None
     while True:
         page = log.fetch(cursor, max_records=page_size)
         if not page.records:
@@ -40,7 +42,7 @@ def fetch_everything(log: Log, page_size: int = 7) -> list:
 
 def check_log(log: Log, sent: Sent, must_have: Set[int] = frozenset(), *,
               where: str = "", all_due: bool = True,
-              removable: Set[int] = frozenset()) -> dict[int, tuple[bytes, int]]:
+              removable: Set[int] = frozenset()) -> dict[int, tuple[bytes | None, int]]:
     """The log holds a contiguous offset range (but for offsets in `removable`, which
     compaction may have taken out), every record in it is one that was sent, byte for byte,
     every offset in `must_have` at or above the log start is there, a due-order fetch

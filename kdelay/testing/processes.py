@@ -30,6 +30,7 @@ def started(module: str, *args: str, ready: str) -> Iterator[subprocess.Popen]:
     on leaving."""
     proc = subprocess.Popen([sys.executable, "-m", module, *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=child_env())
+    assert proc.stdout is not None  # (stdout=PIPE)
     try:
         line = proc.stdout.readline()
         if not line.startswith(ready):
@@ -47,6 +48,7 @@ def kill_9(proc: subprocess.Popen, acked: set[int]) -> None:
     """SIGKILL `proc` (its stdout a text pipe), then add to `acked` the offsets of the
     `ack <offset>` lines it printed before it died and nobody had read yet."""
     os.kill(proc.pid, signal.SIGKILL)
+    assert proc.stdout is not None, "kill_9 reads the process's stdout pipe"
     for line in proc.stdout:
         if line.startswith("ack"):
             acked.add(int(line.split()[1]))

@@ -79,7 +79,8 @@ class CuttingProxy:
             while data := src.recv(65536):
                 if request:
                     with self._lock:
-                        room = None if self.cut_after is None else self.cut_after - self.sent
+                        limit = self.cut_after  # (read once: another thread may change it)
+                        room = None if limit is None else limit - self.sent
                         if room is not None and room <= 0:
                             data = b""
                         elif room is not None:
@@ -87,7 +88,7 @@ class CuttingProxy:
                         self.sent += len(data)
                     if data:
                         dst.sendall(data)
-                    if room is not None and self.sent >= self.cut_after:
+                    if limit is not None and self.sent >= limit:
                         self._cut()
                         return
                 else:

@@ -46,14 +46,15 @@ class StoreFaults:
         self._saved: dict[str, Callable] = {}
         if self.files is None:  # counting and crashing on its own: an injector of no files
             self.files = FaultInjector([], crash_at=self.crash_at)
+        self._files: FaultInjector = self.files
 
     @property
     def crashed(self) -> bool:
-        return self.files.crashed
+        return self._files.crashed
 
     def _step(self, op: str, name: str) -> None:
         self.ops.append((op, name))
-        self.files._step("store." + op, name)  # counted and crashed with the files
+        self._files._step("store." + op, name)  # counted and crashed with the files
         down = self.unreachable
         if down is True or (callable(down) and down(op, name)):
             raise RemoteStorageError(f"{op} {name} failed: store unreachable (injected)")

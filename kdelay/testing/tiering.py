@@ -112,9 +112,9 @@ class History:
     deliverAfter) of every copied record, from offset 0, the cancelled offsets (of all); and
     the records after them, held only in the directory (`local`: lost with it)."""
 
-    records: Mapping[int, tuple[bytes, int]]
+    records: Mapping[int, tuple[bytes | None, int]]
     cancelled: Set[int]
-    local: Mapping[int, tuple[bytes, int]]
+    local: Mapping[int, tuple[bytes | None, int]]
 
     @property
     def end(self) -> int:
@@ -167,6 +167,7 @@ def check_restored(log: Log, history: History, appended: Mapping[int, bytes] | N
     assert [(r.deliver_after, r.offset) for r in fetched] == sorted(
         (da, o) for o, (_, da) in got.items() if o not in cancelled)
     assert all(got[r.offset][0] == r.value for r in fetched)
+    assert log._tier is not None, "a log with tiered storage"
     store = log._tier.store
     for name in os.listdir(log.path):
         parsed = parse_segment_name(name)

@@ -13,6 +13,7 @@ acked exactly once or dead-lettered after the limit.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import random
 import shutil
@@ -20,6 +21,7 @@ import sys
 import tempfile
 import time
 import zlib
+from collections.abc import Sequence
 
 from ..clients.producer import Producer
 from ..config import LogConfig
@@ -150,7 +152,7 @@ def drain_and_check(log: Log, clock: list[int], total: int, batch_size: int,
     job `job_at[offset]`; None: of job `offset`); no cancelled record and no rescheduled
     original, and each reschedule's copy at its new time with the original's bytes."""
     moved = moved if moved is not None else Withdrawn()
-    job_at = job_at if job_at is not None else range(total)
+    jobs: Sequence[int] = job_at if job_at is not None else range(total)
     withdrawn = moved.cancelled | {orig for orig, _ in moved.copies.values()}
     copies_seen = 0
     seen = 0
@@ -170,14 +172,14 @@ def drain_and_check(log: Log, clock: list[int], total: int, batch_size: int,
                 raise AssertionError(f"record {r.offset} was cancelled or moved, and came")
             if r.offset >= total:
                 orig, due = moved.copies[r.offset]
-                if r.deliver_after != due or r.value != expected_value(job_at[orig]):
+                if r.deliver_after != due or r.value != expected_value(jobs[orig]):
                     raise AssertionError(f"copy {r.offset} of {orig} came back altered")
                 copies_seen += 1
                 last_key = key
                 continue
             if r.deliver_after != due_of_batch[r.offset // batch_size]:
                 raise AssertionError(f"record {r.offset} came back with another deliverAfter")
-            if r.value != expected_value(job_at[r.offset]):
+            if r.value != expected_value(jobs[r.offset]):
                 raise AssertionError(f"record {r.offset} came back with other bytes")
             last_key = key
         seen += len(page_records)
@@ -238,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 0 or args.workers < 1:
         p.error("--jobs must be >= 0 and --workers positive")
     workdir = tempfile.mkdtemp(prefix="kdelay-demo-")
-    sys.stdout.reconfigure(line_buffering=True)
+    if isinstance(sys.stdout, io.TextIOWrapper):  # (not when replaced, as by a test)
+        sys.stdout.reconfigure(line_buffering=True)
     try:
         s = run(args.records, args.batch_size, int(args.segment_mib * 2**20), workdir, args.seed)
         pool = None

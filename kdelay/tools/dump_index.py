@@ -81,7 +81,7 @@ def cmd_dump_index(args: argparse.Namespace, out: Out) -> int:
             if k == "kind":
                 v = f"{v} ({summary['magic']})"
             elif k == "log_bytes":
-                v = f"{v} ({fmt_size(v)})"
+                v = f"{v} ({fmt_size(meta.log_bytes)})"
             out.line(f"# {label + ':':<13} {v}")
         out.line(f"# {'checksums:':<13} header {'ok' if idx.header_crc_ok else 'BAD'}, "
                  f"data {'ok' if idx.data_crc_ok else 'BAD'}")

@@ -10,6 +10,7 @@ acked exactly once, or dead-lettered exactly once after failing `max_delivery_co
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import threading
@@ -53,7 +54,7 @@ class _Pool:
             ok, failed = [], []
             with self.mutex:
                 for rec in recs:
-                    job = int(rec.value[4:])
+                    job = _job_of(rec.value)
                     if self.fails[job] < self.failures[job]:
                         self.fails[job] += 1
                         failed.append(rec)
@@ -64,9 +65,16 @@ class _Pool:
             q.ack(ok)
             with self.mutex:
                 for rec in ok:
-                    self.acks[int(rec.value[4:])] += 1
+                    self.acks[_job_of(rec.value)] += 1
             if done():
                 stop.set()
+
+
+def _job_of(value: bytes | None) -> int:
+    """The job number a record's value names (b"job-<n>": every record here has one)."""
+    if value is None:
+        raise ValueError("a job record without a value")
+    return int(value[4:])
 
 
 def run_pool(workdir: str, jobs: int, workers: int, seed: int) -> dict:
@@ -80,12 +88,10 @@ def run_pool(workdir: str, jobs: int, workers: int, seed: int) -> dict:
     t0 = time.perf_counter()
     for phase in (0, 1):
         dl = Log.open(dl_path, config=cfg)
-        if phase == 0:
-            def done() -> bool:
-                return sum(pool.acks.values()) >= jobs // 2
-        else:
-            def done(log: Log = log) -> bool:
-                return _finished(log, jobs)
+        def half_acked() -> bool:
+            return sum(pool.acks.values()) >= jobs // 2
+
+        done = half_acked if phase == 0 else functools.partial(_finished, log, jobs)
         stop = threading.Event()
         consumers = [QueueConsumer(log, "workers", max_delivery_count=MAX_DELIVERIES,
                                    dead_letter=dl) for _ in range(workers)]
@@ -102,7 +108,7 @@ def run_pool(workdir: str, jobs: int, workers: int, seed: int) -> dict:
             dl.close()
             log = Log.open(path, config=cfg)
     elapsed = time.perf_counter() - t0
-    dead = [int(r.value[4:]) for r in dl.read(0, max_records=jobs + 1)]
+    dead = [_job_of(r.value) for r in dl.read(0, max_records=jobs + 1)]
     metrics = log.metrics()["queues"]["workers"]
     log.close()
     dl.close()

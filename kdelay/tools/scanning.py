@@ -73,7 +73,7 @@ class IndexFile(IndexReading):
     """An index file read leniently (index_file.IndexReading), with the kind it was read
     as, and the kind it really holds when that is another one."""
 
-    kind: IndexKind | None = None
+    kind: IndexKind = field(kw_only=True)  # (required: after the reading's defaults)
     wrong_kind: IndexKind | None = None
 
 
@@ -93,7 +93,8 @@ def read_index_file(path: str, kind: IndexKind) -> IndexFile:
         raise InspectError(f"{path}: is a directory, expected an index file") from None
     out = IndexFile(**vars(reading), kind=kind)
     found = None if reading.magic is None else kind_of(reading.magic)
-    other = _KIND_BY_MAGIC.get(found) if found != kind_of(kind.magic) else None
+    other = _KIND_BY_MAGIC.get(found) \
+        if found is not None and found != kind_of(kind.magic) else None
     if other is not None:
         out.wrong_kind = other
         out.problems[:] = [f"holds {_a(other.name)} (magic {reading.magic!r}), not "

@@ -114,7 +114,7 @@ def _stats_once(directory: str, now: int, progress: Progress | None) -> dict:
     pending = int(counts[pending_mask].sum())
     gone = _cancelled_offsets(directory, sums)
     # what will be delivered: a cancelled record never comes due (as kdelay.spark.forecast)
-    cancelled_here = cancelled_per_batch(gone, base, counts).count  # per batch
+    cancelled_here = cancelled_per_batch(gone, base, counts).cancelled  # per batch
     live = counts - cancelled_here
     forecast = {name: int(live[pending_mask & (da <= now + ms)].sum())
                 for name, ms in FORECAST}

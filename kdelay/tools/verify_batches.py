@@ -53,7 +53,7 @@ def check_batches(rep: VerifyReport, seg: SegmentFiles, scan: SegmentScan, activ
                 msg = (f"first batch starts at offset {b.base_offset} but the file name says "
                        f"{seg.base_offset}")
             rep.add(True, path, b.position, msg)
-        if compacted and b.last_offset >= scan.end_offset:
+        if scan.end_offset is not None and b.last_offset >= scan.end_offset:  # compacted
             rep.add(True, path, b.position,
                     f"batch of offsets {b.base_offset}..{b.last_offset} lies past the end "
                     f"offset {scan.end_offset} of this compacted segment")

@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32Timedelta
 
 from ..dispatcher import API_VERSIONS_KEY, Api, RequestContext
+from ..responses import element, has
 
 if TYPE_CHECKING:
     from ..dispatcher import Dispatcher
@@ -18,21 +19,20 @@ if TYPE_CHECKING:
 def api_versions_response(response_type: type, dispatcher: Dispatcher,
                           error: ErrorCode = ErrorCode.none) -> Any:
     """An ApiVersions response of `response_type`'s version listing the dispatcher's APIs."""
-    entry = response_type.__dataclass_fields__["api_keys"].type.__args__[0]
+    entry = element(response_type, "api_keys")
     keys = tuple(entry(api_key=i16(a.key), min_version=i16(a.min_version),
                        max_version=i16(a.max_version))
                  for a in sorted(dispatcher.apis.values(), key=lambda a: a.key))
     fields: dict[str, Any] = {"error_code": error, "api_keys": keys}
-    names = response_type.__dataclass_fields__
-    if "throttle_time" in names:
+    if has(response_type, "throttle_time"):
         fields["throttle_time"] = i32Timedelta.parse(timedelta(0))
-    if "supported_features" in names:
+    if has(response_type, "supported_features"):
         fields["supported_features"] = ()
-    if "finalized_features_epoch" in names:
+    if has(response_type, "finalized_features_epoch"):
         fields["finalized_features_epoch"] = -1
-    if "finalized_features" in names:
+    if has(response_type, "finalized_features"):
         fields["finalized_features"] = ()
-    if "zk_migration_ready" in names:
+    if has(response_type, "zk_migration_ready"):
         fields["zk_migration_ready"] = False
     return response_type(**fields)
 

@@ -67,8 +67,7 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> 
                     assignment=None)
     assignment = None
     if answer.assignment is not None:
-        assignment_type = next(a for a in typing.get_args(
-            typing.get_type_hints(ctx.response_type)["assignment"]) if a is not type(None))
+        assignment_type = element(ctx.response_type, "assignment")
         tp_type = element(assignment_type, "topic_partitions")
         assignment = make(assignment_type, topic_partitions=tuple(
             make(tp_type, topic_id=ctx.broker.topics.topic_id(name), partitions=tuple(parts))

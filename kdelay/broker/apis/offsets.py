@@ -51,8 +51,8 @@ def _fetch_topics(ctx: RequestContext, response_cls: type, group: str,
     topic_entry = entry_type(response_cls, "topics")
     part_entry = entry_type(topic_entry, "partitions")
     if topics is None:  # every partition the group has a position on
-        wanted = [(name, list(range(ctx.broker.topics.get(name).partitions)))
-                  for name in ctx.broker.topics.names()]
+        wanted = [(name, list(range(topic.partitions))) for name in ctx.broker.topics.names()
+                  if (topic := ctx.broker.topics.get(name)) is not None]
     else:
         wanted = [(t.name, list(t.partition_indexes)) for t in topics]
     out = []

@@ -13,6 +13,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i64Timedelta
 
 from ..dispatcher import Api, RequestContext
+from ..responses import has
 from ..security.sasl import SUPPORTED, AuthenticationFailed, Exchange
 
 log = logging.getLogger("kdelay.broker")
@@ -40,7 +41,7 @@ async def handle_sasl_handshake(ctx: RequestContext, request: Any) -> Any:
 def _authenticate_response(ctx: RequestContext, error: ErrorCode, message: str | None,
                            data: bytes) -> Any:
     fields: dict[str, Any] = {"error_code": error, "error_message": message, "auth_bytes": data}
-    if "session_lifetime" in ctx.response_type.__dataclass_fields__:
+    if has(ctx.response_type, "session_lifetime"):
         fields["session_lifetime"] = i64Timedelta.parse(timedelta(0))  # no re-authentication needed
     return ctx.response_type(**fields)
 

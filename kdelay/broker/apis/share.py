@@ -40,7 +40,7 @@ async def handle_share_group_heartbeat(ctx: RequestContext, request: Any) -> Any
         return make(ctx.response_type, error_code=error, member_id=request.member_id,
                     member_epoch=-1 if error == ErrorCode.none else request.member_epoch,
                     heartbeat_interval=interval, assignment=None)
-    assignment_type = ctx.response_type.__dataclass_fields__["assignment"].type.__args__[0]
+    assignment_type = element(ctx.response_type, "assignment")
     tp_type = element(assignment_type, "topic_partitions")
     parts = tuple(make(tp_type, topic_id=ctx.broker.topics.topic_id(name), partitions=p)
                   for name, p in shares.assignment(member))
@@ -72,7 +72,7 @@ def _records(log: Any, recs: list) -> tuple[bytearray, list[tuple[int, int, int]
     """The stored batches holding `recs` (v2, at their log offsets), and the acquired
     ranges (first, last, delivery count) of consecutive offsets."""
     recs = sorted(recs, key=lambda r: r.offset)
-    parts: list[tuple[bytes, int]] = []
+    parts: list[tuple[bytes, int | None]] = []
     covered = -1  # the last offset of the batches taken so far
     for r in recs:
         if r.offset <= covered:
@@ -130,13 +130,14 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
     topic_type = element(ctx.response_type, "responses")
     part_type = element(topic_type, "partitions")
     range_type = element(part_type, "acquired_records")
-    leader_type = part_type.__dataclass_fields__["current_leader"].type
+    leader_type = element(part_type, "current_leader")
     leader = make(leader_type, leader_id=NODE_ID, leader_epoch=0)
     by_topic: dict[str, list] = {}
     for name, p in sorted(member.session | set(ack_errors)):
         recs = acquired.get((name, p), [])
-        records, ranges = _records(ctx.broker.topics.get(name).partition(p), recs) \
-            if recs else (None, [])
+        topic = ctx.broker.topics.get(name) if recs else None
+        records, ranges = _records(topic.partition(p), recs) \
+            if topic is not None else (None, [])
         ack_error = ack_errors.get((name, p), ErrorCode.none)
         by_topic.setdefault(name, []).append(make(
             part_type, partition_index=p, acknowledge_error_code=ack_error.value,
@@ -170,7 +171,7 @@ async def handle_share_acknowledge(ctx: RequestContext, request: Any) -> Any:
         shares.session_closed(group, member)
     topic_type = element(ctx.response_type, "responses")
     part_type = element(topic_type, "partitions")
-    leader_type = part_type.__dataclass_fields__["current_leader"].type
+    leader_type = element(part_type, "current_leader")
     leader = make(leader_type, leader_id=NODE_ID, leader_epoch=0)
     by_topic: dict[str, list] = {}
     for (name, p), error in sorted(ack_errors.items()):

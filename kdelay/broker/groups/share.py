@@ -181,8 +181,10 @@ class ShareGroups:
             except KeyError:
                 continue
             for rec in qc.poll(max_records=max_records):
-                member.held[(name, rec.partition, rec.offset)] = rec
-                out.setdefault((name, rec.partition), []).append(rec)
+                p = rec.partition
+                assert p is not None  # (a Topic's records carry their partition)
+                member.held[(name, p, rec.offset)] = rec
+                out.setdefault((name, p), []).append(rec)
                 max_records -= 1
         return out
 

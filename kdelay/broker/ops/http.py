@@ -17,6 +17,7 @@ the broker, every request but /healthz needs HTTP Basic credentials from the sam
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -86,7 +87,8 @@ class OperationsEndpoint:
         site = web.TCPSite(self._runner, host, port, ssl_context=tls)
         await site.start()
         server = site._server  # aiohttp keeps the bound socket there
-        self.port = server.sockets[0].getsockname()[1] if server is not None else port
+        self.port = server.sockets[0].getsockname()[1] if isinstance(server, asyncio.Server) \
+            else port
         log.info("operations endpoint on %s://%s:%d", "https" if tls else "http", host,
                  self.port)
 

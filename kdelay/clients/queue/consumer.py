@@ -79,7 +79,8 @@ class QueueConsumer(forks.Owned):
         self.dead_letter = dead_letter
         self._member = Member(lock_ms, max_delivery_count,
                               functools.partial(_copy_to_dead_letter, dead_letter,
-                                                source.name if self._is_topic else None))
+                                                source.name if isinstance(source, Topic)
+                                                else None))
         self._signal = ActivitySignal()
         self._parts: list[GroupPartition] = []
         try:

@@ -281,7 +281,7 @@ class GroupPartition:
         inflight = self.inflight
         items: list[tuple[int, int, int]] = []        # (offset, count, avail_at)
         taken: list[tuple[int, int, FetchedRecord]] = []
-        rejects: list[tuple[int, FetchedRecord]] = []
+        rejects: list[tuple[int, QueueRecord]] = []
         dropped: list[int] = []
         contents = self._read_many(sorted(off for off, _, rec in picked if rec is None))
         for off, at, rec in picked:
@@ -368,7 +368,10 @@ class GroupPartition:
         fsync) before it returns: until then the call has not happened, and a crash may
         undo it, which is all a caller that has not returned can tell."""
         if kind == RELEASE:
-            payload = state_store.release_payload([(o, avail_at) for o in offsets])
+            if avail_at is None:
+                raise ValueError("a release needs the time it makes the offsets available")
+            at: int = avail_at
+            payload = state_store.release_payload([(o, at) for o in offsets])
         else:
             payload = state_store.offsets_payload(offsets)
         lsn = self.store.append([(kind, payload)], sync=False)
@@ -376,8 +379,8 @@ class GroupPartition:
         if kind == RELEASE:
             for off in offsets:
                 e = inflight[off]
-                e.holder, e.avail_at, e.version = None, avail_at, next(self._ver)
-                heapq.heappush(self._avail, (avail_at, off, e.version))
+                e.holder, e.avail_at, e.version = None, at, next(self._ver)
+                heapq.heappush(self._avail, (at, off, e.version))
         else:
             for off in offsets:
                 del inflight[off]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, cast
 
 from ...errors import KdelayError
 from ...fetch.long_poll import due_in_ms
@@ -60,7 +60,9 @@ class QueueGroups:
                     self._add_append_listener = None
                 state, members = open_group(), 0
             self._live[group] = (state, members + 1)
-            return state
+            # every state held was made by an `open_group` of the same kind (the callers'
+            # one kind of live group), which the dict of them does not say
+            return cast(G, state)
 
     def detach(self, group: str, state: LiveGroup) -> None:
         """One member fewer: the last one closes the state (its files stay)."""

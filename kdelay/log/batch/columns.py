@@ -8,7 +8,7 @@ kdelay.validation's."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -88,7 +88,10 @@ def record_fields(value: object, key: object, headers: object, timestamp: object
             and timestamp is None and deliver_after is None:
         return (), None, None  # the common shape, which the rules accept as it is
     cols = _checked((value,), (key,), (headers,), (timestamp,), (deliver_after,))
-    return tuple(headers or ()), cols.timestamps[0], cols.deliver_afters[0]
+    # checked by _checked: a sequence of headers; a tuple of one time (never None, the
+    # packed-column case)
+    return (tuple(cast(Sequence[Header], headers or ())), cast(tuple, cols.timestamps)[0],
+            cols.deliver_afters[0])
 
 
 def batch_columns(values: Sequence | PackedBinary, keys: Sequence | PackedBinary | None = None,

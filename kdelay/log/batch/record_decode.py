@@ -71,7 +71,7 @@ def decode_records(data: bytes, n: int, end: int, base_ts: int, no_headers: list
     One compiled walk over the records (record_loops.scan_records), then a constant number of
     C-level calls: one struct unpack cuts every key and value, one more every header block."""
     size, f1, f2 = record_loops.scan_layout(n)
-    out = np.empty(size, np.uint8)
+    out = np.empty(size, np.uint8).data  # its bytes: what struct and the walk both take
     status, fmt1_len, fmt2_len, null_keys, null_values, with_headers = \
         record_loops.scan_records(data, HEADER_SIZE, n, end, base_ts, out, f1, f2)
     if status < 0:

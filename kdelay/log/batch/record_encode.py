@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import repeat
 from operator import is_, length_hint
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -95,10 +95,13 @@ def encode_batch_body(keys: Sequence | PackedBinary, values: Sequence | PackedBi
     `deltas` the int64 timestamp deltas (None: all 0);
     `headers` None or one header sequence per record. O(records), all of it in C-level
     calls and the compiled kernel."""
+    joined: bytes | np.ndarray
     if isinstance(values, PackedBinary):  # checked by columns._packed
+        assert isinstance(keys, PackedBinary)  # both are, or neither
         n = len(values.lengths)
         lengths = np.concatenate((keys.lengths, values.lengths))
-        joined = np.concatenate((keys.data, values.data))
+        # _packed made each one's data a uint8 array
+        joined = np.concatenate((cast(np.ndarray, keys.data), cast(np.ndarray, values.data)))
     else:
         n = len(values)
         payloads = (*keys, *values)

@@ -52,7 +52,8 @@ from .offset_continuity import check_continues
 CHUNK = 8 << 20  # bytes read per syscall
 RESYNC_LIMIT = 256 << 20  # how far past a framing break to look for the next intact batch
 
-Reader = Callable[[int, int], "bytes | bytearray"]  # (position, length) -> the bytes there
+# (position, length) -> the bytes there
+Reader = Callable[[int, int], "bytes | bytearray | memoryview"]
 Progress = Callable[[int], None]  # called with bytes just walked
 
 
@@ -71,7 +72,7 @@ def frames(read: Reader, start: int, end: int, *, path: str | None = None,
     """The framing parse every mode shares: each batch from `start` up to `end`, in file
     order. Raises CorruptLogError (with the file position) where the framing breaks: a bad
     header, or a batch running past `end`."""
-    buf: bytes | bytearray = b""
+    buf: bytes | bytearray | memoryview = b""
     buf_pos = pos = start
     avail = 0  # file bytes in buf
     header_size = codec.HEADER_SIZE

@@ -50,9 +50,9 @@ def pending_targets(segments: SegmentSet, store: CancelStore, offsets: Iterable[
     while i < n and wanted[i] < start:
         i += 1
     while i < n and wanted[i] < end:
-        seg = segments.segment_for(wanted[i])
-        found = seg.find_batch(wanted[i])
-        if found is None:  # a gap (not in any segment): skip it
+        seg = segments.segment_for(wanted[i])  # (never None: at or past the oldest)
+        found = seg.find_batch(wanted[i]) if seg is not None else None
+        if seg is None or found is None:  # a gap (not in any segment): skip it
             i += 1
             continue
         sc = store.get(seg.base_offset)
@@ -88,7 +88,7 @@ def reschedule_copy(segments: SegmentSet, store: CancelStore, offset: int,
     the log end. Raises KdelayError (nothing is written here)."""
     seg = segments.segment_for(offset)
     found = seg.find_batch(offset) if seg is not None else None
-    if found is None or offset < segments.oldest.base_offset:
+    if seg is None or found is None or offset < segments.oldest.base_offset:
         raise OffsetOutOfRangeError(
             f"offset {offset} is not in the log [{segments.oldest.base_offset}, "
             f"{segments.active.next_offset})")
@@ -174,6 +174,8 @@ def copy_checker(segments: SegmentSet):
         if copy_offset < segments.oldest.base_offset:
             return None
         seg = segments.segment_for(copy_offset)
+        if seg is None:  # (not after the oldest check above)
+            return None
         try:
             found = seg.find_batch(copy_offset)
         except CorruptLogError:

@@ -11,7 +11,8 @@ import numpy as np
 
 class PerBatch(NamedTuple):
     start: np.ndarray  # index in `cancelled` of the batch's first cancelled offset
-    count: np.ndarray  # how many of the batch's offsets are cancelled
+    cancelled: np.ndarray  # how many of the batch's offsets are cancelled
+    # (not `count`, which would shadow tuple.count)
 
 
 def cancelled_per_batch(cancelled: np.ndarray, first: np.ndarray | int,

@@ -170,8 +170,9 @@ def run(directory: str, segments, lock, settings: Settings, *, now: Callable[[],
             continue
         with lock:
             held = time.perf_counter()
-            olds = [_current(segments, live, src) for src in group]
-            if (is_closed() or any(o is None or keep(o) for o in olds)
+            current = [_current(segments, live, src) for src in group]
+            olds = [o for o in current if o is not None]
+            if (is_closed() or len(olds) < len(current) or any(keep(o) for o in olds)
                     or not may_swap(olds, rw.segment)):
                 rw.segment.close()
                 swap.discard_cleaned(directory, group[0].base_offset)
@@ -199,10 +200,12 @@ def run(directory: str, segments, lock, settings: Settings, *, now: Callable[[],
     return CompactionResult(rewritten, before, after, read, written, longest * 1000, active)
 
 
-def _current(segments, live: dict, src: Source) -> LogSegment | None:
+def _current(segments, live: dict[int, LogSegment], src: Source) -> LogSegment | None:
     """The segment object `src` was taken from, if it is still in the log unchanged (and
     was not copied to the object store meanwhile)."""
     seg = live.get(src.base_offset)
+    if seg is None:
+        return None
     try:
         still = segments[src.base_offset] is seg
     except KeyError:

@@ -44,7 +44,7 @@ def removable(deliver_after: np.ndarray, first: np.ndarray, count: np.ndarray,
     in any order) is removable at `horizon_ms` with the cancelled offsets `gone` (sorted,
     each once). O(batches) numpy work."""
     drop = deliver_after < horizon_ms
-    n = cancelled_per_batch(gone, first, count).count
+    n = cancelled_per_batch(gone, first, count).cancelled
     keep = ~drop
     whole = keep & (n >= count)
     part = keep & ~whole & (n > 0)

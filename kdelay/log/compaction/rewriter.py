@@ -63,7 +63,7 @@ class BatchPlan(NamedTuple):
     deliver_after: np.ndarray
     base: np.ndarray
     pos: np.ndarray
-    count: np.ndarray   # records per batch
+    records: np.ndarray  # per batch (not `count`, which would shadow tuple.count)
     size: np.ndarray
     drop: np.ndarray    # bool: the whole batch is removable
     cancelled: np.ndarray  # the source's cancelled offsets, sorted
@@ -168,7 +168,7 @@ def _copy_survivors(src: Source, bp: BatchPlan, writer: _Writer, entries: list[E
     if not len(keep):
         return
     da, base, pos = bp.deliver_after[keep], bp.base[keep], bp.pos[keep]
-    count, size = bp.count[keep], bp.size[keep]
+    count, size = bp.records[keep], bp.size[keep]
     gone = bp.cancelled
     partial = bp.cancelled_count[keep] > 0  # (a batch cancelled whole is dropped)
     end = pos + size

@@ -172,7 +172,7 @@ def recover(directory: str) -> list[str]:
     the directory) plus, only for a swap whose marker is damaged, a scan of its .log."""
     names = os.listdir(directory)
     committed: set[int] = set()
-    stray: list[str] = []
+    stray: list[tuple[str, int, str]] = []  # (name, base, suffix)
     for name in names:
         if not (name.endswith(CLEANED) or name.endswith(SWAP)):
             continue
@@ -183,10 +183,9 @@ def recover(directory: str) -> list[str]:
         if suffix == LOG_SUFFIX + SWAP:
             committed.add(base)
         else:
-            stray.append(name)
+            stray.append((name, base, suffix))
     notes = []
-    for name in stray:  # rollback: uncommitted rewrites, and swaps of a base not committed
-        base, suffix = parse_segment_name(name)  # type: ignore[misc]
+    for name, base, suffix in stray:  # rollback: uncommitted rewrites, swaps not committed
         if suffix.endswith(CLEANED) or base not in committed:
             fsio.unlink(os.path.join(directory, name))
     if stray:
@@ -203,7 +202,7 @@ def recover(directory: str) -> list[str]:
                               encode_marker(Marker(base, end)))
         notes.append(f"completed the interrupted compaction of segment {base} "
                      f"(replacing {len(others) + 1} segment(s); end offset from {how})")
-    rolled = {parse_segment_name(n)[0] for n in stray} - committed  # type: ignore[index]
+    rolled = {base for _, base, _ in stray} - committed
     notes += [f"rolled back an uncommitted compaction of segment {b}" for b in sorted(rolled)]
     return notes
 
@@ -230,15 +229,14 @@ def _swap_end(directory: str, base: int) -> tuple[int, str]:
     # Every surviving record of each replaced segment is in the new log, so a replaced
     # segment starting after the new log's last offset held no survivor: keeping it
     # (it then ends the merged range) loses nothing and duplicates nothing.
-    last = _last_offset(segment_file(directory, base, LOG_SUFFIX + SWAP))
+    last = _last_offset(segment_file(directory, base, LOG_SUFFIX + SWAP), base)
     later = [b for b in _segment_bases(directory) if b > max(base, last)]
     return (min(later) if later else last + 1), "log scan"
 
 
-def _last_offset(path: str) -> int:
-    """The last offset of the intact batches at the start of a .log (base - 1 if none),
-    reading batch headers only."""
-    base = parse_segment_name(os.path.basename(path))[0]  # type: ignore[index]
+def _last_offset(path: str, base: int) -> int:
+    """The last offset of the intact batches at the start of a .log of segment `base`
+    (base - 1 if none), reading batch headers only."""
     last = base - 1
     fd = fsio.open_read(path)
     try:

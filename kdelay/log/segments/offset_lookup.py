@@ -10,6 +10,7 @@ reported, never believed.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from ...errors import CorruptLogError
 from ...index.deliver_after_index import DeliverAfterIndex
@@ -25,8 +26,13 @@ class OffsetLookup:
     next_offset: int
     compacted: bool
     log_path: str
-    offset_index: OffsetIndex
-    dly_index: DeliverAfterIndex
+
+    if TYPE_CHECKING:  # read-only here: a remote segment's are properties
+        @property
+        def offset_index(self) -> OffsetIndex: ...
+
+        @property
+        def dly_index(self) -> DeliverAfterIndex: ...
 
     def batch_headers(self, start: int = 0) -> Iterator[tuple[int, codec.BatchHeader]]:
         raise NotImplementedError

@@ -176,8 +176,9 @@ class LogSegment(SegmentTail, OffsetLookup):
             self.max_timestamp_offset = -1 if last is None else last[1]
         self.compacted = False  # may have offset gaps (set by the loader and compaction)
         # tiered storage: the segment's committed copy in the object store
-        # (kdelay.log.tiered.manifest.RemoteCopy), None until copied
-        self.remote = None
+        # (kdelay.log.tiered.manifest.RemoteCopy, a room above this one: not imported),
+        # None until copied
+        self.remote: Any = None
         self._mapped: MappedFile | None = None
 
     @property
@@ -247,7 +248,7 @@ class LogSegment(SegmentTail, OffsetLookup):
         try:
             size = os.fstat(fd).st_size
             name = os.path.join(directory, segment_name(base_offset))
-            kw = {"base_offset": base_offset, "log_bytes": size, "lazy": True}
+            kw: dict[str, Any] = {"base_offset": base_offset, "log_bytes": size, "lazy": True}
             oi = OffsetIndex.load(name + INDEX_SUFFIX, **kw)
             ti = TimeIndex.load(name + TIMEINDEX_SUFFIX, **kw)
             di = DeliverAfterIndex.load(name + DLYINDEX_SUFFIX, **kw)

@@ -267,7 +267,7 @@ def test_cancelled_per_batch_matches_a_model(batches, cancelled):
         mine = sorted(o for o in cancelled if f <= o < f + c)
         assert gone[start[i]:start[i] + n[i]].tolist() == mine
         one = cancelled_per_batch(gone, f, c)  # a single batch: the same answer
-        assert (int(one.start), int(one.count)) == (start[i], n[i])
+        assert (int(one.start), int(one.cancelled)) == (start[i], n[i])
 
 
 @settings(max_examples=200, deadline=None)

@@ -1,0 +1,9 @@
+"""Type stub of partitioner.pyx (compiled): Kafka's default partitioner."""
+
+from typing_extensions import Buffer
+
+__all__ = ["murmur2", "partition_for_key", "to_positive"]
+
+def murmur2(data: Buffer) -> int: ...
+def to_positive(n: int) -> int: ...
+def partition_for_key(key: Buffer, num_partitions: int) -> int: ...

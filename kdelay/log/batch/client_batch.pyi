@@ -1,0 +1,23 @@
+"""Type stub of client_batch.pyx (compiled): a Kafka client's batch, checked, stored as runs
+of records that ask for nearby deliverAfters."""
+
+from typing import Any
+
+import numpy as np
+
+ENTRY_COLUMNS: tuple[str, ...]
+
+class ClientBatch:
+    @property
+    def records(self) -> bytes: ...
+    @property
+    def n(self) -> int: ...
+    @property
+    def base_timestamp(self) -> int: ...
+    @property
+    def requests(self) -> int: ...
+    def __init__(self, records: bytes, n: int, base_timestamp: int, *, start: int = 0,
+                 end: int = -1, delays_allowed: bool = True, max_delay_ms: int = 0) -> None: ...
+    def build(self, base_offset: int, now: int, spread_ms: int, *,
+              log_append_time: bool = False, producer_id: int = -1, producer_epoch: int = -1,
+              base_sequence: int = -1) -> tuple[bytes, np.ndarray[Any, Any]]: ...

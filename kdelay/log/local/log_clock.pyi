@@ -1,0 +1,9 @@
+"""Type stub of log_clock.pyx (compiled): the log clock, which never runs backwards."""
+
+from collections.abc import Callable
+
+class LogClock:
+    floor: int
+    def __init__(self, read: Callable[[], int], floor: int = 0) -> None: ...
+    def now(self) -> int: ...
+    def __call__(self) -> int: ...

@@ -1,0 +1,33 @@
+"""Type stub of writer.pyx (compiled): the append path of a Log."""
+
+from collections.abc import Callable, Iterable
+
+from ...config import LogConfig
+from ...records import AppendResult
+from ..batch.client_batch import ClientBatch
+from ..batch.columns import BatchColumns
+from ..batch.records_batch import RecordsBatch
+from ..cancellation.cancel_store import CancelStore
+from ..segments.segment_set import SegmentSet
+from .flush_policy import FlushPolicy
+from .log_clock import LogClock
+from .open_and_close import Lifetime
+
+class Writer:
+    @property
+    def config(self) -> LogConfig: ...
+    @property
+    def policy(self) -> FlushPolicy: ...
+    rolled: Callable[[], object]
+    def __init__(self, config: LogConfig, segments: SegmentSet, cancels: CancelStore,
+                 life: Lifetime, clock: LogClock) -> None: ...
+    def append(self, columns: BatchColumns | RecordsBatch,
+               requested: int | None) -> AppendResult: ...
+    def append_client_batch(self, batch: ClientBatch, spread_ms: int, log_append_time: bool,
+                            producer_id: int, producer_epoch: int,
+                            base_sequence: int) -> AppendResult: ...
+    def reschedule(self, offset: int, deliver_after: int) -> AppendResult: ...
+    def cancel(self, offsets: Iterable[int]) -> int: ...
+    def make_room(self, size: int, max_timestamp: int) -> None: ...
+    def roll(self) -> None: ...
+    def flush(self) -> None: ...
