@@ -37,6 +37,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from broker import cpu_s, mock_cpu_s  # noqa: E402 (bench/broker.py: the same CPU counters)
+
 TOPIC = "bench"
 WARM = "warm"  # one record read first, untimed: each broker has answered every request kind
 MOCK_PARTITIONS = 4  # what the mock gives an auto-created topic
@@ -75,7 +78,7 @@ def _payload(n: int, seed: int) -> list[tuple[bytes, bytes]]:
     return [(rng.randbytes(16), rng.randbytes(100)) for _ in range(n)]
 
 
-def mock_round(records: list[tuple[bytes, bytes]], partitions: int) -> float:
+def mock_round(records: list[tuple[bytes, bytes]], partitions: int) -> tuple[float, float]:
     from confluent_kafka import Producer
     found: list[str] = []
 
@@ -107,12 +110,15 @@ def mock_round(records: list[tuple[bytes, bytes]], partitions: int) -> float:
     p.flush()
     try:
         consume(bootstrap, WARM, 1, 1)
-        return consume(bootstrap, TOPIC, partitions, len(records))
+        before = mock_cpu_s()
+        seconds = consume(bootstrap, TOPIC, partitions, len(records))
+        return seconds, mock_cpu_s() - before
     finally:
         del p
 
 
-def kdelay_round(records: list[tuple[bytes, bytes]], partitions: int, workdir: str) -> float:
+def kdelay_round(records: list[tuple[bytes, bytes]], partitions: int, workdir: str
+                 ) -> tuple[float, float]:
     from kdelay import Record, Topic
     root = tempfile.mkdtemp(dir=workdir)
     with Topic.open(root, TOPIC, partitions=partitions) as t:
@@ -130,7 +136,9 @@ def kdelay_round(records: list[tuple[bytes, bytes]], partitions: int, workdir: s
         line = proc.stdout.readline()
         bootstrap = line.rsplit(" ", 1)[1].strip()
         consume(bootstrap, WARM, 1, 1)
-        return consume(bootstrap, TOPIC, partitions, len(records))
+        before = cpu_s(proc.pid)
+        seconds = consume(bootstrap, TOPIC, partitions, len(records))
+        return seconds, cpu_s(proc.pid) - before
     finally:
         proc.terminate()
         proc.wait(60)
@@ -226,14 +234,18 @@ def main() -> None:
     try:
         if args.only in (None, "consume"):
             records = _payload(args.records, 1)
-            ours, mock = [], []
+            ours, mock, ours_cpu, mock_cpu = [], [], [], []
             for r in range(args.rounds):
                 order = [0, 1] if r % 2 == 0 else [1, 0]
                 for which in order:
                     if which == 0:
-                        ours.append(kdelay_round(records, args.partitions, workdir))
+                        seconds, cpu = kdelay_round(records, args.partitions, workdir)
+                        ours.append(seconds)
+                        ours_cpu.append(cpu)
                     else:
-                        mock.append(mock_round(records, args.partitions))
+                        seconds, cpu = mock_round(records, args.partitions)
+                        mock.append(seconds)
+                        mock_cpu.append(cpu)
                 print(f"round {r}: kdelay {args.records / ours[-1]:,.0f} rec/s, "
                       f"mock {args.records / mock[-1]:,.0f} rec/s", flush=True)
             a, b = args.records / statistics.median(ours), args.records / statistics.median(mock)
@@ -242,6 +254,11 @@ def main() -> None:
                          f"{args.partitions} partitions (records/s, median of {args.rounds}) "
                          f"| {a:,.0f} | {b:,.0f} | {a / b:.2f}x (median of per-round "
                          f"ratios {per_round:.2f}x) |")
+            a_cpu, b_cpu = statistics.median(ours_cpu), statistics.median(mock_cpu)
+            lines.append(f"| ... the broker's CPU for it (kdelay: its process; mock: its "
+                         f"thread) | {a_cpu:.2f} s ({a_cpu / args.records * 1e9:,.0f} "
+                         f"ns/record) | {b_cpu:.2f} s ({b_cpu / args.records * 1e9:,.0f} "
+                         f"ns/record) | |")
         if args.only in (None, "lateness"):
             res = lateness_run(args.rate, args.seconds, args.spread_ms, workdir)
             print(res, flush=True)

@@ -84,13 +84,14 @@ class Log(forks.Owned):
         def check_open() -> None:
             me._check_open()
 
+        self.reads = Reads(check_open, self._lock, self._segments, self._cancels, self._clock.now,
+                           self._due_order)
         self._maintenance = Maintenance(
             path, config, self._segments, self._lock, self._cancels, self._life, self._writer,
             now=self._clock.now, check_open=check_open, is_closed=lambda: me._closed,
-            after_change=self._due_order.reset)
+            after_change=self.reads.forget_merges)
         self.clients = ClientAccess(path, check_open, self._lock, self._segments,
                                     self._cancels, self._clock.now, self.add_append_listener)
-        self.reads = Reads(check_open, self._lock, self._segments, self._cancels, self._clock.now)
 
     @classmethod
     def open(cls, path: str | os.PathLike, config: LogConfig | None = None,
@@ -145,8 +146,7 @@ class Log(forks.Owned):
 
     def _orphaned(self) -> None:
         """In a forked child (kdelay.forks): closed for good; new locks (see forks.py)."""
-        self._closed = True
-        self._lock = threading.RLock()
+        self._closed, self._lock = True, threading.RLock()
         self._notices.signal = ActivitySignal(self._lock)
         self.clients.queue_groups.orphaned()
         self._life.orphaned()

@@ -18,6 +18,7 @@ from . import protocol
 from .errors import FrameError
 
 if TYPE_CHECKING:
+    from .frame_stream import FrameStream
     from .security.sasl import Exchange
     from .state import BrokerState
 
@@ -28,8 +29,7 @@ class Connection:
     """A client's connection and what the broker knows of it (its peer address; whether it
     has authenticated, and as whom: without SASL every connection is authenticated)."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 broker: BrokerState):
+    def __init__(self, reader: FrameStream, writer: FrameStream, broker: BrokerState):
         self.reader = reader
         self.writer = writer
         self.broker = broker
@@ -41,7 +41,7 @@ class Connection:
         self.closing = False
         self.busy = False  # answering a request (a stopping broker lets it finish)
 
-    async def _rest_of_frame(self, start: bytes) -> bytes:
+    async def _rest_of_frame(self, start: bytes) -> bytes | memoryview:
         """The frame whose first bytes (1 to 4 of its size prefix) are `start`: the rest of
         the prefix, then the body. FrameError for a size out of bounds."""
         prefix = start if len(start) == 4 else start + await self.reader.readexactly(
@@ -68,8 +68,9 @@ class Connection:
                 if not start:
                     return  # the client went away between requests
                 try:
-                    frame = await asyncio.wait_for(self._rest_of_frame(start),
-                                                   settings.frame_timeout_s)
+                    # (asyncio.timeout, not wait_for: no task made per frame)
+                    async with asyncio.timeout(settings.frame_timeout_s):
+                        frame = await self._rest_of_frame(start)
                 except TimeoutError:
                     raise FrameError(f"a request stalled mid-frame for "
                                      f"{settings.frame_timeout_s} s") from None
@@ -81,7 +82,8 @@ class Connection:
                 finally:
                     self.busy = False
                 if answer is not None:
-                    self.writer.write(answer)
+                    for part in answer:  # (a Fetch's batches: written, never joined)
+                        self.writer.write(part)
                     await self.writer.drain()
         except FrameError as e:
             log.warning("closing connection from %s: %s", self.peer, e)

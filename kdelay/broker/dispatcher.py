@@ -71,8 +71,10 @@ class Dispatcher:
         api = self.apis.get(key)
         return api is not None and api.min_version <= version <= api.max_version
 
-    async def answer(self, frame: bytes, broker: BrokerState, conn: Connection) -> bytes | None:
-        """The response frame for one request frame (None: no answer is due). Raises
+    async def answer(self, frame: bytes | memoryview, broker: BrokerState, conn: Connection
+                     ) -> list | None:
+        """The response frame for one request frame, as buffers to write in order
+        (protocol.encode_response; None: no answer is due). Raises
         FrameError when the connection must be closed instead."""
         key, version = protocol.peek_key_version(frame)
         api = self.apis.get(key)
@@ -105,7 +107,7 @@ class Dispatcher:
             return None
         return protocol.encode_response(api_schema, header.correlation_id, response)
 
-    def _unsupported_api_versions(self, frame: bytes) -> bytes:
+    def _unsupported_api_versions(self, frame: bytes | memoryview) -> list:
         """ApiVersions at a version the broker lacks: a v0 answer with UNSUPPORTED_VERSION
         and the versions it has, so that the client can retry at one of them."""
         from .apis.api_versions import api_versions_response

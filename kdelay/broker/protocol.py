@@ -47,18 +47,18 @@ def schema(api_key: int, api_version: int) -> Schema:
                   response_header_type)
 
 
-def peek_key_version(frame: bytes) -> tuple[int, int]:
+def peek_key_version(frame: bytes | memoryview) -> tuple[int, int]:
     """The API key and version a request frame starts with (FrameError if it is too short)."""
     if len(frame) < 8:  # key, version, correlation id
         raise FrameError(f"a request of {len(frame)} bytes is too short for a header")
     return _KEY_VERSION.unpack_from(frame)
 
 
-def peek_correlation_id(frame: bytes) -> int:
+def peek_correlation_id(frame: bytes | memoryview) -> int:
     return _SIZE.unpack_from(frame, 4)[0]
 
 
-def decode_request(frame: bytes, api_schema: Schema) -> tuple[Any, Any]:
+def decode_request(frame: bytes | memoryview, api_schema: Schema) -> tuple[Any, Any]:
     """(header, request) of one frame; FrameError when it does not parse or has bytes left."""
     try:
         header, used = api_schema.read_header(frame, 0)
@@ -71,36 +71,41 @@ def decode_request(frame: bytes, api_schema: Schema) -> tuple[Any, Any]:
 
 
 class _Chunks:
-    """What kio's writers write a response into: small writes gathered in a bytearray,
-    large ones (a Fetch's record batches) kept by reference, all joined once at the end,
-    so that a batch's bytes are copied once here rather than as a BytesIO grows."""
+    """What kio's writers write a response into: small writes gathered in bytearrays, large
+    ones (a Fetch's record batches) kept by reference, in order, so that a batch's bytes
+    are never copied here: the frame goes to the socket as these parts, one write each.
+    The first part starts with room for the frame's size prefix."""
 
     __slots__ = ("parts", "small", "size")
 
     def __init__(self) -> None:
-        self.parts: list = []
-        self.small = bytearray()
+        self.small = bytearray(4)  # the size prefix, filled in by frame()
+        self.parts: list = [self.small]
         self.size = 0
 
     def write(self, data: Any) -> int:
         n = len(data)
         if n >= 4096:
-            if self.small:
-                self.parts.append(self.small)
-                self.small = bytearray()
             self.parts.append(data)
+            self.small = bytearray()
+            self.parts.append(self.small)
         else:
             self.small += data
         self.size += n
         return n
 
+    def frame(self) -> list:
+        _SIZE.pack_into(self.parts[0], 0, self.size)
+        return self.parts if self.small else self.parts[:-1]
 
-def encode_response(api_schema: Schema, correlation_id: int, response: Any) -> bytes:
-    """The response frame, size prefix included."""
+
+def encode_response(api_schema: Schema, correlation_id: int, response: Any) -> list:
+    """The response frame, size prefix included, as a list of buffers to write in order
+    (one for a small answer; a Fetch's record batches are parts of their own, not copied)."""
     out = _Chunks()
     api_schema.write_header(out, api_schema.response_header_type(correlation_id=correlation_id))
     api_schema.write_response(out, response)
-    return b"".join([_SIZE.pack(out.size), *out.parts, out.small])
+    return out.frame()
 
 
 def read_size(prefix: bytes) -> int:

@@ -16,6 +16,7 @@ from .apis import all_apis
 from .connection import Connection
 from .dispatcher import Dispatcher
 from .errors import BrokerConfigError
+from .frame_stream import FrameStream
 from .maintenance import interval_s, maintain
 from .producer_state import expiration_ms
 from .security import credentials, tls
@@ -66,9 +67,9 @@ class Server:
         check_defaults(self.state.settings)
         self.state.topics.open_existing()
         host, port = self.state.settings.listen
-        self._server = await asyncio.start_server(self._accept, host, port,
-                                                  limit=1 << 16, reuse_address=True,
-                                                  ssl=self.tls)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: FrameStream(self._connected), host,
+                                                port, reuse_address=True, ssl=self.tls)
         self.state.host, self.state.port = self._server.sockets[0].getsockname()[:2]
         if host not in ("127.0.0.1", "::1", "localhost") and not self.state.settings.sasl_required:
             log.warning("listening on %s:%d without SASL: anyone who reaches it can read and "
@@ -84,7 +85,11 @@ class Server:
             self.endpoint = OperationsEndpoint(self.state, metrics)
             await self.endpoint.start(*self.http, self.tls)
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _connected(self, stream: FrameStream) -> None:
+        """A new connection: its loop runs in a task of its own."""
+        asyncio.get_running_loop().create_task(self._accept(stream, stream))
+
+    async def _accept(self, reader: FrameStream, writer: FrameStream) -> None:
         if len(self.state.connections) >= self.state.settings.max_connections:
             log.warning("refusing a connection: max.connections (%d) are open",
                         self.state.settings.max_connections)
@@ -93,7 +98,7 @@ class Server:
         conn = Connection(reader, writer, self.state)
         self.state.connections.add(conn)
         task = asyncio.current_task()
-        assert task is not None  # asyncio runs each client callback in a task of its own
+        assert task is not None  # each connection's loop is a task of its own (_connected)
         self._tasks.add(task)
         self._connections[conn] = task
         try:

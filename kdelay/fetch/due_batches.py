@@ -1,15 +1,23 @@
 """Due batches: the due-order read at the grain of stored batches. A merge of the same runs
-as the page fill's (planner.py's runs and pending segments; nothing kept between reads), but
-what it hands out is each due batch whole, as stored (its key, the offsets cancelled in it,
-and, when asked, its bytes checked by entry_check's rule), with no record decoded.
+as the page fill's (planner.py's runs and pending segments), but what it hands out is each
+due batch whole, as stored (its key, the offsets cancelled in it, and, when asked, its
+bytes checked by entry_check's rule), with no record decoded.
+
+The merge a read leaves is remembered against the read's next cursor (as the page fill's
+MergeCursor in planner.ResumePoints): a reader that goes on from there (the broker's view
+numbering what came due, a consumer fetching on) resumes with every sealed segment's run
+where it stood and the pending segments as they were; only the active segment's runs are
+built afresh. A roll adds the newly sealed segments to the pending ones; a deletion from
+the log's start, or segments replaced (compaction, the tiered sync: `reset`), start anew.
 
 The broker's due-order view (kdelay/broker/delivery_view.py) numbers the records of these
 batches with delivery offsets and serves their bytes with rewritten headers, so its cost
 is per batch, not per record.
 
-Cost of a page: O(sealed segments overlapping the cursor) to find where to start (nothing
-for the segments after it, which join one at a time as the merge reaches their earliest
-key), then per batch one heap step, and with bytes one copy out of the segment's memory
+Cost of a page: resumed, O(runs in the merge) to replace the active segment's runs; else
+O(sealed segments overlapping the cursor) to find where to start (nothing for the
+segments after it, which join one at a time as the merge reaches their earliest key);
+then per batch one heap step, and with bytes one copy out of the segment's memory
 mapping and one CRC-32C pass; cancelled offsets are looked up (two binary searches) only in
 segments that have any.
 """
@@ -17,6 +25,7 @@ segments that have any.
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict
 from typing import NamedTuple
 
 import numpy as np
@@ -43,10 +52,56 @@ class DueBatch(NamedTuple):
     data: bytes | None
 
 
+class _Resumed:
+    """The merge a read left, for the read that goes on from its next cursor."""
+    __slots__ = ("merge", "pending", "sealed_upto", "log_start")
+
+    def __init__(self, merge: _Merge, pending: planner.PendingSegments, sealed_upto: int,
+                 log_start: int):
+        self.merge, self.pending = merge, pending
+        self.sealed_upto, self.log_start = sealed_upto, log_start
+
+
 class DueBatchReader:
     """Reads due batches after a cursor. Sealed segments join the merge lazily, in the
     order of the smallest key each may hold after the cursor (planner.PendingSegments, the
-    KIP's deliverAfterSegments): one whose records all lie later is never opened."""
+    KIP's deliverAfterSegments): one whose records all lie later is never opened. The
+    merges recent reads left are kept by their next cursors (see the module)."""
+
+    def __init__(self, capacity: int = 16) -> None:
+        self._points: OrderedDict[DeliveryKey, _Resumed] = OrderedDict()
+        self._capacity = capacity
+
+    def reset(self) -> None:
+        """Forget every remembered merge (segments were replaced)."""
+        self._points.clear()
+
+    def _state(self, segments: SegmentSet, cursor: DeliveryKey | None, key, now: int
+               ) -> _Resumed:
+        """The merge for a read from `cursor`: the one a read ending there left, brought
+        up to date, else a new one."""
+        active = segments.active
+        log_start = segments.oldest.base_offset
+        state = None if cursor is None else self._points.pop(cursor, None)
+        if state is None or state.log_start != log_start:
+            return _Resumed(_Merge([], now), planner.PendingSegments(segments, key),
+                            active.base_offset, log_start)
+        if state.sealed_upto != active.base_offset:  # rolled since: the new sealed ones
+            for seg in segments.between(state.sealed_upto, active.base_offset):
+                max_key = seg.max_key
+                if max_key is not None and (key is None or max_key > key):
+                    state.pending.rolled(seg, key)
+            state.sealed_upto = active.base_offset
+        state.merge.drop_active(now)
+        return state
+
+    def _remember(self, cursor: DeliveryKey | None, state: _Resumed) -> None:
+        if cursor is None:
+            return
+        self._points[cursor] = state
+        self._points.move_to_end(cursor)
+        while len(self._points) > self._capacity:
+            self._points.popitem(last=False)
 
     def read(self, segments: SegmentSet, cursor: DeliveryKey | None, now: int,
              max_batches: int, max_bytes: int, cancels: CancelStore | None,
@@ -56,8 +111,10 @@ class DueBatchReader:
         before the cursor), at most `max_batches` and, counting stored sizes,
         `max_bytes` (at least one batch). `next` is the last batch's last key."""
         key = planner.cursor_key(cursor)
-        pending = planner.PendingSegments(segments, key)
-        merge = _Merge(planner.active_runs(segments.active, key), now)
+        state = self._state(segments, cursor, key, now)
+        pending, merge = state.pending, state.merge
+        for run in planner.active_runs(segments.active, key):
+            merge.add(run, active=True)
         out: list[DueBatch] = []
         taken = 0
         after = (-1, -1) if key is None else key
@@ -85,14 +142,20 @@ class DueBatchReader:
             merge.advance(k)
         merge.leave()
         nxt = DeliveryKey(out[-1].deliver_after, out[-1].last_offset) if out else cursor
+        # every head the merge left is the first entry of its run past `nxt` (merge order)
+        self._remember(nxt, state)
         return out, nxt
 
 
 class _Merge:
-    """A k-way merge of the runs' windows by (deliverAfter, base offset)."""
+    """A k-way merge of the runs' windows by (deliverAfter, base offset). Runs of the
+    active segment (added with active=True) are dropped by `drop_active` before a resumed
+    read adds them afresh; their slots are reused."""
 
     def __init__(self, runs: list, now: int):
         self.runs: list = []
+        self._active: list[int] = []  # slots of the active segment's runs
+        self._free: list[int] = []    # slots of dropped runs, to reuse
         self._now = now
         self._cols: list = []
         self._end: list[int] = []
@@ -103,15 +166,37 @@ class _Merge:
         for run in runs:
             self.add(run)
 
-    def add(self, run) -> None:
+    def add(self, run, active: bool = False) -> None:
         """One more run in the merge. O(log k) plus its first window."""
-        self.runs.append(run)
-        self._cols.append(None)
-        self._end.append(0)
-        self._more.append(False)
-        self._head.append(0)
-        self._start.append(0)
-        self._refill(len(self.runs) - 1)
+        if self._free:
+            k = self._free.pop()
+            self.runs[k] = run
+        else:
+            k = len(self.runs)
+            self.runs.append(run)
+            self._cols.append(None)
+            self._end.append(0)
+            self._more.append(False)
+            self._head.append(0)
+            self._start.append(0)
+        if active:
+            self._active.append(k)
+        self._refill(k)
+
+    def drop_active(self, now: int) -> None:
+        """Take the active segment's runs out (their entries change with every append) and
+        read at `now` from here on. O(runs)."""
+        self._now = now
+        if not self._active:
+            return
+        gone = set(self._active)
+        self._heap = [e for e in self._heap if e[2] not in gone]
+        heapq.heapify(self._heap)
+        for k in self._active:
+            self.runs[k] = None
+            self._cols[k] = None
+        self._free += self._active
+        self._active = []
 
     def _refill(self, k: int) -> None:
         cols, start, end, more, _ = self.runs[k].window(self._now, _WINDOW)
@@ -149,7 +234,8 @@ class _Merge:
     def leave(self) -> None:
         """Tell every run where the merge left it."""
         for k, run in enumerate(self.runs):
-            run.moved_to(self._start[k] + self._head[k])
+            if run is not None:
+                run.moved_to(self._start[k] + self._head[k])
 
 
 def _read(seg, entry: tuple[int, int, int, int, int]) -> bytes:

@@ -18,6 +18,7 @@ from ..records import DeliveryKey, FetchedRecord, OffsetAndTimestamp
 from ..validation import as_int, check_page_limits
 from . import offset_order, time_lookup
 from .due_batches import DueBatch, DueBatchReader
+from .due_order import DueOrderReader
 
 if TYPE_CHECKING:
     from ..log.cancellation.cancel_store import CancelStore
@@ -26,16 +27,25 @@ if TYPE_CHECKING:
 
 class Reads:
     """One open Log's reads beside the due-order page (see the module docstring).
-    `check_open` raises LogClosedError once the log is closed; `now` is the log clock."""
+    `check_open` raises LogClosedError once the log is closed; `now` is the log clock;
+    `due_order` the Log's page reader, whose remembered merges forget_merges drops too."""
 
     def __init__(self, check_open: Callable[[], None], lock: threading.RLock,
-                 segments: SegmentSet, cancels: CancelStore, now: Callable[[], int]):
+                 segments: SegmentSet, cancels: CancelStore, now: Callable[[], int],
+                 due_order: DueOrderReader):
         self._check_open = check_open
         self._lock = lock
         self._segments = segments
         self._cancels = cancels
         self._now = now
         self._due = DueBatchReader()
+        self._due_order = due_order
+
+    def forget_merges(self) -> None:
+        """Compaction or the tiered sync replaced segments: drop every remembered merge (the
+        due-order page's and the due batch reads'). O(merges remembered)."""
+        self._due_order.reset()
+        self._due.reset()
 
     def records_from(self, offset: object, max_records: object) -> list[FetchedRecord]:
         """Log.read: records in offset order from `offset` (at least the log start), due

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 
 from ..errors import InspectError
@@ -41,9 +40,10 @@ def cmd_serve(args: argparse.Namespace, out: object) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from ..broker.broker import serve_forever
     from ..broker.errors import BrokerConfigError
+    from ..broker.event_loop import run
     from ..broker.security.credentials import CredentialsError
     try:
-        asyncio.run(serve_forever(args.root, {
+        run(serve_forever(args.root, {
             "listen": args.listen, "advertised": args.advertised_listener,
             "config": dict(args.config)}, {
             "sasl_users": args.sasl_users, "tls_cert": args.tls_cert,

@@ -14,8 +14,9 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kio.index import load_request_schema
+from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader
 from produce_support import (
     RawClient,
     broker_process,
@@ -207,3 +208,34 @@ def test_sigterm_answers_flushes_and_exits_0_and_kill_9_loses_nothing_acked(tmp_
             assert answer.base_offset == 20
         assert stop(proc, signal.SIGTERM) == 0
     assert [r.value for r in stored(root, "s")][-1] == b"after"
+
+
+@pytest.mark.parametrize("chunk", [None, 7, 4093, 8191])
+def test_pipelined_frames_of_every_size_are_answered_in_order(broker, chunk):
+    """Frames small and larger than the connection's staging buffer (frame_stream.STAGE),
+    back to back in one send or dribbled in chunks that cut prefixes and bodies anywhere:
+    each is answered, in order, and the records of each Produce are stored once."""
+    from kdelay.broker.frame_stream import STAGE
+    before = end_offset(broker)
+    with RawClient(broker.bootstrap_servers) as c:
+        sizes = [1, STAGE // 100, STAGE // 50, 3 * STAGE // 100]  # values of 100 B each
+        frames = b""
+        kinds = []
+        for n in sizes:
+            frames += c.frame(18, 0, make(load_request_schema(18, 0)))
+            frames += c.frame(0, 9, produce_request(9, "w", 0, v2_batch([b"v" * 100] * n)))
+            kinds += [18, 0]
+        if chunk is None:
+            c.send(frames)
+        else:
+            for i in range(0, len(frames), chunk):
+                c.send(frames[i:i + chunk])
+        for correlation, key in enumerate(kinds, 1):
+            data = c.read_frame()
+            assert struct.unpack_from(">i", data)[0] == correlation
+            if key == 0:
+                resp_cls = load_response_schema(0, 9)
+                _, used = entity_reader(resp_cls.__header_schema__)(data, 0)
+                answer = partition_answer(entity_reader(resp_cls)(data, used)[0])
+                assert answer.error_code == ErrorCode.none
+    assert end_offset(broker) == before + sum(sizes)

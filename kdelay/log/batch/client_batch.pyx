@@ -66,6 +66,12 @@ ENTRY_COLUMNS = ("deliver_after", "base_offset", "position", "last_offset_delta"
                  "max_timestamp")
 
 
+cdef str _header_name(int64_t klen):
+    """The kdelay header a key of this length is (for messages: the loop itself compares
+    bytes only, no Python object per record)."""
+    return "kdelay.deliver_after" if klen == DELIVER_AFTER_LEN else "kdelay.delay_ms"
+
+
 cdef int64_t _decimal(const uint8_t* p, int64_t n) noexcept nogil:
     """The non-negative decimal of n ASCII digits at p; -1 if it is not one (or too long)."""
     cdef int64_t v = 0, k
@@ -88,6 +94,8 @@ cdef class ClientBatch:
     cdef int64_t[:, ::1] _rows
     cdef object _rows_array
 
+    @cython.boundscheck(False)  # rows has n rows; i < n
+    @cython.wraparound(False)
     def __init__(self, bytes records, int64_t n, int64_t base_timestamp, *,
                  int64_t start=0, int64_t end=-1, bint delays_allowed=True,
                  int64_t max_delay_ms=0):
@@ -103,6 +111,7 @@ cdef class ClientBatch:
         self.base_timestamp = base_timestamp
         self._rows_array = np.empty((n, 6), dtype=np.int64)
         self._rows = self._rows_array
+        cdef int64_t[:, ::1] rows = self._rows
         cdef const uint8_t* buf = <const uint8_t*>PyBytes_AS_STRING(records)
         if end < 0:
             end = PyBytes_GET_SIZE(records)
@@ -117,14 +126,14 @@ cdef class ClientBatch:
             status = parse_record(buf, pos, end, i, 0, &f)
             if status < 0:
                 raise CorruptBatchError(f"record {i}: {STATUS_MESSAGES[status]}")
-            self._rows[i, 0] = pos
-            self._rows[i, 2] = f.end
-            self._rows[i, 3] = f.ts  # the delta (parsed against a base of 0)
+            rows[i, 0] = pos
+            rows[i, 2] = f.end
+            rows[i, 3] = f.ts  # the delta (parsed against a base of 0)
             # the body after the offset delta: re-read the two varints before it
             p = read_varint(buf, pos, end, &value)  # length
             p = read_varint(buf, p + 1, f.end, &value)  # attributes skipped, ts delta
             p = read_varint(buf, p, f.end, &value)  # offset delta
-            self._rows[i, 1] = p
+            rows[i, 1] = p
             kind, value = NO_REQUEST, 0
             p = read_varint(buf, f.hpos, f.end, &count)
             if p < 0 or count < 0 or count > f.end - p:
@@ -141,8 +150,8 @@ cdef class ClientBatch:
                         memcmp(buf + key_at, _DELIVER_AFTER, DELIVER_AFTER_LEN) == 0) or \
                         (klen == DELAY_MS_LEN and memcmp(buf + key_at, _DELAY_MS,
                                                          DELAY_MS_LEN) == 0):
-                    name = (<const char*>(buf + key_at))[:klen].decode()
                     if not delays_allowed:
+                        name = _header_name(klen)
                         raise InvalidRecordError(
                             f"record {i}: header {name} on a topic with "
                             f"delayed.delivery.enable=false")
@@ -152,6 +161,7 @@ cdef class ClientBatch:
                             f"kdelay.delay_ms")
                     value = -1 if vlen < 0 else _decimal(buf + p, vlen)
                     if value < 0:
+                        name = _header_name(klen)
                         shown = None if vlen < 0 else (<const char*>(buf + p))[:min(vlen, 40)]
                         raise InvalidRecordError(
                             f"record {i}: header {name} must be a non-negative decimal "
@@ -167,8 +177,8 @@ cdef class ClientBatch:
                 p += max(vlen, 0)
             if p != f.end:
                 raise CorruptBatchError(f"record {i}: record length disagrees with its fields")
-            self._rows[i, 4] = kind
-            self._rows[i, 5] = value
+            rows[i, 4] = kind
+            rows[i, 5] = value
             if kind != NO_REQUEST:
                 requests += 1
             pos = f.end

@@ -1,0 +1,198 @@
+"""A client connection's bytes, read into the buffer each frame needs: the connection's
+reader and writer (the few methods of asyncio's StreamReader and StreamWriter that
+connection.py uses), built on asyncio's BufferedProtocol.
+
+asyncio's streams copy a request three times before anyone reads it: the socket's bytes
+into a new bytes object per read, that into the stream's buffer, and the frame out of it.
+Here small reads (a size prefix, a small request) come out of a small staging buffer, and
+a read larger than what is staged gets a buffer of its own, into which the socket reads
+directly: a Produce request of a few hundred KB is copied once, by the kernel, into the
+buffer the handlers read (a read-only memoryview; kio and the record pass read it in
+place).
+
+Memory: a STAGE-byte staging buffer per connection (allocated on its first bytes) and,
+while a large frame is read, that frame. Reading pauses while the staging buffer is full
+and nobody reads it (a client pipelining faster than it is answered waits in the kernel's
+socket buffer, as with the streams' limit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+
+STAGE = 8192  # the staging buffer: prefixes and small requests
+
+
+class FrameStream(asyncio.BufferedProtocol):
+    """One connection's protocol and its reader/writer (see the module)."""
+
+    def __init__(self, on_connected: Any):
+        self._on_connected = on_connected  # called with this stream once connected
+        self.transport: asyncio.Transport | None = None
+        self._stage: bytearray | None = None
+        self._s0 = self._s1 = 0          # unread staged bytes: [_s0, _s1)
+        self._target: np.ndarray | None = None  # a large read's own buffer, and how full
+        self._got = 0
+        self._want = 0                   # bytes the waiting reader needs staged
+        self._waiter: asyncio.Future | None = None
+        self._eof = False
+        self._paused = False             # reading paused (staging buffer full)
+        self._write_paused = False
+        self._drained: asyncio.Future | None = None
+        self._lost: BaseException | None = None
+
+    # ------------------------------------------------------------------ protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self._on_connected(self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._target is not None:
+            return self._target.data[self._got:]
+        if self._stage is None:
+            self._stage = bytearray(STAGE)
+        if self._s0 == self._s1:
+            self._s0 = self._s1 = 0
+        elif self._s1 == len(self._stage) and self._s0:  # room at the end: move to the front
+            n = self._s1 - self._s0
+            self._stage[:n] = self._stage[self._s0:self._s1]
+            self._s0, self._s1 = 0, n
+        return memoryview(self._stage)[self._s1:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._target is not None:
+            self._got += nbytes
+            if self._got == len(self._target):
+                self._target = None  # full: the socket's next bytes go to the stage
+                self._wake()
+            return
+        self._s1 += nbytes
+        if self._s1 - self._s0 >= self._want:
+            self._wake()
+        if self._s1 == len(self._stage) and self._s0 == 0 and not self._paused:  # type: ignore[arg-type]
+            self._paused = True  # full, unread: wait for the reader
+            self.transport.pause_reading()  # type: ignore[union-attr]
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self._wake()
+        # keep the transport open, half-closed, so that requests read before the end are
+        # still answered (as asyncio's streams do); TLS cannot half-close
+        return self.transport.get_extra_info("sslcontext") is None  # type: ignore[union-attr]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._eof = True
+        self._lost = exc or ConnectionResetError("connection lost")
+        self._wake()
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_exception(self._lost)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def _wait(self) -> None:
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def _consumed(self, n: int) -> None:
+        self._s0 += n
+        if self._paused:
+            self._paused = False
+            self.transport.resume_reading()  # type: ignore[union-attr]
+
+    # ------------------------------------------------------------------ reader
+
+    async def read(self, n: int) -> bytes:
+        """Up to `n` bytes, at least one; b"" at the end of the stream."""
+        while self._s1 == self._s0:
+            if self._eof:
+                return b""
+            self._want = 1
+            await self._wait()
+        k = min(n, self._s1 - self._s0)
+        out = bytes(self._stage[self._s0:self._s0 + k])  # type: ignore[index]
+        self._consumed(k)
+        return out
+
+    async def readexactly(self, n: int) -> Any:
+        """Exactly `n` bytes: bytes when they fit the staging buffer, else a read-only
+        memoryview of a buffer of their own; IncompleteReadError when the stream ends
+        first."""
+        staged = self._s1 - self._s0
+        if n <= STAGE:
+            while staged < n:
+                if self._eof:
+                    raise asyncio.IncompleteReadError(self._take_staged(), n)
+                if self._stage is not None and self._s0 + n > len(self._stage):
+                    self._compact()
+                self._want = n
+                await self._wait()
+                staged = self._s1 - self._s0
+            out = bytes(self._stage[self._s0:self._s0 + n])  # type: ignore[index]
+            self._consumed(n)
+            return out
+        target = np.empty(n, np.uint8)  # (not zeroed: the socket fills it)
+        take = min(staged, n)
+        if take:
+            target[:take] = np.frombuffer(self._stage, np.uint8,  # type: ignore[arg-type]
+                                          take, self._s0)
+            self._consumed(take)
+        self._got = take
+        self._target = target if take < n else None
+        try:
+            while self._got < n:
+                if self._eof:
+                    raise asyncio.IncompleteReadError(target[:self._got].tobytes(), n)
+                await self._wait()
+        finally:
+            self._target = None
+        return target.data.toreadonly()
+
+    def _take_staged(self) -> bytes:
+        out = bytes(self._stage[self._s0:self._s1]) if self._stage is not None else b""
+        self._consumed(self._s1 - self._s0)
+        return out
+
+    def _compact(self) -> None:
+        n = self._s1 - self._s0
+        self._stage[:n] = self._stage[self._s0:self._s1]  # type: ignore[index]
+        self._s0, self._s1 = 0, n
+
+    # ------------------------------------------------------------------ writer
+
+    def write(self, data: Any) -> None:
+        self.transport.write(data)  # type: ignore[union-attr]
+
+    async def drain(self) -> None:
+        """Wait while the transport's write buffer is over its high-water mark."""
+        if self._lost is not None:
+            raise ConnectionResetError("connection lost") from self._lost
+        if self._write_paused:
+            self._drained = asyncio.get_running_loop().create_future()
+            try:
+                await self._drained
+            finally:
+                self._drained = None
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self.transport.get_extra_info(name, default)  # type: ignore[union-attr]
