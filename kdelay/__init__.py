@@ -34,6 +34,7 @@ from .records import (
     DeliveryKey,
     FetchedRecord,
     FetchResult,
+    OffsetAndTimestamp,
     PackedBinary,
     Record,
     RemoteSyncResult,
@@ -54,7 +55,8 @@ __all__ = [
     "DelayedDeliveryDisabledError", "DeliveryDelayExceededError", "DeliveryKey", "FetchResult",
     "FetchedRecord", "ForkedProcessError", "GroupFencedError", "InvalidConfigError",
     "InvalidOffsetError", "InvalidRecordError", "InvalidTopicError", "KdelayError", "Log",
-    "LogClosedError", "LogConfig", "LogLockedError", "LogWriteError", "OffsetOutOfRangeError",
+    "LogClosedError", "LogConfig", "LogLockedError", "LogWriteError", "OffsetAndTimestamp",
+    "OffsetOutOfRangeError",
     "PackedBinary", "Producer", "QueueConsumer", "QueueRecord", "Record", "RecordMetadata",
     "RemoteStorageError", "RemoteSyncResult", "Topic",
 ]

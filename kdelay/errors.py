@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import functools
-from typing import NoReturn
+from collections.abc import Callable
+from typing import NoReturn, TypeVar
+
+T = TypeVar("T")
 
 
 class KdelayError(Exception):
@@ -124,6 +127,15 @@ def raise_write_error(error: OSError, operation: str, path: str) -> NoReturn:
         raise error
     raise LogWriteError(error.errno, f"{operation} on {path} failed: "
                         f"{error.strerror or error}", error.filename) from error
+
+
+def os_errors(operation: str, path: str, call: Callable[[], T]) -> T:
+    """`call()`, an OSError it raises (EIO, ENOSPC, ENOTDIR, EACCES...) surfacing as
+    LogWriteError (raise_write_error)."""
+    try:
+        return call()
+    except OSError as e:
+        raise_write_error(e, operation, path)
 
 
 class InspectError(KdelayError):

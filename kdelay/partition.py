@@ -1,24 +1,18 @@
 """Log: one partition's directory of segments, the public facade over the storage engine.
 
 The facade owns the lock, the log clock, the wake-ups of waiting fetches and append
-listeners, and the order of the open/close protocol; it delegates the rest: argument
-checks to kdelay.validation; to kdelay.log the directory's lifetime (open_and_close.py), the
-write path with its flush policy, cancel, reschedule and the append horizon for
-lock-free readers (writer.pyx, cancel_ops.py, append_horizon.py), retention and compaction;
-to kdelay.fetch due-order and offset-order reads, long polls, lag and metrics, and the
-groups it owns: consumer-group positions (groups/positions.py) and queue groups
-(groups/queue/, whose live state kdelay.clients.queue attaches through `_queue_groups`).
+listeners, and the order of the open/close protocol; it delegates the rest: argument checks
+to kdelay.validation; the directory's lifetime, the write path and retention, compaction
+and the remote sync to kdelay.log.local (open_and_close.py, writer.pyx, maintenance.py);
+reads, long polls and metrics to kdelay.fetch; group state to kdelay.groups, which the
+clients reach through `log.clients` (groups/client_access.py). Each public method's
+docstring ends with its cost.
 
-Concurrency: one lock serialises appends, rolls, retention and each fetch's read of the
-segment set; long-polling fetches sleep on a signal outside it. The log clock never runs
-backwards (log/local/log_clock.pyx: it is the max of every clock reading it has seen), so an
-append always gets a deliverAfter >= anything a fetch has already treated as "now": a late
-append can never land behind a consumer's cursor.
-
-Lifetime: once closed, every call of the Log and of what is attached to it (its queue
-groups, which close with it, and the clients) is refused with LogClosedError. A Log
-belongs to the process that opened it: in a forked child it is closed for good
-(kdelay.forks).
+One lock serialises appends, rolls, retention and each fetch's read of the segment set;
+long-polling fetches sleep on a signal outside it. The log clock never runs backwards
+(log/local/log_clock.pyx), so an append always gets a deliverAfter >= anything a fetch has
+already treated as "now". Once closed, every call of the Log and of what is attached to it
+is refused with LogClosedError; in a forked child it is closed for good (kdelay.forks).
 """
 
 from __future__ import annotations
@@ -26,30 +20,27 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+import weakref
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import forks
+from . import forks, validation
 from .clock import Clock, wall_clock
 from .config import LogConfig
-from .errors import KdelayError, OffsetOutOfRangeError, raise_write_error, write_errors
-from .fetch import metrics, offset_order
-from .fetch.due_batches import DueBatch, DueBatchReader
+from .errors import OffsetOutOfRangeError, raise_write_error, write_errors
+from .fetch.append_notices import AppendListener, AppendNotices
 from .fetch.due_order import DueOrderReader, resolve_cursor
-from .fetch.long_poll import ActivitySignal, due_in_ms
-from .fetch.metrics import Reach  # (`metrics` names a method in Log's body)
-from .groups.positions import GroupStore, committed_positions
-from .groups.queue.queue_groups import QueueGroups
+from .fetch.long_poll import ActivitySignal
+from .fetch.reads import Reads
+from .groups.client_access import ClientAccess
 from .log.batch.client_batch import ClientBatch
+from .log.batch.columns import BatchColumns, batch_columns, record_columns
 from .log.batch.records_batch import RecordsBatch
-from .log.cancellation import cancel_ops
-from .log.compaction import compactor
-from .log.local import retention
-from .log.local.flush_policy import start_flusher
 from .log.local.log_clock import LogClock
-from .log.local.open_and_close import Lifetime, Opened, open_log_directory
+from .log.local.maintenance import Maintenance
+from .log.local.open_and_close import Lifetime, Opened, open_with_tier
 from .log.local.writer import Writer
 from .records import (
     AppendResult,
@@ -57,98 +48,65 @@ from .records import (
     DeliveryKey,
     FetchedRecord,
     FetchResult,
+    OffsetAndTimestamp,
     PackedBinary,
     Record,
     RemoteSyncResult,
 )
-from .validation import (
-    BatchColumns,
-    as_int,
-    batch_columns,
-    check_open_args,
-    check_page_limits,
-    commit_key,
-    deliver_after_for_delay,
-    offsets_arg,
-    os_errors,
-    record_columns,
-    requested_deliver_after,
-    reschedule_args,
-)
 
 if TYPE_CHECKING:  # tiered storage is imported by the logs that use it (Log.open)
     from .log.local.loader import LoadReport
-    from .log.tiered.sync import RemoteSync
     from .log.tiered.tier import RemoteTier
 
 __all__ = ["Clock", "Log", "OffsetOutOfRangeError"]
 
-AppendListener = Callable[[AppendResult], None]
 _new_tuple = tuple.__new__  # a NamedTuple without its Python-level __new__ (hot paths)
-
-
-def _never(seg: object) -> bool:
-    return False
 
 
 class Log(forks.Owned):
     """One partition. Open with `Log.open(path, config=..., clock=...)`."""
 
-    def __init__(self, path: str, config: LogConfig, clock: Clock, opened: Opened):
-        self.path = path
-        self.config = config
+    def __init__(self, path: str, config: LogConfig, clock: Clock, opened: Opened,
+                 tier: RemoteTier | None = None):
+        self.path, self.config = path, config
         self._load_report = opened.report
         self._clock = LogClock(clock)
-        self._lock = threading.RLock()
-        self._appended = ActivitySignal(self._lock)  # wakes long-polling fetches
-        self._closed = False
+        self._lock, self._closed = threading.RLock(), False
         self._owner = forks.Ownership(self, f"log {path}")
-        self._segments = opened.segments
-        self._cancels = opened.cancels
-        self._tier: RemoteTier | None = None  # tiered storage (set by open)
+        self._segments, self._cancels = opened.segments, opened.cancels
+        self._tier = tier  # tiered storage (None: none)
         self._life = Lifetime(self, path, opened)  # marker, clean close, descriptors
         self._writer = Writer(config, self._segments, self._cancels, self._life, self._clock)
-        self._groups = GroupStore(path)
-        self._queue_groups = QueueGroups(path, self.add_append_listener)
         self._due_order = DueOrderReader()
         self._gate = self._due_order.gate  # the idle poll's answer (fetch/quiet_gate.pyx)
-        self._due_batches = DueBatchReader()  # the broker's due-order view reads through it
-        self._compactor = compactor.Compactor(path, self._segments, self._lock, self._cancels)
-        self._listeners: list[AppendListener] = []
-        # which offsets are cancelled, for compaction: (first, end) -> sorted offsets
-        # (None: none are); an attribute so that tests can substitute their own
-        self._cancelled_offsets: compactor.Cancelled | None = cancel_ops.settled_hook(
-            self._lock, self._cancels)
-        self._flusher = None if config.flush_ms is None else start_flusher(
-            self, Log._flush_if_overdue, config.flush_ms / 1000, f"kdelay-flush-{path}")
-        self._remote: RemoteSync | None = None  # its background sync (_start_remote_sync)
+        self._notices = AppendNotices(self._lock, self._due_order)
+        me = weakref.proxy(self)  # what the parts call back holds no reference to the Log
 
-    # ------------------------------------------------------------------ open / close
+        def check_open() -> None:
+            me._check_open()
+
+        self.reads = Reads(check_open, self._lock, self._segments, self._cancels, self._clock.now,
+                           self._due_order)
+        self._maintenance = Maintenance(
+            path, config, self._segments, self._lock, self._cancels, self._life, self._writer,
+            now=self._clock.now, check_open=check_open, is_closed=lambda: me._closed,
+            after_change=self.reads.forget_merges)
+        self.clients = ClientAccess(path, check_open, self._lock, self._segments,
+                                    self._cancels, self._clock.now, self.add_append_listener)
 
     @classmethod
     def open(cls, path: str | os.PathLike, config: LogConfig | None = None,
              clock: Clock | None = None) -> Log:
-        """Open (creating if missing) and recover the log directory at `path`."""
-        path, config = check_open_args(path, config, clock)
-        tier = tiered = None
-        if config.remote_storage is not None:
-            # here, not at the top: a process without tiered storage never loads it
-            from .log.tiered.opening import TieredDirectory
-            from .log.tiered.tier import RemoteTier
-
-            tier = RemoteTier(path, config)
-            tiered = TieredDirectory(path, tier)
-        opened = os_errors("opening", path, lambda: open_log_directory(
-            path, config.index_interval_bytes, tiered))
-        log = cls(path, config, clock or wall_clock, opened)
-        log._tier = tier
-        # the log clock must not run backwards across a restart: the clean close stored
-        # it, and commits record the clock they saw (which covers a crash)
-        try:
-            log._clock.floor = max(opened.clock_floor, log._groups.max_clock())
+        """Open (creating if missing) and recover the log directory at `path`. Cost: after
+        a clean close no .log data is read; after a crash, a scan past the recovery point."""
+        path, config = validation.check_open_args(path, config, clock)
+        opened, tier = open_with_tier(path, config)
+        log = cls(path, config, clock or wall_clock, opened, tier)
+        try:  # no running backwards across a restart: the clean close's clock, commits'
+            log._clock.floor = max(opened.clock_floor, log.clients.positions.max_clock())
             log._life.start_horizon(log._clock.floor)  # what lock-free readers may assume
             if tier is not None:
-                log._start_remote_sync(tier)
+                log._maintenance.start_remote_sync(tier)
         except BaseException:
             log.close()
             raise
@@ -156,86 +114,65 @@ class Log(forks.Owned):
 
     @property
     def load_report(self) -> LoadReport:
-        """What opening found and did. A clean open defers the sealed segments' indexes to
-        their first use (log/local/loader.py); reading this report first loads and
-        checks every one still deferred, so that it names all the damage there is:
+        """What opening found and did; reading it loads and checks every index a clean open
+        deferred to first use (log/local/loader.py), so that it names all the damage. Cost:
         O(segments) the first time, O(1) after."""
         with self._lock:
             if not self._closed:
                 self._load_report.finish_deferred()
         return self._load_report
 
-    def _start_remote_sync(self, tier: RemoteTier) -> None:
-        """Tiered storage: start the background sync, woken by every roll."""
-        from .log.tiered.sync import RemoteSync
-
-        self._remote = RemoteSync(tier, self._segments, self._lock, self._cancels,
-                                  self.config, now=self.now, before_change=self._life.mark_dirty,
-                                  after_change=self._segments_replaced)
-        self._writer.rolled = self._remote.wake
-        self._remote.start()
-
     @write_errors
     def close(self) -> None:
         """Close the queue groups, flush, persist the active segment's indexes, mark the
-        shutdown clean. Every later call, of the Log or of anything attached to it, is
-        refused with LogClosedError. A second close does nothing; in a forked child, close
-        is refused too (ForkedProcessError) and touches nothing."""
+        shutdown clean; every later call of the Log or what is attached to it raises
+        LogClosedError. Again: nothing. In a forked child: ForkedProcessError."""
         with self._lock:
             if self._closed:
                 self._owner.check_close_again()
                 return
             self._closed = True
         try:
-            if self._remote is not None:  # its passes take the lock: not held here
-                self._remote.stop()
-            # no queue group writes once close returns (a member of a closed group is
-            # refused); outside the log's lock: a poll holds its group's lock while it
-            # reads the log
-            self._queue_groups.close()
-            self._groups.close()  # the position files' descriptors (nothing to write)
+            self._maintenance.stop()  # its passes take the lock: not held here
+            # no queue group writes once close returns; outside the log's lock, as a poll
+            # holds its group's lock while it reads the log
+            self.clients.close()
         finally:
             with self._lock:
                 try:
                     self._life.close_clean(self._clock.floor)
                 finally:
                     self._life.release()
-                    self._appended.bump_under_lock()
+                    self._notices.signal.bump_under_lock()
 
     def _orphaned(self) -> None:
-        """In a forked child (kdelay.forks): closed for good, writing nothing. The locks
-        are new ones: a thread of the parent may have held the old at the fork, and no
-        thread here would ever release it (every method checks before it reads
-        anything)."""
-        self._closed = True
-        self._lock = threading.RLock()
-        self._appended = ActivitySignal(self._lock)
-        self._queue_groups.orphaned()
+        """In a forked child (kdelay.forks): closed for good; new locks (see forks.py)."""
+        self._closed, self._lock = True, threading.RLock()
+        self._notices.signal = ActivitySignal(self._lock)
+        self.clients.queue_groups.orphaned()
         self._life.orphaned()
 
     def add_append_listener(self, listener: AppendListener) -> None:
-        """Call `listener(result)` after every successful append, outside the log's lock
-        (a Topic uses it to wake consumers long-polling several partitions)."""
-        self._listeners.append(listener)
-
-    # ------------------------------------------------------------------ clock
+        """Call `listener(result)` after every append, outside the lock (a Topic's wake-up)."""
+        self._notices.listeners.append(listener)
 
     def now(self) -> int:
-        """The log clock: never below any time it has already handed out. A clock value
-        that is not an int (or numpy integer) in [0, 2**63) raises KdelayError."""
-        # not the log's lock, which an append holds (a Producer's send reads the clock)
+        """The log clock: never below any time it has handed out (read without the log's
+        lock, which an append holds). A clock value not an int in [0, 2**63): KdelayError."""
         return self._clock.now()
 
     # ------------------------------------------------------------------ writing
 
     def append(self, records: Record | Sequence[Record], *, deliver_after: int | None = None,
                delay_ms: int | None = None) -> AppendResult:
-        """Write one batch (one Record, or a sequence of them). Its deliverAfter is
+        """Write one batch (one Record, or a sequence of them), all of it or nothing, due at
         `deliver_after` (or the log clock now plus `delay_ms`), else the max of the
-        records', and never below the append time. All of it is written, or nothing."""
+        records', never below the append time. Cost: O(records) checks and encoding in C,
+        one `pwrite`, O(1) index upkeep, an fsync when the flush policy says."""
         try:  # (as @write_errors, without its wrapper's cost on every append)
             if delay_ms is not None:
-                deliver_after = deliver_after_for_delay(deliver_after, delay_ms, self.now())
+                deliver_after = validation.deliver_after_for_delay(deliver_after, delay_ms,
+                                                                   self.now())
             if type(records) is Record:  # a batch of one
                 records = (records,)
             plain = RecordsBatch.of(records, deliver_after, self.config.delayed_delivery_enable)
@@ -250,88 +187,63 @@ class Log(forks.Owned):
                        keys: Sequence[bytes | None] | PackedBinary | None = None,
                        timestamps: Sequence[int | None] | np.ndarray | None = None,
                        deliver_after: int | None = None) -> AppendResult:
-        """`append` of a batch given as columns (no headers): the same checks and result,
-        without a Record per row (validation.batch_columns). Values and keys may be
-        PackedBinary (and timestamps an int array): no Python work per row at all."""
+        """`append` of a batch given as columns (no headers; values and keys may be
+        PackedBinary, timestamps an int array: no Python work per row). Cost: as `append`,
+        with the checks done column-wise (log/batch/columns.py)."""
         return self._append(batch_columns(values, keys, timestamps), deliver_after)
 
     @write_errors
     def append_client_batch(self, batch: ClientBatch, *, spread_ms: int = 0,
                             log_append_time: bool = False,
                             producer: tuple[int, int, int] = (-1, -1, -1)) -> AppendResult:
-        """Store a Kafka client's batch (a checked ClientBatch: the broker's produce path)
-        as runs of consecutive offsets, each due at the latest time its records asked
-        for, no record more than `spread_ms` later than it asked (client_batch.pyx).
-        `producer`: (id, epoch, first sequence) kept in the stored headers. The result's
-        deliver_after is the earliest run's. All of it is written, or nothing. Cost: one
-        C pass over the records, one write, index upkeep per stored batch."""
+        """Store a Kafka client's checked batch (the broker's produce) as runs of consecutive
+        offsets, each due at the latest time its records asked for, none over `spread_ms`
+        later (client_batch.pyx); `producer`: (id, epoch, first sequence) for the headers.
+        Returns the earliest run's; all or nothing. Cost: one C pass, one write, index upkeep
+        per stored batch."""
         with self._lock:
             self._check_open()
-            result = self._appended_locked(self._writer.append_client_batch(
+            result = self._notices.under_lock(self._writer.append_client_batch(
                 batch, spread_ms, log_append_time, *producer))
-        return self._tell(result)
+        return self._notices.after(result)
 
     def _append(self, columns: BatchColumns, deliver_after: int | None) -> AppendResult:
-        return self._append_requested(columns, requested_deliver_after(
+        return self._append_requested(columns, validation.requested_deliver_after(
             columns.deliver_afters, deliver_after, path=self.path,
             delayed_delivery_enable=self.config.delayed_delivery_enable))
 
-    def _append_requested(self, columns: BatchColumns | RecordsBatch, requested: int | None
-                          ) -> AppendResult:
+    def _append_requested(self, columns: BatchColumns | RecordsBatch,
+                          requested: int | None) -> AppendResult:
         with self._lock:
             if self._closed:
                 self._check_open()
             result = self._writer.append(columns, requested)
-            # _appended_locked, inline: two calls fewer on every append
-            deliver_after = result[2]
-            self._gate.appended(deliver_after)
-            due_in = deliver_after - result[3]  # (due_in_ms)
-            if due_in <= 0 or self._appended.sleepers:
-                self._appended.comes_due_under_lock(due_in)
-        if self._listeners:
-            self._tell(result)
-        return result
-
-    def _appended_locked(self, result: AppendResult) -> AppendResult:
-        """Wake long-polling fetches that the batch is due before they would wake."""
-        self._gate.appended(result.deliver_after)
-        self._appended.comes_due_under_lock(due_in_ms(result))
-        return result
-
-    def _tell(self, result: AppendResult) -> AppendResult:
-        for listener in self._listeners:  # outside the lock
-            listener(result)
+            self._notices.under_lock(result)
+        if self._notices.listeners:
+            self._notices.after(result)
         return result
 
     @write_errors
     def roll(self) -> None:
-        """Seal the active segment (if it holds anything) and start a new one."""
+        """Seal the active segment (if it holds anything) and start a new one. Cost: an
+        fsync and the active segment's three indexes written."""
         with self._lock:
             self._check_open()
             self._writer.roll()
 
     @write_errors
     def flush(self) -> None:
-        """fsync everything appended so far."""
+        """fsync everything appended so far. Cost: one fsync (and the journals')."""
         with self._lock:
             self._check_open()
             self._writer.flush()
 
-    def _flush_if_overdue(self) -> bool:
-        """The flush thread's tick (flush_policy.start_flusher); False once closed."""
-        with self._lock:
-            if self._closed:
-                return False
-            if self._writer.policy.overdue():
-                self._writer.flush()
-            return True
-
     @write_errors
     def cancel(self, offsets: int | Iterable[int]) -> int:
-        """Withdraw pending records by offset (an int or an iterable of ints); returns how
-        many were cancelled now. Offsets already cancelled, already due, or not in the log
-        are skipped. Durable per the flush policy (counted like appended records)."""
-        wanted = offsets_arg(offsets)
+        """Withdraw pending records by offset (an int or iterable of ints), skipping those
+        cancelled, due or not in the log; returns how many were cancelled. Durable per the
+        flush policy. Cost: O(offsets + batches spanned), a journal append per segment."""
+        wanted = validation.offsets_arg(offsets)
         with self._lock:
             self._check_open()
             return self._writer.cancel(wanted)
@@ -340,30 +252,30 @@ class Log(forks.Owned):
     def reschedule(self, offset: int, deliver_after: int | None = None, *,
                    delay_ms: int | None = None) -> AppendResult:
         """Move one pending record: cancel it and append a copy (same key, value, headers,
-        timestamp) due at `deliver_after` (or the log clock now plus `delay_ms`),
-        atomically across crashes (log/cancellation/journal.py). A record that is
-        cancelled, due or not in the log raises KdelayError."""
-        if delay_ms is not None:
-            deliver_after = deliver_after_for_delay(deliver_after, delay_ms, self.now(),
-                                                    error=KdelayError)
-        off, due = reschedule_args(offset, deliver_after, path=self.path,
-                                   delayed_delivery_enable=self.config.delayed_delivery_enable)
+        timestamp) due at `deliver_after` (or now plus `delay_ms`), atomically across
+        crashes (log/cancellation/journal.py); KdelayError if cancelled, due or not in the
+        log. Cost: one batch found by offset and read, one append, two journal entries."""
+        off, due = validation.reschedule_args(offset, deliver_after, delay_ms, self.now,
+                                              self.config, self.path)
         with self._lock:
             self._check_open()
-            result = self._appended_locked(self._writer.reschedule(off, due))
-        return self._tell(result)
+            result = self._notices.under_lock(self._writer.reschedule(off, due))
+        return self._notices.after(result)
 
     # ------------------------------------------------------------------ reading
 
     def fetch(self, after: DeliveryKey | int | None = None, *, max_records: int = 500,
               max_bytes: int = 1 << 20, max_wait_ms: int = 0) -> FetchResult:
-        """Due records strictly after `after`, in (deliverAfter, offset) order."""
-        if not self._closed:  # the idle poll: answered in C, no lock (fetch/quiet_gate.pyx)
+        """Due records strictly after `after`, in (deliverAfter, offset) order. Cost: the
+        batches returned (read, CRC-checked, decoded in C) plus planning over the segments
+        that can contribute (fetch/planner.py); O(1) when nothing is due (the idle poll is
+        answered in C with no lock: fetch/quiet_gate.pyx)."""
+        if not self._closed:
             quiet = self._gate.answer(after, max_records, max_bytes, max_wait_ms, self._clock)
             if quiet is not None:
                 return quiet
-        max_records, max_bytes, max_wait_ms = check_page_limits(max_records, max_bytes,
-                                                                max_wait_ms)
+        max_records, max_bytes, max_wait_ms = validation.check_page_limits(
+            max_records, max_bytes, max_wait_ms)
         deadline = time.monotonic() + max_wait_ms / 1000 if max_wait_ms else 0.0
         with self._lock:
             if self._closed:
@@ -376,45 +288,19 @@ class Log(forks.Owned):
             cursor = resolve_cursor(self._segments, after)
             return self._due_order.wait_for_page(
                 self._segments, cursor, max_records, max_bytes, self._cancels,
-                deadline=deadline, now=self.now, signal=self._appended,
+                deadline=deadline, now=self.now, signal=self._notices.signal,
                 check_open=self._check_open)
 
     def read(self, offset: int, *, max_records: int = 500) -> list[FetchedRecord]:
-        """Records in plain offset order from `offset` (due or not)."""
-        offset = as_int(offset, "offset")
-        max_records = check_page_limits(max_records)[0]
-        with self._lock:
-            self._check_open()
-            return offset_order.read_from(self._segments, max(offset, self.log_start_offset),
-                                          max_records)
+        """Records in plain offset order from `offset` (due or not). Cost: O(log segments),
+        a short header walk from the offset index, then the batches returned."""
+        return self.reads.records_from(offset, max_records)
 
-    def _segments_replaced(self) -> None:
-        """Compaction or the tiered sync swapped segments: forget remembered merges."""
-        self._due_order.reset()
-        self._due_batches.reset()
-
-    def _read_due_batches(self, after: DeliveryKey | None, *, max_batches: int,
-                          max_bytes: int, with_bytes: bool
-                          ) -> tuple[list[DueBatch], DeliveryKey | None, int]:
-        """(batches, next, now): stored batches due at the log clock `now` after `after`
-        (fetch/due_batches.py; the broker's due-order view reads through it)."""
-        with self._lock:
-            self._check_open()
-            now = self._clock.now()
-            return (*self._due_batches.read(self._segments, after, now, max_batches, max_bytes,
-                                            self._cancels, with_bytes), now)
-
-    def _read_batches(self, offset: int, max_bytes: int) -> list[bytes]:
-        """Stored batches in offset order from `offset` (offset_order.batches_from)."""
-        with self._lock:
-            self._check_open()
-            return offset_order.batches_from(self._segments, offset, max_bytes)
-
-    def _offset_for_time(self, t: int) -> tuple[int, int] | None:
-        """The first record with a timestamp >= `t` (offset_order.offset_for_time)."""
-        with self._lock:
-            self._check_open()
-            return offset_order.offset_for_time(self._segments, t)
+    def offset_for_time(self, timestamp: int) -> OffsetAndTimestamp | None:
+        """(offset, timestamp) of the first record in offset order whose timestamp is >=
+        `timestamp` (None: none), as Kafka's offsetsForTimes. Cost: O(log segments + log
+        index entries), a walk of about one index interval, one batch decoded."""
+        return self.reads.offset_for_time(timestamp)
 
     # ------------------------------------------------------------------ groups
 
@@ -422,93 +308,43 @@ class Log(forks.Owned):
     def commit(self, group: str, key: DeliveryKey | None, *,
                generation: int | None = None) -> None:
         """Durably store `group`'s position (the key of the last record it consumed). With
-        `generation` (from `_join_group`), refused with GroupFencedError once a newer member
-        has joined."""
-        key = commit_key(key)
-        self._check_open()
-        self._groups.commit(group, key, self.now(), generation)
+        `generation` (from `clients.join_group`), refused with GroupFencedError once a
+        newer member has joined. Cost: one small file replaced atomically (fsync'd)."""
+        self.clients.commit(group, key, generation)
 
     @write_errors
     def commit_many(self, positions: dict[str, DeliveryKey | None]) -> None:
-        """Durably store several groups' positions at once (a broker's group commit): one
-        slot write and fdatasync per group, several at once (groups/positions.py)."""
-        keys = {group: commit_key(key) for group, key in positions.items()}
-        self._check_open()
-        self._groups.commit_many(keys, self.now())
+        """Durably store several groups' positions at once (a broker's group commit).
+        Cost: one slot write and fdatasync per group, several at once (groups/positions.py)."""
+        self.clients.commit_many(positions)
 
     def committed(self, group: str) -> DeliveryKey | None:
-        self._check_open()
-        return self._groups.committed(group)
+        """`group`'s stored position (None: none). Cost: one small file read."""
+        return self.clients.committed(group)
 
-    # the clients' plumbing (kdelay.clients): private, not a user's surface
-
-    def _join_group(self, group: str) -> int:
-        """Register a new member (Consumer) of `group` on this Log and return its
-        generation; every older member is fenced (see `_check_member`)."""
-        self._check_open()
-        return self._groups.join(group)
-
-    def _check_member(self, group: str, generation: int) -> None:
-        """Raise GroupFencedError if a member newer than `generation` joined `group`."""
-        self._groups.check_member(group, generation)
-
-    # ------------------------------------------------------------------ retention
+    # ------------------------------------------------------------------ maintenance
 
     @write_errors
     def enforce_retention(self) -> int:
-        """Delete the oldest sealed segments whose every record has been due for longer than
-        `retention_ms`, and, while the log is over `retention_bytes`, those whose every record
-        is due; then, when `compaction_min_ratio` > 0, compact (and delete what compaction
-        emptied at the log start). Returns how many segments were deleted."""
-        deleted = self._retention_pass()
-        if self.config.compaction_min_ratio > 0 and self.compact().segments_rewritten:
-            deleted += self._retention_pass()
-        return deleted
-
-    def _retention_pass(self) -> int:
-        with self._lock:
-            self._check_open()
-            remote = self._remote
-            cancel_ops.settle_moves(self._segments, self._cancels)  # (see there)
-            deleted = retention.enforce(self._segments, self.config, self.now(), self.path,
-                                        self._life.mark_dirty,
-                                        busy=remote.busy if remote else _never)
-            self._cancels.forget_below(self.log_start_offset)
-        if deleted and remote is not None:
-            remote.wake()  # to delete the remote copies retention gave up
-        return deleted
+        """Delete the oldest sealed segments all due for longer than `retention_ms`, and
+        those all due while over `retention_bytes`; then compact if `compaction_min_ratio`
+        > 0. Returns how many were deleted. Cost: O(segments deleted), plus a compaction's."""
+        return self._maintenance.enforce_retention()
 
     @write_errors
     def sync_remote(self) -> RemoteSyncResult:
-        """Tiered storage: do now what the background sync would (finish deleting remote
-        copies retention gave up, copy every sealed segment not copied yet, apply local
-        retention, remove orphans) and return what it did. Raises RemoteStorageError if the
-        store fails (appends and reads of local segments go on; a later pass retries).
-        Without `remote_storage`, does nothing."""
-        self._check_open()
-        if self._remote is None:
-            return RemoteSyncResult()
-        return self._remote.sync()
+        """Tiered storage: one pass of the background sync now (tiered/sync.py), returning what
+        it did; RemoteStorageError if the store fails (local appends and reads go on);
+        nothing without `remote_storage`. Cost: one upload per segment copied."""
+        return self._maintenance.sync_remote()
 
     @write_errors
     def compact(self) -> CompactionResult:
-        """Rewrite sealed segments in which at least `compaction_min_ratio` of the bytes are
-        removable (due for longer than `retention_ms`, or cancelled) without those records,
-        keeping every other record with its offset (see kdelay.log.compaction.compactor). Appends and
-        fetches go on meanwhile: the log's lock is held only to swap each rewritten segment
-        in. Cost: one sequential read of the rewritten segments and one write of what
-        survives; memory O(one segment's index)."""
-        self._check_open()
-        return self._compactor.compact(self.config, now=self.now,
-                                       cancelled=self._cancelled_offsets,
-                                       before_change=self._life.mark_dirty,
-                                       after_change=self._segments_replaced,
-                                       is_closed=lambda: self._closed,
-                                       keep=self._kept_from_compaction)
-
-    def _kept_from_compaction(self, seg) -> bool:
-        """compact() rewrites only segments not in the object store nor being copied."""
-        return seg.remote is not None or (self._remote is not None and self._remote.busy(seg))
+        """Rewrite sealed segments where at least `compaction_min_ratio` of the bytes are
+        removable (due past `retention_ms`, or cancelled) without them, others keeping their
+        offsets, the lock held only per swap (log/compaction/compactor.py). Cost: one read
+        of those segments, one write of what survives, memory O(one segment's index)."""
+        return self._maintenance.compact()
 
     # ------------------------------------------------------------------ introspection
 
@@ -526,34 +362,7 @@ class Log(forks.Owned):
             return self._segments.bases()
 
     def metrics(self) -> dict:
-        """Counts and sizes for monitoring. `groups` maps each consumer group with a stored
-        position to its committed key and its lag: records due now and after that key;
-        `queues` each queue group to its counts (queue_groups.group_counts)."""
-        self._check_open()
-        reach = metrics.Reach()  # a store that is down is reported, never raised
-        with self._lock:
-            now = self.now()
-            keys, unreadable = committed_positions(self._groups)
-            out = metrics.log_metrics(self._segments, keys, unreadable, self._cancels,
-                                      self._compactor.totals, now, reach)
-        # outside the lock, as a live queue group's counts take the group's lock
-        out["queues"] = self._queue_groups.counts(
-            now, lambda key: self._due_after([key], now, reach)[0])
-        if self._tier is not None:
-            with self._lock:
-                out["remote"] = metrics.remote_metrics(self._segments, self._tier, reach)
-        return out
-
-    def _due_after(self, keys: Sequence[DeliveryKey | None], now: int,
-                   reach: Reach | None = None) -> list[int]:
-        """Per key (a position in due order, None: the start), the records due at `now`
-        after it and not cancelled: what a reader at that position has left to read now
-        (over the segments in `reach`: all when None)."""
-        with self._lock:
-            return metrics.due_after_keys(self._segments, keys, now, self._cancels, reach)
-
-    def _earliest_pending(self, now: int) -> int | None:
-        """The smallest deliverAfter > `now` in the log (None: nothing pending). Sealed
-        segments whose largest key is due are skipped without being touched."""
-        with self._lock:
-            return metrics.earliest_pending(self._segments, now)
+        """Counts and sizes for monitoring, with each consumer group's committed key and
+        lag (records due now after it) and each queue group's counts (queue_groups.py).
+        Cost: O(segments + batches due) and one file read per consumer group."""
+        return self.clients.metrics(self._maintenance.compactor.totals, self._tier)

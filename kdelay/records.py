@@ -117,6 +117,14 @@ class CompactionResult(NamedTuple):
     active_segment_bytes: int = 0
 
 
+class OffsetAndTimestamp(NamedTuple):
+    """What `Log.offset_for_time` finds: a record's offset and its timestamp (as Kafka's
+    offsetsForTimes answers)."""
+
+    offset: int
+    timestamp: int
+
+
 class FetchResult(NamedTuple):
     records: list[FetchedRecord]
     next: DeliveryKey | None

@@ -1,4 +1,4 @@
-"""validation.BatchColumns: a checked batch travels as named columns, one entry per record,
+"""columns.BatchColumns: a checked batch travels as named columns, one entry per record,
 whether it came as Records (record_columns) or as columns (batch_columns), with numpy
 integers made plain ints."""
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kdelay import InvalidRecordError, PackedBinary, Record
-from kdelay.validation import BatchColumns, batch_columns, record_columns, record_fields
+from kdelay.log.batch.columns import BatchColumns, batch_columns, record_columns, record_fields
 
 T0 = 1_700_000_000_000
 

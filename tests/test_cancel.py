@@ -284,7 +284,7 @@ def test_compaction_removes_cancelled_records_and_the_count_follows(log_dir, clo
         # what is left cancelled is still in the log, the original of the move that was
         # unconfirmed during the rewrite among it (compaction then settled that move, so
         # that the count is exact: see the next test)
-        left = log._cancelled_offsets(0, log.log_end_offset)
+        left = log._maintenance.cancelled(0, log.log_end_offset)
         assert len(left) == after and offs[55] in left
         assert {r.offset for r in log.read(0, max_records=1000)} >= set(left)
         clock.t = T0 + 1000
@@ -331,11 +331,11 @@ def test_compaction_keeps_the_original_of_an_unconfirmed_move(log_dir, clock):
         _fill(log, 30, T0 + 100, per_batch=3)
         log.roll()
         log.reschedule(4, T0 + 900)  # copy in the active segment, not fsynced yet
-        assert 4 not in log._cancelled_offsets(0, 30)  # compaction must not remove it
+        assert 4 not in log._maintenance.cancelled(0, 30)  # compaction must not remove it
         log.cancel(5)
-        assert 5 in log._cancelled_offsets(0, 30)
+        assert 5 in log._maintenance.cancelled(0, 30)
         log.flush()  # the copy is durable: the move is confirmed
-        assert 4 in log._cancelled_offsets(0, 30)
+        assert 4 in log._maintenance.cancelled(0, 30)
     finally:
         log.close()
 
@@ -353,12 +353,12 @@ def test_compaction_never_merges_away_a_cancellation_made_during_the_rewrite(log
         log.roll()
         assert log.cancel(later[:2]) == 2
         clock.t = T0 + 10
-        hook = log._cancelled_offsets
-        log._cancelled_offsets = lambda first, end: []  # the rewrite does not see them
+        hook = log._maintenance.cancelled
+        log._maintenance.cancelled = lambda first, end: []  # the rewrite does not see them
         try:
             log.compact()
         finally:
-            log._cancelled_offsets = hook
+            log._maintenance.cancelled = hook
         assert log.metrics()["cancelled_records"] == 2
         clock.t = T0 + 6000
         assert sorted(r.offset for r in fetch_everything(log, 500) if r.offset >= later[0]) == later[2:]

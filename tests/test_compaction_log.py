@@ -196,7 +196,7 @@ def test_cancel_hook_removes_cancelled_records(tmp_path):
     clock = Clock()
     log, m = _pinned_log(str(tmp_path / "p"), clock)
     cancelled = {o for o in m.rows if o % 3 == 0 and m.rows[o][4] > T0}
-    log._cancelled_offsets = lambda lo, hi: sorted(o for o in cancelled if lo <= o < hi)
+    log._maintenance.cancelled = lambda lo, hi: sorted(o for o in cancelled if lo <= o < hi)
     clock.t = T0 + 2 * HOUR
     log.compact()
     got = {r.offset for r in _read_all(log)}

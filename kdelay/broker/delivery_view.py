@@ -197,8 +197,8 @@ class DeliveryView:
         numbered = 0
         while True:
             after = self.last_key()
-            batches, _, _ = self.log._read_due_batches(after, max_batches=_EXTEND_BATCHES,
-                                                       max_bytes=_MAX, with_bytes=False)
+            batches, _, _ = self.log.reads.due(after, max_batches=_EXTEND_BATCHES,
+                                               max_bytes=_MAX, with_bytes=False)
             rows = _new_entries(batches, after, self.high_watermark)
             if rows:
                 if self._sync:
@@ -251,8 +251,8 @@ class DeliveryView:
         if n == hw:
             return bytearray()
         parts: list[tuple[bytes, int | None]] = []
-        batches, _, _ = self.log._read_due_batches(self.key_before(n), max_batches=_MAX,
-                                                   max_bytes=max_bytes, with_bytes=True)
+        batches, _, _ = self.log.reads.due(self.key_before(n), max_batches=_MAX,
+                                           max_bytes=max_bytes, with_bytes=True)
         rows = self._rows[:self._n]
         j = self._entry_of(n)
         assert j is not None  # log start <= n < high watermark: the file holds n
@@ -330,8 +330,8 @@ def _renumbered_alike(log: Log, reading: Reading) -> bool:
     next_delivery = reading.first_delivery if not len(rows) else \
         int(rows[-1]["base"]) + int(rows[-1]["count"])
     while next_delivery < end:
-        batches, _, _ = log._read_due_batches(after, max_batches=_EXTEND_BATCHES,
-                                              max_bytes=_MAX, with_bytes=False)
+        batches, _, _ = log.reads.due(after, max_batches=_EXTEND_BATCHES, max_bytes=_MAX,
+                                      with_bytes=False)
         new = _new_entries(batches, after, next_delivery)
         if not new:
             break

@@ -150,7 +150,7 @@ class ProducerStates:
         below the active segment as the new snapshot. O(1), O(producers) when it writes. A failed write is
         logged and tried again at the next append (the old snapshot still holds)."""
         state = self._partition(topic, partition, plog)
-        active = plog._segments.active.base_offset
+        active = plog.reads.active_base()
         if active <= state.snapshot_offset:
             return
         now = plog.now()
@@ -262,9 +262,8 @@ def _replay(plog: Log, bases: list[int], start: int, producers: dict[int, Produc
 
 def _position_of(plog: Log, offset: int) -> int:
     """The file position of the batch holding `offset` in its segment (0: not found)."""
-    seg = plog._segments.segment_for(offset)
-    found = None if seg is None else seg.find_batch(offset)
-    return 0 if found is None else found[0]
+    found = plog.reads.batch_position(offset)
+    return 0 if found is None else found
 
 
 def _reader(fd: int) -> walker.Reader:

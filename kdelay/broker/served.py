@@ -51,12 +51,12 @@ class PlainPartition:
         if n == self.high_watermark:
             return bytearray()
         return v2_batches([(data, int.from_bytes(data[:8], "big"))
-                           for data in self.log._read_batches(n, max_bytes)])
+                           for data in self.log.reads.batches_from(n, max_bytes)])
 
     def offset_for_time(self, t: int) -> tuple[int, int]:
         """(offset, timestamp) of the first record whose timestamp is `t` or later
         ((-1, -1): none)."""
-        found = self.log._offset_for_time(t)
+        found = self.log.offset_for_time(t)
         return (-1, -1) if found is None else found
 
     def next_due_ms(self) -> int | None:
@@ -124,7 +124,7 @@ class DelayedPartition:
         """How long until the next pending record comes due on the log clock (None: none
         is pending)."""
         now = self.log.now()
-        due = self.log._earliest_pending(now)
+        due = self.log.clients.earliest_pending(now)
         return None if due is None else due - now
 
 

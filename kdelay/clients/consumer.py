@@ -167,7 +167,7 @@ class Consumer:
                                           jitter=jitter)
         # joining fences every older Consumer of the group on these logs (Kafka's group
         # generations): two members would both consume, and move the position backwards
-        self._generations = [log._join_group(group) for log in self._logs]
+        self._generations = [log.clients.join_group(group) for log in self._logs]
         self._committed: list[DeliveryKey | None] = [log.committed(group) for log in self._logs]
         self._positions: list[DeliveryKey | None] = list(self._committed)
         self._start = 0  # first partition of the next poll (rotates for fairness)
@@ -191,7 +191,7 @@ class Consumer:
         Refused (LogClosedError) once a Log is closed, even with nothing to store."""
         self._check_open()
         for log in self._logs:
-            log._check_open()
+            log.clients.check_open()
         self._check_member()
         for i, log in enumerate(self._logs):
             if self._positions[i] != self._committed[i]:
@@ -201,7 +201,7 @@ class Consumer:
     def _check_member(self) -> None:
         """GroupFencedError if a newer Consumer of this group joined on any of the logs."""
         for log, gen in zip(self._logs, self._generations, strict=True):
-            log._check_member(self.group, gen)
+            log.clients.check_member(self.group, gen)
 
     def rewind(self) -> None:
         """Go back to the committed positions: the next poll re-delivers what was polled
@@ -241,7 +241,7 @@ class Consumer:
         wait = None
         for log in self._logs:
             now = log.now()
-            wake = log._earliest_pending(now)
+            wake = log.clients.earliest_pending(now)
             if wake is not None and (wait is None or wake - now < wait):
                 wait = wake - now
         return wait

@@ -59,7 +59,7 @@ class Producer(ProducerCore):
                          max_spread_ms, log.config.max_delivery_delay_ms, max_open)
                   for log in logs]
         for log in logs:
-            log._check_open()  # a closed Log, or a forked child's copy of one
+            log.clients.check_open()  # a closed Log, or a forked child's copy of one
         super().__init__(logs, limits, topic, buffer_records)
         name = f"kdelay-producer-{next(_names)}"
         self._owner = forks.Ownership(self, f"producer {name} of {what}")

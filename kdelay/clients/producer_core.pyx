@@ -6,7 +6,7 @@ flush, close and back-pressure wait on. One lock guards it all; the sender never
 while it appends, and `send` holds it only to put the record in its batch.
 
 `send` runs on the caller's thread and does no I/O: it checks the record by log.append's
-rules (validation.record_fields; the log's deliverAfter and size limits), picks its
+rules (kdelay.log.batch.columns.record_fields; the log's deliverAfter and size limits), picks its
 partition, stamps it with that partition's log clock (Log.now() takes no lock of the log's
 that an append holds), and puts it in its batch with a Future (record_future.pyx). A batch
 is sealed when full, on flush()/close(), or when `buffer_records` records are waiting
@@ -29,13 +29,12 @@ from time import monotonic
 from ..errors import InvalidRecordError, KdelayError
 from ..log.batch.builder import build_batch
 from ..log.batch.codec import HEADER_SIZE
+from ..log.batch.columns import BatchColumns, record_fields
 from ..records import Header
 from ..validation import (
-    BatchColumns,
     as_int,
     check_delay_limit,
     deliver_after_for_delay,
-    record_fields,
     requested_deliver_after,
 )
 from .accumulator cimport Batch, PartitionAccumulator

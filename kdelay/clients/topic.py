@@ -23,11 +23,11 @@ from collections.abc import Callable, Iterable, Sequence
 from .. import forks, fsio
 from ..clock import Clock
 from ..config import LogConfig
-from ..errors import InvalidRecordError, InvalidTopicError, KdelayError
+from ..errors import InvalidRecordError, InvalidTopicError, KdelayError, os_errors
 from ..fetch.long_poll import ActivitySignal, due_in_ms
 from ..partition import Log
 from ..records import AppendResult, Record
-from ..validation import as_int, check_open_args, is_int, is_positive_int, os_errors
+from ..validation import as_int, check_open_args, is_int, is_positive_int
 from .partitioner import partition_for_key
 from .topic_metrics import topic_metrics
 
@@ -105,7 +105,7 @@ class Topic(forks.Owned):
         if partitions is not None:
             partitions = as_int(partitions, "partitions", lo=1, error=InvalidTopicError)
         root, config = check_open_args(root, config, clock, "topic root")
-        return os_errors("opening topic in", root,
+        return os_errors("open topic", root,
                          lambda: cls._open(root, name, partitions, config, clock))
 
     @classmethod

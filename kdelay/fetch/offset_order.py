@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..log.batch import codec
 from ..log.batch.codec import BatchHeader
 from ..log.segments.layout import DLYINDEX_SUFFIX, INDEX_SUFFIX
 from ..log.segments.segment import LogSegment
@@ -75,20 +74,3 @@ def _walk(segments: SegmentSet, offset: int
             prefetch_indexes(filter(None, [segments.next_after(seg)]), OFFSET_ORDER_INDEXES)
             offset = max(offset, seg.base_offset)
 
-
-def offset_for_time(segments: SegmentSet, t: int) -> tuple[int, int] | None:
-    """(offset, timestamp) of the first record whose timestamp is `t` or later, as Kafka's
-    ListOffsets finds it (None: none is): in each segment from the oldest, its time index
-    says from where records may reach `t` (the last entry below it), and batch headers are
-    walked from there to the first batch whose largest timestamp reaches it, whose
-    records' timestamps are read. O(segments * batches per index interval)."""
-    for seg in segments:
-        start = seg.time_index.offset_before(t)
-        for h, data, at, pos in _walk(segments, seg.base_offset if start is None else start):
-            if at is not seg:
-                break  # nothing in this segment reaches t
-            if h.max_timestamp >= t:
-                stamps = codec.decode_records(data, h, path=seg.log_path, file_pos=pos)[0]
-                return next((h.base_offset + i, int(ts)) for i, ts in enumerate(stamps)
-                            if ts >= t)
-    return None

@@ -40,7 +40,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from ..errors import KdelayError, LogLockedError
-from ..log.local.loader import lock_holder
+from ..log.local.directory_lock import lock_holder
 from ..records import PackedBinary
 from . import scan
 

@@ -346,6 +346,6 @@ def close_abandoned(log) -> None:
             os.close(fd)
         life.lock_fd = -1
     log._closed = True
-    flusher = getattr(log, "_flusher", None)
+    flusher = getattr(getattr(log, "_maintenance", None), "_flusher", None)
     if flusher is not None:
         flusher.join(timeout=2)

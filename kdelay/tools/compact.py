@@ -8,7 +8,7 @@ import os
 
 from ..config import LogConfig
 from ..errors import InspectError, LogLockedError
-from ..log.local.loader import lock_holder
+from ..log.local.directory_lock import lock_holder
 from ..partition import Log
 from ..records import CompactionResult
 from .formatting import Out

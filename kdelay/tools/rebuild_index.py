@@ -8,7 +8,7 @@ import os
 
 from ..errors import InspectError, LogLockedError
 from ..log.compaction import swap
-from ..log.local.loader import lock_holder, take_lock
+from ..log.local.directory_lock import lock_holder, take_lock
 from ..log.segments.segment import LogSegment
 from .formatting import Out, err
 from .progress import ProgressBar

@@ -99,7 +99,7 @@ def test_groups_are_independent(open_log, clock):
     assert [r.offset for r in Consumer(log, "a").poll()] == [10, 11]
     assert [r.offset for r in Consumer(log, "b").poll()] == list(range(2, 12))
     assert [r.offset for r in Consumer(log, "fresh").poll()] == list(range(12))
-    assert log._groups.groups() == ["a", "b"]
+    assert log.clients.positions.groups() == ["a", "b"]
     m = log.metrics()
     assert {g: v["lag"] for g, v in m["groups"].items()} == {"a": 2, "b": 10}
 
@@ -112,7 +112,7 @@ def test_group_names_cannot_escape(open_log, log_dir):
         c.poll()
         c.commit()
     assert sorted(os.listdir(os.path.dirname(log_dir))) == [os.path.basename(log_dir)]
-    assert sorted(log._groups.groups()) == sorted(["../../evil", "/abs", "a/b", "..", "\x00"])
+    assert sorted(log.clients.positions.groups()) == sorted(["../../evil", "/abs", "a/b", "..", "\x00"])
     for bad in ("", None, 3):
         with pytest.raises(KdelayError):
             Consumer(log, bad)
@@ -568,7 +568,7 @@ def test_any_group_name_round_trips(log_dir, clock, group):
         c.commit()
     with Log.open(log_dir, clock=clock) as log:
         assert log.committed(group) == DeliveryKey(clock.t, 1)
-        assert log._groups.groups() == [group]
+        assert log.clients.positions.groups() == [group]
         assert [r.offset for r in Consumer(log, group).poll()] == [2]
 
 
@@ -578,7 +578,7 @@ def test_group_name_limits(open_log):
     for bad in ("x" * 121, "é" * 61, "\ud800"):
         with pytest.raises(KdelayError):
             log.commit(bad, None)
-    assert log._groups.groups() == ["x" * 120]
+    assert log.clients.positions.groups() == ["x" * 120]
 
 
 def test_corrupt_group_file_is_detected(log_dir, clock):

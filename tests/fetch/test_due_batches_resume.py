@@ -29,8 +29,8 @@ OPS = st.lists(
 
 def _read_both(log: Log, cursor: DeliveryKey | None, max_batches: int, max_bytes: int):
     """(what the log's own reader, resuming, hands out; what a new reader does)."""
-    resumed, nxt, now = log._read_due_batches(cursor, max_batches=max_batches,
-                                              max_bytes=max_bytes, with_bytes=True)
+    resumed, nxt, now = log.reads.due(cursor, max_batches=max_batches, max_bytes=max_bytes,
+                                      with_bytes=True)
     with log._lock:
         fresh, fresh_next = DueBatchReader().read(log._segments, cursor, now, max_batches,
                                                   max_bytes, log._cancels, True)
@@ -61,7 +61,7 @@ def test_a_resumed_read_equals_a_fresh_one(tmp_path_factory, ops):
             elif op == "retention":
                 log.enforce_retention()
             elif op == "replaced":
-                log._segments_replaced()
+                log.reads.forget_merges()
             elif op == "cancel":
                 if offsets:
                     first = offsets[a % len(offsets)]
@@ -91,12 +91,12 @@ def test_a_reader_following_its_cursor_resumes(tmp_path):
         for i in range(40):
             log.append([Record(b"x" * 20)], deliver_after=T0 + 100 - i)
         now[0] += 1_000
-        reader = log._due_batches
+        reader = log.reads._due
         cursor = None
         seen = []
         while True:
-            batches, cursor, _ = log._read_due_batches(cursor, max_batches=3,
-                                                       max_bytes=1 << 20, with_bytes=False)
+            batches, cursor, _ = log.reads.due(cursor, max_batches=3, max_bytes=1 << 20,
+                                               with_bytes=False)
             if not batches:
                 break
             seen += [b.base_offset for b in batches]

@@ -211,7 +211,7 @@ CASES: dict[str, tuple[str | None, Callable[[Env], object], bool]] = {
     "closed retention": ("closed", lambda e: e.log.enforce_retention(), False),
     "closed metrics": ("closed", lambda e: e.log.metrics(), True),
     "closed committed": ("closed", lambda e: e.log.committed("g"), True),
-    "closed earliest_pending": ("closed", lambda e: e.log._earliest_pending(T0), True),
+    "closed earliest_pending": ("closed", lambda e: e.log.clients.earliest_pending(T0), True),
     "closed topic send": ("closed_topic", lambda e: e.topic.send([Record(b"x")]), False),
     "Consumer backoff_base_ms=-1": ("log", lambda e: _consumer_retry(e, backoff_base_ms=-1), False),
     "Consumer backoff_base_ms='1'": ("log", lambda e: _consumer_retry(e, backoff_base_ms="1"), False),

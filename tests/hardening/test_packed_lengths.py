@@ -1,7 +1,7 @@
 """PackedBinary lengths against the compiled encoder's preconditions.
 
 `Log.append_columns` hands PackedBinary lengths to compiled code (record_loops.pyx), which
-indexes the data with them. validation._packed must refuse, with InvalidRecordError and
+indexes the data with them. columns._packed must refuse, with InvalidRecordError and
 nothing written, every column whose lengths are not each in [-1, len(data)] adding up
 exactly to the data, however they are typed (signed or unsigned, any width) and however
 their fixed-width sum would wrap around; every other column must round-trip exactly.
@@ -24,7 +24,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from kdelay import InvalidRecordError, PackedBinary
-from kdelay.validation import MAX_INT64, batch_columns
+from kdelay.log.batch.columns import batch_columns
+from kdelay.validation import MAX_INT64
 
 # reads (column, lengths, data) frames from stdin; answers each with what append_columns did
 CHILD = textwrap.dedent("""
@@ -179,6 +180,6 @@ def test_wrapping_and_unsigned_lengths_are_refused():
 
 @given(st.integers(0, MAX_INT64), st.data())
 def test_exact_sum_never_wraps(bound, data):
-    from kdelay.validation import _exact_sum
+    from kdelay.log.batch.columns import _exact_sum
     values = data.draw(st.lists(st.integers(-1, bound), min_size=0, max_size=8))
     assert _exact_sum(np.array(values, np.int64), bound) == sum(values)

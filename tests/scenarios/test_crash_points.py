@@ -197,7 +197,7 @@ def _prep_compact(path: str, m: Model, config: LogConfig) -> Log:
 def _act_compact(path, log, m):
     cancelled = {o for o in m.sent if o % 5 == 1}  # splits pinned batches too
     m.removable |= cancelled
-    log._cancelled_offsets = lambda lo, hi: sorted(o for o in cancelled if lo <= o < hi)
+    log._maintenance.cancelled = lambda lo, hi: sorted(o for o in cancelled if lo <= o < hi)
     assert log.compact().segments_rewritten >= 3
     m.append(log, 1, flushed=True)
     return log

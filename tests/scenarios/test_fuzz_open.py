@@ -85,7 +85,7 @@ def _build_compacted(path: str) -> dict[int, tuple[bytes | None, bytes, int]]:
         res = log.append(recs, deliver_after=da)
         for k, r in enumerate(recs):
             sent[res.base_offset + k] = (r.key, r.value, res.deliver_after)
-    log._cancelled_offsets = lambda lo, hi: [o for o in range(lo, hi) if o % 7 == 3]
+    log._maintenance.cancelled = lambda lo, hi: [o for o in range(lo, hi) if o % 7 == 3]
     clock[0] = T0 + 10_000
     assert log.compact().segments_rewritten >= 2
     kept = {r.offset for r in log.read(0, max_records=10_000)}

@@ -73,7 +73,7 @@ def test_retention_in_every_gap_of_a_copy_brings_nothing_back(tmp_path, remote, 
         log.roll()
         clock.advance(10_000)  # everything due for longer than retention_ms
         gaps = RetentionInEveryGap(log)
-        log._remote._lock = gaps
+        log._maintenance.remote._lock = gaps
         log.sync_remote()
         log.sync_remote()  # the remote deletions retention gave up
         assert gaps.runs

@@ -37,7 +37,7 @@ def everything(log: Log) -> list[tuple[int, bytes]]:
 
 
 def store_bases(log: Log) -> set[int]:
-    listing = log._remote.tier.store.list()
+    listing = log._maintenance.remote.tier.store.list()
     return {manifest.parse_object_name(n)[0] for n in listing
             if n.endswith(manifest.MANIFEST_SUFFIX)}
 
@@ -102,7 +102,7 @@ def test_retention_deletes_remote_copies_manifest_first(open_log, clock):
         assert not os.path.exists(segment_file(log.path, base, LOG_SUFFIX))
     log.sync_remote()  # (or the background sync, woken by retention)
     assert store_bases(log) == set()
-    assert log._remote.tier.store.list() == {}
+    assert log._maintenance.remote.tier.store.list() == {}
     assert not any(n.endswith(REMOTE_DELETING_SUFFIX) for n in os.listdir(log.path))
 
 
@@ -142,7 +142,7 @@ def test_orphans_of_an_interrupted_copy_are_swept_by_a_later_sync(tmp_path, remo
     cfg = remote.config(**SMALL)
     log = Log.open(path, config=cfg, clock=clock)
     fill(log)
-    store = log._remote.tier.store
+    store = log._maintenance.remote.tier.store
     store.put(f"{log.segments[0]:020d}.00000000000000aa.log", b"part of a copy")
     log.close()
     log = Log.open(path, config=cfg, clock=clock)
@@ -251,5 +251,5 @@ def test_remote_only_segments_are_deleted_by_retention_of_the_whole_log(open_log
     sealed = len(log.segments) - 1
     assert log.enforce_retention() == sealed > 0
     log.sync_remote()
-    assert log._remote.tier.store.list() == {}
+    assert log._maintenance.remote.tier.store.list() == {}
     assert log.segments == [log.log_start_offset]  # only the active segment is left

@@ -77,7 +77,7 @@ def _records(log: Any, recs: list) -> tuple[bytearray, list[tuple[int, int, int]
     for r in recs:
         if r.offset <= covered:
             continue
-        for data in log._read_batches(r.offset, 1):
+        for data in log.reads.batches_from(r.offset, 1):
             base = int.from_bytes(data[:8], "big")
             last = base + int.from_bytes(data[23:27], "big")
             if base > r.offset:

@@ -95,7 +95,7 @@ class OffsetStore:
         out: set[str] = set()
         for topic in topics:
             for i in range(topic.partitions):
-                out.update(topic.partition(i)._groups.groups())
+                out.update(topic.partition(i).clients.positions.groups())
         return out
 
     def has_offsets(self, group: str, topics: TopicRegistry) -> bool:
@@ -124,4 +124,4 @@ def _write(batch: list[Pending]) -> list[ErrorCode]:
 def _has_position(log, group: str) -> bool:
     """Whether `group` has ever stored a position on this log (a dict lookup once the
     group's position is known, else one stat)."""
-    return log._groups.has_position(group)
+    return log.clients.has_position(group)

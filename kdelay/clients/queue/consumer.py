@@ -65,7 +65,7 @@ class QueueConsumer(forks.Owned):
         state_store.validate_group(group)
         lock_ms = as_int(lock_ms, "lock_ms", lo=1)  # 0: every record free again at once
         for log in logs:
-            log._check_open()  # before taking the group's locks (see kdelay.forks)
+            log.clients.check_open()  # before taking the group's locks (see kdelay.forks)
             time_after(log.now(), lock_ms, "lock_ms")
         max_delivery_count = as_int(max_delivery_count, "max_delivery_count", lo=1)
         if dead_letter is not None and not isinstance(dead_letter, (Log, Topic)):
@@ -124,7 +124,7 @@ class QueueConsumer(forks.Owned):
         wait = None
         for part in self._parts:
             now = part.log.now()
-            for t in (part.next_event(now), part.log._earliest_pending(now)):
+            for t in (part.next_event(now), part.log.clients.earliest_pending(now)):
                 if t is not None and (wait is None or t - now < wait):
                     wait = t - now
         return wait

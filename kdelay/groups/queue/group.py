@@ -45,7 +45,7 @@ from .state_store import (
 
 if TYPE_CHECKING:
     from ...records import FetchResult
-    from .queue_groups import QueueGroups
+    from ..client_access import ClientAccess
 
 # why a record went to a dead letter (the `kdelay.dlq.reason` header; kdelay.clients.dead_letter)
 REJECTED = "rejected"
@@ -56,7 +56,7 @@ class Log(Protocol):
     """What a queue group uses of the open Log it lives on (kdelay.partition.Log)."""
 
     path: str
-    _queue_groups: QueueGroups
+    clients: ClientAccess  # the open check, the queue groups it holds
 
     @property
     def log_end_offset(self) -> int: ...
@@ -64,8 +64,6 @@ class Log(Protocol):
     def fetch(self, after: DeliveryKey | int | None = None, *,
               max_records: int = ...) -> FetchResult: ...
     def read(self, offset: int, *, max_records: int = ...) -> list[FetchedRecord]: ...
-    def _check_open(self) -> None: ...
-    def _earliest_pending(self, now: int) -> int | None: ...
 
 __all__ = ["GroupPartition", "Member", "QueueRecord", "attach", "detach"]
 
@@ -442,7 +440,7 @@ class GroupPartition:
         """KdelayError once the state is closed (LogClosedError: its Log was closed, or
         this is a forked child) or its journal failed."""
         if self.closed:
-            self.log._check_open()  # says why when the Log was closed
+            self.log.clients.check_open()  # says why when the Log was closed
             raise LogClosedError(f"queue group {self.group!r} on {self.log.path} is closed")
         self.store.check_failed()
 
@@ -473,12 +471,12 @@ class GroupPartition:
 def attach(log: Log, group: str, compact_min_bytes: int) -> GroupPartition:
     """The state of `group` on `log` for one more member (opened for the first)."""
     def open_state() -> GroupPartition:
-        log._check_open()  # a Log that closed since the member checked it
+        log.clients.check_open()  # a Log that closed since the member checked it
         return GroupPartition(log, group, compact_min_bytes)
 
-    return log._queue_groups.attach(group, open_state)
+    return log.clients.queue_groups.attach(group, open_state)
 
 
 def detach(part: GroupPartition) -> None:
     """One member fewer; the last one closes the state."""
-    part.log._queue_groups.detach(part.group, part)
+    part.log.clients.queue_groups.detach(part.group, part)

@@ -3,7 +3,7 @@
 from typing import NamedTuple
 
 from ...config import LogConfig
-from ...validation import BatchColumns
+from .columns import BatchColumns
 from .records_batch import RecordsBatch
 
 class BuiltBatch(NamedTuple):

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Turn a validated batch (kdelay.validation.BatchColumns, or a RecordsBatch the compiled
+"""Turn a validated batch (kdelay.log.batch.columns.BatchColumns, or a RecordsBatch the compiled
 builder checked) into the bytes the active segment appends: timestamps filled in from the
 log clock, the delay limit checked, the batch deliverAfter settled, the batch encoded
 (kdelay.log.batch.codec, or records_batch.pyx in one C pass) and its size checked. Raises
@@ -19,7 +19,8 @@ from kdelay.log.batch.records_batch cimport RecordsBatch
 
 from kdelay.errors import InvalidRecordError
 from kdelay.log.batch import codec
-from kdelay.validation import check_delay_limit, record_columns
+from kdelay.log.batch.columns import record_columns
+from kdelay.validation import check_delay_limit
 
 cdef Layout _LAYOUT  # codec.HEADER_LAYOUT, read once
 read_layout(codec.HEADER_LAYOUT, &_LAYOUT)
@@ -49,7 +50,7 @@ class BuiltBatch(NamedTuple):
 
 
 def build_batch(columns, int64_t base_offset, int64_t now, requested, config) -> BuiltBatch:
-    """`columns`: validation.BatchColumns or a RecordsBatch; `requested` is the deliverAfter
+    """`columns`: columns.BatchColumns or a RecordsBatch; `requested` is the deliverAfter
     the batch asks for (validation.requested_deliver_after), however it was asked for: the
     delay limit applies to it alike. `config`: the LogConfig."""
     cdef Built built

@@ -152,7 +152,7 @@ def encode_batch(
     leader_epoch: int = 0,
 ) -> bytes:
     """Encode one batch. Keys and values are bytes (or None for null) each, or both
-    PackedBinary (lengths checked: validation._packed). `timestamp_deltas` (relative to
+    PackedBinary (lengths checked: columns._packed). `timestamp_deltas` (relative to
     base_timestamp) may be None for "all equal". `headers` is None when no record has any,
     else one sequence of (str, bytes|None) per record."""
     n = len(values.lengths) if isinstance(values, PackedBinary) else len(values)

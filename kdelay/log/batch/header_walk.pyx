@@ -19,9 +19,7 @@ from kdelay.log.batch.batch_header cimport (
     read_layout,
 )
 
-cdef enum:  # the rows of `out`: walker's H_* (its columnar test holds the two equal)
-    H_REL, H_BASE_OFFSET, H_SIZE, H_LAST_OFFSET_DELTA, H_BASE_TIMESTAMP, H_MAX_TIMESTAMP,
-    H_DELIVER_AFTER, H_RECORD_COUNT, H_CRC, HEADER_ROWS
+# the rows of `out` (H_*, HEADER_ROWS) are header_walk.pxd's enum
 
 
 @cython.boundscheck(False)  # the layout, `out`'s rows and `start` are checked at the top;

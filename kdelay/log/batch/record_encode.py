@@ -96,7 +96,7 @@ def encode_batch_body(keys: Sequence | PackedBinary, values: Sequence | PackedBi
     `headers` None or one header sequence per record. O(records), all of it in C-level
     calls and the compiled kernel."""
     joined: bytes | np.ndarray
-    if isinstance(values, PackedBinary):  # checked by validation._packed
+    if isinstance(values, PackedBinary):  # checked by columns._packed
         assert isinstance(keys, PackedBinary)  # both are, or neither
         n = len(values.lengths)
         lengths = np.concatenate((keys.lengths, values.lengths))

@@ -1,10 +1,10 @@
 # cython: language_level=3
 """A list of Records straight to the bytes of one batch, compiled: the append path's
 builder for the common case, so that an append of one record costs a few microseconds
-rather than the column-wise checks and gathering (validation.record_columns,
+rather than the column-wise checks and gathering (columns.record_columns,
 record_encode.py) plus the encode.
 
-`RecordsBatch.of` makes the checks of validation.record_columns and
+`RecordsBatch.of` makes the checks of columns.record_columns and
 requested_deliver_after in one pass over the Records, for batches of the plain types
 (bytes or None keys and values, int or None timestamps and deliverAfters, headers of any
 shape); anything else (a wrong type, a numpy integer, a value out of range, a delay asked
@@ -25,7 +25,7 @@ from kdelay.log.batch.batch_header cimport Layout, crc32c_into, put_big_endian, 
 from kdelay.log.batch.record_write cimport record_size, write_record
 
 from kdelay.records import Record
-from kdelay.validation import check_headers
+from kdelay.log.batch.columns import check_headers
 
 from kdelay.log.batch.record_encode import header_block
 

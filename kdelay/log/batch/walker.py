@@ -33,7 +33,20 @@ from ... import fsio
 from ...errors import CorruptLogError
 from ...index.deliver_after_index import Entry
 from . import codec
-from .header_walk import check_crcs, walk_headers
+from .header_walk import (
+    H_BASE_OFFSET,
+    H_BASE_TIMESTAMP,
+    H_CRC,
+    H_DELIVER_AFTER,
+    H_LAST_OFFSET_DELTA,
+    H_MAX_TIMESTAMP,
+    H_RECORD_COUNT,
+    H_REL,
+    H_SIZE,
+    HEADER_ROWS,
+    check_crcs,
+    walk_headers,
+)
 from .offset_continuity import check_continues
 
 CHUNK = 8 << 20  # bytes read per syscall
@@ -88,10 +101,8 @@ def frames(read: Reader, start: int, end: int, *, path: str | None = None,
 
 # ---------------------------------------------------------------------------- columnar
 
-# rows of walk_headers' output: one column per batch
-(H_REL, H_BASE_OFFSET, H_SIZE, H_LAST_OFFSET_DELTA, H_BASE_TIMESTAMP, H_MAX_TIMESTAMP,
- H_DELIVER_AFTER, H_RECORD_COUNT, H_CRC) = range(9)
-HEADER_ROWS = 9
+# the rows of walk_headers' output, one column per batch: H_* and HEADER_ROWS, defined
+# once (header_walk.pxd) and imported above
 
 
 class HeaderColumns:

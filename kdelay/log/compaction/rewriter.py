@@ -119,6 +119,7 @@ def rewrite(directory: str, group: list[Source], *, horizon_ms: int,
         seg.size = writer.pos
         seg.dly_index = DeliverAfterIndex.from_entries(base, entries)
         seg.compacted = True
+        seg.seal_time_index()
         meta = {"log_bytes": seg.size, "next_offset": end}
         for suffix, index in ((INDEX_SUFFIX, seg.offset_index),
                               (TIMEINDEX_SUFFIX, seg.time_index),

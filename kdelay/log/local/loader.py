@@ -16,27 +16,23 @@ Small files this module owns (each replaced atomically, fsio.atomic_write):
   it are known fsync'd; anything unreadable means 0.
 - `.kdelay_cleanshutdown`: written last by a clean close; its ASCII decimal body is the
   log clock then (empty or unreadable: 0). Removed before the first change after open.
-- `.lock`: flock'd while a Log holds the directory; holds the holder's pid in ASCII
-  decimal (written once the lock is held, only to name the holder in LogLockedError).
+- `.lock`: the directory lock (directory_lock.py).
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import logging
 import os
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from ... import fsio
-from ...errors import CorruptLogError, IndexFileError, LogLockedError, RemoteStorageError
+from ...errors import CorruptLogError, IndexFileError, RemoteStorageError
 from ..compaction import swap
 from ..segments.layout import (
     CLEAN_SHUTDOWN_FILE,
     CLEANED_SUFFIX,
     COMPANION_SUFFIXES,
-    LOCK_FILE,
     LOG_SUFFIX,
     MARKER_SUFFIX,
     SWAP_SUFFIX,
@@ -49,6 +45,7 @@ from ..segments.segment import LogSegment
 from ..segments.segment_set import Summarised
 from ..segments.segment_summary import SegmentSummary, SummaryFile, read_summary_file
 from .deferred_indexes import DeferredIndexes
+from .directory_lock import take_lock
 from .summary_open import open_summarised, vouched_summary
 
 log = logging.getLogger("kdelay")
@@ -77,61 +74,6 @@ class LoadReport:
         O(segments deferred) the first time, O(1) after."""
         if self.deferred is not None:
             self.deferred.finish()
-
-
-ONE_OWNER = ("one process owns a log: share the Log between threads, or read it with the "
-             "Spark source or the CLI, which take no lock; for many processes, run "
-             "`kdelay serve` (a Kafka-protocol broker) as the one that owns it")
-
-
-def take_lock(directory: str) -> int:
-    """Take the directory's exclusive lock (flock on .lock, released by the kernel when the
-    holder dies) and record this process's pid in it; returns the descriptor that holds it.
-    Raises LogLockedError, naming the holder's pid, if taken."""
-    fd = os.open(os.path.join(directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        pid = _holder_pid(fd)
-        os.close(fd)
-        raise LogLockedError(f"log directory {directory} is locked by {lock_holder(pid)}; "
-                             f"{ONE_OWNER}", pid) from None
-    # the pid only names the holder in messages: failing to record it (a full disk) must
-    # not refuse the open. Written before the truncate, so a reader never sees it empty;
-    # not rewritten when it is there already (a reopen in one process writes nothing).
-    mine = b"%d\n" % os.getpid()
-    with contextlib.suppress(OSError):
-        if os.pread(fd, len(mine) + 1, 0) != mine:
-            os.pwrite(fd, mine, 0)
-            os.ftruncate(fd, len(mine))
-    return fd
-
-
-def lock_holder(pid: int | None) -> str:
-    """Who holds a log's lock, as error messages name it (`pid` from LogLockedError)."""
-    if pid is None:
-        return "another open Log"
-    if pid == os.getpid():
-        return f"this process (pid {pid}), which has it open already"
-    return f"process {pid}"
-
-
-def _holder_pid(fd: int) -> int | None:
-    """The pid the lock file names, if that process is alive: a file left by a holder that
-    died (or by one that wrote no pid) names nobody."""
-    try:
-        pid = int(os.pread(fd, 32, 0).split(b"\n", 1)[0])
-    except (OSError, ValueError):
-        return None
-    if not 0 < pid < 1 << 31:
-        return None
-    try:
-        os.kill(pid, 0)  # signal 0: only asks whether the process exists
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass  # it exists, as another user's
-    return pid
 
 
 def read_clock_floor(directory: str) -> int:

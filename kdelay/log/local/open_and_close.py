@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import weakref
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ... import fsio
+from ...config import LogConfig
+from ...errors import os_errors
 from ..cancellation import cancel_ops
 from ..cancellation.cancel_store import CancelStore
 from ..segments.layout import (
@@ -31,6 +33,10 @@ from ..segments.segment_summary import (
     write_summaries,
 )
 from .horizon_writer import Horizon
+
+if TYPE_CHECKING:
+    from ..tiered.tier import RemoteTier
+
 from .loader import (
     CLEAN_SHUTDOWN_FILE,
     LoadReport,
@@ -47,6 +53,21 @@ class Opened(NamedTuple):
     report: LoadReport
     marker_present: bool
     clock_floor: int  # the log clock at the last clean close (0: unknown)
+
+
+def open_with_tier(path: str, config: LogConfig) -> tuple[Opened, RemoteTier | None]:
+    """`open_log_directory` as a Log opens it: with `remote_storage`, through its tier (the
+    tiered modules imported here, so a process without tiered storage never loads them).
+    OSErrors come out as kdelay's errors (errors.os_errors)."""
+    tier = tiered = None
+    if config.remote_storage is not None:
+        from ..tiered.opening import TieredDirectory
+        from ..tiered.tier import RemoteTier
+
+        tier = RemoteTier(path, config)
+        tiered = TieredDirectory(path, tier)
+    return os_errors("open", path, lambda: open_log_directory(
+        path, config.index_interval_bytes, tiered)), tier
 
 
 def open_log_directory(path: str, index_interval_bytes: int,

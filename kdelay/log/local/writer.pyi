@@ -4,8 +4,8 @@ from collections.abc import Callable, Iterable
 
 from ...config import LogConfig
 from ...records import AppendResult
-from ...validation import BatchColumns
 from ..batch.client_batch import ClientBatch
+from ..batch.columns import BatchColumns
 from ..batch.records_batch import RecordsBatch
 from ..cancellation.cancel_store import CancelStore
 from ..segments.segment_set import SegmentSet

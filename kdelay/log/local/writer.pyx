@@ -59,7 +59,7 @@ cdef class Writer:
         self._index_interval_bytes = config.index_interval_bytes
 
     def append(self, columns, requested):
-        """Encode the checked `columns` (validation.BatchColumns or a RecordsBatch) as one
+        """Encode the checked `columns` (columns.BatchColumns or a RecordsBatch) as one
         batch at the log clock now and append it; fsync'd first when the flush policy says
         the batch makes a flush due. Returns the AppendResult."""
         cdef Horizon horizon = self._horizon()

@@ -47,7 +47,7 @@ def is_short_batch(path: str, position: int, end: int) -> bool:
 
 
 def lock_held(directory: str) -> bool:
-    """Does a process hold the directory's lock (loader.take_lock's flock on .lock)? A
+    """Does a process hold the directory's lock (directory_lock.take_lock's flock on .lock)? A
     reader must not try to take it, even for a moment: a Log.open at that moment would
     fail. Linux lists every flock in /proc/locks; elsewhere this says True and the append
     horizon's own check of its writer's pid decides. A writer killed -9 has released the

@@ -163,12 +163,17 @@ class LogSegment(SegmentTail, OffsetLookup):
         # loads the indexes not loaded yet (log/local/deferred_indexes.py; None: all)
         self.summary = summary
         self._deferred: Any = None
+        # the largest timestamp: a sealed segment's is its time index's last entry (see
+        # seal_time_index) or the summary's, the active one's kept by every append
+        self.max_timestamp_offset = -1  # base offset of the batch holding it (-1: unknown)
         if summary is not None:
             self.max_timestamp = summary.max_timestamp
         else:
             assert time_index is not None  # loaded, or built afresh
-            last = time_index.last_key()
-            self.max_timestamp = -1 if last is None else last
+            last_key = time_index.last_key()
+            last = None if last_key is None else time_index.floor(last_key)
+            self.max_timestamp = -1 if last is None else last[0]
+            self.max_timestamp_offset = -1 if last is None else last[1]
         self.compacted = False  # may have offset gaps (set by the loader and compaction)
         # tiered storage: the segment's committed copy in the object store
         # (kdelay.log.tiered.manifest.RemoteCopy, a room above this one: not imported),
@@ -327,8 +332,19 @@ class LogSegment(SegmentTail, OffsetLookup):
     def flush(self) -> None:
         fsio.fsync(self.fd)
 
+    def seal_time_index(self) -> None:
+        """Give the time index an entry for the largest timestamp here, unless it has one:
+        entries are sparse (one per index interval, when the timestamp grew), so without
+        this a persisted segment could hold a record later than its index says, and a
+        lookup by time would pass it by. As Kafka appends one when a segment goes
+        inactive."""
+        last = self.time_index.last_key()
+        if self.max_timestamp_offset >= 0 and (last is None or self.max_timestamp > last):
+            self.time_index.add(self.max_timestamp, self.max_timestamp_offset)
+
     def persist_indexes(self) -> None:
         """fsync the .log, then write all three indexes atomically (roll, clean close)."""
+        self.seal_time_index()
         fsio.fsync(self.fd)
         kw = {"log_bytes": self.size, "next_offset": self.next_offset}
         self.offset_index.persist(self.path(INDEX_SUFFIX), **kw)

@@ -8,7 +8,10 @@ which offer the same reads; the active one is always a LogSegment.
   segment with nothing after its cursor without touching it;
 - sealed segments by (earliest deliverAfter, base offset), a bound below every key each
   holds, so that the fetch's merge takes them up in that order (fetch/planner.py);
-- the active one, which takes the appends (always the last by base offset).
+- the active one, which takes the appends (always the last by base offset);
+- sealed segments' largest record timestamps as a running maximum in offset order, worked
+  out again after a change to the set, so the first segment holding a timestamp >= T is
+  a binary search (a lookup by time).
 
 After a clean open that vouched for the directory (segment_summary.py), the sealed
 segments are rows of the summary until first used: the three orders are built from its
@@ -78,6 +81,8 @@ class SegmentSet:
         self._by_max_key = SortedList(max_keys)
         self._by_min_key = SortedList(min_keys)
         self.active: LogSegment = segments[-1]
+        self._changes = 0  # counts changes to which segments are sealed (see by_time)
+        self._by_time: tuple[int, list[int], list[int]] = (-1, [], [])
 
     # ------------------------------------------------------------------ made on first use
 
@@ -133,6 +138,7 @@ class SegmentSet:
     def roll(self) -> None:
         """Seal the active segment (its .log fsync'd, its indexes persisted), start a new
         one where it ends, and move the recovery point to the new one."""
+        self._changes += 1
         old = self.active
         old.persist_indexes()  # fsyncs the .log first
         new = LogSegment.create(self.directory, old.next_offset)
@@ -146,6 +152,7 @@ class SegmentSet:
 
     def remove_oldest(self) -> LogSegment:
         """Forget the oldest sealed segment (the caller deletes its files)."""
+        self._changes += 1
         seg = self._peek(0)
         if seg is self.active:
             raise ValueError("the active segment cannot be removed")
@@ -157,6 +164,7 @@ class SegmentSet:
         """Serve the copied sealed segment `local` from `remote` (a RemoteSegment of the same
         offsets and keys) once local retention deleted its files (the caller closes
         `local`)."""
+        self._changes += 1
         if local is self.active or self._by_base.get(local.base_offset) is not local:
             raise ValueError(f"segment {local.base_offset} is not a sealed segment here")
         self._by_base[local.base_offset] = remote
@@ -164,6 +172,7 @@ class SegmentSet:
     def replace(self, old: list[LogSegment], new: LogSegment) -> None:
         """Swap adjacent sealed segments `old` for `new`, which covers their offsets
         (compaction; the caller closes the old ones). O(len(old) * log segments)."""
+        self._changes += 1
         for seg in old:
             if seg is self.active or self._by_base.get(seg.base_offset) is not seg:
                 raise ValueError(f"segment {seg.base_offset} is not a sealed segment here")
@@ -217,6 +226,25 @@ class SegmentSet:
         """Segments with base offset in [lo, hi), in offset order."""
         for base in self._by_base.irange(lo, hi, inclusive=(True, False)):
             yield self._get(base)
+
+    def first_reaching(self, timestamp: int) -> LogSegment | None:
+        """The first segment in offset order holding a record timestamp >= `timestamp`
+        (None: none does). O(log segments); O(segments) attribute reads the first time
+        after a roll, retention, compaction or a move to the object store."""
+        changes, bases, running_max = self._by_time
+        if changes != self._changes:
+            bases, running_max, top = [], [], -1
+            for base, seg in self._by_base.items():
+                if seg is not self.active:  # a segment not made yet: its summary row's
+                    top = max(top, self.summary_of(base).max_timestamp if seg is None
+                              else seg.max_timestamp)
+                    bases.append(base)
+                    running_max.append(top)
+            self._by_time = (self._changes, bases, running_max)
+        i = bisect_left(running_max, timestamp)
+        if i < len(bases):
+            return self._get(bases[i])
+        return self.active if self.active.max_timestamp >= timestamp else None
 
     # ------------------------------------------------------------------ by largest key
 

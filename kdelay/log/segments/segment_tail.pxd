@@ -7,6 +7,7 @@ cdef class SegmentTail:
     cdef public int64_t size  # bytes of the .log that hold acknowledged batches
     cdef public int64_t next_offset
     cdef public int64_t max_timestamp  # of any batch so far (-1: none)
+    cdef public int64_t max_timestamp_offset  # base offset of the batch holding it (-1: none)
     cdef public object _first_timestamp  # max timestamp of the first batch (None: unknown)
     cdef public int64_t _bytes_since_index_entry
     cdef public object offset_index, time_index, dly_index

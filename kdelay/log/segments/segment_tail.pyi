@@ -13,6 +13,7 @@ class SegmentTail:
     size: int
     next_offset: int
     max_timestamp: int
+    max_timestamp_offset: int
     _first_timestamp: int | None
     _bytes_since_index_entry: int
     offset_index: OffsetIndex

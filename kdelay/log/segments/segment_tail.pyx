@@ -116,6 +116,7 @@ cdef class SegmentTail:
         self._bytes_since_index_entry += size
         if max_timestamp > self.max_timestamp:
             self.max_timestamp = max_timestamp
+            self.max_timestamp_offset = base
         return 0
 
     cpdef bint rolls_before(self, int64_t incoming, int64_t max_timestamp,

@@ -1,5 +1,5 @@
 """log/batch/records_batch.pyx, the compiled builder of an append, against the Python path
-it stands in for: validation.record_columns and requested_deliver_after check the batch,
+it stands in for: columns.record_columns and requested_deliver_after check the batch,
 builder.build_batch encodes its columns with codec.encode_batch. A batch the compiled
 builder takes must be one the Python path takes, with the same requested deliverAfter and
 byte for byte the same batch at any append time; one it leaves must be one the Python path
@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from kdelay import KdelayError, LogConfig, Record
 from kdelay.log.batch import builder, codec, records_batch
-from kdelay.validation import record_columns, requested_deliver_after
+from kdelay.log.batch.columns import record_columns
+from kdelay.validation import requested_deliver_after
 
 T0 = 1_700_000_000_000
 

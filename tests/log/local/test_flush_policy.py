@@ -13,6 +13,7 @@ from conftest import T0, FakeClock
 
 from kdelay import Log, LogConfig, Record
 from kdelay.log.local import flush_policy
+from kdelay.log.local.maintenance import Maintenance
 from kdelay.log.segments.layout import LOG_SUFFIX, segment_file
 from kdelay.testing.faults import FaultInjector
 
@@ -125,16 +126,16 @@ def test_a_failed_flush_ms_flush_does_not_end_the_thread(tmp_path, monkeypatch):
     it flush_ms for the rest of the log's life (issue 31's sweep of dead threads)."""
     import errno
 
-    real = Log._flush_if_overdue
+    real = Maintenance._flush_if_overdue
     ticks = []
 
-    def refused_once(log):
+    def refused_once(maintenance):
         ticks.append(1)
         if len(ticks) == 1:
             raise OSError(errno.EIO, "Input/output error")
-        return real(log)
+        return real(maintenance)
 
-    monkeypatch.setattr(Log, "_flush_if_overdue", refused_once)
+    monkeypatch.setattr(Maintenance, "_flush_if_overdue", refused_once)
     config = LogConfig(flush_ms=20, segment_bytes=BIG)
     with Log.open(tmp_path / "p", config=config, clock=FakeClock()) as log, \
             FaultInjector([str(tmp_path)]) as inj:

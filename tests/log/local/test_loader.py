@@ -21,7 +21,7 @@ from kdelay.errors import IndexFileError
 from kdelay.index.deliver_after_index import DeliverAfterIndex
 from kdelay.index.offset_index import OffsetIndex
 from kdelay.index.time_index import TimeIndex
-from kdelay.log.local import loader
+from kdelay.log.local import directory_lock, loader
 from kdelay.log.segments import recovery_point
 from kdelay.log.segments.layout import (
     HORIZON_FILE,
@@ -224,11 +224,11 @@ def test_open_directory_creates_the_first_segment_and_holds_the_lock(log_dir):
         assert [s.base_offset for s in opened.segments] == [0]
         assert not opened.marker_present and opened.clock_floor == 0
         with pytest.raises(LogLockedError):
-            loader.take_lock(log_dir)
+            directory_lock.take_lock(log_dir)
     finally:
         _close(opened.segments)
         os.close(opened.lock_fd)
-    fd = loader.take_lock(log_dir)  # released with its descriptor
+    fd = directory_lock.take_lock(log_dir)  # released with its descriptor
     os.close(fd)
 
 
@@ -298,7 +298,7 @@ def test_whatever_the_lock_file_holds_opening_works_and_records_our_pid(tmp_path
     directory = str(tmp_path_factory.mktemp("lock"))
     path = os.path.join(directory, LOCK_FILE)
     Path(path).write_bytes(content)
-    fd = loader.take_lock(directory)
+    fd = directory_lock.take_lock(directory)
     try:
         assert Path(path).read_bytes() == b"%d\n" % os.getpid()
     finally:
