@@ -9,14 +9,23 @@ request page-faulted its buffers in anew: about 0.1 page faults per record produ
 those blocks in the heap, reused request after request. The cost: up to `TRIM` bytes of
 freed heap kept by the process rather than returned.
 
-Only `kdelay serve` calls this (the process is the broker's own); `kdelay.Broker` in a
-user's process leaves that process's allocator alone. Elsewhere than glibc it does nothing.
+The collector too: once the broker has started, every object it holds so far (modules,
+kio's schemas and their readers, the open logs) lives as long as the process, so
+`settle_collector` moves them out of the collector's sight (gc.freeze) and lets the
+youngest generation grow before a collection: a request's few hundred short-lived objects
+are freed by reference counting, and the collections that remain no longer walk the whole
+heap (they were a few percent of the broker's CPU under many small requests).
+
+Only `kdelay serve` calls these (the process is the broker's own); `kdelay.Broker` in a
+user's process leaves that process's allocator and collector alone. Elsewhere than glibc
+the allocator is left as it is.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import logging
 
 log = logging.getLogger("kdelay.broker")
@@ -39,3 +48,15 @@ def tune_for_requests() -> bool:
     ok = bool(mallopt(_M_MMAP_THRESHOLD, MMAP)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM))
     log.debug("malloc thresholds for large requests: %s", "set" if ok else "refused")
     return ok
+
+
+GEN0_THRESHOLD = 20_000  # allocations less deallocations between young collections
+
+
+def settle_collector() -> None:
+    """After start-up: freeze what exists (see the module) and collect the young generation
+    less often. O(objects) once."""
+    gc.collect()
+    gc.freeze()
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(GEN0_THRESHOLD, gen1, gen2)

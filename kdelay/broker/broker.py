@@ -88,11 +88,12 @@ async def serve_forever(root: str, settings_kwargs: dict[str, Any],
     """`kdelay serve`: serve in the foreground until SIGTERM or SIGINT, then stop cleanly."""
     import signal
 
-    from .allocator import tune_for_requests
+    from .allocator import settle_collector, tune_for_requests
     from .server import Server
     tune_for_requests()  # this process is the broker's own (allocator.py)
     server = Server(root, settings_from(**settings_kwargs), **(security or {}))
     await server.start()
+    settle_collector()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

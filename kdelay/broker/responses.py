@@ -27,9 +27,10 @@ def build(cls: type, **values: Any) -> Any:
     return cls(**{k: v for k, v in values.items() if k in names})
 
 
+@cache
 def entry_type(cls: type, name: str) -> type:
     """The element class of `cls`'s field `name` (a tuple of entities, maybe optional), or
-    the field's own class (a nested entity)."""
+    the field's own class (a nested entity). Cached: handlers ask it on every request."""
     t = cls.__dataclass_fields__[name].type  # type: ignore[attr-defined]
     if isinstance(t, types.UnionType) or typing.get_origin(t) is typing.Union:
         t = next(a for a in typing.get_args(t) if a is not type(None))
