@@ -52,6 +52,7 @@ class Reads:
         or not."""
         offset = as_int(offset, "offset")
         max_records = check_page_limits(max_records)[0]
+        self._check_open()  # first too: a forked child must not wait for the parent's lock
         with self._lock:
             self._check_open()
             return offset_order.read_from(
@@ -60,6 +61,7 @@ class Reads:
     def offset_for_time(self, timestamp: object) -> OffsetAndTimestamp | None:
         """Log.offset_for_time (time_lookup.offset_for_time)."""
         timestamp = as_int(timestamp, "timestamp")
+        self._check_open()  # first too: a forked child must not wait for the parent's lock
         with self._lock:
             self._check_open()
             return time_lookup.offset_for_time(self._segments, timestamp)
@@ -71,6 +73,7 @@ class Reads:
     def batch_position(self, offset: int) -> int | None:
         """Where the batch holding `offset` starts in its segment's .log (None: no segment
         holds it). O(log segments + log index entries) and a short header walk."""
+        self._check_open()  # first too: a forked child must not wait for the parent's lock
         with self._lock:
             self._check_open()
             seg = self._segments.segment_for(offset)
@@ -83,6 +86,7 @@ class Reads:
         whole, in key order (DueBatchReader.read). Cost: per batch one heap step, plus
         with bytes one copy and one CRC-32C pass; O(sealed segments overlapping `after`)
         to start."""
+        self._check_open()  # first too: a forked child must not wait for the parent's lock
         with self._lock:
             self._check_open()
             now = self._now()
@@ -93,6 +97,7 @@ class Reads:
         """Stored batches in offset order from the one holding `offset`, checked, while
         their sizes keep within `max_bytes` (at least one). Cost: one offset-index search,
         then the batches read."""
+        self._check_open()  # first too: a forked child must not wait for the parent's lock
         with self._lock:
             self._check_open()
             return offset_order.batches_from(self._segments, offset, max_bytes)

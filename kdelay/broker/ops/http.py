@@ -17,7 +17,6 @@ the broker, every request but /healthz needs HTTP Basic credentials from the sam
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import logging
@@ -86,9 +85,9 @@ class OperationsEndpoint:
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, ssl_context=tls)
         await site.start()
-        server = site._server  # aiohttp keeps the bound socket there
-        self.port = server.sockets[0].getsockname()[1] if isinstance(server, asyncio.Server) \
-            else port
+        # the bound port (port 0: the kernel's pick), on any event loop (uvloop's servers
+        # are not asyncio.Server)
+        self.port = self._runner.addresses[0][1]
         log.info("operations endpoint on %s://%s:%d", "https" if tls else "http", host,
                  self.port)
 

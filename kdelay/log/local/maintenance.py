@@ -96,6 +96,7 @@ class Maintenance:
         return deleted
 
     def _retention_pass(self) -> int:
+        self._check_open()  # first too: a forked child must not wait for the parent's lock
         with self._lock:
             self._check_open()
             remote = self.remote
