@@ -25,7 +25,6 @@ segments that have any.
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict
 from typing import NamedTuple
 
 import numpy as np
@@ -69,8 +68,7 @@ class DueBatchReader:
     merges recent reads left are kept by their next cursors (see the module)."""
 
     def __init__(self, capacity: int = 16) -> None:
-        self._points: OrderedDict[DeliveryKey, _Resumed] = OrderedDict()
-        self._capacity = capacity
+        self._points: planner.ResumePoints[_Resumed] = planner.ResumePoints(capacity)
 
     def reset(self) -> None:
         """Forget every remembered merge (segments were replaced)."""
@@ -82,7 +80,7 @@ class DueBatchReader:
         up to date, else a new one."""
         active = segments.active
         log_start = segments.oldest.base_offset
-        state = None if cursor is None else self._points.pop(cursor, None)
+        state = self._points.take(cursor)
         if state is None or state.log_start != log_start:
             return _Resumed(_Merge([], now), planner.PendingSegments(segments, key),
                             active.base_offset, log_start)
@@ -94,14 +92,6 @@ class DueBatchReader:
             state.sealed_upto = active.base_offset
         state.merge.drop_active(now)
         return state
-
-    def _remember(self, cursor: DeliveryKey | None, state: _Resumed) -> None:
-        if cursor is None:
-            return
-        self._points[cursor] = state
-        self._points.move_to_end(cursor)
-        while len(self._points) > self._capacity:
-            self._points.popitem(last=False)
 
     def read(self, segments: SegmentSet, cursor: DeliveryKey | None, now: int,
              max_batches: int, max_bytes: int, cancels: CancelStore | None,
@@ -143,7 +133,7 @@ class DueBatchReader:
         merge.leave()
         nxt = DeliveryKey(out[-1].deliver_after, out[-1].last_offset) if out else cursor
         # every head the merge left is the first entry of its run past `nxt` (merge order)
-        self._remember(nxt, state)
+        self._points.remember(nxt, state)
         return out, nxt
 
 

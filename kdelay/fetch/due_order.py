@@ -49,7 +49,7 @@ def resolve_cursor(segments: SegmentSet, after: DeliveryKey | int | None
 
 class DueOrderReader:
     def __init__(self) -> None:
-        self._resume = planner.ResumePoints()
+        self._resume: planner.ResumePoints[planner.MergeCursor] = planner.ResumePoints()
         # from the last empty page: nothing after its cursor is due before its `until`;
         # appends lower `until` (QuietGate.appended)
         self.gate = QuietGate()

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from ..log.batch import codec
 from ..log.batch.record_decode import shared_headers
@@ -198,24 +198,36 @@ class MergeCursor:
                 self.set_window(slot, now, limit, cancels)
 
 
-class ResumePoints:
-    """The merge state each recent page left behind, keyed by its `next`.
+State = TypeVar("State")
+
+
+class ResumePoints(Generic[State]):
+    """The merge state each recent read left behind, keyed by its `next` (the page fill's
+    MergeCursor; the due-batch reader's merge, fetch/due_batches.py), the `capacity` most
+    recent kept. O(1) per call.
 
     For a cursor C the right start in a run is its first entry that may hold a key > C.
-    Merge order guarantees every head left unconsumed by a page ending at C is exactly
+    Merge order guarantees every head left unconsumed by a read ending at C is exactly
     that entry, so a remembered state resumes correctly for as long as its segments exist.
-    A state is handed out once (`take`): the fetch that takes it moves it on."""
+    A state is handed out once (`take`): the read that takes it moves it on."""
 
     def __init__(self, capacity: int = 16):
-        self._points: OrderedDict[DeliveryKey, MergeCursor] = OrderedDict()
+        self._points: OrderedDict[DeliveryKey, State] = OrderedDict()
         self._capacity = capacity
 
-    def take(self, cursor: DeliveryKey | None) -> MergeCursor | None:
+    def clear(self) -> None:
+        self._points.clear()
+
+    def __iter__(self) -> Iterator[DeliveryKey]:
+        """The cursors kept, least recently remembered first."""
+        return iter(self._points)
+
+    def take(self, cursor: DeliveryKey | None) -> State | None:
         if cursor is None:
             return None
         return self._points.pop(cursor, None)
 
-    def remember(self, cursor: DeliveryKey | None, state: MergeCursor) -> None:
+    def remember(self, cursor: DeliveryKey | None, state: State) -> None:
         if cursor is None:
             return
         self._points[cursor] = state
