@@ -59,16 +59,6 @@ class DueOrderReader:
         self._resume = planner.ResumePoints()
         self.gate.clear()
 
-    def known_quiet(self, after: object, now: int) -> DeliveryKey | None | bool:
-        """The fetch that finds nothing, told without planning or merging (what the gate's
-        `answer` tells the facade): when `after` is the cursor of the last empty page (as
-        a consumer passes back its `next`) and nothing after it is due before a time `now`
-        has not reached, that cursor (the empty page's `next`); else False."""
-        gate = self.gate
-        if gate.armed and gate.cursor is after and now < gate.until:
-            return gate.cursor
-        return False
-
     def page(self, segments: SegmentSet, cursor: DeliveryKey | None, now: int,
              max_records: int, max_bytes: int, cancels: CancelStore | None = None
              ) -> tuple[list[FetchedRecord], DeliveryKey | None, int | None]:

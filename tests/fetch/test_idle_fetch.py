@@ -1,5 +1,5 @@
 """The idle poll: a fetch that passes back the `next` of an empty page while nothing after it
-can be due yet is answered from the quiet spell that page began (DueOrderReader.known_quiet),
+can be due yet is answered from the quiet spell that page began (the due-order reader's QuietGate),
 without planning or merging, and gives exactly what a planned fetch would."""
 
 from __future__ import annotations
@@ -12,27 +12,30 @@ from kdelay import DeliveryKey, Log, Record
 T0 = 1_700_000_000_000
 
 
-def test_known_quiet_answers_only_the_empty_page_s_own_cursor_before_the_spell_ends(tmp_path):
+def test_the_quiet_gate_holds_only_the_empty_page_s_own_cursor_before_the_spell_ends(tmp_path):
     t = [T0]
     with Log.open(tmp_path, clock=lambda: t[0]) as log:
         reader = log._due_order
-        assert reader.known_quiet(None, T0) is False  # no empty page yet
+        assert not reader.gate.holds(None, T0)  # no empty page yet
         log.append([Record(b"late")], deliver_after=T0 + 100)
         page = log.fetch(None)
         assert page.records == [] and page.next is None
-        assert reader.known_quiet(None, T0 + 99) is None  # that page's next
-        assert reader.known_quiet(None, T0 + 100) is False  # the record is due then
+        assert reader.gate.holds(None, T0 + 99)  # that page's next
+        assert not reader.gate.holds(None, T0 + 100)  # the record is due then
         log.append([Record(b"sooner")], deliver_after=T0 + 10)  # the spell ends sooner
-        assert reader.known_quiet(None, T0 + 9) is None
-        assert reader.known_quiet(None, T0 + 10) is False
+        assert reader.gate.holds(None, T0 + 9)
+        assert not reader.gate.holds(None, T0 + 10)
         t[0] = T0 + 10
         page = log.fetch(None)
         assert [r.value for r in page.records] == [b"sooner"]
         empty = log.fetch(page.next)
         assert empty.records == [] and empty.next is page.next
-        assert reader.known_quiet(page.next, T0 + 99) is page.next
-        assert reader.known_quiet(DeliveryKey(*page.next), T0 + 99) is False  # not the same
-        # object: planned as usual
+        assert reader.gate.holds(page.next, T0 + 99)
+        # the facade's lock-free answer takes only the page's own cursor object; an equal
+        # one made anew is planned as usual
+        quiet = reader.gate.answer(page.next, 500, 1 << 20, 0, log._clock)
+        assert quiet is not None and quiet.records == [] and quiet.next is page.next
+        assert reader.gate.answer(DeliveryKey(*page.next), 500, 1 << 20, 0, log._clock) is None
 
 
 OPS = st.lists(st.one_of(
