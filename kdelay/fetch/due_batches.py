@@ -84,12 +84,7 @@ class DueBatchReader:
         if state is None or state.log_start != log_start:
             return _Resumed(_Merge([], now), planner.PendingSegments(segments, key),
                             active.base_offset, log_start)
-        if state.sealed_upto != active.base_offset:  # rolled since: the new sealed ones
-            for seg in segments.between(state.sealed_upto, active.base_offset):
-                max_key = seg.max_key
-                if max_key is not None and (key is None or max_key > key):
-                    state.pending.rolled(seg, key)
-            state.sealed_upto = active.base_offset
+        state.sealed_upto = state.pending.join_rolled(segments, state.sealed_upto, key)
         state.merge.drop_active(now)
         return state
 

@@ -71,6 +71,18 @@ class PendingSegments:
             self._next = self._segments.first_starting_after(self._walked)
         return self._next  # type: ignore[return-value]
 
+    def join_rolled(self, segments: SegmentSet, sealed_upto: int, key: Key | None) -> int:
+        """The segments sealed since the active one was `sealed_upto` (rolls since this was
+        made) that may hold a key after `key` join, each by `rolled`; returns the active
+        segment's base offset now, the next call's `sealed_upto`. O(segments rolled)."""
+        active_base = segments.active.base_offset
+        if sealed_upto != active_base:
+            for seg in segments.between(sealed_upto, active_base):
+                max_key = seg.max_key
+                if max_key is not None and (key is None or max_key > key):
+                    self.rolled(seg, key)
+        return active_base
+
     def rolled(self, seg: LogSegment | RemoteSegment, key: Key | None) -> None:
         """`seg` was sealed after this was made: the walk reaches it if it starts above
         where the walk stands, else it goes in the heap (bound: above the cursor `key`)."""
@@ -264,12 +276,7 @@ def merge_state(segments: SegmentSet, resume: ResumePoints, cursor: DeliveryKey 
         state = MergeCursor(PendingSegments(segments, key), active.base_offset, log_start,
                             0 if cancels is None else cancels.changes)
     else:
-        if state.sealed_upto != active.base_offset:  # rolled since: the new sealed ones
-            for seg in segments.between(state.sealed_upto, active.base_offset):
-                max_key = seg.max_key
-                if max_key is not None and (key is None or max_key > key):
-                    state.pending.rolled(seg, key)
-            state.sealed_upto = active.base_offset
+        state.sealed_upto = state.pending.join_rolled(segments, state.sealed_upto, key)
         state.refresh(now, limit, cancels)
     state.set_active(active_runs(active, key), now, limit, cancels)
     return state
