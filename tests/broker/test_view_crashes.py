@@ -17,6 +17,7 @@ from kdelay import Log, LogConfig, Record
 from kdelay.broker import delivery_view
 from kdelay.broker.delivery_view import DeliveryView
 from kdelay.broker.view_file import ENTRY_SIZE, HEADER_SIZE, VIEW_FILE, ViewDamagedError
+from kdelay.testing.damage import flip_byte
 from kdelay.testing.faults import CRASH_MODES, FaultInjector, SimulatedCrash, close_abandoned
 from kdelay.tools.cli import main as cli_main
 
@@ -247,11 +248,7 @@ def test_garbage_after_the_last_entry_is_a_torn_tail(tmp_path) -> None:
 
 
 def _flip(path: str, at: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(at)
-        byte = f.read(1)
-        f.seek(at)
-        f.write(bytes([byte[0] ^ 0x40]))
+    flip_byte(path, at, 0x40)
 
 
 @pytest.mark.parametrize("where", ["first entry", "middle entry"])

@@ -15,6 +15,7 @@ from kdelay.errors import CorruptLogError
 from kdelay.groups.open_files import DescriptorPool
 from kdelay.groups.position_file import SLOT_SPAN, encode_legacy, encode_slot, parse
 from kdelay.groups.positions import GROUPS_DIR, MAX_GROUP_NAME_BYTES, GroupStore
+from kdelay.testing.damage import flip_byte
 
 
 @pytest.fixture
@@ -64,9 +65,7 @@ def two_slot_file(store: GroupStore) -> Path:
 
 
 def flip(p: Path, at: int) -> None:
-    raw = bytearray(p.read_bytes())
-    raw[at] ^= 0x20
-    p.write_bytes(bytes(raw))
+    flip_byte(p, at, 0x20)
 
 
 def test_a_commit_rewrites_one_slot_in_place(store, tmp_path):

@@ -22,6 +22,7 @@ from kdelay.index import index_file
 from kdelay.index.chunk_checks import chunk_table
 from kdelay.index.deliver_after_index import DeliverAfterIndex
 from kdelay.index.offset_index import OffsetIndex
+from kdelay.testing.damage import flip_byte
 
 LOG_BYTES = 10**6
 WIDTHS = [d.itemsize for d in DeliverAfterIndex.DTYPES]
@@ -50,9 +51,7 @@ def _lazy(path: str) -> DeliverAfterIndex:
 
 
 def _flip(path: str, pos: int, bit: int = 0x20) -> None:
-    raw = bytearray(Path(path).read_bytes())
-    raw[pos] ^= bit
-    Path(path).write_bytes(bytes(raw))
+    flip_byte(path, pos, bit)
 
 
 def _byte_of(n: int, column: int, entry: int) -> int:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from kdelay import Log, LogConfig, Record
 from kdelay.log.segments.layout import SegmentFiles, segment_name
+from kdelay.testing.damage import flip_byte
 from kdelay.tools.scanning import scan_segment
 from kdelay.tools.verify import verify_partition
 
@@ -622,11 +623,7 @@ def test_stats_and_verify_read_committed_group_positions(tmp_path):
     assert groups[0]["due_not_consumed"] == 1
     assert kdelay("verify", path).returncode == 0
     (gfile,) = [os.path.join(path, "groups", n) for n in os.listdir(os.path.join(path, "groups"))]
-    with open(gfile, "r+b") as f:  # a flipped byte in the file's one slot
-        f.seek(20)
-        byte = f.read(1)
-        f.seek(20)
-        f.write(bytes([byte[0] ^ 1]))
+    flip_byte(gfile, 20)  # a flipped byte in the file's one slot
     r = kdelay("verify", path)
     assert r.returncode == 1
     assert gfile in r.stdout and "unreadable" in r.stdout

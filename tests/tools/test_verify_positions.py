@@ -12,6 +12,7 @@ import pytest
 
 from kdelay import DeliveryKey, Log, Record
 from kdelay.groups.position_file import SLOT_SPAN
+from kdelay.testing.damage import flip_byte
 from kdelay.tools.verify import verify_partition
 
 
@@ -26,11 +27,7 @@ def build(path: str) -> str:
 
 
 def flip(p: str, at: int) -> None:
-    with open(p, "r+b") as f:
-        f.seek(at)
-        b = f.read(1)
-        f.seek(at)
-        f.write(bytes([b[0] ^ 0x01]))
+    flip_byte(p, at, 0x01)
 
 
 def test_clean_files_verify_clean(tmp_path):

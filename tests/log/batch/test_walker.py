@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from kdelay import Log, LogConfig, Record
 from kdelay.log.batch import codec, walker
 from kdelay.log.segments import layout
+from kdelay.testing.damage import flip_byte
 
 T0 = 1_700_000_000_000
 
@@ -34,11 +35,7 @@ def _build(path: str, batches: int = 12) -> tuple[str, list[tuple[int, codec.Bat
 
 
 def _flip(path: str, pos: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(pos)
-        b = f.read(1)[0]
-        f.seek(pos)
-        f.write(bytes([b ^ 0x5A]))
+    flip_byte(path, pos, 0x5A)
 
 
 def _scan(path: str, **kw) -> walker.ScanResult:
