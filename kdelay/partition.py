@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import forks, validation
+from . import facade_calls, forks, validation
 from .clock import Clock, wall_clock
 from .config import LogConfig
-from .errors import OffsetOutOfRangeError, raise_write_error, write_errors
+from .errors import OffsetOutOfRangeError, write_errors
 from .fetch.append_notices import AppendListener, AppendNotices
 from .fetch.due_order import DueOrderReader, resolve_cursor
 from .fetch.long_poll import ActivitySignal
@@ -80,6 +80,8 @@ class Log(forks.Owned):
         self._due_order = DueOrderReader()
         self._gate = self._due_order.gate  # the idle poll's answer (fetch/quiet_gate.pyx)
         self._notices = AppendNotices(self._lock, self._due_order)
+        self._call_parts = facade_calls.CallParts(self._writer, self._notices, self._gate,
+                                                  self._clock, config.delayed_delivery_enable)
         me = weakref.proxy(self)  # what the parts call back holds no reference to the Log
 
         def check_open() -> None:
@@ -163,24 +165,24 @@ class Log(forks.Owned):
 
     # ------------------------------------------------------------------ writing
 
-    def append(self, records: Record | Sequence[Record], *, deliver_after: int | None = None,
-               delay_ms: int | None = None) -> AppendResult:
-        """Write one batch (one Record, or a sequence of them), all of it or nothing, due at
-        `deliver_after` (or the log clock now plus `delay_ms`), else the max of the
-        records', never below the append time. Cost: O(records) checks and encoding in C,
-        one `pwrite`, O(1) index upkeep, an fsync when the flush policy says."""
-        try:  # (as @write_errors, without its wrapper's cost on every append)
-            if delay_ms is not None:
-                deliver_after = validation.deliver_after_for_delay(deliver_after, delay_ms,
-                                                                   self.now())
-            if type(records) is Record:  # a batch of one
-                records = (records,)
-            plain = RecordsBatch.of(records, deliver_after, self.config.delayed_delivery_enable)
-            if plain is not None:  # checked in one compiled pass (the common types)
-                return self._append_requested(plain, plain.requested)
-            return self._append(record_columns(records), deliver_after)
-        except OSError as e:
-            raise_write_error(e, "append", self.path)
+    # one C call for plain Records (facade_calls.pyx: its docstring; everything else
+    # takes _append_judged)
+    append = facade_calls.append
+
+    def _append_judged(self, records: Record | Sequence[Record], deliver_after: int | None,
+                       delay_ms: int | None) -> AppendResult:
+        """`append` of what its compiled call leaves to Python: a delay in ms, or records
+        that the compiled check does not take (other types, wrong values: judged and worded
+        by validation)."""
+        if delay_ms is not None:
+            deliver_after = validation.deliver_after_for_delay(deliver_after, delay_ms,
+                                                               self.now())
+        if type(records) is Record:  # a batch of one
+            records = (records,)
+        plain = RecordsBatch.of(records, deliver_after, self.config.delayed_delivery_enable)
+        if plain is not None:  # checked in one compiled pass (the common types)
+            return self._append_requested(plain, plain.requested)
+        return self._append(record_columns(records), deliver_after)
 
     @write_errors
     def append_columns(self, values: Sequence[bytes | None] | PackedBinary, *,
@@ -264,16 +266,13 @@ class Log(forks.Owned):
 
     # ------------------------------------------------------------------ reading
 
-    def fetch(self, after: DeliveryKey | int | None = None, *, max_records: int = 500,
-              max_bytes: int = 1 << 20, max_wait_ms: int = 0) -> FetchResult:
-        """Due records strictly after `after`, in (deliverAfter, offset) order. Cost: the
-        batches returned (read, CRC-checked, decoded in C) plus planning over the segments
-        that can contribute (fetch/planner.py); O(1) when nothing is due (the idle poll is
-        answered in C with no lock: fetch/quiet_gate.pyx)."""
-        if not self._closed:
-            quiet = self._gate.answer(after, max_records, max_bytes, max_wait_ms, self._clock)
-            if quiet is not None:
-                return quiet
+    # the idle poll answered in one C call (facade_calls.pyx: its docstring; every other
+    # fetch takes _fetch_page)
+    fetch = facade_calls.fetch
+
+    def _fetch_page(self, after: DeliveryKey | int | None, max_records: int, max_bytes: int,
+                    max_wait_ms: int) -> FetchResult:
+        """`fetch` beyond the idle poll: the limits checked, then a page (or a long poll)."""
         max_records, max_bytes, max_wait_ms = validation.check_page_limits(
             max_records, max_bytes, max_wait_ms)
         deadline = time.monotonic() + max_wait_ms / 1000 if max_wait_ms else 0.0

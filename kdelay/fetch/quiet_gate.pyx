@@ -25,11 +25,8 @@ cdef type _FETCH_RESULT = FetchResult
 
 
 cdef class QuietGate:
-    """A quiet spell: nothing after `cursor` comes due before `until` (while `armed`)."""
-
-    cdef public object cursor
-    cdef public object until  # an int (active_page.NEVER, 2**63, when nothing is pending)
-    cdef public bint armed
+    """A quiet spell: nothing after `cursor` comes due before `until` (while `armed`;
+    the fields are declared in quiet_gate.pxd)."""
 
     def __init__(self):
         self.cursor = None

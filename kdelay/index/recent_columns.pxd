@@ -2,6 +2,7 @@
 """The compiled surface of recent_columns.pyx that other compiled modules call in C: the
 append path (log/segments/segment_tail.pyx) adds an entry with no Python call."""
 
+cimport cython
 from libc.stdint cimport int64_t, uint8_t
 
 
@@ -9,9 +10,11 @@ cdef struct Key:
     int64_t da, seq
 
 
+@cython.final  # (its methods called directly, not through a table: the append path)
 cdef class IntColumn:
     cdef readonly object a  # the numpy array of stored values; [:n] are in use
     cdef readonly Py_ssize_t n
+    cdef Py_ssize_t capacity  # len(a)
     cdef readonly bint started  # a relative column has taken its first value (its base)
     cdef bint relative
     cdef int64_t _base
@@ -24,6 +27,7 @@ cdef class IntColumn:
     cdef int64_t value(self, Py_ssize_t i) noexcept
 
 
+@cython.final
 cdef class RecentColumns:
     cdef readonly IntColumn da, rel, pos, lod, size
     cdef readonly int64_t base0, next_base, end_pos

@@ -42,6 +42,7 @@ cdef class IntColumn:
 
     cdef int _use(self, object a) except -1:
         self.a = a
+        self.capacity = len(a)
         self.kind = INT64 if a.dtype == np.int64 else UINT32 if a.dtype == np.uint32 else INT32
         self._bytes = a.view(np.uint8)
         return 0
@@ -56,7 +57,7 @@ cdef class IntColumn:
             self._base, self.started = v, True
         cdef int64_t x = v - self._base
         cdef object grown
-        if self.n == len(self.a):  # (not np.resize: its result is a view of a buffer twice
+        if self.n == self.capacity:  # (not np.resize: its result is a view of a buffer twice
             grown = np.empty(self.n + max(GROWTH_MIN, self.n >> 4), dtype=self.a.dtype)
             grown[:self.n] = self.a  # as big)
             self._use(grown)

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from libc.stdint cimport int64_t
+from libc.stdint cimport INT64_MAX, int64_t
 
 from kdelay.log.batch.batch_header cimport Layout, read_layout
 from kdelay.log.batch.records_batch cimport RecordsBatch
@@ -54,11 +54,23 @@ def build_batch(columns, int64_t base_offset, int64_t now, requested, config) ->
     the batch asks for (validation.requested_deliver_after), however it was asked for: the
     delay limit applies to it alike. `config`: the LogConfig."""
     cdef Built built
-    data = build(columns, base_offset, now, requested, config, &built)
+    cdef Limits limits
+    limits_of(config, &limits)
+    data = build(columns, base_offset, now, requested, &limits, &built)
     return BuiltBatch(data, built.records, built.deliver_after, built.max_timestamp)
 
 
-cdef bytes build(columns, int64_t base_offset, int64_t now, requested, config, Built* out):
+cdef int limits_of(config, Limits* out) except -1:
+    """The LogConfig's limits on a batch (a compiled caller reads them once, not per
+    batch: a LogConfig never changes)."""
+    cdef object most = INT64_MAX  # (a limit past any int64 is no limit: the same answers)
+    out.max_delivery_delay_ms = min(config.max_delivery_delay_ms, most)
+    out.max_batch_bytes = min(config.max_batch_bytes, most)
+    return 0
+
+
+cdef bytes build(columns, int64_t base_offset, int64_t now, requested, const Limits* limits,
+                 Built* out):
     """build_batch, for compiled callers (the append path): the batch's bytes, and its
     record count, deliverAfter and largest timestamp in *out, with no tuple made."""
     cdef int64_t batch_da = now  # never below the append time
@@ -67,31 +79,31 @@ cdef bytes build(columns, int64_t base_offset, int64_t now, requested, config, B
     cdef RecordsBatch batch
     if type(columns) is RecordsBatch:
         batch = <RecordsBatch>columns
-        if config.max_delivery_delay_ms:  # (its earliest timestamp is a pass over the batch)
-            check_delay_limit(config.max_delivery_delay_ms, requested, None,
+        if limits.max_delivery_delay_ms:  # (its earliest timestamp is a pass over the batch)
+            check_delay_limit(limits.max_delivery_delay_ms, requested, None,
                               batch.earliest(now))
         data = batch.encode_laid_out(now, base_offset, batch_da, &_LAYOUT, _TEMPLATE)
         if data is not None:
-            if len(data) > config.max_batch_bytes:
-                _too_big(data, config)
+            if len(data) > limits.max_batch_bytes:
+                _too_big(data, limits.max_batch_bytes)
             out.records, out.deliver_after = batch.n, batch_da
             out.max_timestamp = batch.max_timestamp
             return data
         columns = record_columns(batch.records)  # too long for the compiled builder
     stamps, base_ts = _stamps(columns.timestamps, now)
-    check_delay_limit(config.max_delivery_delay_ms, requested, stamps, now)
+    check_delay_limit(limits.max_delivery_delay_ms, requested, stamps, now)
     data = codec.encode_batch(
         base_offset=base_offset, base_timestamp=base_ts, deliver_after=batch_da,
         keys=columns.keys, values=columns.values,
         timestamp_deltas=None if stamps is None else stamps - base_ts,
         headers=columns.headers)  # the codec treats all-empty headers as none
-    if len(data) > config.max_batch_bytes:
-        _too_big(data, config)
+    if len(data) > limits.max_batch_bytes:
+        _too_big(data, limits.max_batch_bytes)
     out.records, out.deliver_after = len(columns.deliver_afters), batch_da
     out.max_timestamp = codec.max_timestamp(data)
     return data
 
 
-def _too_big(bytes data, config) -> None:
+def _too_big(bytes data, max_batch_bytes) -> None:
     raise InvalidRecordError(f"batch of {len(data)} bytes exceeds max_batch_bytes "
-                             f"({config.max_batch_bytes})")
+                             f"({max_batch_bytes})")

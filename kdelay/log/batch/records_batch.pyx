@@ -61,52 +61,7 @@ cdef class RecordsBatch:
     def of(records, deliver_after, bint delays_allowed) -> RecordsBatch | None:
         """`records` (with the batch's `deliver_after`) checked, or None when the Python
         path must judge them (see the module's doc)."""
-        if type(records) is not list and type(records) is not tuple:
-            return None
-        cdef Py_ssize_t n = len(records), i
-        cdef int64_t requested = _time(deliver_after), t
-        if n == 0 or requested == NOT_PLAIN or (requested != NONE and not delays_allowed):
-            return None
-        cdef RecordsBatch b = RecordsBatch.__new__(RecordsBatch)
-        b.n, b.records, b.blocks, b.stamped, b._earliest = n, records, None, False, NONE
-        b.stamps = <int64_t*>PyMem_Malloc(n * sizeof(int64_t))
-        if b.stamps == NULL:
-            raise MemoryError()
-        cdef object r, headers, last_headers = None, block = None
-        cdef bint explicit = requested != NONE
-        for i in range(n):
-            r = records[i]
-            if type(r) is not Record:
-                return None
-            if not _payload(<object>PyTuple_GET_ITEM(r, VALUE)) or not _payload(
-                    <object>PyTuple_GET_ITEM(r, KEY)):
-                return None
-            t = _time(<object>PyTuple_GET_ITEM(r, TIMESTAMP))
-            if t == NOT_PLAIN:
-                return None
-            b.stamps[i] = t
-            if t != NONE and (not b.stamped or t < b._earliest):
-                b.stamped, b._earliest = True, t
-            t = _time(<object>PyTuple_GET_ITEM(r, DELIVER_AFTER))
-            if t == NOT_PLAIN or (t != NONE and not delays_allowed):
-                return None
-            if not explicit and t > requested:
-                requested = t  # the batch's: the largest of its records'
-            headers = <object>PyTuple_GET_ITEM(r, HEADERS)
-            if headers:
-                if headers is not last_headers:
-                    try:
-                        check_headers(headers)
-                    except Exception:  # the Python path says what is wrong
-                        return None
-                    block, last_headers = header_block(headers), headers
-                if b.blocks is None:
-                    b.blocks = [None] * i
-                b.blocks.append(block)
-            elif b.blocks is not None:
-                b.blocks.append(None)
-        b._requested = requested
-        return b
+        return records_batch_of(records, deliver_after, delays_allowed)
 
     @property
     def requested(self) -> int | None:
@@ -186,7 +141,8 @@ cdef class RecordsBatch:
         return self.stamps[i]
 
     def __dealloc__(self):
-        PyMem_Free(self.stamps)
+        if self.stamps != &self.few_stamps[0]:
+            PyMem_Free(self.stamps)
 
 
 cdef inline int64_t _length(object x) noexcept:
@@ -204,3 +160,56 @@ cdef inline const uint8_t* _bytes(object x) noexcept:
 cdef inline int64_t _block_length(object block) noexcept:
     """Bytes of a record's header block (None: a zero count, one byte)."""
     return 1 if block is None else PyBytes_GET_SIZE(block)
+
+
+cdef RecordsBatch records_batch_of(records, deliver_after, bint delays_allowed):
+    """RecordsBatch.of for compiled callers (the facade's append, facade_calls.pyx)."""
+    if type(records) is not list and type(records) is not tuple:
+        return None
+    cdef Py_ssize_t n = len(records), i
+    cdef int64_t requested = _time(deliver_after), t
+    if n == 0 or requested == NOT_PLAIN or (requested != NONE and not delays_allowed):
+        return None
+    cdef RecordsBatch b = RecordsBatch.__new__(RecordsBatch)
+    b.n, b.records, b.blocks, b.stamped, b._earliest = n, records, None, False, NONE
+    if n <= FEW:
+        b.stamps = &b.few_stamps[0]
+    else:
+        b.stamps = <int64_t*>PyMem_Malloc(n * sizeof(int64_t))
+    if b.stamps == NULL:
+        raise MemoryError()
+    cdef object r, headers, last_headers = None, block = None
+    cdef bint explicit = requested != NONE
+    for i in range(n):
+        r = records[i]
+        if type(r) is not Record:
+            return None
+        if not _payload(<object>PyTuple_GET_ITEM(r, VALUE)) or not _payload(
+                <object>PyTuple_GET_ITEM(r, KEY)):
+            return None
+        t = _time(<object>PyTuple_GET_ITEM(r, TIMESTAMP))
+        if t == NOT_PLAIN:
+            return None
+        b.stamps[i] = t
+        if t != NONE and (not b.stamped or t < b._earliest):
+            b.stamped, b._earliest = True, t
+        t = _time(<object>PyTuple_GET_ITEM(r, DELIVER_AFTER))
+        if t == NOT_PLAIN or (t != NONE and not delays_allowed):
+            return None
+        if not explicit and t > requested:
+            requested = t  # the batch's: the largest of its records'
+        headers = <object>PyTuple_GET_ITEM(r, HEADERS)
+        if headers:
+            if headers is not last_headers:
+                try:
+                    check_headers(headers)
+                except Exception:  # the Python path says what is wrong
+                    return None
+                block, last_headers = header_block(headers), headers
+            if b.blocks is None:
+                b.blocks = [None] * i
+            b.blocks.append(block)
+        elif b.blocks is not None:
+            b.blocks.append(None)
+    b._requested = requested
+    return b

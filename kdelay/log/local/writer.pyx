@@ -15,10 +15,12 @@ and the segment's end (segment_tail.pyx): an append calls no Python between the 
 clock and its result, unless the log is set to flush (flush_policy.py), the batch is
 not a RecordsBatch, or it makes a roll or the first change after a clean open."""
 
-from cpython.object cimport PyObject, PyTypeObject, newfunc
+from cpython.object cimport PyTypeObject
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_SET_ITEM
 from libc.stdint cimport int64_t
 
-from kdelay.log.batch.builder cimport Built, build
+from kdelay.log.batch.builder cimport Built, build, limits_of
 from kdelay.log.local.log_clock cimport LogClock
 from kdelay.log.local.horizon_writer cimport Horizon
 from kdelay.log.segments.segment_tail cimport SegmentTail
@@ -27,9 +29,27 @@ from kdelay.log.cancellation import cancel_ops
 from kdelay.log.local.flush_policy import FlushPolicy
 from kdelay.records import AppendResult
 
-# an AppendResult made as tuple.__new__ makes it, without the NamedTuple's Python-level
-# __new__ (every append)
-cdef newfunc _new_tuple = (<PyTypeObject *>tuple).tp_new
+cdef extern from "Python.h":
+    object PyType_GenericAlloc(PyTypeObject* type, Py_ssize_t nitems)
+
+cdef type _APPEND_RESULT = AppendResult
+
+
+cdef object _append_result(object base, object last, object deliver_after, object now):
+    """An AppendResult, made as CPython's tuple.__new__ makes a tuple subclass's instance
+    (the type's allocation of 4 items, each set), without the NamedTuple's Python-level
+    __new__ or the two tuples tuple.__new__ builds first (every append). The items exist
+    before the allocation, so no collection can run between it and their setting."""
+    cdef object result = PyType_GenericAlloc(<PyTypeObject*>_APPEND_RESULT, 4)
+    Py_INCREF(base)
+    PyTuple_SET_ITEM(result, 0, base)
+    Py_INCREF(last)
+    PyTuple_SET_ITEM(result, 1, last)
+    Py_INCREF(deliver_after)
+    PyTuple_SET_ITEM(result, 2, deliver_after)
+    Py_INCREF(now)
+    PyTuple_SET_ITEM(result, 3, now)
+    return result
 
 
 def _nothing() -> None:
@@ -37,13 +57,7 @@ def _nothing() -> None:
 
 
 cdef class Writer:
-    cdef readonly object config
-    cdef readonly object policy  # flush_policy.FlushPolicy
-    cdef public object rolled  # called after every roll (wakes the remote sync)
-    cdef object _segments, _cancels, _life
-    cdef LogClock _clock
-    cdef bint _flushes  # the policy flushes on its own (else no decision per append)
-    cdef int64_t _segment_bytes, _segment_ms, _index_interval_bytes
+    # (its fields are declared in writer.pxd)
 
     def __init__(self, config, segments, cancels, life, LogClock clock not None):
         self.config = config
@@ -57,8 +71,9 @@ cdef class Writer:
         self._segment_bytes = config.segment_bytes
         self._segment_ms = config.segment_ms
         self._index_interval_bytes = config.index_interval_bytes
+        limits_of(config, &self._limits)
 
-    def append(self, columns, requested):
+    cpdef object append(self, columns, requested):
         """Encode the checked `columns` (columns.BatchColumns or a RecordsBatch) as one
         batch at the log clock now and append it; fsync'd first when the flush policy says
         the batch makes a flush due. Returns the AppendResult."""
@@ -72,7 +87,7 @@ cdef class Writer:
         try:
             active = self._active()
             base = active.next_offset
-            data = build(columns, base, now, requested, self.config, &built)
+            data = build(columns, base, now, requested, &self._limits, &built)
             if self._make_room(active, len(data), built.max_timestamp):
                 active = self._active()  # rolled: a new segment, starting at `base`
             if self._flushes:
@@ -85,8 +100,7 @@ cdef class Writer:
             self.policy.appended(built.records)
             if sync:
                 self.policy.flushed()
-        cdef tuple args = ((base, base + built.records - 1, built.deliver_after, now),)
-        return _new_tuple(AppendResult, <PyObject *>args, NULL)
+        return _append_result(base, base + built.records - 1, built.deliver_after, now)
 
     def append_client_batch(self, batch, int64_t spread_ms, bint log_append_time,
                             int64_t producer_id, int64_t producer_epoch,
@@ -118,14 +132,16 @@ cdef class Writer:
             self.policy.appended(n)
             if sync:
                 self.policy.flushed()
-        cdef tuple args = ((base, base + n - 1, int(entries[:, 0].min()), now),)
-        return _new_tuple(AppendResult, <PyObject *>args, NULL)
+        return _append_result(base, base + n - 1, int(entries[:, 0].min()), now)
 
     cdef Horizon _horizon(self):
+        if self._started_horizon is not None:  # (a lifetime starts one horizon, once)
+            return self._started_horizon
         horizon = self._life.horizon
         if horizon is None:
             raise ValueError("the append horizon is not started")
-        return <Horizon?>horizon
+        self._started_horizon = <Horizon?>horizon
+        return self._started_horizon
 
     cdef SegmentTail _active(self):
         return <SegmentTail?>self._segments.active
@@ -161,8 +177,10 @@ cdef class Writer:
     cdef bint _make_room(self, SegmentTail active, int64_t size,
                          int64_t max_timestamp) except -1:
         """make_room, given the active segment; True if it rolled (a new one is active)."""
-        if self._life.marker_present:
-            self._life.mark_dirty()
+        if not self._marker_gone:  # (the marker never comes back while the log is open)
+            if self._life.marker_present:
+                self._life.mark_dirty()
+            self._marker_gone = True
         if active.rolls_before(size, max_timestamp, self._segment_bytes, self._segment_ms):
             self._roll()
             return True
