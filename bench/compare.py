@@ -68,11 +68,12 @@ WORKLOADS = {
                            "one record per batch, a timestamp per record"),
 }
 DEFAULT_WORKLOADS = ["producer", "producer-record-da", "retry", "small-batch", "no-timestamps"]
-DEFAULT_ENGINES = ["kdelay", "sqlite", "heapq", "heap-payload", "rocksdb", "redis", "rawfile"]
+DEFAULT_ENGINES = ["kdelay", "sqlite", "heapq", "heapq-per-batch", "heap-payload", "rocksdb",
+                   "redis", "rawfile"]
 # --small-calls: the cells of the small-call comparison (1-, 10- and 100-record batches, a
 # timestamp on every record) against the ordered peers that run in this process
 SMALL_CALL_WORKLOADS = ["single-record", "small-batch", "producer"]
-SMALL_CALL_ENGINES = ["kdelay", "sqlite", "heapq", "heap-payload", "rocksdb"]
+SMALL_CALL_ENGINES = ["kdelay", "sqlite", "heapq", "heapq-per-batch", "heap-payload", "rocksdb"]
 # the cells kdelay is held to against the best peer: key, label
 BEST_PEER_CELLS = [("interleaved_batches_s", "append+fetch steps/s"),
                    ("append_rec_s", "append rec/s"), ("drain_rec_s", "drain rec/s")]
@@ -539,8 +540,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--small-calls", action="store_true",
                    help="the small-call cells: 1-, 10- and 100-record batches, 200,000 records, "
-                        "3 rounds, kdelay against sqlite, heapq, heap-payload and rocksdb, no "
-                        "memory subprocesses (explicit flags still win)")
+                        "3 rounds, kdelay against sqlite, heapq, heapq-per-batch, heap-payload and "
+                        "rocksdb, no memory subprocesses (explicit flags still win)")
     p.add_argument("--quick", action="store_true",
                    help="100,000 records, 1 round, memory measured (about a minute in all)")
     p.add_argument("--records", type=int, default=None, help="records per workload (default 1,000,000)")

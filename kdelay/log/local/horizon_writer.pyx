@@ -13,6 +13,8 @@ import os
 
 from libc.stdint cimport int64_t
 
+from kdelay.log.local.log_clock cimport LogClock
+
 from kdelay.log.segments.append_horizon import FLOOR_WORD, MAGIC, PID_WORD, SEQ_WORD, SIZE
 from kdelay.log.segments.layout import HORIZON_FILE
 
@@ -82,8 +84,8 @@ cdef class Horizon:
         that). A clock that raises ends the write at `floor`. (What `with writing(...)`
         does on entry; the append path calls it and `end` directly.)"""
         self.begin(floor)
-        try:
-            self._write_used = clock()
+        try:  # (a LogClock, as the append path's, read in C: no call through __call__)
+            self._write_used = (<LogClock>clock).now() if type(clock) is LogClock else clock()
         except BaseException:
             self.end(floor)
             raise
