@@ -69,8 +69,10 @@ class JournalScan:
     """What a journal holds: its valid records in order (up to the first failure), where
     they end (the append position), the torn tail after them (position, bytes), or the
     damage that is not one. `max_clock`: the largest clock of the header and of every
-    valid record, those past damage included."""
+    valid record, those past damage included; `later`: with damage, the sound records past
+    it (believed for nothing but the names they carry and their clocks)."""
     records: list[JournalRecord] = field(default_factory=list)
+    later: list[JournalRecord] = field(default_factory=list)
     end: int = 0
     torn: tuple[int, int] | None = None
     damage: CorruptLogError | None = None
@@ -153,8 +155,11 @@ def scan(data: bytes, path: str) -> JournalScan:
         for m in _RECORD_START.finditer(data, pos + 1 + _FRAME.size):
             later = record_at(data, m.start() - _FRAME.size)
             if later is not None:
+                out.later.append(later)
                 vouched = max(vouched, later.synced)
                 out.max_clock = max(out.max_clock, later.clock)
+        if vouched <= pos:
+            out.later = []
         if vouched > pos:
             out.damage = CorruptLogError(
                 f"group commit journal record is damaged (a later record says {vouched} "

@@ -96,7 +96,7 @@ class GroupStore:
             self._clock, self._end, self._torn = found.max_clock, found.end, found.torn
             self._damage = found.damage
             if self._damage is not None:
-                self._damaged_groups = sorted({r.group for r in found.records})
+                self._damaged_groups = sorted({r.group for r in found.records + found.later})
                 return
             for group, rec in latest(found.records).items():
                 in_journal.add(group)
