@@ -85,6 +85,12 @@ class ClientAccess:
         self.check_open()
         self.positions.commit(group, key, self._now(), generation)
 
+    def delete_group(self, group: str) -> bool:
+        """Forget `group`'s position on this log (a broker's DeleteGroups); False if it had
+        none. As one commit: one journal append and fdatasync."""
+        self.check_open()
+        return self.positions.delete(group, self._now())
+
     def committed(self, group: str) -> DeliveryKey | None:
         """Log.committed: `group`'s stored position (None: none). A dict lookup."""
         self.check_open()

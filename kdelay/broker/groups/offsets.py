@@ -108,6 +108,19 @@ class OffsetStore:
                    for topic in topics for i in range(topic.partitions))
 
 
+    async def delete(self, group: str, topics: TopicRegistry) -> bool:
+        """Forget `group`'s committed offsets on every partition of `topics` (DeleteGroups
+        of a group with no members), on a worker thread: one journal append and fdatasync
+        per partition that had one. Whether any had one; KdelayError if a log refuses."""
+        logs = [topic.partition(i) for topic in topics for i in range(topic.partitions)]
+        logs = [log for log in logs if _has_position(log, group)]
+        if not logs:
+            return False
+        await asyncio.get_running_loop().run_in_executor(
+            None, lambda: [log.clients.delete_group(group) for log in logs])
+        return True
+
+
 def _write(batch: list[Pending]) -> list[ErrorCode]:
     """One batch of commits, by log (worker thread): each log's positions at once; the last
     commit of a group on a log wins, as it would have in order."""
