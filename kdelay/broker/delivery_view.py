@@ -16,8 +16,8 @@ of the file gives the same numbers (the torn tail a crash leaves is numbered aga
 identically). Cancelled records are skipped: they never come due.
 
 Cost: `extend` per newly due batch (fetch/due_batches.py, no record decoded) plus one file
-append per call; `read` one binary search, then per batch served one pread, one CRC pass
-and the header rewrite (batch_rewrite.py); memory 32 bytes per entry (a run of consecutive
+append per call; `read` one binary search, then per batch served one CRC pass where it
+lies in the segment's mapping and a new header (record_parts.py: the records not copied); memory 32 bytes per entry (a run of consecutive
 offsets of one stored batch: one per batch unless records in it were cancelled).
 """
 
@@ -33,7 +33,8 @@ import numpy as np
 
 from ..errors import OffsetOutOfRangeError
 from ..records import DeliveryKey
-from .batch_rewrite import as_v2_only, v2_batches
+from .batch_rewrite import as_v2_only
+from .record_parts import RecordParts
 from .view_file import (
     ENTRY_DTYPE,
     ENTRY_SIZE,
@@ -239,18 +240,19 @@ class DeliveryView:
     # ------------------------------------------------------------------ serving
 
     @_locked
-    def read(self, n: int, max_bytes: int) -> bytearray:
+    def read(self, n: int, max_bytes: int) -> RecordParts:
         """Kafka v2 batches, back to back, holding the records numbered `n` on, in
         delivery-offset order, the first one holding `n` or the first record after it that
         is still in the log; their sizes within `max_bytes`, but at least one batch.
-        OffsetOutOfRangeError outside [log start, high watermark]."""
+        OffsetOutOfRangeError outside [log start, high watermark]. The records are not
+        copied (record_parts.py)."""
         hw = self.high_watermark
         if not self.log_start <= n <= hw:
             raise OffsetOutOfRangeError(f"delivery offset {n} is outside "
                                         f"[{self.log_start}, {hw}]")
+        parts = RecordParts()
         if n == hw:
-            return bytearray()
-        parts: list[tuple[bytes, int | None]] = []
+            return parts
         batches, _, _ = self.log.reads.due(self.key_before(n), max_batches=_MAX,
                                            max_bytes=max_bytes, with_bytes=True)
         rows = self._rows[:self._n]
@@ -275,25 +277,24 @@ class DeliveryView:
             _serve(parts, b, rows[j:k])
             j = k - 1 if int(rows[k - 1]["first"]) + int(rows[k - 1]["count"]) - 1 > \
                 b.last_offset else k
-        return v2_batches(parts)
+        return parts
 
 
-def _serve(parts: list, batch, entries: np.ndarray) -> None:
-    """Add the batch as it is served to `parts` (batch_rewrite.v2_batches): its header to
-    be rewritten when one entry numbers all of it, else re-encoded now with only its
-    numbered records."""
+def _serve(parts: RecordParts, batch, entries: np.ndarray) -> None:
+    """Add the batch as it is served to `parts`: its stored bytes under a new header when
+    one entry numbers all of it, else re-encoded now with only its numbered records."""
     if len(entries) == 1 and int(entries[0]["first"]) == batch.base_offset and \
             int(entries[0]["count"]) == batch.last_offset - batch.base_offset + 1:
-        parts.append((batch.data, int(entries[0]["base"])))
+        parts.add_stored(batch.data, int(entries[0]["base"]))
         return
     delivery = {}
     for base, first, count in zip(entries["base"].tolist(), entries["first"].tolist(),
                                   entries["count"].tolist(), strict=True):
         for t in range(count):
             delivery[first + t] = base + t
-    rebuilt = as_v2_only(batch.data, delivery)
+    rebuilt = as_v2_only(bytes(batch.data), delivery)
     if rebuilt is not None:
-        parts.append((rebuilt, None))
+        parts.add_batch(rebuilt)
 
 
 def _within(reading: Reading, log_end: int) -> Reading:
