@@ -16,7 +16,10 @@ both.
   alternate which goes first; medians over `--rounds`. With `--baseline TREE`, each round
   also runs the broker of another checkout of kdelay (its own built tree, e.g. main's: the
   child runs with TREE first on its path) over the same records, the three in a rotating
-  order, for paired before/after figures.
+  order, for paired before/after figures. With `--repeat K`, each broker then serves K
+  more consumes of the same records, whose CPU is reported apart: the serving path
+  without the first consume's one-off work (numbering the records, creating the views'
+  files, mapping the segments).
 - CPU: the broker's own, per record: the broker process's threads for kdelay, the mock's
   `rdk:mock` thread for the mock, read from /proc's schedstat (nanoseconds; /proc/PID/stat
   counts 10 ms ticks, a few per consume).
@@ -81,7 +84,10 @@ def _payload(n: int, seed: int) -> list[tuple[bytes, bytes]]:
     return [(rng.randbytes(16), rng.randbytes(100)) for _ in range(n)]
 
 
-def mock_round(records: list[tuple[bytes, bytes]], partitions: int) -> tuple[float, float]:
+def mock_round(records: list[tuple[bytes, bytes]], partitions: int, repeat: int = 0
+               ) -> tuple[float, float, float]:
+    """(seconds, mock CPU seconds) of one consume from the mock, and its median CPU
+    seconds over `repeat` more consumes of the same records (0: none asked)."""
     from confluent_kafka import Producer
     found: list[str] = []
 
@@ -113,9 +119,7 @@ def mock_round(records: list[tuple[bytes, bytes]], partitions: int) -> tuple[flo
     p.flush()
     try:
         consume(bootstrap, WARM, 1, 1)
-        before = mock_cpu_s()
-        seconds = consume(bootstrap, TOPIC, partitions, len(records))
-        return seconds, mock_cpu_s() - before
+        return _consumes(bootstrap, partitions, len(records), repeat, mock_cpu_s)
     finally:
         del p
 
@@ -145,10 +149,25 @@ def _schedstat_s(tasks: str, keep) -> float:
     return total / 1e9
 
 
+def _consumes(bootstrap: str, partitions: int, count: int, repeat: int, cpu
+              ) -> tuple[float, float, float]:
+    """The first consume's seconds and broker CPU (`cpu()`: seconds so far), and the
+    median broker CPU of `repeat` consumes after it (NaN when 0)."""
+    before = cpu()
+    seconds = consume(bootstrap, TOPIC, partitions, count)
+    first = cpu() - before
+    more = []
+    for _ in range(repeat):
+        before = cpu()
+        consume(bootstrap, TOPIC, partitions, count)
+        more.append(cpu() - before)
+    return seconds, first, statistics.median(more) if more else float("nan")
+
+
 def kdelay_round(records: list[tuple[bytes, bytes]], partitions: int, workdir: str,
-                 tree: str | None = None) -> tuple[float, float]:
-    """(seconds, broker CPU seconds) of one consume from `kdelay serve`: this checkout's,
-    or with `tree` another's (its directory first on the child's path)."""
+                 tree: str | None = None, repeat: int = 0) -> tuple[float, float, float]:
+    """As mock_round, from `kdelay serve`: this checkout's, or with `tree` another's (its
+    directory first on the child's path)."""
     from kdelay import Record, Topic
     root = tempfile.mkdtemp(dir=workdir)
     with Topic.open(root, TOPIC, partitions=partitions) as t:
@@ -159,18 +178,18 @@ def kdelay_round(records: list[tuple[bytes, bytes]], partitions: int, workdir: s
                 log.append([Record(v, key=k) for k, v in rows[i:i + 1000]])
     with Topic.open(root, WARM, partitions=1) as t:
         t.send([Record(b"w")])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = tree or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # `python -m` puts its working directory first on the path: run it in the tree
+    tree = tree or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     proc = subprocess.Popen([sys.executable, "-m", "kdelay", "serve", root, "--listen",
-                             "127.0.0.1:0", "--log-level", "WARNING"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                             "127.0.0.1:0", "--log-level", "WARNING"], cwd=tree,
+                            env={**os.environ, "PYTHONPATH": tree}, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
     try:
         line = proc.stdout.readline()
         bootstrap = line.rsplit(" ", 1)[1].strip()
         consume(bootstrap, WARM, 1, 1)
-        before = cpu_s(proc.pid)
-        seconds = consume(bootstrap, TOPIC, partitions, len(records))
-        return seconds, cpu_s(proc.pid) - before
+        return _consumes(bootstrap, partitions, len(records), repeat,
+                         lambda: cpu_s(proc.pid))
     finally:
         proc.terminate()
         proc.wait(60)
@@ -252,21 +271,25 @@ def consume_rounds(args: argparse.Namespace) -> list[str]:
     sides = ["kdelay", "mock"] + (["baseline"] if args.baseline else [])
     secs: dict[str, list[float]] = {k: [] for k in sides}
     cpus: dict[str, list[float]] = {k: [] for k in sides}
+    again: dict[str, list[float]] = {k: [] for k in sides}  # CPU of the repeated consumes
     for r in range(args.rounds):
         order = sides[r % len(sides):] + sides[:r % len(sides)]
         if r % 2:
             order.reverse()
         for which in order:
             if which == "mock":
-                seconds, cpu = mock_round(records, args.partitions)
+                seconds, cpu, repeated = mock_round(records, args.partitions, args.repeat)
             else:
-                seconds, cpu = kdelay_round(records, args.partitions, args.workdir,
-                                            args.baseline if which == "baseline" else None)
+                seconds, cpu, repeated = kdelay_round(
+                    records, args.partitions, args.workdir,
+                    args.baseline if which == "baseline" else None, args.repeat)
             secs[which].append(seconds)
             cpus[which].append(cpu)
+            again[which].append(repeated)
         print(f"round {r}: " + ", ".join(
-            f"{k} {args.records / secs[k][-1]:,.0f} rec/s {cpus[k][-1] / args.records * 1e9:,.0f}"
-            f" ns/rec" for k in sides), flush=True)
+            f"{k} {args.records / secs[k][-1]:,.0f} rec/s, {cpus[k][-1] / args.records * 1e9:,.0f}"
+            f" ns/rec (repeated {again[k][-1] / args.records * 1e9:,.0f})" for k in sides),
+            flush=True)
     out = []
     mock_rate = args.records / statistics.median(secs["mock"])
     for k in [s for s in sides if s != "mock"]:
@@ -283,11 +306,20 @@ def consume_rounds(args: argparse.Namespace) -> list[str]:
                    f"| {a_cpu * 1e3:.1f} ms ({a_cpu / args.records * 1e9:,.0f} ns/record) | "
                    f"{b_cpu * 1e3:.1f} ms ({b_cpu / args.records * 1e9:,.0f} ns/record) | "
                    f"{cpu_ratio:.1f}x (median per round) |")
+    if args.repeat:
+        for k in sides:
+            c = statistics.median(again[k])
+            out.append(f"| ... {k}: broker CPU of a consume repeated on the same broker "
+                       f"(median of {args.repeat} a round, then of rounds) | "
+                       f"{c * 1e3:.1f} ms ({c / args.records * 1e9:,.0f} ns/record) | | |")
     if args.baseline:
-        paired = statistics.median(b / a for a, b in zip(cpus["kdelay"], cpus["baseline"],
-                                                          strict=True))
-        out.append(f"| broker CPU per record, baseline / this tree (median of per-round "
-                   f"ratios) | {paired:.2f}x | | |")
+        for name, cpu in (("first consume", cpus), ("repeated consumes", again)):
+            if name == "repeated consumes" and not args.repeat:
+                continue
+            paired = statistics.median(b / a for a, b in zip(cpu["kdelay"], cpu["baseline"],
+                                                              strict=True))
+            out.append(f"| broker CPU per record, baseline / this tree, {name} (median of "
+                       f"per-round ratios) | {paired:.2f}x | | |")
     return out
 
 
@@ -301,6 +333,8 @@ def main() -> None:
     ap.add_argument("--spread-ms", type=int, default=10_000)
     ap.add_argument("--only", choices=["consume", "lateness"])
     ap.add_argument("--baseline", help="another kdelay checkout (built) to run as well")
+    ap.add_argument("--repeat", type=int, default=0,
+                    help="consumes more per broker, for their CPU (the broker warm)")
     ap.add_argument("--out")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
