@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from datetime import timedelta
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -111,8 +111,10 @@ def _partition(cls: type, index: int, error: ErrorCode, hw: int, start: int,
                  preferred_read_replica=BrokerId(-1), records=records)
 
 
+@cache
 def _default(cls: type, name: str) -> Any:
-    """The "none" value of a nested field Kafka leaves at its defaults (all -1)."""
+    """The "none" value of a nested field Kafka leaves at its defaults (all -1); cached
+    per class (kio's messages are frozen: one instance serves every response)."""
     if name not in cls.__dataclass_fields__:  # type: ignore[attr-defined]
         return None
     nested = entry_type(cls, name)
