@@ -47,6 +47,11 @@ import tempfile
 import time
 
 TOPIC = "bench"
+# librdkafka stops fetching a partition for fetch.queue.backoff.ms (1 s by default) once
+# its queue of fetched records holds queued.min.messages (100,000): four 4 MB answers
+# (~32,000 records a partition each) that arrive before the application has taken enough
+# of them trip it, with either broker, and such a round takes over a second
+STALLED_S = 1.0
 WARM = "warm"  # one record read first, untimed: each broker has answered every request kind
 MOCK_PARTITIONS = 4  # what the mock gives an auto-created topic
 
@@ -306,6 +311,10 @@ def consume_rounds(args: argparse.Namespace) -> list[str]:
                    f"| {a_cpu * 1e3:.1f} ms ({a_cpu / args.records * 1e9:,.0f} ns/record) | "
                    f"{b_cpu * 1e3:.1f} ms ({b_cpu / args.records * 1e9:,.0f} ns/record) | "
                    f"{cpu_ratio:.1f}x (median per round) |")
+    out.append(f"| rounds that waited out the client's fetch.queue.backoff.ms (over "
+               f"{STALLED_S:g} s) | " + " | ".join(
+                   f"{k} {sum(t > STALLED_S for t in secs[k])} of {args.rounds}"
+                   for k in sides) + " |")
     if args.repeat:
         for k in sides:
             c = statistics.median(again[k])
