@@ -52,6 +52,7 @@ TOPIC = "bench"
 # (~32,000 records a partition each) that arrive before the application has taken enough
 # of them trip it, with either broker, and such a round takes over a second
 STALLED_S = 1.0
+CONSUMER_CONFIG: dict[str, str] = {}  # --consumer-config: the same for both brokers
 WARM = "warm"  # one record read first, untimed: each broker has answered every request kind
 MOCK_PARTITIONS = 4  # what the mock gives an auto-created topic
 
@@ -64,7 +65,7 @@ def consume(bootstrap: str, topic: str, partitions: int, count: int,
     """Seconds for one Consumer to receive `count` records from the beginning."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench",
-                  "enable.auto.commit": False})
+                  "enable.auto.commit": False, **CONSUMER_CONFIG})
     try:
         # the partitions' leader known before the clock starts: a partition assigned before
         # librdkafka has it waits for an offset-query timer (500 ms) with either broker
@@ -344,6 +345,9 @@ def main() -> None:
     ap.add_argument("--baseline", help="another kdelay checkout (built) to run as well")
     ap.add_argument("--repeat", type=int, default=0,
                     help="consumes more per broker, for their CPU (the broker warm)")
+    ap.add_argument("--consumer-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="a confluent Consumer setting for both brokers' consumes (e.g. "
+                         "fetch.queue.backoff.ms=10)")
     ap.add_argument("--out")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -351,6 +355,7 @@ def main() -> None:
         root, rate, seconds, spread = args.child
         lateness_child(root, int(rate), float(seconds), int(spread))
         return
+    CONSUMER_CONFIG.update(kv.split("=", 1) for kv in args.consumer_config)
     workdir = args.workdir = tempfile.mkdtemp(prefix="kdelay-bench-")
     lines = ["| measure | kdelay broker | librdkafka mock | ratio |", "|---|---|---|---|"]
     try:
