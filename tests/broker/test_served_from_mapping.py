@@ -19,6 +19,7 @@ import crc32c
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_security import certificate  # noqa: F401 (the fixture: a self-signed certificate)
 from view_support import T0, FakeClock, decode_served
 
 from kdelay import Log, LogConfig, Record
@@ -231,3 +232,49 @@ def test_a_slow_reader_gets_sound_batches_while_retention_deletes_their_segments
     part = r.responses[0].partitions[0]
     got = decode_served(part.records)  # every batch's CRC checked
     assert [v for _, _, _, v, *_ in got] == values
+
+
+def test_a_consumer_over_tls_gets_batches_served_from_the_mapping(
+        tmp_path, certificate) -> None:  # noqa: F811 (pytest's fixture, imported above)
+    """`kdelay serve --tls-cert` (uvloop's TLS transport holds the views until it has
+    encrypted them): a confluent Consumer over SSL reads batches of ~64 KB, served as
+    views of the mapping, whole and in order."""
+    import subprocess
+    import sys
+
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    from produce_support import TIMEOUT_S
+
+    from kdelay import Topic
+    from kdelay.testing.processes import child_env
+
+    cert, key = certificate
+    root = os.fspath(tmp_path)
+    values = []
+    with Topic.open(root, "s", partitions=1) as t:
+        for b in range(6):
+            batch = [Record(b"%d-%02d" % (b, j) + b"s" * 4000) for j in range(16)]
+            t.partition(0).append(batch)
+            values += [r.value for r in batch]
+    proc = subprocess.Popen([sys.executable, "-m", "kdelay", "serve", root, "--listen",
+                             "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key,
+                             "--log-level", "WARNING"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, env=child_env())
+    try:
+        bootstrap = proc.stdout.readline().split(" on ", 1)[1].split()[0]
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "tls",
+                      "security.protocol": "SSL", "ssl.ca.location": cert,
+                      "enable.auto.commit": False})
+        try:
+            c.assign([TopicPartition("s", 0, OFFSET_BEGINNING)])
+            got: list[bytes] = []
+            deadline = time.monotonic() + TIMEOUT_S
+            while len(got) < len(values):
+                assert time.monotonic() < deadline, f"only {len(got)} records"
+                got += [m.value() for m in c.consume(100, 1.0) if m.error() is None]
+        finally:
+            c.close()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert got == values
