@@ -30,7 +30,12 @@ both.
   record asked for (wall clock of one machine). None may be early.
 
     python bench/broker_consume.py [--records 150000] [--rounds 3] [--seconds 20]
-        [--baseline /path/to/other/checkout] [--out bench/results/broker_consume.md]
+        [--baseline /path/to/other/checkout] [--repeat 3]
+        [--consumer-config fetch.queue.backoff.ms=10] [--out bench/results/broker_consume.md]
+
+librdkafka's defaults make a consume's wall clock bimodal with either broker (see
+STALLED_S): `--consumer-config fetch.queue.backoff.ms=10` takes that backoff out of the
+comparison, for both brokers alike.
 """
 
 from __future__ import annotations
