@@ -28,12 +28,19 @@ for idempotent producers' state. Cost: O(records) C work per pass, one allocatio
 
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.stdint cimport INT64_MAX, int64_t, uint8_t
+from libc.stdint cimport INT64_MAX, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
 import numpy as np
 
-from kdelay.log.batch.batch_header cimport Layout, crc32c_into, put_big_endian, read_layout
+from kdelay.log.batch.batch_header cimport (
+    Layout,
+    crc32c_into,
+    kd_crc32c,
+    kd_crc32c_combine,
+    put_big_endian,
+    read_layout,
+)
 from kdelay.log.batch.record_parse cimport Fields, parse_record, read_varint
 from kdelay.log.batch.record_write cimport put_varint, varint_size
 
@@ -66,6 +73,14 @@ ENTRY_COLUMNS = ("deliver_after", "base_offset", "position", "last_offset_delta"
                  "max_timestamp")
 
 
+def crc32c_combine(uint32_t crc1, uint32_t crc2, int64_t len2) -> int:
+    """The CRC-32C of A then B, from crc1 (A's), crc2 (B's) and B's length: O(log len2),
+    no pass over the bytes (crc32c_impl.h)."""
+    if len2 < 0:
+        raise ValueError("a negative length")
+    return kd_crc32c_combine(crc1, crc2, <uint64_t>len2)
+
+
 cdef str _header_name(int64_t klen):
     """The kdelay header a key of this length is (for messages: the loop itself compares
     bytes only, no Python object per record)."""
@@ -89,6 +104,9 @@ cdef class ClientBatch:
     """One client batch's records, checked, with what each asked for (see the module)."""
     cdef readonly bytes records
     cdef readonly int64_t n, base_timestamp, requests
+    # the CRC-32C of the records section as given (-1: not known): a stored batch of all of
+    # them, as they are, gets its CRC from it and its header's, without a pass over them
+    cdef readonly int64_t records_crc
     # per record: where it starts, where its body after the offset delta starts, where it
     # ends; its timestamp delta; what it asked for (kind, value)
     cdef int64_t[:, ::1] _rows
@@ -98,17 +116,22 @@ cdef class ClientBatch:
     @cython.wraparound(False)
     def __init__(self, bytes records, int64_t n, int64_t base_timestamp, *,
                  int64_t start=0, int64_t end=-1, bint delays_allowed=True,
-                 int64_t max_delay_ms=0):
+                 int64_t max_delay_ms=0, int64_t records_crc=-1):
         """Check the `n` records of a v2 records section, `records[start:end]` (end -1:
         the end of `records`; a request's bytes are used where they are, not copied), and
         find their kdelay headers.
         `max_delay_ms` (0: none) limits how far after its timestamp a record may ask to be
-        due (kdelay.delay_ms counts from the append, so its value itself)."""
+        due (kdelay.delay_ms counts from the append, so its value itself).
+        `records_crc`: the CRC-32C of `records[start:end]` where the caller has it (it
+        checked the client's CRC with it: wire_batch.py), else -1."""
         if n <= 0:
             raise CorruptBatchError("a batch needs at least one record")
         self.records = records
         self.n = n
         self.base_timestamp = base_timestamp
+        if not -1 <= records_crc <= 0xFFFFFFFF:
+            raise ValueError(f"records_crc {records_crc} is not a CRC-32C")
+        self.records_crc = records_crc
         self._rows_array = np.empty((n, 6), dtype=np.int64)
         self._rows = self._rows_array
         cdef int64_t[:, ::1] rows = self._rows
@@ -280,7 +303,15 @@ cdef class ClientBatch:
             put_big_endian(o + at + _AT_BASE_SEQUENCE, 4,
                            base_sequence + s if base_sequence >= 0 else -1)
             put_big_endian(o + at + _LAYOUT.at_count, 4, count)
-            crc32c_into(o + at, q - at, &_LAYOUT)
+            if runs == 1 and not log_append_time and self.records_crc >= 0:
+                # the records as the client sent them, whose CRC the client check gave:
+                # the header's CRC carried over them instead of a second pass
+                put_big_endian(o + at + _LAYOUT.at_crc, 4, kd_crc32c_combine(
+                    kd_crc32c(o + at + _LAYOUT.crc_start,
+                              <size_t>(_LAYOUT.header_size - _LAYOUT.crc_start)),
+                    <uint32_t>self.records_crc, <uint64_t>(q - at - _LAYOUT.header_size)))
+            else:
+                crc32c_into(o + at, q - at, &_LAYOUT)
             entries[k, 0] = da
             entries[k, 1] = base_offset + s
             entries[k, 2] = at
