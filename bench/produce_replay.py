@@ -31,7 +31,7 @@ import time
 from collections import deque
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from broker import TOPIC, payload  # noqa: E402
+from broker import TOPIC, cpu_s, payload  # noqa: E402
 
 WINDOW = 5
 
@@ -108,19 +108,6 @@ def capture(path: str, records: int, workload: str) -> None:
         pickle.dump({"frames": kept, "records": records}, f)
     print(f"{len(produce)} Produce requests ({records / len(produce):,.0f} records each) "
           f"written to {path}")
-
-
-def cpu_s(pid: int) -> float:
-    """CPU seconds the process's threads have run, to the nanosecond (schedstat; the
-    clock-tick counts of /proc/PID/stat are 10 ms coarse)."""
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except FileNotFoundError:  # a thread that ended
-            continue
-    return total / 1e9
 
 
 def _read(s: socket.socket, n: int) -> bytes:
