@@ -213,9 +213,14 @@ cdef class ClientBatch:
     @cython.wraparound(False)
     def build(self, int64_t base_offset, int64_t now, int64_t spread_ms, *,
               bint log_append_time=False, int64_t producer_id=-1, int64_t producer_epoch=-1,
-              int64_t base_sequence=-1):
+              int64_t base_sequence=-1, bint split=False):
         """(the stored batches' bytes, back to back; their entries: an int64 array with a
-        row per batch of ENTRY_COLUMNS, positions relative to the bytes' start)."""
+        row per batch of ENTRY_COLUMNS, positions relative to the bytes' start).
+        With `split`, a third item: where the batch is one stored batch of the records as
+        they are (one run, the client's timestamps), a read-only memoryview of those records
+        where they lie (the request's bytes), the first item then only the stored batch's
+        header, to be written before them (SegmentTail.append_many's `body`: no copy of the
+        records); else None, and the first item is everything."""
         cdef int64_t n = self.n, i, s, k, runs = 0, lo, hi, r, total = 0
         cdef int64_t[:, ::1] rows = self._rows
         due_array = np.empty(n, dtype=np.int64)
@@ -246,12 +251,18 @@ cdef class ClientBatch:
         run_start[runs] = n
         cdef const uint8_t* src = <const uint8_t*>PyBytes_AS_STRING(self.records)
         cdef bint same_bytes
+        # one stored batch of the records as sent: its header, then those bytes (as they are)
+        cdef bint whole = runs == 1 and not log_append_time
+        cdef bint split_records = split and whole
+        cdef int64_t records_size = rows[n - 1, 2] - rows[0, 0], records_crc
         # sizes first
         for k in range(runs):
             s = run_start[k]
             total += _LAYOUT.header_size
             same_bytes = s == 0 and not log_append_time
-            if same_bytes:
+            if split_records:
+                pass  # the records are not copied
+            elif same_bytes:
                 total += rows[run_start[k + 1] - 1, 2] - rows[s, 0]
             else:
                 for i in range(s, run_start[k + 1]):
@@ -276,7 +287,9 @@ cdef class ClientBatch:
                 ts_delta = 0 if log_append_time else rows[i, 3]
                 if max_ts == INT64_MAX or base_ts + ts_delta > max_ts:
                     max_ts = base_ts + ts_delta
-            if s == 0 and not log_append_time:
+            if split_records:
+                q += records_size  # (written after this header, from where they lie)
+            elif s == 0 and not log_append_time:
                 memcpy(o + q, src + rows[0, 0], rows[count - 1, 2] - rows[0, 0])
                 q += rows[count - 1, 2] - rows[0, 0]
             else:
@@ -303,13 +316,15 @@ cdef class ClientBatch:
             put_big_endian(o + at + _AT_BASE_SEQUENCE, 4,
                            base_sequence + s if base_sequence >= 0 else -1)
             put_big_endian(o + at + _LAYOUT.at_count, 4, count)
-            if runs == 1 and not log_append_time and self.records_crc >= 0:
+            if whole and (self.records_crc >= 0 or split_records):
                 # the records as the client sent them, whose CRC the client check gave:
                 # the header's CRC carried over them instead of a second pass
+                records_crc = self.records_crc if self.records_crc >= 0 else \
+                    kd_crc32c(src + rows[0, 0], <size_t>records_size)
                 put_big_endian(o + at + _LAYOUT.at_crc, 4, kd_crc32c_combine(
                     kd_crc32c(o + at + _LAYOUT.crc_start,
                               <size_t>(_LAYOUT.header_size - _LAYOUT.crc_start)),
-                    <uint32_t>self.records_crc, <uint64_t>(q - at - _LAYOUT.header_size)))
+                    <uint32_t>records_crc, <uint64_t>records_size))
             else:
                 crc32c_into(o + at, q - at, &_LAYOUT)
             entries[k, 0] = da
@@ -319,7 +334,11 @@ cdef class ClientBatch:
             entries[k, 4] = q - at
             entries[k, 5] = max_ts
             at = q
-        return out, entries_array
+        if not split:
+            return out, entries_array
+        if split_records:
+            return out, entries_array, memoryview(self.records)[rows[0, 0]:rows[n - 1, 2]]
+        return out, entries_array, None
 
 
 cdef inline int64_t _length_size(const uint8_t* src, int64_t pos) noexcept nogil:

@@ -16,7 +16,8 @@ cdef class SegmentTail:
                          int64_t deliver_after, int64_t max_timestamp,
                          int64_t index_interval_bytes, bint sync=*) except -1
     cpdef int64_t append_many(self, bytes data, const int64_t[:, ::1] entries,
-                              int64_t index_interval_bytes, bint sync=*) except -1
+                              int64_t index_interval_bytes, bint sync=*,
+                              object body=*) except -1
     cdef int _index(self, int64_t base, int64_t pos, int64_t size, int64_t max_timestamp,
                     int64_t interval) except -1
     cpdef bint rolls_before(self, int64_t incoming, int64_t max_timestamp,

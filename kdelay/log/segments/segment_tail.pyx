@@ -14,6 +14,7 @@ import contextlib
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.stdint cimport int64_t
 from posix.types cimport off_t
+from posix.uio cimport iovec, pwritev
 from posix.unistd cimport pwrite
 
 from kdelay import fsio
@@ -38,6 +39,29 @@ cdef int _write(int fd, bytes data, int64_t position) except -1:
             fsio.write(fd, memoryview(data)[done:], position + done)
             return 0
     fsio.write(fd, data, position)  # (after a failed pwrite: again, raising its OSError)
+    return 0
+
+
+cdef int _write_two(int fd, bytes head, const unsigned char[::1] body,
+                    int64_t position) except -1:
+    """_write of `head` then `body` as one write (one pwritev: the two are not joined first).
+    While fsio.write is replaced (see the module), and after a short or failed pwritev,
+    they are joined and written by fsio.write, one file operation as with one buffer."""
+    cdef iovec parts[2]
+    cdef Py_ssize_t head_size = PyBytes_GET_SIZE(head), body_size = body.shape[0]
+    cdef Py_ssize_t done = 0
+    if fsio.write is _FSIO_WRITE:
+        parts[0].iov_base = <void*>PyBytes_AS_STRING(head)
+        parts[0].iov_len = <size_t>head_size
+        parts[1].iov_base = <void*>&body[0] if body_size else NULL
+        parts[1].iov_len = <size_t>body_size
+        with nogil:
+            done = pwritev(fd, parts, 2, <off_t>position)
+        if done == head_size + body_size:
+            return 0
+        if done < 0:
+            done = 0  # (fsio.write tries again, raising its OSError)
+    fsio.write(fd, (head + bytes(body))[done:], position + done)
     return 0
 
 
@@ -70,25 +94,31 @@ cdef class SegmentTail:
         return pos
 
     cpdef int64_t append_many(self, bytes data, const int64_t[:, ::1] entries,
-                              int64_t index_interval_bytes, bint sync=False) except -1:
+                              int64_t index_interval_bytes, bint sync=False,
+                              object body=None) except -1:
         """Write several encoded batches, back to back in `data`, with one write (and one
         fsync with `sync`); `entries` has a row per batch (client_batch.ENTRY_COLUMNS:
         deliverAfter, base offset, position within `data`, last offset delta, size, max
-        timestamp), in offset order. Returns the position of the first. A failed write
-        leaves the segment as it was, as `append`. Cost: one write, then the index upkeep
-        of `append` per batch."""
+        timestamp), in offset order. `body` (a bytes-like, or None): bytes that follow
+        `data` in the same write, the batches' bytes being `data` then `body` (a stored
+        batch's records written from where they lie: ClientBatch.build's split). Returns
+        the position of the first. A failed write leaves the segment as it was, as
+        `append`. Cost: one write, then the index upkeep of `append` per batch."""
         cdef int64_t pos = self.size, k, n = entries.shape[0]
         if n == 0 or entries.shape[1] < 6:
             raise ValueError("append_many needs one entry of 6 columns per batch")
         try:
-            _write(self.fd, data, pos)
+            if body is None:
+                _write(self.fd, data, pos)
+            else:
+                _write_two(self.fd, data, body, pos)
             if sync:
                 fsio.fsync(self.fd)
         except OSError:
             with contextlib.suppress(OSError):  # as append: cut off what did not make it
                 fsio.truncate(self.fd, pos)
             raise
-        self.size = pos + PyBytes_GET_SIZE(data)
+        self.size = pos + PyBytes_GET_SIZE(data) + (0 if body is None else len(body))
         add = self.dly_index.recent_columns.add
         for k in range(n):
             self._index(entries[k, 1], pos + entries[k, 2], entries[k, 4], entries[k, 5],
