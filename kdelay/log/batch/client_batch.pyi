@@ -3,8 +3,6 @@ of records that ask for nearby deliverAfters."""
 
 from typing import Any
 
-import numpy as np
-
 ENTRY_COLUMNS: tuple[str, ...]
 
 def crc32c_combine(crc1: int, crc2: int, len2: int) -> int: ...
