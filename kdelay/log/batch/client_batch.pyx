@@ -16,9 +16,10 @@ clock) cuts the records into runs of consecutive offsets: a record joins the run
 record before it only if every record of that run asked for a time within `spread_ms` of
 its own (a time in the past, or none, counts as `now`); each run becomes one stored batch
 (magic 3, codec's layout) due at the latest time its records asked for. The records keep
-their bytes: the first run's records section is copied as it is; a later run's records get
-offset deltas counted from the run's first record (their length varint rewritten to
-match). With `log_append_time`, every record's timestamp becomes `now` (delta 0, and the
+their bytes: the first run's records section is copied as it is (or, where it is the only
+run, not copied at all: `split` hands back a view of it to be written after the header,
+and the header's CRC is carried over the records' known CRC); a later run's records get
+offset deltas counted from the run's first record (their length varint rewritten to match). With `log_append_time`, every record's timestamp becomes `now` (delta 0, and the
 header's timestamp-type bit set, as Kafka marks LogAppendTime batches). Every run but the
 last carries codec.MORE_RUNS, so that recovery keeps a client batch whole or drops it
 (LogSegment.recover: the runs are one write, which a crash may tear). A stored batch
