@@ -131,8 +131,8 @@ def reschedule(segments: SegmentSet, store: CancelStore, offset: int, deliver_af
     make_room(len(copy.batch), now)
     store.begin_move(copy.source_base, offset, copy.base_offset, copy.crc)
     try:
-        segments.active.append(copy.batch, copy.base_offset, 0, copy.deliver_after,
-                               copy.max_timestamp, config.index_interval_bytes)
+        segments.active_tail.append(copy.batch, copy.base_offset, 0, copy.deliver_after,
+                                    copy.max_timestamp, config.index_interval_bytes)
     except BaseException:
         store.abort_move(copy.source_base, offset)
         raise

@@ -216,8 +216,9 @@ def _copy_run(reader: _ChunkReader, da: np.ndarray, base: np.ndarray, pos: np.nd
     new = list(zip(h.deliver_after.tolist(), base.tolist(), (pos - start + out).tolist(),
                    (count - 1).tolist(), size.tolist(), strict=True))
     entries.extend(new)
-    for entry, max_ts in zip(new, h.max_timestamp.tolist(), strict=True):
-        seg._index_batch(entry, max_ts, interval)
+    tail = seg.tail
+    for (_, b, p, _, s), max_ts in zip(new, h.max_timestamp.tolist(), strict=True):
+        tail.index_written(b, p, s, max_ts, interval)
     return True
 
 
@@ -242,7 +243,7 @@ def _emit(writer: _Writer, entries: list[Entry], seg: LogSegment, h: codec.Batch
     at = writer.add(data)
     entry = (h.deliver_after, h.base_offset, at, h.last_offset_delta, h.size)
     entries.append(entry)
-    seg._index_batch(entry, h.max_timestamp, interval)
+    seg.tail.index_written(h.base_offset, at, h.size, h.max_timestamp, interval)
 
 
 def _reencode(h: codec.BatchHeader, data: bytes, gone: np.ndarray, path: str,

@@ -27,7 +27,7 @@ def _fill(seg: LogSegment, spec, interval: int = 1) -> list[tuple[int, int]]:
     out = []
     for n, da in spec:
         b = _batch(seg.next_offset, n, da, b"x" * 20)
-        pos = seg.append(b, seg.next_offset, n - 1, da, T0, interval)
+        pos = seg.tail.append(b, seg.next_offset, n - 1, da, T0, interval)
         out.append((pos, len(b)))
     return out
 

@@ -100,12 +100,12 @@ def test_index_upkeep_follows_the_sparse_rule(tmp_path_factory, batches, interva
     seg = LogSegment.create(str(tmp_path_factory.mktemp("s")), 0)
     try:
         for base, (size, ts) in enumerate(batches):
-            assert seg.append(bytes(size), base, 0, T0 + ts, T0 + ts, interval) == sum(
+            assert seg.tail.append(bytes(size), base, 0, T0 + ts, T0 + ts, interval) == sum(
                 s for s, _ in batches[:base])
         offsets, times, max_ts = _sparse_model([(s, T0 + t) for s, t in batches], interval)
         assert _entries(seg.offset_index) == offsets
         assert _entries(seg.time_index) == times
-        assert seg.max_timestamp == max_ts and seg._first_timestamp == T0 + batches[0][1]
+        assert seg.max_timestamp == max_ts and seg.tail.first_timestamp == T0 + batches[0][1]
         assert seg.size == sum(s for s, _ in batches) and seg.next_offset == len(batches)
         starts = [sum(s for s, _ in batches[:i]) for i in range(len(batches))]
         assert _entries(seg.dly_index) == sorted(
