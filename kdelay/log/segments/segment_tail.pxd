@@ -22,5 +22,6 @@ cdef class SegmentTail:
                             int64_t max_timestamp, int64_t index_interval_bytes) except -1
     cdef int _index(self, int64_t base, int64_t pos, int64_t size, int64_t max_timestamp,
                     int64_t interval) except -1
+    cdef object _read_first_timestamp(self)
     cpdef bint rolls_before(self, int64_t incoming, int64_t max_timestamp,
                             int64_t segment_bytes, int64_t segment_ms) except -1

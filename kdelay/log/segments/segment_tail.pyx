@@ -154,7 +154,9 @@ cdef class SegmentTail:
             return False
         if self.size + incoming > segment_bytes:
             return True
-        first = self.first_timestamp
+        first = self._first_timestamp
+        if first is None:  # (a C call: no attribute lookup per append)
+            first = self._read_first_timestamp()
         return first is not None and max_timestamp - <int64_t>first >= segment_ms
 
     @property
@@ -162,6 +164,11 @@ cdef class SegmentTail:
         """The largest timestamp of the first batch (None: no batch), for segment_ms: kept
         by the first append, else read from the .log's first header once (a segment
         opened, not written, reads none of its .log until asked)."""
+        if self._first_timestamp is None:
+            return self._read_first_timestamp()
+        return self._first_timestamp
+
+    cdef object _read_first_timestamp(self):
         if self._first_timestamp is None and self.size:
             head = fsio.pread(self.fd, codec.HEADER_SIZE, 0)
             self._first_timestamp = codec.parse_header(
