@@ -22,6 +22,7 @@ import numpy as np
 
 from ..errors import CorruptLogError, KdelayError
 from ..index.deliver_after_index import DeliverAfterIndex
+from ..index.entry import Entry
 from ..log.batch import codec, walker
 from ..log.batch.entry_check import check_batch
 from ..log.compaction.swap import read_marker
@@ -392,19 +393,20 @@ class SegmentReader:
         da, base, pos, lod, size = (np.asarray(c) for c in idx.disk_columns)
         self.stats.batches_seen += len(da)
         order = self._wanted(da, base, pos, lod)
-        want = list(zip(da[order].tolist(), base[order].tolist(), pos[order].tolist(),
-                        lod[order].tolist(), size[order].tolist(), strict=True))
+        want = list(map(Entry._make, zip(da[order].tolist(), base[order].tolist(),
+                                         pos[order].tolist(), lod[order].tolist(),
+                                         size[order].tolist(), strict=True)))
         starts = pos[order]
         # one read covers a run of nearby batches, up to chunk_bytes
         for i, j in coalesce(starts, starts + size[order], max_span=self.chunk_bytes,
                              max_gap=_MAX_GAP):
-            start = want[i][2]
-            end = want[j - 1][2] + want[j - 1][4]
+            start = want[i].position
+            end = want[j - 1].position + want[j - 1].size
             buf = self._read(src, start, end - start)
             rels: list[int] = []
             headers: list[codec.BatchHeader] = []
             for entry in want[i:j]:
-                rel = entry[2] - start
+                rel = entry.position - start
                 try:  # a CRC failure is no mismatch: the Chunk reports it per batch
                     h = check_batch(buf, rel, entry, path=self.path, crc=False)
                 except CorruptLogError as e:
@@ -413,7 +415,7 @@ class SegmentReader:
                     return str(e)
                 rels.append(rel)
                 headers.append(h)
-                done.add(entry[2])
+                done.add(entry.position)
             if headers:
                 yield self._chunk_of(buf, start, rels, headers)
         return None

@@ -23,7 +23,8 @@ import numpy as np
 
 from ... import fsio
 from ...errors import CorruptLogError
-from ...index.deliver_after_index import DeliverAfterIndex, Entry
+from ...index.deliver_after_index import DeliverAfterIndex
+from ...index.entry import Entry
 from ...index.offset_index import OffsetIndex
 from ...index.time_index import TimeIndex
 from ...read_ranges import coalesce
@@ -213,12 +214,13 @@ def _copy_run(reader: _ChunkReader, da: np.ndarray, base: np.ndarray, pos: np.nd
     if h is None:
         return False
     out = writer.add(memoryview(buf)[at:at + total])
-    new = list(zip(h.deliver_after.tolist(), base.tolist(), (pos - start + out).tolist(),
-                   (count - 1).tolist(), size.tolist(), strict=True))
+    new = list(map(Entry._make, zip(h.deliver_after.tolist(), base.tolist(),
+                                    (pos - start + out).tolist(), (count - 1).tolist(),
+                                    size.tolist(), strict=True)))
     entries.extend(new)
     tail = seg.tail
-    for (_, b, p, _, s), max_ts in zip(new, h.max_timestamp.tolist(), strict=True):
-        tail.index_written(b, p, s, max_ts, interval)
+    for entry, max_ts in zip(new, h.max_timestamp.tolist(), strict=True):
+        tail.index_written(entry.base_offset, entry.position, entry.size, max_ts, interval)
     return True
 
 
@@ -228,7 +230,7 @@ def _copy_one(reader: _ChunkReader, src: Source, da: int, b: int, pos: int, n: i
     """Check one batch against its index entry (raising CorruptLogError naming the
     problem), then copy it, or re-encode it without its cancelled records."""
     buf, rel = reader.get(pos, size)
-    h = check_batch(buf, rel, (da, b, pos, n - 1, size), path=src.path)
+    h = check_batch(buf, rel, Entry(da, b, pos, n - 1, size), path=src.path)
     data = bytes(memoryview(buf)[rel:rel + size])
     start, k = cancelled_per_batch(gone, b, n) if len(gone) else (0, 0)
     if not k:
@@ -241,7 +243,7 @@ def _copy_one(reader: _ChunkReader, src: Source, da: int, b: int, pos: int, n: i
 def _emit(writer: _Writer, entries: list[Entry], seg: LogSegment, h: codec.BatchHeader,
           data: bytes, interval: int) -> None:
     at = writer.add(data)
-    entry = (h.deliver_after, h.base_offset, at, h.last_offset_delta, h.size)
+    entry = Entry(h.deliver_after, h.base_offset, at, h.last_offset_delta, h.size)
     entries.append(entry)
     seg.tail.index_written(h.base_offset, at, h.size, h.max_timestamp, interval)
 

@@ -25,7 +25,8 @@ from typing import Any
 
 from ... import fsio
 from ...errors import CorruptLogError, IndexFileError
-from ...index.deliver_after_index import DeliverAfterIndex, Entry
+from ...index.deliver_after_index import DeliverAfterIndex
+from ...index.entry import Entry
 from ...index.offset_index import OffsetIndex
 from ...index.time_index import TimeIndex
 from ..batch import codec
@@ -65,11 +66,11 @@ def _whole_client_batches(fd: int, path: str, result: ScanResult) -> ScanResult:
     cut = unfinished_client_batch(fd, result.entries)
     if cut is None:
         return result
-    _, base, position, _, _ = result.entries[cut]
-    return ScanResult(result.entries[:cut], result.max_timestamps[:cut], position, base,
-                      result.error or CorruptLogError(
-                          f"the last client batch (from offset {base}) lacks its last run",
-                          path, position))
+    first = result.entries[cut]
+    return ScanResult(result.entries[:cut], result.max_timestamps[:cut], first.position,
+                      first.base_offset, result.error or CorruptLogError(
+                          f"the last client batch (from offset {first.base_offset}) lacks "
+                          f"its last run", path, first.position))
 
 
 class LogSegment(OffsetLookup):
@@ -297,9 +298,9 @@ class LogSegment(OffsetLookup):
         seg = cls(directory, base_offset, fd, size, base_offset, OffsetIndex(base_offset),
                   TimeIndex(base_offset), DeliverAfterIndex(base_offset))
         tail = seg.tail
-        for (_, base, pos, _, batch_size), max_ts in zip(result.entries,
-                                                         result.max_timestamps, strict=True):
-            tail.index_written(base, pos, batch_size, max_ts, index_interval_bytes)
+        for entry, max_ts in zip(result.entries, result.max_timestamps, strict=True):
+            tail.index_written(entry.base_offset, entry.position, entry.size, max_ts,
+                               index_interval_bytes)
         seg.dly_index = DeliverAfterIndex.from_entries(base_offset, result.entries)
         seg.next_offset = result.next_offset
         if compacted_end is not None:
@@ -355,7 +356,7 @@ class LogSegment(OffsetLookup):
         """Header and bytes of the batch `entry` points at (an index entry, or the one a
         header walk expects), checked against it (entry_check.check_batch). Raises
         CorruptLogError."""
-        data = fsio.pread(self.fd, entry[4], entry[2])
+        data = fsio.pread(self.fd, entry.size, entry.position)
         return check_batch(data, 0, entry, path=self.log_path), data
 
     def mapped(self) -> MappedFile:
