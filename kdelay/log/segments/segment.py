@@ -82,8 +82,9 @@ class LogSegment(OffsetLookup):
     `SegmentSet.active_tail`), a sealed one's only holds where the segment ends. The
     segment reads its size, end offset, largest timestamp and indexes from it."""
 
-    # the tail's fields, read through the segment (compiled descriptors: as cheap as a
-    # plain attribute); the indexes are loaded on first use after a clean open
+    # the tail's fields, read through the segment (compiled descriptors: no Python frame,
+    # ~15 ns above reading the tail's own field); the indexes are loaded on first use
+    # after a clean open
     size: TailField[int] = TailField("size")  # bytes of the .log holding acknowledged batches
     next_offset: TailField[int] = TailField("next_offset")
     max_timestamp: TailField[int] = TailField("max_timestamp")  # -1: none
