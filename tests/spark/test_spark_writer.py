@@ -183,7 +183,7 @@ def test_failed_job_leaves_no_partial_batch(spark, tmp_path):
 
     path = str(tmp_path / "log")
 
-    @F.udf(BinaryType())
+    @F.udf(BinaryType(), useArrow=False)  # a plain Python UDF: the spark extra has no pandas
     def boom(i):
         if i == 1500:
             raise ValueError("boom")
