@@ -19,7 +19,20 @@ from posix.unistd cimport pwrite
 from kdelay import fsio
 from kdelay.log.batch import codec
 
+from kdelay.index.entry_fields cimport (
+    E_BASE_OFFSET,
+    E_DELIVER_AFTER,
+    E_LAST_OFFSET_DELTA,
+    E_POSITION,
+    E_SIZE,
+    ENTRY_FIELDS,
+)
 from kdelay.index.recent_columns cimport RecentColumns
+
+# append_many's rows: an index entry's fields (client_batch.ENTRY_COLUMNS, in Entry's
+# order), then the batch's largest timestamp
+cdef enum:
+    _MAX_TIMESTAMP = ENTRY_FIELDS
 
 # fsio's own write (kdelay's import loads this module before anything can replace it)
 cdef object _FSIO_WRITE = fsio.write
@@ -98,7 +111,7 @@ cdef class SegmentTail:
         leaves the segment as it was, as `append`. Cost: one write, then the index upkeep
         of `append` per batch."""
         cdef int64_t pos = self.size, k, n = entries.shape[0]
-        if n == 0 or entries.shape[1] < 6:
+        if n == 0 or entries.shape[1] <= _MAX_TIMESTAMP:
             raise ValueError("append_many needs one entry of 6 columns per batch")
         try:
             _write(self.fd, data, pos)
@@ -110,12 +123,14 @@ cdef class SegmentTail:
             raise
         self.size = pos + PyBytes_GET_SIZE(data)
         add = self.dly_index.recent_columns.add
-        for k in range(n):
-            self._index(entries[k, 1], pos + entries[k, 2], entries[k, 4], entries[k, 5],
-                        index_interval_bytes)
-            add(entries[k, 0], entries[k, 1], pos + entries[k, 2], entries[k, 3],
-                entries[k, 4])
-        self.next_offset = entries[n - 1, 1] + entries[n - 1, 3] + 1
+        for k in range(n):  # (an entry's fields by their E_* numbers, then its timestamp)
+            self._index(entries[k, E_BASE_OFFSET], pos + entries[k, E_POSITION],
+                        entries[k, E_SIZE], entries[k, _MAX_TIMESTAMP], index_interval_bytes)
+            add(entries[k, E_DELIVER_AFTER], entries[k, E_BASE_OFFSET],
+                pos + entries[k, E_POSITION], entries[k, E_LAST_OFFSET_DELTA],
+                entries[k, E_SIZE])
+        self.next_offset = entries[n - 1, E_BASE_OFFSET] + \
+            entries[n - 1, E_LAST_OFFSET_DELTA] + 1
         return pos
 
     cpdef int index_written(self, int64_t base_offset, int64_t position, int64_t size,
