@@ -22,7 +22,14 @@ import numpy as np
 
 from ..errors import CorruptLogError, KdelayError
 from ..index.deliver_after_index import DeliverAfterIndex
-from ..index.entry import Entry
+from ..index.entry import (
+    E_BASE_OFFSET,
+    E_DELIVER_AFTER,
+    E_LAST_OFFSET_DELTA,
+    E_POSITION,
+    E_SIZE,
+    Entry,
+)
 from ..log.batch import codec, walker
 from ..log.batch.entry_check import check_batch
 from ..log.compaction.swap import read_marker
@@ -374,7 +381,9 @@ class SegmentReader:
                 return None
             if src.remote is None:
                 self._check_not_merged()
-        da, base, pos, lod, size = (np.asarray(c).astype(np.int64) for c in idx.disk_columns)
+        cols = [np.asarray(c).astype(np.int64) for c in idx.disk_columns]
+        da, base, pos = cols[E_DELIVER_AFTER], cols[E_BASE_OFFSET], cols[E_POSITION]
+        lod, size = cols[E_LAST_OFFSET_DELTA], cols[E_SIZE]
         order = self._wanted(da, base, pos, lod)
         counts = lod[order] + 1
         self.stats.mode = "index only"
@@ -390,7 +399,9 @@ class SegmentReader:
     def _from_index(self, src: SegmentBytes, idx: DeliverAfterIndex, done: set[int]):
         """Read the batches the index puts in range; returns None, or a message when the
         log disagrees with the index (the caller then walks the headers instead)."""
-        da, base, pos, lod, size = (np.asarray(c) for c in idx.disk_columns)
+        cols = [np.asarray(c) for c in idx.disk_columns]
+        da, base, pos = cols[E_DELIVER_AFTER], cols[E_BASE_OFFSET], cols[E_POSITION]
+        lod, size = cols[E_LAST_OFFSET_DELTA], cols[E_SIZE]
         self.stats.batches_seen += len(da)
         order = self._wanted(da, base, pos, lod)
         want = list(map(Entry._make, zip(da[order].tolist(), base[order].tolist(),

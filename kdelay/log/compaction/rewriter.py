@@ -24,7 +24,14 @@ import numpy as np
 from ... import fsio
 from ...errors import CorruptLogError
 from ...index.deliver_after_index import DeliverAfterIndex
-from ...index.entry import Entry
+from ...index.entry import (
+    E_BASE_OFFSET,
+    E_DELIVER_AFTER,
+    E_LAST_OFFSET_DELTA,
+    E_POSITION,
+    E_SIZE,
+    Entry,
+)
 from ...index.offset_index import OffsetIndex
 from ...index.time_index import TimeIndex
 from ...read_ranges import coalesce
@@ -75,7 +82,9 @@ class BatchPlan(NamedTuple):
 def batch_plan(src: Source, horizon_ms: int, cancelled: Cancelled | None) -> BatchPlan:
     """Which records of `src` are removable (removable.py). O(batches) numpy work on the
     index columns and one `cancelled` query; no log data is read."""
-    da, base, pos, lod, size = src.columns
+    cols = src.columns
+    da, base, pos = cols[E_DELIVER_AFTER], cols[E_BASE_OFFSET], cols[E_POSITION]
+    lod, size = cols[E_LAST_OFFSET_DELTA], cols[E_SIZE]
     order = np.argsort(pos, kind="stable")
     da, base, pos = da[order], base[order].astype(np.int64), pos[order].astype(np.int64)
     count = lod[order].astype(np.int64) + 1
