@@ -13,7 +13,16 @@ both.
   are produced by a confluent Producer (linger.ms=5) before its clock starts. Each broker
   first serves one record of another topic, untimed (kdelay's first answer of each
   request kind builds kio's reader and writer for it). Rounds
-  alternate which goes first; medians over `--rounds`.
+  alternate which goes first; medians over `--rounds`. With `--baseline TREE`, each round
+  also runs the broker of another checkout of kdelay (its own built tree, e.g. main's: the
+  child runs with TREE first on its path) over the same records, the three in a rotating
+  order, for paired before/after figures. With `--repeat K`, each broker then serves K
+  more consumes of the same records, whose CPU is reported apart: the serving path
+  without the first consume's one-off work (numbering the records, creating the views'
+  files, mapping the segments).
+- CPU: the broker's own, per record: the broker process's threads for kdelay, the mock's
+  `rdk:mock` thread for the mock, read from /proc's schedstat (nanoseconds; /proc/PID/stat
+  counts 10 ms ticks, a few per consume).
 - lateness: a child process runs the broker and a writer appending `--rate` (5,000)
   records/s for `--seconds` (20), each due at a time uniform over the next 10 s (single-
   record batches: every record asks its own time); one confluent Consumer with default
@@ -21,7 +30,12 @@ both.
   record asked for (wall clock of one machine). None may be early.
 
     python bench/broker_consume.py [--records 150000] [--rounds 3] [--seconds 20]
-        [--out bench/results/broker_consume.md]
+        [--baseline /path/to/other/checkout] [--repeat 3]
+        [--consumer-config fetch.queue.backoff.ms=10] [--out bench/results/broker_consume.md]
+
+librdkafka's defaults make a consume's wall clock bimodal with either broker (see
+STALLED_S): `--consumer-config fetch.queue.backoff.ms=10` takes that backoff out of the
+comparison, for both brokers alike.
 """
 
 from __future__ import annotations
@@ -37,10 +51,13 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from broker import cpu_s, mock_cpu_s  # noqa: E402 (bench/broker.py: the same CPU counters)
-
 TOPIC = "bench"
+# librdkafka stops fetching a partition for fetch.queue.backoff.ms (1 s by default) once
+# its queue of fetched records holds queued.min.messages (100,000): four 4 MB answers
+# (~32,000 records a partition each) that arrive before the application has taken enough
+# of them trip it, with either broker, and such a round takes over a second
+STALLED_S = 1.0
+CONSUMER_CONFIG: dict[str, str] = {}  # --consumer-config: the same for both brokers
 WARM = "warm"  # one record read first, untimed: each broker has answered every request kind
 MOCK_PARTITIONS = 4  # what the mock gives an auto-created topic
 
@@ -53,7 +70,7 @@ def consume(bootstrap: str, topic: str, partitions: int, count: int,
     """Seconds for one Consumer to receive `count` records from the beginning."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench",
-                  "enable.auto.commit": False})
+                  "enable.auto.commit": False, **CONSUMER_CONFIG})
     try:
         # the partitions' leader known before the clock starts: a partition assigned before
         # librdkafka has it waits for an offset-query timer (500 ms) with either broker
@@ -78,7 +95,10 @@ def _payload(n: int, seed: int) -> list[tuple[bytes, bytes]]:
     return [(rng.randbytes(16), rng.randbytes(100)) for _ in range(n)]
 
 
-def mock_round(records: list[tuple[bytes, bytes]], partitions: int) -> tuple[float, float]:
+def mock_round(records: list[tuple[bytes, bytes]], partitions: int, repeat: int = 0
+               ) -> tuple[float, float, float]:
+    """(seconds, mock CPU seconds) of one consume from the mock, and its median CPU
+    seconds over `repeat` more consumes of the same records (0: none asked)."""
     from confluent_kafka import Producer
     found: list[str] = []
 
@@ -110,15 +130,55 @@ def mock_round(records: list[tuple[bytes, bytes]], partitions: int) -> tuple[flo
     p.flush()
     try:
         consume(bootstrap, WARM, 1, 1)
-        before = mock_cpu_s()
-        seconds = consume(bootstrap, TOPIC, partitions, len(records))
-        return seconds, mock_cpu_s() - before
+        return _consumes(bootstrap, partitions, len(records), repeat, mock_cpu_s)
     finally:
         del p
 
 
-def kdelay_round(records: list[tuple[bytes, bytes]], partitions: int, workdir: str
-                 ) -> tuple[float, float]:
+def cpu_s(pid: int) -> float:
+    """CPU seconds the threads of process `pid` have run (schedstat: ns)."""
+    return _schedstat_s(f"/proc/{pid}/task", lambda tid: True)
+
+
+def mock_cpu_s() -> float:
+    """CPU seconds of this process's librdkafka mock-cluster threads ("rdk:mock")."""
+    def is_mock(tid: str) -> bool:
+        with open(f"/proc/self/task/{tid}/comm") as f:
+            return f.read().strip() == "rdk:mock"
+    return _schedstat_s("/proc/self/task", is_mock)
+
+
+def _schedstat_s(tasks: str, keep) -> float:
+    total = 0
+    for tid in os.listdir(tasks):
+        try:
+            if keep(tid):
+                with open(f"{tasks}/{tid}/schedstat") as f:
+                    total += int(f.read().split()[0])
+        except FileNotFoundError:  # a thread that ended
+            continue
+    return total / 1e9
+
+
+def _consumes(bootstrap: str, partitions: int, count: int, repeat: int, cpu
+              ) -> tuple[float, float, float]:
+    """The first consume's seconds and broker CPU (`cpu()`: seconds so far), and the
+    median broker CPU of `repeat` consumes after it (NaN when 0)."""
+    before = cpu()
+    seconds = consume(bootstrap, TOPIC, partitions, count)
+    first = cpu() - before
+    more = []
+    for _ in range(repeat):
+        before = cpu()
+        consume(bootstrap, TOPIC, partitions, count)
+        more.append(cpu() - before)
+    return seconds, first, statistics.median(more) if more else float("nan")
+
+
+def kdelay_round(records: list[tuple[bytes, bytes]], partitions: int, workdir: str,
+                 tree: str | None = None, repeat: int = 0) -> tuple[float, float, float]:
+    """As mock_round, from `kdelay serve`: this checkout's, or with `tree` another's (its
+    directory first on the child's path)."""
     from kdelay import Record, Topic
     root = tempfile.mkdtemp(dir=workdir)
     with Topic.open(root, TOPIC, partitions=partitions) as t:
@@ -129,16 +189,18 @@ def kdelay_round(records: list[tuple[bytes, bytes]], partitions: int, workdir: s
                 log.append([Record(v, key=k) for k, v in rows[i:i + 1000]])
     with Topic.open(root, WARM, partitions=1) as t:
         t.send([Record(b"w")])
+    # `python -m` puts its working directory first on the path: run it in the tree
+    tree = tree or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     proc = subprocess.Popen([sys.executable, "-m", "kdelay", "serve", root, "--listen",
-                             "127.0.0.1:0", "--log-level", "WARNING"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                             "127.0.0.1:0", "--log-level", "WARNING"], cwd=tree,
+                            env={**os.environ, "PYTHONPATH": tree}, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
     try:
         line = proc.stdout.readline()
         bootstrap = line.rsplit(" ", 1)[1].strip()
         consume(bootstrap, WARM, 1, 1)
-        before = cpu_s(proc.pid)
-        seconds = consume(bootstrap, TOPIC, partitions, len(records))
-        return seconds, cpu_s(proc.pid) - before
+        return _consumes(bootstrap, partitions, len(records), repeat,
+                         lambda: cpu_s(proc.pid))
     finally:
         proc.terminate()
         proc.wait(60)
@@ -213,6 +275,69 @@ def lateness_run(rate: int, seconds: float, spread_ms: int, workdir: str) -> dic
 # ---------------------------------------------------------------------------- main
 
 
+def consume_rounds(args: argparse.Namespace) -> list[str]:
+    """The consume rounds (this broker, the baseline's if any, the mock; the order rotates
+    each round) and their table rows."""
+    records = _payload(args.records, 1)
+    sides = ["kdelay", "mock"] + (["baseline"] if args.baseline else [])
+    secs: dict[str, list[float]] = {k: [] for k in sides}
+    cpus: dict[str, list[float]] = {k: [] for k in sides}
+    again: dict[str, list[float]] = {k: [] for k in sides}  # CPU of the repeated consumes
+    for r in range(args.rounds):
+        order = sides[r % len(sides):] + sides[:r % len(sides)]
+        if r % 2:
+            order.reverse()
+        for which in order:
+            if which == "mock":
+                seconds, cpu, repeated = mock_round(records, args.partitions, args.repeat)
+            else:
+                seconds, cpu, repeated = kdelay_round(
+                    records, args.partitions, args.workdir,
+                    args.baseline if which == "baseline" else None, args.repeat)
+            secs[which].append(seconds)
+            cpus[which].append(cpu)
+            again[which].append(repeated)
+        print(f"round {r}: " + ", ".join(
+            f"{k} {args.records / secs[k][-1]:,.0f} rec/s, {cpus[k][-1] / args.records * 1e9:,.0f}"
+            f" ns/rec (repeated {again[k][-1] / args.records * 1e9:,.0f})" for k in sides),
+            flush=True)
+    out = []
+    mock_rate = args.records / statistics.median(secs["mock"])
+    for k in [s for s in sides if s != "mock"]:
+        rate = args.records / statistics.median(secs[k])
+        per_round = statistics.median(m / o for o, m in zip(secs[k], secs["mock"], strict=True))
+        cpu_ratio = statistics.median(o / m for o, m in zip(cpus[k], cpus["mock"], strict=True))
+        label = "this tree" if k == "kdelay" else f"baseline {args.baseline}"
+        out.append(f"| consume {args.records:,} due records, confluent Consumer, "
+                   f"{args.partitions} partitions, {label} (records/s, median of "
+                   f"{args.rounds}) | {rate:,.0f} | {mock_rate:,.0f} | {rate / mock_rate:.2f}x "
+                   f"(median of per-round ratios {per_round:.2f}x) |")
+        a_cpu, b_cpu = statistics.median(cpus[k]), statistics.median(cpus["mock"])
+        out.append(f"| ... the broker's CPU for it (kdelay: its process; mock: its thread) "
+                   f"| {a_cpu * 1e3:.1f} ms ({a_cpu / args.records * 1e9:,.0f} ns/record) | "
+                   f"{b_cpu * 1e3:.1f} ms ({b_cpu / args.records * 1e9:,.0f} ns/record) | "
+                   f"{cpu_ratio:.1f}x (median per round) |")
+    out.append(f"| rounds that waited out the client's fetch.queue.backoff.ms (over "
+               f"{STALLED_S:g} s) | " + " | ".join(
+                   f"{k} {sum(t > STALLED_S for t in secs[k])} of {args.rounds}"
+                   for k in sides) + " |")
+    if args.repeat:
+        for k in sides:
+            c = statistics.median(again[k])
+            out.append(f"| ... {k}: broker CPU of a consume repeated on the same broker "
+                       f"(median of {args.repeat} a round, then of rounds) | "
+                       f"{c * 1e3:.1f} ms ({c / args.records * 1e9:,.0f} ns/record) | | |")
+    if args.baseline:
+        for name, cpu in (("first consume", cpus), ("repeated consumes", again)):
+            if name == "repeated consumes" and not args.repeat:
+                continue
+            paired = statistics.median(b / a for a, b in zip(cpu["kdelay"], cpu["baseline"],
+                                                              strict=True))
+            out.append(f"| broker CPU per record, baseline / this tree, {name} (median of "
+                       f"per-round ratios) | {paired:.2f}x | | |")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=150_000)
@@ -222,6 +347,12 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--spread-ms", type=int, default=10_000)
     ap.add_argument("--only", choices=["consume", "lateness"])
+    ap.add_argument("--baseline", help="another kdelay checkout (built) to run as well")
+    ap.add_argument("--repeat", type=int, default=0,
+                    help="consumes more per broker, for their CPU (the broker warm)")
+    ap.add_argument("--consumer-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="a confluent Consumer setting for both brokers' consumes (e.g. "
+                         "fetch.queue.backoff.ms=10)")
     ap.add_argument("--out")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -229,36 +360,12 @@ def main() -> None:
         root, rate, seconds, spread = args.child
         lateness_child(root, int(rate), float(seconds), int(spread))
         return
-    workdir = tempfile.mkdtemp(prefix="kdelay-bench-")
+    CONSUMER_CONFIG.update(kv.split("=", 1) for kv in args.consumer_config)
+    workdir = args.workdir = tempfile.mkdtemp(prefix="kdelay-bench-")
     lines = ["| measure | kdelay broker | librdkafka mock | ratio |", "|---|---|---|---|"]
     try:
         if args.only in (None, "consume"):
-            records = _payload(args.records, 1)
-            ours, mock, ours_cpu, mock_cpu = [], [], [], []
-            for r in range(args.rounds):
-                order = [0, 1] if r % 2 == 0 else [1, 0]
-                for which in order:
-                    if which == 0:
-                        seconds, cpu = kdelay_round(records, args.partitions, workdir)
-                        ours.append(seconds)
-                        ours_cpu.append(cpu)
-                    else:
-                        seconds, cpu = mock_round(records, args.partitions)
-                        mock.append(seconds)
-                        mock_cpu.append(cpu)
-                print(f"round {r}: kdelay {args.records / ours[-1]:,.0f} rec/s, "
-                      f"mock {args.records / mock[-1]:,.0f} rec/s", flush=True)
-            a, b = args.records / statistics.median(ours), args.records / statistics.median(mock)
-            per_round = statistics.median(m / o for o, m in zip(ours, mock, strict=True))
-            lines.append(f"| consume {args.records:,} due records, confluent Consumer, "
-                         f"{args.partitions} partitions (records/s, median of {args.rounds}) "
-                         f"| {a:,.0f} | {b:,.0f} | {a / b:.2f}x (median of per-round "
-                         f"ratios {per_round:.2f}x) |")
-            a_cpu, b_cpu = statistics.median(ours_cpu), statistics.median(mock_cpu)
-            lines.append(f"| ... the broker's CPU for it (kdelay: its process; mock: its "
-                         f"thread) | {a_cpu:.2f} s ({a_cpu / args.records * 1e9:,.0f} "
-                         f"ns/record) | {b_cpu:.2f} s ({b_cpu / args.records * 1e9:,.0f} "
-                         f"ns/record) | |")
+            lines += consume_rounds(args)
         if args.only in (None, "lateness"):
             res = lateness_run(args.rate, args.seconds, args.spread_ms, workdir)
             print(res, flush=True)

@@ -309,17 +309,19 @@ class Log(forks.Owned):
                generation: int | None = None) -> None:
         """Durably store `group`'s position (the key of the last record it consumed). With
         `generation` (from `clients.join_group`), refused with GroupFencedError once a
-        newer member has joined. Cost: one small file replaced atomically (fsync'd)."""
+        newer member has joined. Cost: one append to the log's commit journal and one
+        fdatasync (groups/positions.py)."""
         self.clients.commit(group, key, generation)
 
     @write_errors
     def commit_many(self, positions: dict[str, DeliveryKey | None]) -> None:
         """Durably store several groups' positions at once (a broker's group commit).
-        Cost: one slot write and fdatasync per group, several at once (groups/positions.py)."""
+        Cost: one append of a record per group and one fdatasync for them all
+        (groups/positions.py)."""
         self.clients.commit_many(positions)
 
     def committed(self, group: str) -> DeliveryKey | None:
-        """`group`'s stored position (None: none). Cost: one small file read."""
+        """`group`'s stored position (None: none). Cost: a dict lookup."""
         return self.clients.committed(group)
 
     # ------------------------------------------------------------------ maintenance

@@ -16,8 +16,8 @@ of the file gives the same numbers (the torn tail a crash leaves is numbered aga
 identically). Cancelled records are skipped: they never come due.
 
 Cost: `extend` per newly due batch (fetch/due_batches.py, no record decoded) plus one file
-append per call; `read` one binary search, then per batch served one pread, one CRC pass
-and the header rewrite (batch_rewrite.py); memory 32 bytes per entry (a run of consecutive
+append per call; `read` one binary search, then per batch served one CRC pass where it
+lies in the segment's mapping and a new header (record_parts.py: the records not copied); memory 32 bytes per entry (a run of consecutive
 offsets of one stored batch: one per batch unless records in it were cancelled).
 """
 
@@ -33,7 +33,8 @@ import numpy as np
 
 from ..errors import OffsetOutOfRangeError
 from ..records import DeliveryKey
-from .batch_rewrite import as_v2_only, v2_batches
+from .batch_rewrite import as_v2_only
+from .record_parts import RecordParts
 from .view_file import (
     ENTRY_DTYPE,
     ENTRY_SIZE,
@@ -107,8 +108,8 @@ class DeliveryView:
         """The next delivery offset to be given out."""
         if not self._n:
             return self._first
-        last = self._rows[self._n - 1]
-        return int(last["base"]) + int(last["count"])
+        base, _, _, count, _ = self._rows.item(self._n - 1)  # (a row's fields as ints)
+        return base + count
 
     @property
     @_locked
@@ -123,13 +124,13 @@ class DeliveryView:
         deletes segments from the oldest, by offset); rewrite the file without them once
         there are many. O(entries skipped)."""
         start = self.log.log_start_offset
-        rows, head = self._rows, self._head
-        while head < self._n and int(rows[head]["first"]) + int(rows[head]["count"]) <= start:
+        row, head = self._rows.item, self._head
+        while head < self._n and row(head)[2] + row(head)[3] <= start:  # first + count
             head += 1
         self._head = head
         keep = min(head, self._n - 1)  # the last entry stays: it is the numbering's cursor
         if keep >= _REWRITE_DEAD:
-            live = rows[keep:self._n].copy()
+            live = self._rows[keep:self._n].copy()
             self._file.rewrite(int(live[0]["base"]), live)
             self._first = int(live[0]["base"])
             self._rows[:len(live)] = live
@@ -139,21 +140,21 @@ class DeliveryView:
         """The key of the last numbered record (None: none yet)."""
         if not self._n:
             return None
-        r = self._rows[self._n - 1]
-        return DeliveryKey(int(r["deliver_after"]), int(r["first"]) + int(r["count"]) - 1)
+        _, da, first, count, _ = self._rows.item(self._n - 1)
+        return DeliveryKey(da, first + count - 1)
 
     def key_before(self, n: int) -> DeliveryKey | None:
         """A key with every record numbered below `n` at or before it and every one from
         `n` on after it (the cursor a read at `n` starts from)."""
         i = self._entry_of(n - 1)
         if i is not None:
-            r = self._rows[i]
-            return DeliveryKey(int(r["deliver_after"]), int(r["first"]) + n - 1 - int(r["base"]))
+            base, da, first, _, _ = self._rows.item(i)
+            return DeliveryKey(da, first + n - 1 - base)
         i = self._entry_of(n)
         if i is None:
             return self.last_key()
-        r = self._rows[i]
-        return DeliveryKey(int(r["deliver_after"]), int(r["first"]) - 1)
+        _, da, first, _, _ = self._rows.item(i)
+        return DeliveryKey(da, first - 1)
 
     def offset_after(self, key: DeliveryKey) -> int:
         """The delivery offset of the first numbered record after `key` (the high watermark
@@ -239,61 +240,63 @@ class DeliveryView:
     # ------------------------------------------------------------------ serving
 
     @_locked
-    def read(self, n: int, max_bytes: int) -> bytearray:
+    def read(self, n: int, max_bytes: int) -> RecordParts:
         """Kafka v2 batches, back to back, holding the records numbered `n` on, in
         delivery-offset order, the first one holding `n` or the first record after it that
         is still in the log; their sizes within `max_bytes`, but at least one batch.
-        OffsetOutOfRangeError outside [log start, high watermark]."""
+        OffsetOutOfRangeError outside [log start, high watermark]. The records are not
+        copied (record_parts.py)."""
         hw = self.high_watermark
         if not self.log_start <= n <= hw:
             raise OffsetOutOfRangeError(f"delivery offset {n} is outside "
                                         f"[{self.log_start}, {hw}]")
+        parts = RecordParts()
         if n == hw:
-            return bytearray()
-        parts: list[tuple[bytes, int | None]] = []
+            return parts
         batches, _, _ = self.log.reads.due(self.key_before(n), max_batches=_MAX,
                                            max_bytes=max_bytes, with_bytes=True)
         rows = self._rows[:self._n]
+        n_rows = self._n
+        row = rows.item  # (base, deliver_after, first, count, crc) as Python ints
         j = self._entry_of(n)
         assert j is not None  # log start <= n < high watermark: the file holds n
         for b in batches:
+            key = (b.deliver_after, b.base_offset)
             # entries of records removed since they were numbered: gaps
-            while j < self._n and (int(rows[j]["deliver_after"]), int(rows[j]["first"]) +
-                                   int(rows[j]["count"]) - 1) < (b.deliver_after, b.base_offset):
+            while j < n_rows and (row(j)[1], row(j)[2] + row(j)[3] - 1) < key:
                 j += 1
-            while j > 0 and int(rows[j - 1]["deliver_after"]) == b.deliver_after and \
-                    int(rows[j - 1]["first"]) + int(rows[j - 1]["count"]) > b.base_offset:
+            while j > 0 and row(j - 1)[1] == b.deliver_after and \
+                    row(j - 1)[2] + row(j - 1)[3] > b.base_offset:
                 j -= 1  # an entry of this batch before the fetch offset: serve it whole
             k = j
-            while k < self._n and int(rows[k]["deliver_after"]) == b.deliver_after and \
-                    int(rows[k]["first"]) <= b.last_offset:
+            while k < n_rows and row(k)[1] == b.deliver_after and row(k)[2] <= b.last_offset:
                 k += 1
             if k == j:
-                if j >= self._n:
+                if j >= n_rows:
                     break  # due since the view was extended: past the high watermark
                 continue  # nothing of the batch is numbered (all cancelled)
-            _serve(parts, b, rows[j:k])
-            j = k - 1 if int(rows[k - 1]["first"]) + int(rows[k - 1]["count"]) - 1 > \
-                b.last_offset else k
-        return v2_batches(parts)
+            base, _, first, count, _ = row(j)
+            if k == j + 1 and first == b.base_offset and \
+                    count == b.last_offset - b.base_offset + 1:
+                parts.add_stored(b.data, base)  # one entry numbers it all
+            else:
+                _reencode(parts, b, rows[j:k])
+            _, _, first, count, _ = row(k - 1)
+            j = k - 1 if first + count - 1 > b.last_offset else k
+        return parts
 
 
-def _serve(parts: list, batch, entries: np.ndarray) -> None:
-    """Add the batch as it is served to `parts` (batch_rewrite.v2_batches): its header to
-    be rewritten when one entry numbers all of it, else re-encoded now with only its
-    numbered records."""
-    if len(entries) == 1 and int(entries[0]["first"]) == batch.base_offset and \
-            int(entries[0]["count"]) == batch.last_offset - batch.base_offset + 1:
-        parts.append((batch.data, int(entries[0]["base"])))
-        return
+def _reencode(parts: RecordParts, batch, entries: np.ndarray) -> None:
+    """Add the batch to `parts` re-encoded with only the records its entries number (the
+    rest were cancelled); a batch one entry numbers whole is served as stored instead."""
     delivery = {}
     for base, first, count in zip(entries["base"].tolist(), entries["first"].tolist(),
                                   entries["count"].tolist(), strict=True):
         for t in range(count):
             delivery[first + t] = base + t
-    rebuilt = as_v2_only(batch.data, delivery)
+    rebuilt = as_v2_only(bytes(batch.data), delivery)
     if rebuilt is not None:
-        parts.append((rebuilt, None))
+        parts.add_batch(rebuilt)
 
 
 def _within(reading: Reading, log_end: int) -> Reading:

@@ -19,6 +19,7 @@ socket buffer, as with the streams' limit).
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Any
 
 import numpy as np
@@ -43,11 +44,14 @@ class FrameStream(asyncio.BufferedProtocol):
         self._write_paused = False
         self._drained: asyncio.Future | None = None
         self._lost: BaseException | None = None
+        self._gathers = False            # the transport's writelines is a gather write
 
     # ------------------------------------------------------------------ protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self._gathers = sys.version_info >= (3, 12) or \
+            type(transport).__module__.startswith("uvloop")
         self._on_connected(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -178,6 +182,17 @@ class FrameStream(asyncio.BufferedProtocol):
 
     def write(self, data: Any) -> None:
         self.transport.write(data)  # type: ignore[union-attr]
+
+    def writelines(self, parts: list) -> None:
+        """Write `parts` in order, as one gather write where the loop has one (uvloop's
+        writelines: one system call for them all, each buffer sent where it lies, not
+        copied), else one write each (asyncio's writelines before Python 3.12 joins them
+        into a copy)."""
+        if self._gathers:
+            self.transport.writelines(parts)  # type: ignore[union-attr]
+        else:
+            for part in parts:
+                self.transport.write(part)  # type: ignore[union-attr]
 
     async def drain(self) -> None:
         """Wait while the transport's write buffer is over its high-water mark."""

@@ -17,6 +17,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
 from .errors import FrameError
+from .record_parts import RecordParts
 
 _SIZE = struct.Struct(">i")
 _KEY_VERSION = struct.Struct(">hh")
@@ -72,8 +73,9 @@ def decode_request(frame: bytes | memoryview, api_schema: Schema) -> tuple[Any, 
 
 class _Chunks:
     """What kio's writers write a response into: small writes gathered in bytearrays, large
-    ones (a Fetch's record batches) kept by reference, in order, so that a batch's bytes
-    are never copied here: the frame goes to the socket as these parts, one write each.
+    ones and a Fetch's record batches (record_parts.RecordParts: their buffers) kept by
+    reference, in order, so that a batch's bytes are never copied here: the frame goes to
+    the socket as these parts.
     The first part starts with room for the frame's size prefix."""
 
     __slots__ = ("parts", "small", "size")
@@ -85,7 +87,11 @@ class _Chunks:
 
     def write(self, data: Any) -> int:
         n = len(data)
-        if n >= 4096:
+        if type(data) is RecordParts:  # a Fetch's batches: their buffers, in order
+            self.parts.extend(data.parts)
+            self.small = bytearray()
+            self.parts.append(self.small)
+        elif n >= 4096:
             self.parts.append(data)
             self.small = bytearray()
             self.parts.append(self.small)

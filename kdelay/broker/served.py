@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 from ..errors import OffsetOutOfRangeError
 from ..records import DeliveryKey
-from .batch_rewrite import v2_batches
 from .delivery_view import DeliveryView
 from .fetch_wait import Wakeups
+from .record_parts import RecordParts
 
 if TYPE_CHECKING:
     from ..partition import Log
@@ -43,15 +43,16 @@ class PlainPartition:
     def high_watermark(self) -> int:
         return self.log.log_end_offset
 
-    def read(self, n: int, max_bytes: int) -> bytearray:
+    def read(self, n: int, max_bytes: int) -> RecordParts:
         """Batches from the one holding offset `n`, headers rewritten (own offsets)."""
         if not self.log_start <= n <= self.high_watermark:
             raise OffsetOutOfRangeError(f"offset {n} is outside [{self.log_start}, "
                                         f"{self.high_watermark}]")
-        if n == self.high_watermark:
-            return bytearray()
-        return v2_batches([(data, int.from_bytes(data[:8], "big"))
-                           for data in self.log.reads.batches_from(n, max_bytes)])
+        parts = RecordParts()
+        if n < self.high_watermark:
+            for data in self.log.reads.batches_from(n, max_bytes):
+                parts.add_stored(data, int.from_bytes(data[:8], "big"))
+        return parts
 
     def offset_for_time(self, t: int) -> tuple[int, int]:
         """(offset, timestamp) of the first record whose timestamp is `t` or later
@@ -98,7 +99,7 @@ class DelayedPartition:
     def high_watermark(self) -> int:
         return self.view.high_watermark
 
-    def read(self, n: int, max_bytes: int) -> bytearray:
+    def read(self, n: int, max_bytes: int) -> RecordParts:
         return self.view.read(n, max_bytes)
 
     def offset_for_time(self, t: int) -> tuple[int, int]:

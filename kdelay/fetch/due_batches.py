@@ -17,8 +17,8 @@ is per batch, not per record.
 Cost of a page: resumed, O(runs in the merge) to replace the active segment's runs; else
 O(sealed segments overlapping the cursor) to find where to start (nothing for the
 segments after it, which join one at a time as the merge reaches their earliest key);
-then per batch one heap step, and with bytes one copy out of the segment's memory
-mapping and one CRC-32C pass; cancelled offsets are looked up (two binary searches) only in
+then per batch one heap step, and with bytes one CRC-32C pass over the batch where it
+lies in the segment's memory mapping (handed out as a view, not copied); cancelled offsets are looked up (two binary searches) only in
 segments that have any.
 """
 
@@ -52,12 +52,13 @@ _new_tuple = tuple.__new__  # an Entry without the NamedTuple's Python-level __n
 
 class DueBatch(NamedTuple):
     """One stored batch that is due: its key range, the offsets cancelled in it (sorted;
-    they never come due), and the stored bytes (a magic-3 batch, checked) or None."""
+    they never come due), and the stored bytes (a magic-3 batch, checked; a view of a local
+    segment's mapping, else bytes) or None."""
     deliver_after: int
     base_offset: int
     last_offset: int
     cancelled: tuple[int, ...]
-    data: bytes | None
+    data: bytes | memoryview | None
 
 
 class _Resumed:
@@ -234,13 +235,14 @@ class _Merge:
                 run.moved_to(self._start[k] + self._head[k])
 
 
-def _read(seg, entry: Entry) -> bytes:
-    """The batch `entry` points at, checked (entry_check's rule): from a local segment's
-    memory mapping, where the file holds it, else as the segment reads it (a remote one
+def _read(seg, entry: Entry) -> bytes | memoryview:
+    """The batch `entry` points at, checked (entry_check's rule): a read-only view of a
+    local segment's memory mapping, where the file holds it (not copied: the view keeps
+    the mapping alive, see mapped_file.pyx), else as the segment reads it (a remote one
     fetches it; a local one past its size raises what a read there raises)."""
     pos, size = entry.position, entry.size
     if isinstance(seg, LogSegment) and pos >= 0 and pos + size <= seg.size:
-        data = seg.mapped().read(pos, size)
+        data = seg.mapped().view(pos, size)
         check_batch(data, 0, entry, path=seg.log_path)
         return data
     return seg.read_verified(entry)[1]

@@ -84,7 +84,7 @@ class Reads:
             with_bytes: bool) -> tuple[list[DueBatch], DeliveryKey | None, int]:
         """(batches, next, now): stored batches due at the log clock `now` after `after`,
         whole, in key order (DueBatchReader.read). Cost: per batch one heap step, plus
-        with bytes one copy and one CRC-32C pass; O(sealed segments overlapping `after`)
+        with bytes one CRC-32C pass (the bytes a view of the mapping, not copied); O(sealed segments overlapping `after`)
         to start."""
         self._check_open()  # first too: a forked child must not wait for the parent's lock
         with self._lock:

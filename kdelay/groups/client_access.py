@@ -52,13 +52,12 @@ class ClientAccess:
         self.positions.check_member(group, generation)
 
     def has_position(self, group: str) -> bool:
-        """Whether `group` has ever stored a position on this log (a dict lookup, or one
-        stat)."""
+        """Whether `group` has a stored position on this log (a dict lookup)."""
         return self.positions.has_position(group)
 
     def close(self) -> None:
-        """The Log's close: its queue groups (none writes after this), then the position
-        files' descriptors (nothing to write). Call without the log's lock: a poll holds
+        """The Log's close: its queue groups (none writes after this), then the commit
+        journal's descriptor (nothing to write). Call without the log's lock: a poll holds
         its group's lock while it reads the log."""
         self.queue_groups.close()
         self.positions.close()
@@ -80,19 +79,26 @@ class ClientAccess:
 
     def commit(self, group: str, key: object, generation: int | None) -> None:
         """Log.commit: store `group`'s position durably, refused with GroupFencedError once
-        a member newer than `generation` joined. One small file replaced (fsync'd)."""
+        a member newer than `generation` joined. One journal append and fdatasync
+        (groups/positions.py)."""
         key = commit_key(key)
         self.check_open()
         self.positions.commit(group, key, self._now(), generation)
 
+    def delete_group(self, group: str) -> bool:
+        """Forget `group`'s position on this log (a broker's DeleteGroups); False if it had
+        none. As one commit: one journal append and fdatasync."""
+        self.check_open()
+        return self.positions.delete(group, self._now())
+
     def committed(self, group: str) -> DeliveryKey | None:
-        """Log.committed: `group`'s stored position (None: none). One small file read."""
+        """Log.committed: `group`'s stored position (None: none). A dict lookup."""
         self.check_open()
         return self.positions.committed(group)
 
     def commit_many(self, positions: dict[str, DeliveryKey | None]) -> None:
-        """Log.commit_many: several groups' positions, one fsync each and one directory
-        fsync for them all."""
+        """Log.commit_many: several groups' positions, one journal append and one
+        fdatasync for them all."""
         keys = {group: commit_key(key) for group, key in positions.items()}
         self.check_open()
         self.positions.commit_many(keys, self._now())
@@ -100,7 +106,7 @@ class ClientAccess:
     def metrics(self, compaction_totals: dict, tier: RemoteTier | None) -> dict:
         """Log.metrics: the log's counts with each consumer group's committed key and lag,
         each queue group's counts, and with a `tier` the object store's. O(segments +
-        batches due) and one file read per consumer group."""
+        batches due)."""
         self.check_open()
         reach = metrics.Reach()  # a store that is down is reported, never raised
         with self._lock:

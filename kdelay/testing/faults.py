@@ -337,9 +337,9 @@ def close_abandoned(log) -> None:
     cancels = getattr(log, "_cancels", None)
     if cancels is not None:
         cancels.close()  # only closes journal descriptors: writes nothing
-    groups = getattr(log, "_groups", None)
+    groups = getattr(getattr(log, "clients", None), "positions", None)
     if groups is not None:
-        groups.close()  # only closes the position files' descriptors: writes nothing
+        groups.close()  # only closes the commit journal's descriptor: writes nothing
     fd = getattr(life, "lock_fd", -1)
     if fd is not None and fd >= 0:
         with contextlib.suppress(OSError):

@@ -11,8 +11,9 @@ import os
 
 from .. import fsio
 from ..errors import CorruptLogError
-from ..groups import position_file
-from ..groups.positions import GroupStore
+from ..groups import journal_format, position_file
+from ..groups.legacy_positions import LegacyFile, read_legacy
+from ..groups.positions import GROUPS_DIR, JOURNAL_FILE
 from ..groups.queue import state_store
 from ..log.batch import codec
 from ..log.batch.offset_continuity import continues
@@ -204,23 +205,39 @@ def _scan_for_verify(seg: SegmentFiles, live_tail: bool,
 
 
 def _check_groups(rep: VerifyReport, directory: str, log_end: int | None) -> None:
-    store = GroupStore(directory)  # reads only: a store creates nothing until a commit
-    for group in store.groups():
-        _check_position_file(rep, store.path(group), group)
+    _check_commit_journal(rep, os.path.join(directory, GROUPS_DIR, JOURNAL_FILE))
+    for old in read_legacy(os.path.join(directory, GROUPS_DIR)):
+        _check_position_file(rep, old)
     for group in state_store.group_names(directory):
         for problem, path, position, message in state_store.verify_group(directory, group,
                                                                          log_end):
             rep.add(problem, path, position, f"queue group {group!r}: {message}")
 
 
-def _check_position_file(rep: VerifyReport, path: str, group: str) -> None:
-    """Both slots of a consumer group's position file (groups/position_file.py): neither
+def _check_commit_journal(rep: VerifyReport, path: str) -> None:
+    """The consumer groups' commit journal (groups/journal_format.py): damage that a crash
+    cannot leave is a problem (no group position on the log can be trusted); a torn tail
+    (a commit a crash interrupted, or one under way in a live log) is noted."""
+    raw = fsio.read_small(path)
+    if raw is None:
+        return
+    found = journal_format.scan(raw, path)
+    if found.damage is not None:
+        rep.add(True, path, found.damage.position,
+                f"consumer group positions unreadable: {found.damage.reason}")
+    elif found.torn is not None:
+        rep.add(False, path, found.torn[0],
+                f"consumer group commit journal: torn tail of {found.torn[1]} bytes (a "
+                f"commit a crash interrupted, never acknowledged, or one under way); cut "
+                f"off at the next commit")
+
+
+def _check_position_file(rep: VerifyReport, old: LegacyFile) -> None:
+    """Both slots of a consumer group's position file of an earlier version
+    (groups/position_file.py; folded into the journal at the log's next commit): neither
     valid is a problem (the group's position is lost); one damaged is noted, since a commit
     that a crash interrupted leaves just that (its position is the other slot's)."""
-    raw = fsio.read_small(path)
-    if raw is None:  # removed since the listing
-        return
-    file = position_file.parse(raw[:position_file.MAX_FILE_BYTES], group)
+    group, path, file = old.group, old.path, old.file
     try:
         current = position_file.current_or_raise(file, path)
     except CorruptLogError as e:

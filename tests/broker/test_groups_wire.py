@@ -295,8 +295,16 @@ def test_a_static_member_restarting_within_its_session_keeps_its_partitions(tmp_
 def test_groups_with_only_committed_offsets_are_listed_and_described_empty(tmp_path):
     """A group with committed offsets and no members holds no coordinator memory, yet
     ListGroups (v5 with confluent-kafka's states and types filters) and DescribeGroups show
-    it Empty, as Kafka does; a group with neither is Dead; a share group is listed as one."""
-    from confluent_kafka import ConsumerGroupState, ConsumerGroupType, TopicPartition
+    it Empty, as Kafka does; a group with neither is Dead; a share group is listed as one.
+    DeleteGroups deletes the offsets-only group, refuses the share group with members and
+    does not find the one with neither."""
+    from confluent_kafka import (
+        ConsumerGroupState,
+        ConsumerGroupType,
+        KafkaError,
+        KafkaException,
+        TopicPartition,
+    )
     from confluent_kafka.admin import AdminClient
 
     from kdelay import Broker
@@ -335,6 +343,18 @@ def test_groups_with_only_committed_offsets_are_listed_and_described_empty(tmp_p
             share.poll(0.1)
         assert _list_groups(broker, ("share",)) == [("sg", "share", "Stable", "share")]
         assert "sg" not in [g[0] for g in _list_groups(broker, ("classic", "consumer"))]
+        # DeleteGroups: the offsets go (from the partitions' commit journals); a group with
+        # members is refused, one with nothing is not found
+        deleted = admin.delete_consumer_groups(["offsets-only", "never", "sg"],
+                                               request_timeout=TIMEOUT_S)
+        deleted["offsets-only"].result(TIMEOUT_S)
+        for gid, code in (("never", KafkaError.GROUP_ID_NOT_FOUND),
+                          ("sg", KafkaError.NON_EMPTY_GROUP)):
+            with pytest.raises(KafkaException) as refused:
+                deleted[gid].result(TIMEOUT_S)
+            assert refused.value.args[0].code() == code, (gid, refused.value)
+        assert "offsets-only" not in listed()
+        assert not state.topics.get("t").partition(1).clients.has_position("offsets-only")
         share.close()
 
 

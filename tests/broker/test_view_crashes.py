@@ -347,9 +347,11 @@ def test_a_broker_refuses_a_damaged_view_and_serves_the_other_partitions(tmp_pat
 
 
 def test_a_batch_failing_its_crc_is_never_served(tmp_path) -> None:
-    """A byte of a stored record flipped (the file read through its memory mapping): the
-    fetch reaching that batch answers KAFKA_STORAGE_ERROR, serving none of it; the
-    batches before it are served."""
+    """A byte of a stored record flipped (the file read through its memory mapping) after
+    the batch was served once: the fetch reaching that batch answers KAFKA_STORAGE_ERROR,
+    serving none of it (each serve checks the stored CRC again: a batch served from the
+    mapping is never trusted for having passed before); the batches before it are
+    served."""
     from kio.schema.errors import ErrorCode
     from view_support import decode_served
     from wire_support import connect, fetch
@@ -361,14 +363,17 @@ def test_a_batch_failing_its_crc_is_never_served(tmp_path) -> None:
         sizes = [t.partition(0).append([Record(b"v%d" % i)]) for i in range(3)]
     assert [r.base_offset for r in sizes] == [0, 1, 2]
     log_path = os.path.join(root, "c-0", "0" * 20 + ".log")
-    with open(log_path, "r+b") as f:
-        data = f.read()
-        at = data.rindex(b"v2")  # inside the last batch's record
-        f.seek(at)
-        f.write(b"X")
     with Broker(root, listen="127.0.0.1:0") as b:
         conn = connect(b.bootstrap_servers, b._server.state.topics.topic_id("c"))
         with conn.sock:
+            r = fetch(conn, 12, [("c", [(0, 0, 1 << 20)])])
+            part = r.responses[0].partitions[0]
+            assert [v for _, _, _, v, *_ in decode_served(part.records)] == [b"v0", b"v1",
+                                                                             b"v2"]
+            with open(log_path, "r+b") as f:
+                at = f.read().rindex(b"v2")  # inside the last batch's record
+                f.seek(at)
+                f.write(b"X")
             r = fetch(conn, 12, [("c", [(0, 0, 1 << 20)])])
             part = r.responses[0].partitions[0]
             assert part.error_code == ErrorCode.kafka_storage_error

@@ -27,6 +27,15 @@ def fetch(conn: Conn, version: int, topics: list, *, max_bytes: int = 1 << 20,
           min_bytes: int = 1, max_wait_ms: int = 0):
     """Send one Fetch of `version`; `topics` is [(name or id, [(partition, offset,
     partition_max_bytes)])]. Returns the decoded response."""
+    conn.sock.sendall(fetch_frame(version, topics, max_bytes=max_bytes, min_bytes=min_bytes,
+                                  max_wait_ms=max_wait_ms))
+    size = struct.unpack(">i", _exactly(conn.sock, 4))[0]
+    return read_fetch_response(version, _exactly(conn.sock, size))
+
+
+def fetch_frame(version: int, topics: list, *, max_bytes: int = 1 << 20,
+                min_bytes: int = 1, max_wait_ms: int = 0) -> bytes:
+    """A Fetch request frame, size prefix included (`fetch` says what the arguments are)."""
     req_type = load_request_schema(1, version)
     topic_type = entry_type(req_type, "topics")
     part_type = entry_type(topic_type, "partitions")
@@ -53,9 +62,11 @@ def fetch(conn: Conn, version: int, topics: list, *, max_bytes: int = 1 << 20,
     body = io.BytesIO()
     entity_writer(req_type.__header_schema__)(body, header)
     entity_writer(req_type)(body, req)
-    conn.sock.sendall(struct.pack(">i", len(body.getvalue())) + body.getvalue())
-    size = struct.unpack(">i", _exactly(conn.sock, 4))[0]
-    frame = _exactly(conn.sock, size)
+    return struct.pack(">i", len(body.getvalue())) + body.getvalue()
+
+
+def read_fetch_response(version: int, frame: bytes):
+    """The decoded Fetch response of `version` in `frame` (without its size prefix)."""
     resp_type = load_response_schema(1, version)
     _, used = entity_reader(resp_type.__header_schema__)(frame, 0)
     return entity_reader(resp_type)(frame, used)[0]

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from kdelay import Consumer, DeliveryKey, KdelayError, Log, LogConfig, Record, Topic
 from kdelay.clients.consumer import ATTEMPT_HEADER, attempt_of, backoff_ms
-from kdelay.errors import DelayedDeliveryDisabledError, InvalidRecordError
+from kdelay.errors import CorruptLogError, DelayedDeliveryDisabledError, InvalidRecordError
 
 # ---------------------------------------------------------------------- positions and groups
 
@@ -581,20 +581,28 @@ def test_group_name_limits(open_log):
     assert log.clients.positions.groups() == ["x" * 120]
 
 
-def test_corrupt_group_file_is_detected(log_dir, clock):
+def test_corrupt_group_journal_is_detected(log_dir, clock):
+    """Damage to the commit journal that a crash cannot leave is refused; a cut-short last
+    record is what a crash mid-commit leaves: cut off, the commit before it stands."""
     with Log.open(log_dir, clock=clock) as log:
         log.commit("g", DeliveryKey(5, 6))
+        log.commit("g", DeliveryKey(7, 8))
     gdir = os.path.join(log_dir, "groups")
     (path,) = [os.path.join(gdir, f) for f in os.listdir(gdir)]
     with open(path, "rb") as f:
         good = f.read()
     flipped = bytearray(good)
-    flipped[20] ^= 1  # inside the key of the file's one slot: its CRC no longer matches
-    for bad in (bytes(flipped), good[:-3], b"", b"x" * len(good)):
+    flipped[40] ^= 1  # inside the first record's key: its CRC no longer matches
+    for bad in (bytes(flipped), b"", b"x" * len(good)):
         with open(path, "wb") as f:
             f.write(bad)
-        with Log.open(log_dir, clock=clock) as log, pytest.raises(KdelayError, match="corrupt"):
+        with Log.open(log_dir, clock=clock) as log, pytest.raises(CorruptLogError,
+                                                                  match="journal"):
             log.committed("g")
+    with open(path, "wb") as f:
+        f.write(good[:-3])
+    with Log.open(log_dir, clock=clock) as log:
+        assert log.committed("g") == DeliveryKey(5, 6)
 
 
 def test_log_clock_resumes_above_committed_clock_after_a_crash(tmp_path):

@@ -1,21 +1,29 @@
-"""The group store (kdelay.groups.positions): one position file per consumer group, two
-checksummed slots rewritten in place; damage to real files, the first format, the bound on
-open descriptors."""
+"""The group store (kdelay.groups.positions): one commit journal per log for all its groups;
+a commit or a group commit is one append and one fdatasync, the journal is rewritten
+(swapped) when it outgrows its live positions, deletes, names, and per-group files of the
+earlier versions (both formats) read and folded in."""
 
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 
 import pytest
 
 from kdelay import DeliveryKey, KdelayError
 from kdelay.errors import CorruptLogError
-from kdelay.groups.open_files import DescriptorPool
-from kdelay.groups.position_file import SLOT_SPAN, encode_legacy, encode_slot, parse
-from kdelay.groups.positions import GROUPS_DIR, MAX_GROUP_NAME_BYTES, GroupStore
+from kdelay.groups.journal_format import HEADER_SIZE, RECORD_OVERHEAD, scan
+from kdelay.groups.legacy_positions import legacy_path
+from kdelay.groups.position_file import SLOT_SPAN, encode_legacy, encode_slot
+from kdelay.groups.positions import (
+    COMPACT_RATIO,
+    GROUPS_DIR,
+    JOURNAL_FILE,
+    MAX_GROUP_NAME_BYTES,
+    GroupStore,
+)
 from kdelay.testing.damage import flip_byte
+from kdelay.testing.faults import FaultInjector
 
 
 @pytest.fixture
@@ -23,197 +31,197 @@ def store(tmp_path) -> GroupStore:
     return GroupStore(os.fspath(tmp_path))
 
 
+def journal(tmp_path) -> Path:
+    return tmp_path / GROUPS_DIR / JOURNAL_FILE
+
+
 def test_commit_then_read_back_in_a_new_store(store, tmp_path):
     store.commit("a", DeliveryKey(10, 3), clock=100)
     store.commit("b", None, clock=50)
     again = GroupStore(os.fspath(tmp_path))
     assert again.committed("a") == DeliveryKey(10, 3)
-    assert again.committed("b") is None
-    assert again.committed("never") is None
+    assert again.committed("b") is None and again.has_position("b")
+    assert again.committed("never") is None and not again.has_position("never")
     assert again.groups() == ["a", "b"]
     assert again.max_clock() == 100
 
 
-def test_a_later_commit_replaces_the_position_atomically(store, tmp_path):
-    store.commit("g", DeliveryKey(1, 1), clock=1)
-    store.commit("g", DeliveryKey(2, 5), clock=2)
-    d = tmp_path / GROUPS_DIR
-    assert sorted(os.listdir(d)) == [store.path("g").rsplit("/", 1)[1]]  # no .tmp left
-    assert GroupStore(os.fspath(tmp_path)).committed("g") == DeliveryKey(2, 5)
+def test_a_commit_is_one_append_and_one_fdatasync(store, tmp_path):
+    store.commit("g", DeliveryKey(1, 1), clock=1)  # makes the journal
+    p = journal(tmp_path)
+    size, ino = p.stat().st_size, p.stat().st_ino
+    with FaultInjector([os.fspath(tmp_path)]) as inj:
+        store.commit("g", DeliveryKey(2, 5), clock=2)
+        store.commit_many({f"m{i}": DeliveryKey(3, i) for i in range(50)}, clock=3)
+    assert [op for op, _ in inj.ops] == ["write", "fdatasync"] * 2
+    assert p.stat().st_ino == ino  # no new file
+    assert p.stat().st_size == size + (RECORD_OVERHEAD + 1) + 50 * RECORD_OVERHEAD + sum(
+        len(f"m{i}") for i in range(50))
+    again = GroupStore(os.fspath(tmp_path))
+    assert again.committed("g") == DeliveryKey(2, 5)
+    assert {again.committed(f"m{i}") for i in range(50)} == {DeliveryKey(3, i)
+                                                             for i in range(50)}
+    assert os.listdir(tmp_path / GROUPS_DIR) == [JOURNAL_FILE]
 
 
-def test_names_cannot_escape_the_directory(store, tmp_path):
-    for name in ("../x", "/abs", "a/b", "..", "\x00", "line\nbreak"):
+def test_names_are_kept_whole_and_make_no_files(store, tmp_path):
+    names = ["../x", "/abs", "a/b", "..", "\x00", "line\nbreak", "é" * 60]
+    for name in names:
         store.commit(name, DeliveryKey(1, 2), clock=3)
-        assert os.path.dirname(store.path(name)) == os.fspath(tmp_path / GROUPS_DIR)
-    assert GroupStore(os.fspath(tmp_path)).committed("line\nbreak") == DeliveryKey(1, 2)
+    assert os.listdir(tmp_path / GROUPS_DIR) == [JOURNAL_FILE]
+    again = GroupStore(os.fspath(tmp_path))
+    assert again.groups() == sorted(names)
+    assert all(again.committed(n) == DeliveryKey(1, 2) for n in names)
 
 
 @pytest.mark.parametrize("bad", ["", None, 7, "x" * (MAX_GROUP_NAME_BYTES + 1), "\ud800"])
 def test_bad_group_names_are_refused_and_write_nothing(store, tmp_path, bad):
     with pytest.raises(KdelayError):
         store.commit(bad, None, clock=0)
+    with pytest.raises(KdelayError):
+        store.commit_many({"ok": None, bad: None}, clock=0)
     assert not (tmp_path / GROUPS_DIR).exists()
 
 
-def two_slot_file(store: GroupStore) -> Path:
-    """g at (7, 8) in slot 0 (older) and (9, 10) in slot 1 (newest); "other" at (1, 1)."""
-    store.commit("g", DeliveryKey(7, 8), clock=90)
-    store.commit("g", DeliveryKey(9, 10), clock=99)
-    store.commit("other", DeliveryKey(1, 1), clock=5)
-    return Path(store.path("g"))
+def test_the_journal_is_rewritten_when_it_outgrows_its_live_positions(tmp_path):
+    path = os.fspath(tmp_path)
+    store = GroupStore(path, compact_min_bytes=0)
+    live = HEADER_SIZE + sum(RECORD_OVERHEAD + len(g) for g in ("g0", "g1", "g2"))
+    swaps, before = 0, 0
+    for i in range(200):
+        store.commit(f"g{i % 3}", DeliveryKey(i, i), clock=i)
+        size = journal(tmp_path).stat().st_size
+        assert size <= COMPACT_RATIO * live, (i, size)
+        swaps += size < before
+        before = size
+    assert swaps > 10  # swapped in again and again
+    again = GroupStore(path)
+    assert {g: again.committed(g) for g in ("g0", "g1", "g2")} == {
+        "g0": DeliveryKey(198, 198), "g1": DeliveryKey(199, 199), "g2": DeliveryKey(197, 197)}
+    assert os.listdir(tmp_path / GROUPS_DIR) == [JOURNAL_FILE]
 
 
-def flip(p: Path, at: int) -> None:
-    flip_byte(p, at, 0x20)
-
-
-def test_a_commit_rewrites_one_slot_in_place(store, tmp_path):
-    p = two_slot_file(store)
-    assert p.stat().st_size == SLOT_SPAN + len(encode_slot("g", 2, DeliveryKey(9, 10), 99))
-    ino = p.stat().st_ino
-    store.commit("g", DeliveryKey(11, 12), clock=100)  # into slot 0, the older
-    assert p.stat().st_ino == ino  # no new file
-    raw = p.read_bytes()
-    assert raw[:SLOT_SPAN].startswith(encode_slot("g", 3, DeliveryKey(11, 12), 100))
-    assert raw[SLOT_SPAN:] == encode_slot("g", 2, DeliveryKey(9, 10), 99)
-
-
-@pytest.mark.parametrize("slot", [0, 1])
-def test_a_flipped_byte_in_one_slot_falls_back_to_the_other(store, tmp_path, slot):
-    p = two_slot_file(store)
-    flip(p, slot * SLOT_SPAN + 30)  # inside the key
-    fresh = GroupStore(os.fspath(tmp_path))
-    # slot 1 is the newest: damage there is a torn last commit, and the one before stands
-    assert fresh.committed("g") == (DeliveryKey(9, 10) if slot == 0 else DeliveryKey(7, 8))
-    fresh.commit("g", DeliveryKey(20, 21), clock=120)  # overwrites the damaged slot
-    assert GroupStore(os.fspath(tmp_path)).committed("g") == DeliveryKey(20, 21)
-    assert parse(p.read_bytes(), "g").damage == ("", "")
-
-
-@pytest.mark.parametrize("damage", ["both_flipped", "truncated", "empty", "other_name",
-                                    "garbage"])
-def test_a_file_with_no_valid_slot_is_reported_not_believed(store, tmp_path, damage):
-    p = two_slot_file(store)
-    if damage == "both_flipped":
-        flip(p, 30)
-        flip(p, SLOT_SPAN + 30)
-    elif damage == "truncated":
-        p.write_bytes(p.read_bytes()[:20])
-    elif damage == "empty":
-        p.write_bytes(b"")
-    elif damage == "other_name":
-        p.write_bytes(Path(store.path("other")).read_bytes())
-    else:
-        p.write_bytes(b"\x00\xff garbage" * 100)
-    fresh = GroupStore(os.fspath(tmp_path))
-    with pytest.raises(CorruptLogError, match="corrupt") as e:
-        fresh.committed("g")
-    assert e.value.path == os.fspath(p) and os.fspath(p) in str(e.value)
-    with pytest.raises(CorruptLogError):
-        fresh.committed("g")  # not forgotten: asked again, still refused
-    assert fresh.committed("other") == DeliveryKey(1, 1)
-    assert fresh.max_clock() == 5  # the damaged file is skipped here
-    fresh.commit("g", DeliveryKey(30, 31), clock=130)  # a commit replaces it whole
-    assert GroupStore(os.fspath(tmp_path)).committed("g") == DeliveryKey(30, 31)
-
-
-def test_a_file_cut_inside_the_newest_slot_keeps_the_older(store, tmp_path):
-    p = two_slot_file(store)
-    p.write_bytes(p.read_bytes()[:SLOT_SPAN + 25])
-    assert GroupStore(os.fspath(tmp_path)).committed("g") == DeliveryKey(7, 8)
-
-
-def test_the_log_clock_is_the_largest_of_both_slots(store, tmp_path):
-    two_slot_file(store)
-    assert GroupStore(os.fspath(tmp_path)).max_clock() == 99
-
-
-def test_a_first_format_file_is_read_then_upgraded_at_its_next_commit(store, tmp_path):
-    directory = tmp_path / GROUPS_DIR
-    directory.mkdir()
-    for group, key, clock in [("old", DeliveryKey(4, 5), 77), ("none", None, 3)]:
-        (directory / (group.encode().hex() + ".pos")).write_bytes(
-            encode_legacy(group, key, clock))
-    assert store.committed("old") == DeliveryKey(4, 5)
-    assert store.committed("none") is None
-    assert store.has_position("none")
-    assert store.max_clock() == 77
-    store.commit("old", DeliveryKey(6, 7), clock=80)
-    raw = Path(store.path("old")).read_bytes()
-    assert raw == encode_slot("old", 1, DeliveryKey(6, 7), 80)  # slots from now on
-    store.commit("old", DeliveryKey(8, 9), clock=81)
-    again = GroupStore(os.fspath(tmp_path))
-    assert again.committed("old") == DeliveryKey(8, 9)
-    assert again.committed("none") is None
-    assert again.max_clock() == 81
-    assert sorted(os.listdir(directory)) == sorted(
-        g.encode().hex() + ".pos" for g in ("old", "none"))
-
-
-def test_a_damaged_first_format_file_is_reported(store, tmp_path):
-    directory = tmp_path / GROUPS_DIR
-    directory.mkdir()
-    raw = encode_legacy("g", DeliveryKey(4, 5), 77).replace(b"4 5", b"4 6")
-    (directory / (b"g".hex() + ".pos")).write_bytes(raw)
-    with pytest.raises(CorruptLogError, match="checksum"):
-        store.committed("g")
-
-
-def test_open_descriptors_stay_within_the_budget(tmp_path):
-    pool = DescriptorPool(budget=8)
-    store = GroupStore(os.fspath(tmp_path), pool=pool)
-    groups = [f"g{i}" for i in range(40)]
-    for rnd in range(3):
-        for i, g in enumerate(groups):
-            store.commit(g, DeliveryKey(rnd, i), clock=rnd)
-            assert pool.held(store._owner) <= 8
-        store.commit_many({g: DeliveryKey(10 + rnd, i) for i, g in enumerate(groups)},
-                          clock=10 + rnd)
-        assert pool.held(store._owner) <= 8
-    again = GroupStore(os.fspath(tmp_path), pool=pool)
-    assert {g: again.committed(g) for g in groups} == {
-        g: DeliveryKey(12, i) for i, g in enumerate(groups)}
-    store.close()
-    assert pool.held(store._owner) == 0
-
-
-def test_a_hot_group_keeps_its_descriptor_open(tmp_path):
-    pool = DescriptorPool(budget=8)
-    store = GroupStore(os.fspath(tmp_path), pool=pool)
-    store.commit("g", None, clock=1)  # created whole: no descriptor yet
-    for i in range(20):
-        store.commit("g", DeliveryKey(i, i), clock=2 + i)
-    assert pool.opened == 1
+def test_a_deleted_group_is_gone_and_its_clock_still_counts(tmp_path):
+    path = os.fspath(tmp_path)
+    store = GroupStore(path, compact_min_bytes=0)
+    store.commit("keep", DeliveryKey(1, 1), clock=10)
+    store.commit("drop", DeliveryKey(2, 2), clock=500)
+    assert store.delete("drop", clock=20) and not store.delete("drop", clock=21)
+    assert not store.has_position("drop") and store.committed("drop") is None
+    assert store.groups() == ["keep"]
+    for i in range(30):  # rewrites that leave the deleted group's records behind
+        store.commit("keep", DeliveryKey(3, i), clock=30 + i)
+    again = GroupStore(path)
+    assert again.groups() == ["keep"] and not again.has_position("drop")
+    assert again.max_clock() == 500  # the header's clock floor keeps it
+    assert b"drop" not in journal(tmp_path).read_bytes()
 
 
 def test_foreign_files_in_the_groups_directory_are_ignored(store, tmp_path):
     store.commit("g", None, clock=1)
     (tmp_path / GROUPS_DIR / "zz-not-hex.pos").write_text("x")
     (tmp_path / GROUPS_DIR / "README").write_text("x")
-    assert store.groups() == ["g"]
+    again = GroupStore(os.fspath(tmp_path))
+    assert again.groups() == ["g"]
+    again.commit("g", DeliveryKey(1, 1), clock=2)
+    assert (tmp_path / GROUPS_DIR / "README").exists()
 
 
-def test_a_store_dropped_without_close_gives_its_descriptors_back(tmp_path):
-    """Its finalizer may run inside a garbage collection triggered while the pool's lock is
-    held (it once deadlocked there): it takes no lock, and the next use closes them."""
-    pool = DescriptorPool(budget=8)
-    store = GroupStore(os.fspath(tmp_path), pool=pool)
-    for i in range(3):
-        store.commit("g", DeliveryKey(i, i), clock=i)
-    owner = store._owner
-    assert pool.held(owner) == 1
-    finalizer = store._finalizer
-    done = threading.Event()
+# ------------------------------------------------------------------ files of earlier versions
 
-    def collect_under_the_lock() -> None:
-        with pool._lock:
-            finalizer()  # as a collection inside the pool's own code would
-        done.set()
-    worker = threading.Thread(target=collect_under_the_lock, daemon=True)
-    worker.start()
-    assert done.wait(60), "the finalizer blocked on the pool's lock"
-    other = GroupStore(os.fspath(tmp_path), pool=pool)
-    other.commit("h", None, clock=9)
-    other.commit("h", None, clock=10)  # a use of the pool: the dropped store's are closed
-    assert pool.held(owner) == 0
+def old_files(tmp_path) -> Path:
+    """g: two slots (newer in slot 1); old: the first format; none: first format, None."""
+    d = tmp_path / GROUPS_DIR
+    d.mkdir()
+    older = encode_slot("g", 1, DeliveryKey(7, 8), 90)
+    (d / (b"g".hex() + ".pos")).write_bytes(
+        older + bytes(SLOT_SPAN - len(older)) + encode_slot("g", 2, DeliveryKey(9, 10), 99))
+    (d / (b"old".hex() + ".pos")).write_bytes(encode_legacy("old", DeliveryKey(4, 5), 77))
+    (d / (b"none".hex() + ".pos")).write_bytes(encode_legacy("none", None, 3))
+    return d
+
+
+def test_old_files_of_both_formats_are_read_then_folded_in_at_the_first_commit(tmp_path):
+    d = old_files(tmp_path)
+    store = GroupStore(os.fspath(tmp_path))
+    assert store.committed("g") == DeliveryKey(9, 10)
+    assert store.committed("old") == DeliveryKey(4, 5)
+    assert store.committed("none") is None and store.has_position("none")
+    assert store.max_clock() == 99
+    assert sorted(os.listdir(d)) == sorted(g.encode().hex() + ".pos"
+                                           for g in ("g", "old", "none"))  # reads only
+    store.commit("new", DeliveryKey(1, 1), clock=100)
+    assert os.listdir(d) == [JOURNAL_FILE]
+    again = GroupStore(os.fspath(tmp_path))
+    assert {g: again.committed(g) for g in ("g", "old", "none", "new")} == {
+        "g": DeliveryKey(9, 10), "old": DeliveryKey(4, 5), "none": None,
+        "new": DeliveryKey(1, 1)}
+    assert again.max_clock() == 100
+
+
+@pytest.mark.parametrize("damage", ["both_flipped", "truncated", "empty", "other_name",
+                                    "garbage", "first_format_checksum"])
+def test_an_old_file_with_no_valid_record_is_reported_not_believed(tmp_path, damage):
+    d = old_files(tmp_path)
+    p = d / (b"g".hex() + ".pos")
+    if damage == "both_flipped":
+        flip_byte(p, 30, 0x20)
+        flip_byte(p, SLOT_SPAN + 30, 0x20)
+    elif damage == "truncated":
+        p.write_bytes(p.read_bytes()[:20])
+    elif damage == "empty":
+        p.write_bytes(b"")
+    elif damage == "other_name":
+        p.write_bytes((d / (b"old".hex() + ".pos")).read_bytes())
+    elif damage == "garbage":
+        p.write_bytes(b"\x00\xff garbage" * 100)
+    else:
+        p.write_bytes(encode_legacy("g", DeliveryKey(4, 5), 77).replace(b"4 5", b"4 6"))
+    store = GroupStore(os.fspath(tmp_path))
+    with pytest.raises(CorruptLogError) as e:
+        store.committed("g")
+    assert e.value.path == os.fspath(p) and os.fspath(p) in str(e.value)
+    assert store.has_position("g") and "g" in store.groups()
+    assert store.committed("old") == DeliveryKey(4, 5)
+    store.commit("other", None, clock=1)  # folds the readable ones, leaves this one
+    assert sorted(os.listdir(d)) == sorted([JOURNAL_FILE, p.name])
+    with pytest.raises(CorruptLogError):
+        GroupStore(os.fspath(tmp_path)).committed("g")  # still refused after a reopen
+    store.commit("g", DeliveryKey(30, 31), clock=130)  # a commit supersedes it
+    assert os.listdir(d) == [JOURNAL_FILE]
+    assert GroupStore(os.fspath(tmp_path)).committed("g") == DeliveryKey(30, 31)
+
+
+def test_a_broken_old_file_goes_with_its_deleted_group(tmp_path):
+    d = old_files(tmp_path)
+    (d / (b"g".hex() + ".pos")).write_bytes(b"")
+    store = GroupStore(os.fspath(tmp_path))
+    assert store.delete("g", clock=5)
+    assert os.listdir(d) == [JOURNAL_FILE]
+    assert not GroupStore(os.fspath(tmp_path)).has_position("g")
+
+
+def test_an_old_file_the_journal_already_holds_is_a_leftover(tmp_path):
+    """A crash between the fold and the removal leaves both: the journal wins, even once a
+    later commit moved the group on."""
+    d = old_files(tmp_path)
+    raw = (d / (b"g".hex() + ".pos")).read_bytes()
+    store = GroupStore(os.fspath(tmp_path))
+    store.commit("g", DeliveryKey(50, 50), clock=200)
+    store.delete("old", clock=201)
+    (d / (b"g".hex() + ".pos")).write_bytes(raw)
+    (d / (b"old".hex() + ".pos")).write_bytes(encode_legacy("old", DeliveryKey(4, 5), 77))
+    again = GroupStore(os.fspath(tmp_path))
+    assert again.committed("g") == DeliveryKey(50, 50) and not again.has_position("old")
+    again.commit("x", None, clock=202)
+    assert os.listdir(d) == [JOURNAL_FILE]
+    assert legacy_path(os.fspath(d), "g") == os.fspath(d / (b"g".hex() + ".pos"))
+
+
+def test_a_journal_scan_of_a_clean_journal_finds_every_record(store, tmp_path):
+    store.commit("a", DeliveryKey(1, 1), clock=1)
+    store.commit_many({"b": None, "a": DeliveryKey(2, 2)}, clock=2)
+    found = scan(journal(tmp_path).read_bytes(), "j")
+    assert found.damage is None and found.torn is None
+    assert [(r.group, r.key, r.clock) for r in found.records] == [
+        ("a", DeliveryKey(1, 1), 1), ("b", None, 2), ("a", DeliveryKey(2, 2), 2)]

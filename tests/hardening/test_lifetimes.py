@@ -2,8 +2,9 @@
 
 - A Log (or Topic) dropped without close() releases its directory lock when it is
   garbage-collected: a later open in the same process works and finds every record.
-- One damaged group position file does not make metrics() fail for the whole log: that
-  group is reported with its error, every other group as usual.
+- One damaged group position file (of an earlier version, not yet folded into the commit
+  journal) does not make metrics() fail for the whole log: that group is reported with its
+  error, every other group as usual (damage to the journal: tests/groups/).
 - Two Consumers of one group on one Log: the older is fenced (as Kafka's group generations
   do) or the second is refused; either way no two members both consume, and the committed
   position never moves backwards.
@@ -17,6 +18,7 @@ import os
 import pytest
 
 from kdelay import Consumer, DeliveryKey, KdelayError, Log, LogConfig, Record, Topic
+from kdelay.groups.position_file import encode_slot
 
 T0 = 1_700_000_000_000
 
@@ -84,14 +86,12 @@ def test_one_damaged_group_does_not_break_metrics(tmp_path, how: str) -> None:
     path = str(tmp_path / "p")
     with Log.open(path, clock=lambda: T0) as log:
         log.append([Record(b"a"), Record(b"b"), Record(b"c")])
-        for g in ("good", "bad", "other"):
-            log.commit(g, DeliveryKey(T0, 0))
     gdir = os.path.join(path, "groups")
-    bad = os.path.join(gdir, b"bad".hex() + ".pos")
-    with open(bad, "rb") as f:
-        raw = f.read()
-    with open(bad, "wb") as f:
-        f.write(DAMAGE[how](raw))
+    os.makedirs(gdir)
+    for g in ("good", "bad", "other"):  # files of an earlier version
+        raw = encode_slot(g, 1, DeliveryKey(T0, 0), T0)
+        with open(os.path.join(gdir, g.encode().hex() + ".pos"), "wb") as f:
+            f.write(DAMAGE[how](raw) if g == "bad" else raw)
     with Log.open(path, clock=lambda: T0) as log:
         m = log.metrics()  # must not raise
         groups = m["groups"]

@@ -623,7 +623,9 @@ def test_stats_and_verify_read_committed_group_positions(tmp_path):
     assert groups[0]["due_not_consumed"] == 1
     assert kdelay("verify", path).returncode == 0
     (gfile,) = [os.path.join(path, "groups", n) for n in os.listdir(os.path.join(path, "groups"))]
-    flip_byte(gfile, 20)  # a flipped byte in the file's one slot
+    with Log.open(path, clock=lambda: T0) as log:
+        log.commit("other", None)  # a sound record after billing's
+    flip_byte(gfile, 30)  # a flipped byte in billing's record of the commit journal
     r = kdelay("verify", path)
     assert r.returncode == 1
     assert gfile in r.stdout and "unreadable" in r.stdout

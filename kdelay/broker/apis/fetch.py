@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from datetime import timedelta
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -24,6 +24,7 @@ from kio.static.primitive import Records, i32, i32Timedelta, i64
 from ...errors import CorruptLogError, OffsetOutOfRangeError
 from ..dispatcher import Api, RequestContext
 from ..fetch_wait import wait_any
+from ..record_parts import RecordParts
 from ..responses import build, entry_type
 from ..view_file import ViewDamagedError
 
@@ -77,12 +78,12 @@ def _answer(ctx: RequestContext, request: Any) -> tuple[list, int, list]:
                 parts.append(_partition(part_type, p.partition, error, -1, -1, _EMPTY))
                 continue
             sp = served.partition
-            records: bytes | bytearray = _EMPTY
+            records: Records | RecordParts = _EMPTY
             error = ErrorCode.none
             try:
                 sp.extend()
                 if budget > 0:
-                    # kio writes any buffer: the bytearray goes out without another copy
+                    # kio writes it as any buffer; the frame keeps its parts (protocol.py)
                     records = sp.read(p.fetch_offset, min(p.partition_max_bytes, budget))
                 hw, start = sp.high_watermark, sp.log_start
             except OffsetOutOfRangeError:
@@ -101,7 +102,7 @@ def _answer(ctx: RequestContext, request: Any) -> tuple[list, int, list]:
 
 
 def _partition(cls: type, index: int, error: ErrorCode, hw: int, start: int,
-               records: bytes | bytearray) -> Any:
+               records: Records | RecordParts) -> Any:
     return build(cls, partition_index=i32(index), error_code=error,
                  high_watermark=i64(hw), last_stable_offset=i64(hw),
                  log_start_offset=i64(start), diverging_epoch=_default(cls, "diverging_epoch"),
@@ -110,8 +111,10 @@ def _partition(cls: type, index: int, error: ErrorCode, hw: int, start: int,
                  preferred_read_replica=BrokerId(-1), records=records)
 
 
+@cache
 def _default(cls: type, name: str) -> Any:
-    """The "none" value of a nested field Kafka leaves at its defaults (all -1)."""
+    """The "none" value of a nested field Kafka leaves at its defaults (all -1); cached
+    per class (kio's messages are frozen: one instance serves every response)."""
     if name not in cls.__dataclass_fields__:  # type: ignore[attr-defined]
         return None
     nested = entry_type(cls, name)

@@ -1,5 +1,5 @@
 """The classic group protocol: FindCoordinator (10), JoinGroup (11), Heartbeat (12),
-LeaveGroup (13), SyncGroup (14), DescribeGroups (15), ListGroups (16). The state machine is
+LeaveGroup (13), SyncGroup (14), DescribeGroups (15), ListGroups (16), DeleteGroups (42). The state machine is
 groups/coordinator.py; these handlers translate requests of every version the clients send.
 The broker is every group's coordinator (node 0 at the advertised listener)."""
 
@@ -13,6 +13,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from ...errors import KdelayError
 from ..dispatcher import Api, RequestContext
 from ..groups.consumer_protocol import ASSIGNOR, ConsumerGroup
 from ..groups.coordinator import EMPTY, GroupCoordinator, JoinAnswer
@@ -176,6 +177,31 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     return build(ctx.response_type, throttle_time=NO_THROTTLE, groups=tuple(out))
 
 
+async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
+    """Kafka's DeleteGroups: a group with members (classic, KIP-848 or share) is refused
+    with NON_EMPTY_GROUP; one with committed offsets loses them on every partition (the
+    in-process `Consumer` of the group starts over with them); one with neither is
+    GROUP_ID_NOT_FOUND. Share groups' acknowledgement state is not deleted here."""
+    entry = entry_type(ctx.response_type, "results")
+    results = []
+    for group_id in request.groups_names:
+        classic = _coordinator(ctx).groups.get(group_id)
+        if (classic is not None and classic.members) or \
+                ctx.broker.consumer_groups.has_members(group_id) or \
+                ctx.broker.share_groups.groups.get(group_id):
+            error = ErrorCode.non_empty_group
+        else:
+            try:
+                had = await ctx.broker.offsets.delete(group_id, ctx.broker.topics)
+            except KdelayError:
+                error = ErrorCode.unknown_server_error
+            else:
+                # (a classic group without members is not kept: coordinator.py)
+                error = ErrorCode.none if had else ErrorCode.group_id_not_found
+        results.append(build(entry, group_id=group_id, error_code=error))
+    return build(ctx.response_type, throttle_time=NO_THROTTLE, results=tuple(results))
+
+
 def _describe_consumer_group(entry: type, member_entry: type, g: ConsumerGroup) -> Any:
     """A consumer-protocol group as DescribeGroups shows it (as Kafka does): members'
     subscriptions and assignments in the classic consumer protocol's encoding."""
@@ -219,4 +245,5 @@ APIS = [
     Api(14, 0, 5, handle_sync_group, name="SyncGroup"),
     Api(15, 0, 5, handle_describe_groups, name="DescribeGroups"),
     Api(16, 0, 5, handle_list_groups, name="ListGroups"),
+    Api(42, 0, 2, handle_delete_groups, name="DeleteGroups"),
 ]

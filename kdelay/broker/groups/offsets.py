@@ -6,11 +6,11 @@ topic through the due-order view: delivery offset n -> the key of the n-th recor
 the wire group `g` and `Consumer(topic, "g")` in process are one position, either way round.
 
 Commits are group-committed: those that arrive while a write is under way wait for the next
-one, which writes them all on one worker thread with `Log.commit_many` (per group, one
-checksummed slot of its position file rewritten in place and fdatasynced, through a
-descriptor kept open; a directory fsync only for files made in the batch). Each commit is
-answered once its batch is durable. So 1,000 groups committing once a second cost a few
-thread hand-offs a second, not a thousand, and each commit a pwrite and an fdatasync. Commit metadata strings are not kept.
+one, which writes them all on one worker thread with `Log.commit_many`: per log, one append
+of a checksummed record per group to the log's commit journal and one fdatasync
+(kdelay/groups/positions.py). Each commit is answered once its batch is durable. So 1,000
+groups committing once a second cost a few thread hand-offs and a few fdatasyncs a second,
+not a thousand. Commit metadata strings are not kept.
 """
 
 from __future__ import annotations
@@ -85,13 +85,16 @@ class OffsetStore:
         if served is None:
             return NO_OFFSET, ErrorCode.unknown_topic_or_partition
         part = served.partition
-        if not _has_position(part.log, group):
-            return NO_OFFSET, ErrorCode.none
-        return part.offset_after(part.log.committed(group)), ErrorCode.none
+        try:
+            if not part.log.clients.has_position(group):
+                return NO_OFFSET, ErrorCode.none
+            return part.offset_after(part.log.committed(group)), ErrorCode.none
+        except KdelayError:  # a damaged commit journal (kdelay verify names it)
+            return NO_OFFSET, ErrorCode.unknown_server_error
 
     def groups(self, topics: TopicRegistry) -> set[str]:
         """Every group with a committed offset on a partition of `topics` (ListGroups):
-        a directory listing per partition, O(partitions + positions); admin calls only."""
+        O(partitions + positions), from memory; admin calls only."""
         out: set[str] = set()
         for topic in topics:
             for i in range(topic.partitions):
@@ -100,9 +103,22 @@ class OffsetStore:
 
     def has_offsets(self, group: str, topics: TopicRegistry) -> bool:
         """Whether `group` committed an offset on a partition of `topics` (DescribeGroups
-        of a group with no members): one stat per partition, admin calls only."""
+        of a group with no members): a dict lookup per partition, admin calls only."""
         return any(_has_position(topic.partition(i), group)
                    for topic in topics for i in range(topic.partitions))
+
+
+    async def delete(self, group: str, topics: TopicRegistry) -> bool:
+        """Forget `group`'s committed offsets on every partition of `topics` (DeleteGroups
+        of a group with no members), on a worker thread: one journal append and fdatasync
+        per partition that had one. Whether any had one; KdelayError if a log refuses."""
+        logs = [topic.partition(i) for topic in topics for i in range(topic.partitions)]
+        logs = [log for log in logs if _has_position(log, group)]
+        if not logs:
+            return False
+        await asyncio.get_running_loop().run_in_executor(
+            None, lambda: [log.clients.delete_group(group) for log in logs])
+        return True
 
 
 def _write(batch: list[Pending]) -> list[ErrorCode]:
@@ -122,6 +138,9 @@ def _write(batch: list[Pending]) -> list[ErrorCode]:
 
 
 def _has_position(log, group: str) -> bool:
-    """Whether `group` has ever stored a position on this log (a dict lookup once the
-    group's position is known, else one stat)."""
-    return log.clients.has_position(group)
+    """Whether `group` has a stored position on this log (a dict lookup; False where the
+    log's commit journal is damaged: its errors are answered where offsets are read)."""
+    try:
+        return log.clients.has_position(group)
+    except KdelayError:
+        return False

@@ -113,6 +113,8 @@ class _TopicCollector:
                 g["remote"].add_metric(labels, remote.get("bytes_remote", 0))
                 now = m.get("now") or log.now()
                 for name, gm in (m.get("groups") or {}).items():
+                    if gm.get("error"):  # its position unreadable (kdelay verify names it)
+                        continue
                     g["lag"].add_metric([name, *labels], gm.get("lag", 0))
                     g["oldest"].add_metric([name, *labels], _oldest_due_age(log, name, now))
                 for name, qm in (m.get("queues") or {}).items():

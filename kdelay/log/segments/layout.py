@@ -12,7 +12,8 @@ Layout of a partition directory (as in Kafka):
     <base offset>.<suffix>.cleaned/.swap  a compaction's replacement being written/swapped in
     <base offset>.cancels, .cancelindex   cancelled records: journal and sorted cache (only
                                         for a segment with cancellations)
-    .lock, .kdelay_cleanshutdown, recovery-point-offset-checkpoint, group files
+    .lock, .kdelay_cleanshutdown, recovery-point-offset-checkpoint
+    groups/positions.journal            consumer groups' commits (kdelay.groups.positions)
     append.horizon                      the live writer's state for lock-free readers
     <base offset>.remote                the segment is in the object store (tiered storage);
                                         .remote-deleting while its copy is being deleted
