@@ -132,7 +132,7 @@ cdef class Writer:
         return <Horizon?>horizon
 
     cdef SegmentTail _active(self):
-        return <SegmentTail?>self._segments.active
+        return <SegmentTail?>self._segments.active_tail
 
     def reschedule(self, int64_t offset, int64_t deliver_after):
         """cancel_ops.reschedule, then the flush policy (the copy counts as one record)."""
