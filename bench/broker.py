@@ -14,11 +14,17 @@ The broker's own CPU time for each produce run is reported beside it, and the mo
 "rdk:mock" thread in this process): on a shared machine the wall-clock ratio also measures
 how soon the broker process gets a core, the CPU time per record what each broker spends.
 
-Resources (kdelay only): start to first answer (process start to an ApiVersions answer),
+Resources (kdelay only): start to first answer (process start to an ApiVersions answer;
+kdelay's modules byte-compiled first, as installed),
 the RSS of an idle broker, and the memory of 1,000 idle client connections held while a
 producer runs (RSS with them minus RSS without, per connection).
 
-    python bench/broker.py [--records 500000] [--rounds 3]
+    python bench/broker.py [--records 500000] [--rounds 3] [--workloads delay0,mixed]
+        [--baseline /tmp/main-checkout] [--skip-produce] [--skip-resources]
+
+With --baseline TREE, each round also runs TREE's broker (its own compiled modules,
+PYTHONPATH=TREE), the two alternating first, so that a change is measured against main in
+paired rounds on the same loaded machine.
 """
 
 from __future__ import annotations
@@ -107,14 +113,29 @@ def mock_bootstrap() -> tuple[object, str]:
     return holder, found[0]
 
 
-def start_broker(root: str, *config: str) -> tuple[subprocess.Popen, str, float]:
-    """`kdelay serve`; (process, bootstrap, seconds from start to an ApiVersions answer)."""
+def byte_compile_kdelay(tree: str | None) -> None:
+    """The served tree's kdelay modules byte-compiled (`tree`, else the working directory,
+    which `python -m kdelay` serves from), as an installed package has them (pip compiles
+    at install): where PYTHONDONTWRITEBYTECODE is set (this machine's sessions set it) every
+    start of a source tree would otherwise compile ~180 modules, ~0.2 s of its start."""
+    import compileall
+    package = os.path.join(tree or os.getcwd(), "kdelay")
+    if os.path.isdir(package):
+        compileall.compile_dir(package, quiet=1)
+
+
+def start_broker(root: str, *config: str, tree: str | None = None
+                 ) -> tuple[subprocess.Popen, str, float]:
+    """`kdelay serve` (of source tree `tree`, else the kdelay this process imports);
+    (process, bootstrap, seconds from start to an ApiVersions answer)."""
     args = [sys.executable, "-m", "kdelay", "serve", root, "--listen", "127.0.0.1:0",
             "--log-level", "WARNING"]
     for c in config:
         args += ["--config", c]
+    env = None if tree is None else dict(os.environ, PYTHONPATH=tree)
     started = time.perf_counter()
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env=env, cwd=tree)
     line = proc.stdout.readline()
     bootstrap = line.rsplit(" ", 1)[1].strip()
     api_versions(bootstrap)
@@ -142,27 +163,32 @@ def _read(s: socket.socket, n: int) -> bytes:
 
 
 def cpu_s(pid: int) -> float:
-    """User + system CPU seconds a process has used."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds a process's threads have run, to the nanosecond (/proc schedstat; the
+    clock-tick counts of /proc/PID/stat are 10 ms coarse, a tenth of a broker's run)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except FileNotFoundError:  # a thread that ended
+            continue
+    return total / 1e9
 
 
 def mock_cpu_s() -> float:
-    """User + system CPU seconds of this process's librdkafka mock-cluster threads (named
+    """CPU seconds (schedstat, as cpu_s) of this process's librdkafka mock-cluster threads (named
     "rdk:mock"): the mock broker's own work, comparable with the broker process's CPU."""
-    total = 0.0
+    total = 0
     for tid in os.listdir("/proc/self/task"):
         try:
             with open(f"/proc/self/task/{tid}/comm") as f:
                 if f.read().strip() != "rdk:mock":
                     continue
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
         except FileNotFoundError:  # a thread that ended
             continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+    return total / 1e9
 
 
 def rss_kb(pid: int) -> int:
@@ -174,38 +200,52 @@ def rss_kb(pid: int) -> int:
 
 
 def produce_rounds(args: argparse.Namespace, workdir: str) -> list[str]:
+    """Each round: the kdelay broker (and --baseline's), then the mock; medians."""
     rows = []
     holder, mock = mock_bootstrap()
-    for workload in ("delay0", "mixed"):
+    brokers = [("kdelay", None)] + ([("baseline", args.baseline)] if args.baseline else [])
+    for workload in args.workloads.split(","):
         records = payload(args.records, workload)
-        ours, theirs, broker_cpu, mock_cpu = [], [], [], []
+        times: dict[str, list[float]] = {name: [] for name, _ in brokers}
+        cpus: dict[str, list[float]] = {name: [] for name, _ in brokers}
+        theirs, mock_cpu = [], []
         for r in range(args.rounds):
-            root = tempfile.mkdtemp(dir=workdir)
-            proc, bootstrap, _ = start_broker(root, "num.partitions=1",
-                                              "delayed.delivery.max.spread.ms=1000")
-            try:
-                before = cpu_s(proc.pid)
-                ours.append(produce({"bootstrap.servers": bootstrap}, records))
-                broker_cpu.append(cpu_s(proc.pid) - before)
-            finally:
-                proc.terminate()
-                proc.wait(60)
-                shutil.rmtree(root, ignore_errors=True)
+            for name, tree in (brokers if r % 2 == 0 else brokers[::-1]):
+                root = tempfile.mkdtemp(dir=workdir)
+                proc, bootstrap, _ = start_broker(root, "num.partitions=1",
+                                                  "delayed.delivery.max.spread.ms=1000",
+                                                  tree=tree)
+                try:
+                    before = cpu_s(proc.pid)
+                    times[name].append(produce({"bootstrap.servers": bootstrap}, records))
+                    cpus[name].append(cpu_s(proc.pid) - before)
+                finally:
+                    proc.terminate()
+                    proc.wait(60)
+                    shutil.rmtree(root, ignore_errors=True)
             before = mock_cpu_s()
             theirs.append(produce({"bootstrap.servers": mock}, records))
             mock_cpu.append(mock_cpu_s() - before)
-            print(f"{workload} round {r}: kdelay {args.records / ours[-1]:,.0f} rec/s, "
-                  f"mock {args.records / theirs[-1]:,.0f} rec/s", flush=True)
-        a = args.records / statistics.median(ours)
+            print(f"{workload} round {r}: " + ", ".join(
+                f"{name} {args.records / times[name][-1]:,.0f} rec/s "
+                f"({cpus[name][-1] / args.records * 1e9:,.0f} ns/record of CPU)"
+                for name, _ in brokers) + f", mock {args.records / theirs[-1]:,.0f} rec/s",
+                flush=True)
         b = args.records / statistics.median(theirs)
-        ratio = statistics.median(t / o for o, t in zip(ours, theirs, strict=True))
-        rows.append(f"| produce {args.records:,} ({workload}) | {a:,.0f} rec/s | "
-                    f"{b:,.0f} rec/s | {ratio:.2f}x |")
-        cpu, theirs_cpu = statistics.median(broker_cpu), statistics.median(mock_cpu)
-        rows.append(f"| ... the broker's CPU for it ({workload}; kdelay: its process, mock: "
-                    f"its thread) | {cpu:.2f} s ({cpu / args.records * 1e9:,.0f} ns/record) | "
-                    f"{theirs_cpu:.2f} s ({theirs_cpu / args.records * 1e9:,.0f} ns/record) "
-                    f"| |")
+        theirs_cpu = statistics.median(mock_cpu)
+        for name, _ in brokers:
+            ours = times[name]
+            a = args.records / statistics.median(ours)
+            ratio = statistics.median(t / o for o, t in zip(ours, theirs, strict=True))
+            rows.append(f"| produce {args.records:,} ({workload}, {name}) | {a:,.0f} rec/s | "
+                        f"{b:,.0f} rec/s | {ratio:.2f}x (per round: "
+                        f"{', '.join(f'{t / o:.2f}' for o, t in zip(ours, theirs, strict=True))}"
+                        f") |")
+            cpu = statistics.median(cpus[name])
+            rows.append(f"| ... the broker's CPU for it ({workload}, {name}; kdelay: its "
+                        f"process, mock: its thread) | {cpu:.2f} s "
+                        f"({cpu / args.records * 1e9:,.0f} ns/record) | {theirs_cpu:.2f} s "
+                        f"({theirs_cpu / args.records * 1e9:,.0f} ns/record) | |")
     del holder
     return rows
 
@@ -241,14 +281,24 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--connections", type=int, default=1000)
     ap.add_argument("--skip-produce", action="store_true")
+    ap.add_argument("--skip-resources", action="store_true")
+    ap.add_argument("--workloads", default="delay0,mixed",
+                    help="comma-separated: delay0, mixed")
+    ap.add_argument("--baseline", metavar="TREE",
+                    help="also run the broker of this source tree (built in place) in each "
+                         "round, alternating with this one, e.g. a checkout of main")
     args = ap.parse_args()
     workdir = tempfile.mkdtemp(prefix="kdelay-bench-broker-")
+    byte_compile_kdelay(None)
+    if args.baseline:
+        byte_compile_kdelay(args.baseline)
     try:
         lines = ["| measure | kdelay broker | librdkafka mock | mock / kdelay time |",
                  "|---|---|---|---|"]
         if not args.skip_produce:
             lines += produce_rounds(args, workdir)
-        lines += resources(args, workdir)
+        if not args.skip_resources:
+            lines += resources(args, workdir)
         print("\n".join(lines))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from . import protocol
+from .answer_template import Encoded
 from .errors import FrameError
 
 if TYPE_CHECKING:
@@ -103,8 +104,8 @@ class Dispatcher:
         finally:
             if self.observe is not None:
                 self.observe(key, error, time.perf_counter() - started)
-        if response is None:
-            return None
+        if response is None or isinstance(response, Encoded):
+            return response  # no answer, or one the handler encoded (answer_template.py)
         return protocol.encode_response(api_schema, header.correlation_id, response)
 
     def _unsupported_api_versions(self, frame: bytes | memoryview) -> list:

@@ -16,6 +16,7 @@ from .settings import BrokerSettings
 from .topics import TopicRegistry
 
 if TYPE_CHECKING:
+    from .answer_template import AnswerTemplate
     from .apis.produce import ProducerIds
     from .connection import Connection
     from .dispatcher import Dispatcher
@@ -50,6 +51,9 @@ class BrokerState:
         # made by the produce family on first use (apis/produce.py)
         self.producer_states: ProducerStates | None = None
         self.producer_ids: ProducerIds | None = None
+        # one-partition Produce answers by (version, topic, partition): None where kio's
+        # encoding cannot be a template (apis/produce.py, answer_template.py)
+        self.produce_answers: dict[tuple[int, str, int], AnswerTemplate | None] = {}
         self.host, self.port = settings.listen  # the bound address, once bound
 
     def _partition_count(self, name: str) -> int:

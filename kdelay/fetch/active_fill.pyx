@@ -1,6 +1,6 @@
 # cython: language_level=3
 """The page fill of a page read from the active segment's recent entries alone
-(active_page.py), compiled: the due entries after the cursor (recent_columns'
+(active_page.py), compiled: the due entries after the cursor (recent_windows'
 due_entries_into) and every batch the page takes read, checked and decoded into
 FetchedRecords (batch_read.pxd) straight from the mapped segment, in one call, with no
 window, column or memoryview made for the page. It takes each batch as the general page
@@ -13,7 +13,16 @@ from cpython.list cimport PyList_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int64_t
 
-from kdelay.index.recent_columns cimport RecentColumns, due_entries_into
+from kdelay.index.entry_fields cimport (
+    E_BASE_OFFSET,
+    E_DELIVER_AFTER,
+    E_LAST_OFFSET_DELTA,
+    E_POSITION,
+    E_SIZE,
+    ENTRY_FIELDS,
+)
+from kdelay.index.recent_columns cimport RecentColumns
+from kdelay.index.recent_windows cimport due_entries_into
 from kdelay.log.batch.batch_header cimport Layout, read_layout
 from kdelay.log.batch.batch_read cimport (
     Cancelled,
@@ -68,7 +77,8 @@ def fill_active(list out, RecentColumns entries, MappedFile source, int64_t limi
     if gone_b is not None:
         all_gone.b, all_gone.nb = _int64s(gone_b), len(gone_b)
     cdef Py_ssize_t cap = min(max_records, max_entries), k, j
-    cdef int64_t* buf = <int64_t*>PyMem_Malloc((cap + 1) * 5 * sizeof(int64_t))
+    cdef int64_t* buf = <int64_t*>PyMem_Malloc((cap + 1) * ENTRY_FIELDS * sizeof(int64_t))
+    cdef const int64_t* e
     if buf == NULL:
         raise MemoryError()
     cdef bint full = False
@@ -82,8 +92,9 @@ def fill_active(list out, RecentColumns entries, MappedFile source, int64_t limi
         for j in range(k):
             if PyList_GET_SIZE(out) >= max_records:
                 return FILLED, STOPPED
-            da, base, pos = buf[5 * j], buf[5 * j + 1], buf[5 * j + 2]
-            lod, size = buf[5 * j + 3], buf[5 * j + 4]
+            e = buf + ENTRY_FIELDS * j
+            da, base, pos = e[E_DELIVER_AFTER], e[E_BASE_OFFSET], e[E_POSITION]
+            lod, size = e[E_LAST_OFFSET_DELTA], e[E_SIZE]
             if da > now:
                 return FILLED, da
             n = lod + 1

@@ -6,7 +6,7 @@ holds anything after its cursor. For such a page the general path (planner.py, d
 plans the sealed segments, builds a run for the recent entries' merged order and another for
 its unmerged arrivals, and merges their windows: fixed work in Python several times the cost
 of the records it returns. Here one compiled call (active_fill.pyx) finds the due entries
-after the cursor (recent_columns' due_entries_into: the two runs merged) and reads their
+after the cursor (recent_windows' due_entries_into: the two runs merged) and reads their
 batches with the general fill's batch reader, by its rules, so the records, the checks of
 each batch and the page's end are the general path's (tests/fetch/test_active_page.py holds
 the two equal).

@@ -29,6 +29,14 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..index.entry import (
+    E_BASE_OFFSET,
+    E_DELIVER_AFTER,
+    E_LAST_OFFSET_DELTA,
+    E_POSITION,
+    E_SIZE,
+    Entry,
+)
 from ..log.batch.entry_check import check_batch
 from ..log.cancellation.cancel_store import CancelStore
 from ..log.segments.segment import LogSegment
@@ -39,6 +47,7 @@ from . import planner
 # the most index entries one window of a run offers (a longer page refills it)
 _WINDOW = 1024
 _NONE: tuple[int, ...] = ()
+_new_tuple = tuple.__new__  # an Entry without the NamedTuple's Python-level __new__
 
 
 class DueBatch(NamedTuple):
@@ -121,7 +130,8 @@ class DueBatchReader:
                 if out and taken + size > max_bytes:
                     break
                 seg = merge.runs[k].seg
-                data = _read(seg, (da, base, pos, lod, size)) if with_bytes else None
+                data = _read(seg, _new_tuple(Entry, (da, base, pos, lod, size))) \
+                    if with_bytes else None
                 out.append(DueBatch(da, base, last, _cancelled_in(cancels, seg.base_offset,
                                                                   base, last), data))
                 taken += size
@@ -193,7 +203,8 @@ class _Merge:
         self._head[k] = 0
         self._start[k] = start
         if end > start:
-            heapq.heappush(self._heap, (self._cols[k][0][0], self._cols[k][1][0], k))
+            cols = self._cols[k]
+            heapq.heappush(self._heap, (cols[E_DELIVER_AFTER][0], cols[E_BASE_OFFSET][0], k))
 
     def head(self, now: int) -> tuple[int, int, int, int, int, int] | None:
         """(deliverAfter, base, position, lastOffsetDelta, size, run) of the smallest due
@@ -203,14 +214,14 @@ class _Merge:
         da, base, k = self._heap[0]
         i = self._head[k]
         cols = self._cols[k]
-        return da, base, cols[2][i], cols[3][i], cols[4][i], k
+        return da, base, cols[E_POSITION][i], cols[E_LAST_OFFSET_DELTA][i], cols[E_SIZE][i], k
 
     def advance(self, k: int) -> None:
         """Consume run k's head entry."""
         i = self._head[k] = self._head[k] + 1
         cols = self._cols[k]
         if i < self._end[k]:
-            heapq.heapreplace(self._heap, (cols[0][i], cols[1][i], k))
+            heapq.heapreplace(self._heap, (cols[E_DELIVER_AFTER][i], cols[E_BASE_OFFSET][i], k))
             return
         heapq.heappop(self._heap)
         if self._more[k]:
@@ -224,12 +235,12 @@ class _Merge:
                 run.moved_to(self._start[k] + self._head[k])
 
 
-def _read(seg, entry: tuple[int, int, int, int, int]) -> bytes | memoryview:
+def _read(seg, entry: Entry) -> bytes | memoryview:
     """The batch `entry` points at, checked (entry_check's rule): a read-only view of a
     local segment's memory mapping, where the file holds it (not copied: the view keeps
     the mapping alive, see mapped_file.pyx), else as the segment reads it (a remote one
     fetches it; a local one past its size raises what a read there raises)."""
-    pos, size = entry[2], entry[4]
+    pos, size = entry.position, entry.size
     if isinstance(seg, LogSegment) and pos >= 0 and pos + size <= seg.size:
         data = seg.mapped().view(pos, size)
         check_batch(data, 0, entry, path=seg.log_path)

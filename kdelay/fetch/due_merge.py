@@ -109,6 +109,6 @@ def _explain(seg: BatchSource, window: Window, i: int) -> None:
     `window`, which the page fill refused."""
     entry = window.entry(i)
     h, data = seg.read_verified(entry)
-    codec.decode_records(data, h, path=seg.log_path, file_pos=entry[2])
-    raise KdelayError(f"the compiled page fill refused the batch at byte {entry[2]} of "
-                      f"{seg.log_path}, which the Python checks pass")  # a bug, never data
+    codec.decode_records(data, h, path=seg.log_path, file_pos=entry.position)
+    raise KdelayError(f"the compiled page fill refused the batch at byte {entry.position} "
+                      f"of {seg.log_path}, which the Python checks pass")  # a bug, never data

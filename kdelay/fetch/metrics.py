@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import RemoteStorageError
+from ..index.entry import E_BASE_OFFSET, E_DELIVER_AFTER, E_LAST_OFFSET_DELTA
 from ..log.cancellation.cancel_store import CancelStore
 from ..log.segments.layout import DLYINDEX_SUFFIX, INDEX_SUFFIXES
 from ..log.segments.segment import LogSegment
@@ -102,7 +103,7 @@ def collect(segments: SegmentSet, group_keys: dict[str, DeliveryKey | None], now
         pending += p
         pending_batches += pb
         if seg.compacted:  # offsets have gaps: count what the batches hold
-            records += int((dly.columns()[3].astype("int64") + 1).sum())
+            records += int((dly.columns()[E_LAST_OFFSET_DELTA].astype("int64") + 1).sum())
         else:
             records += seg.next_offset - seg.base_offset
         for suffix in INDEX_SUFFIXES:
@@ -153,7 +154,8 @@ def due_after_keys(segments: SegmentSet, keys: Sequence[DeliveryKey | None], now
         dly = seg.dly_index if reach is None else reach.dly_index(seg)
         if dly is None:
             continue
-        da, off, _, lod, _ = dly.columns()
+        cols = dly.columns()
+        da, off, lod = cols[E_DELIVER_AFTER], cols[E_BASE_OFFSET], cols[E_LAST_OFFSET_DELTA]
         gone = cancels.get(seg.base_offset)
         counts = due_after(da, off, lod, now, keys, None if gone is None else gone.offsets())
         for i, n in enumerate(counts):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ..index.entry import Entry
 from ..log.batch.codec import BatchHeader
 from ..log.segments.layout import DLYINDEX_SUFFIX, INDEX_SUFFIX
 from ..log.segments.segment import LogSegment
@@ -63,8 +64,8 @@ def _walk(segments: SegmentSet, offset: int
                 # offsets must run on without a gap (a header's own base offset is no check
                 # of itself), except where compaction removed some (known from the index)
                 expected = seg.expected_base(pos, expected)
-                h, data = seg.read_verified((h.deliver_after, expected, pos,
-                                             h.last_offset_delta, h.size))
+                h, data = seg.read_verified(Entry(h.deliver_after, expected, pos,
+                                                  h.last_offset_delta, h.size))
                 expected = h.last_offset + 1
                 yield h, data, seg, pos
                 if expected >= seg.next_offset:

@@ -5,6 +5,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from ..index.entry import Entry
 from ..log.segments.mapped_file import MappedFile
 from ..records import FetchedRecord, Header
 
@@ -35,7 +36,7 @@ class Window:
     def __init__(self, mapped: MappedFile, limit: int, columns: list[np.ndarray[Any, Any]],
                  end: int, more: bool, ready: int, cancelled: np.ndarray[Any, Any],
                  cancelled_recent: np.ndarray[Any, Any]) -> None: ...
-    def entry(self, i: int) -> tuple[int, int, int, int, int]: ...
+    def entry(self, i: int) -> Entry: ...
 
 class PageRequest:
     after_da: int

@@ -22,6 +22,14 @@ from cpython.list cimport PyList_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint8_t
 
+from kdelay.index.entry_fields cimport (
+    E_BASE_OFFSET,
+    E_DELIVER_AFTER,
+    E_LAST_OFFSET_DELTA,
+    E_POSITION,
+    E_SIZE,
+    ENTRY_FIELDS,
+)
 from kdelay.log.batch.batch_header cimport Layout, read_layout
 from kdelay.log.batch.batch_read cimport (
     Cancelled,
@@ -31,6 +39,8 @@ from kdelay.log.batch.batch_read cimport (
     read_batch,
 )
 from kdelay.log.segments.mapped_file cimport MappedFile
+
+from kdelay.index.entry import Entry
 
 cpdef enum:  # KWayMerge.fill's outcome; PageRequest.detail says more
     DONE = 0     # the page is full, or nothing more is due: detail is the smallest
@@ -95,7 +105,7 @@ cdef class Window:
 
     def __init__(self, MappedFile mapped not None, int64_t limit, list columns, int64_t end,
                  bint more, int64_t ready, cancelled, cancelled_recent):
-        if len(columns) != 5:
+        if len(columns) != ENTRY_FIELDS:
             raise ValueError("a window has five columns")
         if end < 0 or mapped.data == NULL or not 0 <= limit <= mapped.capacity:
             raise ValueError("a window's end or limit is out of range")
@@ -103,20 +113,21 @@ cdef class Window:
         self.columns, self.cancelled, self.cancelled_recent = columns, cancelled, cancelled_recent
         cdef Slot* s = &self.slot
         s.data, s.limit, s.end, s.more, s.ready = mapped.data, limit, end, more, ready
-        s.da, s.base = _int64s(columns[0], end), _int64s(columns[1], end)
-        s.pos = _int64s(columns[2], end)
-        s.wide = columns[3].itemsize == 8
+        s.da = _int64s(columns[E_DELIVER_AFTER], end)
+        s.base = _int64s(columns[E_BASE_OFFSET], end)
+        s.pos = _int64s(columns[E_POSITION], end)
+        lod, size = columns[E_LAST_OFFSET_DELTA], columns[E_SIZE]
+        s.wide = lod.itemsize == 8
         if s.wide:
-            s.lod, s.size = _int64s(columns[3], end), _int64s(columns[4], end)
+            s.lod, s.size = _int64s(lod, end), _int64s(size, end)
         else:
-            s.lod, s.size = _int32s(columns[3], end), _int32s(columns[4], end)
+            s.lod, s.size = _int32s(lod, end), _int32s(size, end)
         s.gone.na, s.gone.nb = len(cancelled), len(cancelled_recent)
         s.gone.a, s.gone.b = _int64s(cancelled, 0), _int64s(cancelled_recent, 0)
 
-    def entry(self, int64_t i) -> tuple:
-        """Entry `i` as an index Entry (deliver_after, base_offset, position,
-        last_offset_delta, size)."""
-        return tuple(int(c[i]) for c in self.columns)
+    def entry(self, int64_t i):
+        """Entry `i` of the window's columns, as an index Entry."""
+        return Entry._make(int(c[i]) for c in self.columns)
 
 
 cdef class PageRequest:

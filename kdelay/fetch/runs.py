@@ -20,12 +20,13 @@ from typing import Protocol
 import numpy as np
 
 from ..index.chunk_checks import ChunkChecks
-from ..index.deliver_after_index import DeliverAfterIndex, Entry
+from ..index.deliver_after_index import DeliverAfterIndex
+from ..index.entry import E_DELIVER_AFTER, Entry
 from ..log.batch import codec
 from ..log.segments.mapped_file import MappedFile
 
-# (deliver_after, base_offset, position, last_offset_delta, size): int64 (the last two may
-# be int32, as a persisted index holds them)
+# an index's five columns in Entry's order (E_* number them): int64 (the last two may be
+# int32, as a persisted index holds them)
 Columns = list[np.ndarray]
 # (columns, start, end, more, ready): entries [start, end) of `columns` may be taken, with
 # `more` due entries may follow `end`, and the bytes of the batches before `ready` are at hand
@@ -114,7 +115,7 @@ class RemoteColumnRun(ColumnRun):
         """The page fill is about to read entry `head`, whose bytes are not at hand: fetch
         them and those of the read-ahead's next due entries."""
         self.i = head
-        due_end = int(np.searchsorted(self.cols[0], now, side="right"))
+        due_end = int(np.searchsorted(self.cols[E_DELIVER_AFTER], now, side="right"))
         stop = min(head + self._ahead, due_end)  # > head: the fill reads only due entries
         self._cache_generation = self.seg.ensure_entries(self.cols, head, stop)
         self._ready = stop

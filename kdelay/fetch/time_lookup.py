@@ -11,6 +11,7 @@ offsets like any other here, as in Log.read."""
 
 from __future__ import annotations
 
+from ..index.entry import Entry
 from ..log.batch import codec
 from ..log.batch.offset_continuity import check_continues
 from ..log.segments.segment_set import SegmentSet
@@ -42,8 +43,8 @@ def _in_segment(seg, timestamp: int) -> OffsetAndTimestamp | None:
         expected = seg.expected_base(pos, expected)
         check_continues(h.base_offset, expected, False, seg.log_path, pos)
         if h.max_timestamp >= timestamp:
-            h, data = seg.read_verified((h.deliver_after, expected, pos, h.last_offset_delta,
-                                         h.size))
+            h, data = seg.read_verified(Entry(h.deliver_after, expected, pos,
+                                              h.last_offset_delta, h.size))
             stamps = codec.decode_records(data, h, path=seg.log_path, file_pos=pos).timestamps
             for i, ts in enumerate(stamps):
                 if ts >= timestamp:

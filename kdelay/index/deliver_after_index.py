@@ -13,16 +13,16 @@ from __future__ import annotations
 import numpy as np
 
 from .base import AbstractIndex
+from .entry import E_BASE_OFFSET, E_DELIVER_AFTER, E_LAST_OFFSET_DELTA, E_POSITION, Entry
 from .recent_entries import RecentEntries as _RecentEntries
 
-# (deliver_after, base_offset, position, last_offset_delta, size)
-Entry = tuple[int, int, int, int, int]
 
 class DeliverAfterIndex(AbstractIndex):
     MAGIC = b"KDLYIDX2"
     DTYPES = [np.dtype("<i8"), np.dtype("<i8"), np.dtype("<i8"), np.dtype("<i4"),
               np.dtype("<i4")]
     NAME = "DeliverAfterIndex"
+    # (in Entry's order: the E_* field numbers index them)
     COLUMNS = ("deliver_after", "offset", "position", "last_offset_delta", "size")
 
     def __init__(self, base_offset: int, columns: list[np.ndarray] | None = None):
@@ -37,7 +37,7 @@ class DeliverAfterIndex(AbstractIndex):
             return cls(base_offset)
         cols = [np.array(c, dtype=d)
                 for c, d in zip(zip(*entries, strict=True), cls.DTYPES, strict=True)]
-        order = np.lexsort((cols[1], cols[0]))
+        order = np.lexsort((cols[E_BASE_OFFSET], cols[E_DELIVER_AFTER]))
         return cls(base_offset, [c[order] for c in cols])
 
     def add(self, deliver_after: int, base_offset: int, position: int, last_offset_delta: int,
@@ -64,16 +64,17 @@ class DeliverAfterIndex(AbstractIndex):
             return [np.asarray(c) for c in self._columns]
         fresh = [c.astype(d) for c, d in zip(self._recent.columns(), self.DTYPES, strict=True)]
         merged = [np.concatenate([a, b]) for a, b in zip(self._columns, fresh, strict=True)]
-        order = np.lexsort((merged[1], merged[0]))
+        order = np.lexsort((merged[E_BASE_OFFSET], merged[E_DELIVER_AFTER]))
         return [c[order] for c in merged]
 
     # ------------------------------------------------------------------ summaries
 
     def min_deliver_after(self) -> int | None:
         cands = []
-        if len(self._columns[0]):
+        da = self._columns[E_DELIVER_AFTER]
+        if len(da):
             self._checks.check(0, 1)
-            cands.append(int(self._columns[0][0]))
+            cands.append(int(da[0]))
         recent = self._recent.min_deliver_after() if self._recent else None
         if recent is not None:
             cands.append(recent)
@@ -82,20 +83,21 @@ class DeliverAfterIndex(AbstractIndex):
     def max_key(self) -> tuple[int, int] | None:
         """The largest (deliverAfter, offset) of any record in the segment."""
         cands = []
-        da = self._columns[0]
+        da = self._columns[E_DELIVER_AFTER]
         n = len(da)
         if n:
             self._checks.check(n - 1, n)
-            cands.append((int(da[-1]), int(self._columns[1][-1]) + int(self._columns[3][-1])))
+            cands.append((int(da[-1]), int(self._columns[E_BASE_OFFSET][-1]) +
+                          int(self._columns[E_LAST_OFFSET_DELTA][-1])))
         e = self._recent.max_entry() if self._recent else None
         if e is not None:
-            cands.append((e[0], e[1] + e[3]))
+            cands.append((e.deliver_after, e.last_offset))
         return max(cands) if cands else None
 
     def first_after(self, now: int) -> int | None:
         """The smallest deliverAfter > `now` (None if no entry is that late)."""
         cands = []
-        da = self._columns[0]
+        da = self._columns[E_DELIVER_AFTER]
         j = self._checks.search_right(da, now)
         if j < len(da):
             cands.append(int(da[j]))
@@ -106,7 +108,7 @@ class DeliverAfterIndex(AbstractIndex):
 
     def count_pending(self, now: int) -> tuple[int, int]:
         """(records not yet due at `now`, batches not yet due)."""
-        da, _, _, lod, _ = self._columns
+        da, lod = self._columns[E_DELIVER_AFTER], self._columns[E_LAST_OFFSET_DELTA]
         j = self._checks.search_right(da, now)
         self._checks.check(j, len(da))
         records = int((lod[j:].astype(np.int64) + 1).sum())
@@ -128,7 +130,8 @@ class DeliverAfterIndex(AbstractIndex):
         if after is None:
             return 0
         da_c, off_c = after
-        da, off, _, lod, _ = self._columns
+        da, off = self._columns[E_DELIVER_AFTER], self._columns[E_BASE_OFFSET]
+        lod = self._columns[E_LAST_OFFSET_DELTA]
         lo = int(np.searchsorted(da, da_c, side="left"))
         hi = int(np.searchsorted(da, da_c, side="right"))
         j = lo + int(np.searchsorted(off[lo:hi], off_c, side="right"))  # first key > after
@@ -144,7 +147,8 @@ class DeliverAfterIndex(AbstractIndex):
         """The base offset of the batch indexed at `position` (None if no batch is).
         O(log n) after a one-off O(n log n) sort by position, redone when entries change."""
         if self._by_position is None or self._by_position[0] != len(self):
-            _, off, pos, _, _ = self.columns()
+            cols = self.columns()
+            off, pos = cols[E_BASE_OFFSET], cols[E_POSITION]
             order = np.argsort(pos, kind="stable")
             self._by_position = (len(self), pos[order], off[order])
         _, positions, offsets = self._by_position

@@ -1,30 +1,23 @@
 # cython: language_level=3
 """The compiled surface of recent_columns.pyx that other compiled modules call in C: the
-append path (log/segments/segment_tail.pyx) adds an entry with no Python call."""
+append path (log/segments/segment_tail.pyx) adds an entry with no Python call, and the
+windows a fetch takes (recent_windows.pyx) read entries, the order and the tail's heap."""
 
 cimport cython
-from libc.stdint cimport int64_t, uint8_t
+from libc.stdint cimport int64_t, uint32_t
+
+from kdelay.index.int_column cimport IntColumn
 
 
 cdef struct Key:
     int64_t da, seq
 
 
-@cython.final  # (its methods called directly, not through a table: the append path)
-cdef class IntColumn:
-    cdef readonly object a  # the numpy array of stored values; [:n] are in use
-    cdef readonly Py_ssize_t n
-    cdef Py_ssize_t capacity  # len(a)
-    cdef readonly bint started  # a relative column has taken its first value (its base)
-    cdef bint relative
-    cdef int64_t _base
-    cdef int kind
-    cdef uint8_t[::1] _bytes  # `a`'s bytes, for the C loops
+cdef inline bint key_less(Key x, Key y) noexcept nogil:
+    return x.da < y.da or (x.da == y.da and x.seq < y.seq)
 
-    cdef int _use(self, object a) except -1
-    cpdef append(self, int64_t v)
-    cdef void _put(self, Py_ssize_t i, int64_t x) noexcept
-    cdef int64_t value(self, Py_ssize_t i) noexcept
+
+cdef int compare_keys(const void* a, const void* b) noexcept nogil  # (qsort's, by key)
 
 
 @cython.final
@@ -46,6 +39,5 @@ cdef class RecentColumns:
     cdef void entry(self, Py_ssize_t s, int64_t* out) noexcept
 
 
-cdef Py_ssize_t due_entries_into(RecentColumns entries, int64_t after_da, int64_t after_off,
-                                 int64_t now, int64_t* buf, Py_ssize_t cap,
-                                 bint* full) except -1
+cdef Py_ssize_t start_rank(RecentColumns entries, const uint32_t[:] order, int64_t after_da,
+                           int64_t after_off) except -1

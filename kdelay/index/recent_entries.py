@@ -21,18 +21,18 @@ entry costs 16 bytes of numpy arrays (plus at most 1/16 growth slack) and no Pyt
 
 Columns grow by 1/16 of their size; a value that does not fit its 4-byte column widens
 that column to int64 once. The columns, the order's upkeep and the walks over them are
-compiled (recent_columns.pyx): an append is one C call, and each window a fetch takes one
-more.
+compiled (int_column.pyx, recent_columns.pyx, and recent_windows.pyx for the windows a
+fetch takes): an append is one C call, and each window a fetch takes one more.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from . import recent_columns
-from .recent_columns import IntColumn, RecentColumns
-
-Entry = tuple[int, int, int, int, int]  # (deliver_after, base_offset, position, lod, size)
+from . import recent_columns, recent_windows
+from .entry import E_DELIVER_AFTER, E_LAST_OFFSET_DELTA, ENTRY_FIELDS, Entry
+from .int_column import IntColumn
+from .recent_columns import RecentColumns
 
 _TAIL = 4096  # unsorted arrivals kept before a merge into the order even if nobody reads
 _NEVER = (1 << 63) - 1
@@ -87,15 +87,17 @@ class RecentEntries:
     # ------------------------------------------------------------------ reading
 
     def columns_of(self, seqs: np.ndarray) -> list[np.ndarray]:
-        """The five entry columns (int64) of the given arrival numbers, in that order."""
+        """The five entry columns (int64, in Entry's order) of the given arrival numbers,
+        in that order."""
         seqs = np.asarray(seqs, dtype=np.uint32)
-        out = np.empty((5, len(seqs)), np.int64)
-        recent_columns.window(self.cols, seqs, _NEVER, out)
+        out = np.empty((ENTRY_FIELDS, len(seqs)), np.int64)
+        recent_windows.window(self.cols, seqs, _NEVER, out)
         return list(out)
 
     def entry_rows(self, seqs: np.ndarray) -> list[Entry]:
         """The entries of the given arrival numbers, in that order."""
-        return list(zip(*(c.tolist() for c in self.columns_of(seqs)), strict=True))
+        return list(map(Entry._make, zip(*(c.tolist() for c in self.columns_of(seqs)),
+                                         strict=True)))
 
     def window(self, start: int, now: int, limit: int) -> tuple[np.ndarray, bool]:
         """Entries of the merged order from rank `start`: those due at `now`, at most
@@ -103,9 +105,9 @@ class RecentEntries:
         due entries may follow (the limit cut the window short). The tail is not merged
         (see arrivals_window)."""
         seqs = self.order[start:start + limit]
-        out = np.empty((5, len(seqs)), np.int64)
-        k = recent_columns.window(self.cols, seqs, now, out)
-        more = k == limit and int(out[0, k - 1]) <= now and start + limit < len(self.order)
+        out = np.empty((ENTRY_FIELDS, len(seqs)), np.int64)
+        k = recent_windows.window(self.cols, seqs, now, out)
+        more = k == limit and int(out[E_DELIVER_AFTER, k - 1]) <= now and start + limit < len(self.order)
         return out[:, :k], more
 
     def arrivals_window(self, after: tuple[int, int] | None, now: int) -> np.ndarray:
@@ -113,8 +115,8 @@ class RecentEntries:
         with key > `after` and are due at `now`, in key order, then the first of them not
         due: five int64 rows."""
         first = len(self.order)
-        out = np.empty((5, len(self.cols) - first), np.int64)
-        k = recent_columns.arrivals_window(self.cols, first, *(after or _NO_CURSOR), now, out)
+        out = np.empty((ENTRY_FIELDS, len(self.cols) - first), np.int64)
+        k = recent_windows.arrivals_window(self.cols, first, *(after or _NO_CURSOR), now, out)
         return out[:, :k]
 
     def order_start(self, after: tuple[int, int] | None) -> int:
@@ -146,7 +148,7 @@ class RecentEntries:
         j = self._rank(now, True)
         if j == len(order):
             return 0, 0
-        lod = self.columns_of(order[j:])[3]
+        lod = self.columns_of(order[j:])[E_LAST_OFFSET_DELTA]
         return int((lod + 1).sum()), len(order) - j
 
     def columns(self) -> list[np.ndarray]:

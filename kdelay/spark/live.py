@@ -45,6 +45,13 @@ from typing import TypeVar
 from sortedcontainers import SortedList
 
 from ..errors import CorruptLogError, KdelayError
+from ..index.entry import (
+    E_BASE_OFFSET,
+    E_DELIVER_AFTER,
+    E_LAST_OFFSET_DELTA,
+    E_POSITION,
+    E_SIZE,
+)
 from ..log.batch import codec, walker
 from ..log.batch.offset_continuity import continues
 from ..log.compaction import swap
@@ -243,8 +250,9 @@ class LivePartition:
             idx = src.dly_index()
         if idx is None:
             return False
-        da, bo, pos, lod, sz = (c.tolist() for c in idx.disk_columns)
-        for d, b, p, lo, s in zip(da, bo, pos, lod, sz, strict=True):
+        cols = [c.tolist() for c in idx.disk_columns]
+        for d, b, p, lo, s in zip(cols[E_DELIVER_AFTER], cols[E_BASE_OFFSET], cols[E_POSITION],
+                                  cols[E_LAST_OFFSET_DELTA], cols[E_SIZE], strict=True):
             if self._keep(d, b + lo):
                 self.batches.add(BatchRef(d, b, b + lo, base, p, s))
         return True

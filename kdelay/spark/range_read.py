@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import CorruptLogError, KdelayError
+from ..index.entry import Entry
 from ..log.batch.entry_check import check_batch
 from ..log.batch.walker import HeaderColumns
 from ..log.cancellation.journal import read_cancelled
@@ -97,7 +98,7 @@ def _runs(part: PartitionDir, start: Key, end: Key, batches: Sequence[tuple],
             for (da, base, last, _, pos, size), got in zip(run, gots, strict=True):
                 try:  # only what was read: a batch cut short is truncated, not zeros
                     h = check_batch(memoryview(buf)[:rel + got], rel,
-                                    (da, base, pos, last - base, size), path=path)
+                                    Entry(da, base, pos, last - base, size), path=path)
                 except CorruptLogError:
                     if inodes is None:
                         raise _Changed from None  # planned earlier: maybe rewritten since

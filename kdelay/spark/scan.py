@@ -22,6 +22,14 @@ import numpy as np
 
 from ..errors import CorruptLogError, KdelayError
 from ..index.deliver_after_index import DeliverAfterIndex
+from ..index.entry import (
+    E_BASE_OFFSET,
+    E_DELIVER_AFTER,
+    E_LAST_OFFSET_DELTA,
+    E_POSITION,
+    E_SIZE,
+    Entry,
+)
 from ..log.batch import codec, walker
 from ..log.batch.entry_check import check_batch
 from ..log.compaction.swap import read_marker
@@ -373,7 +381,9 @@ class SegmentReader:
                 return None
             if src.remote is None:
                 self._check_not_merged()
-        da, base, pos, lod, size = (np.asarray(c).astype(np.int64) for c in idx.disk_columns)
+        cols = [np.asarray(c).astype(np.int64) for c in idx.disk_columns]
+        da, base, pos = cols[E_DELIVER_AFTER], cols[E_BASE_OFFSET], cols[E_POSITION]
+        lod, size = cols[E_LAST_OFFSET_DELTA], cols[E_SIZE]
         order = self._wanted(da, base, pos, lod)
         counts = lod[order] + 1
         self.stats.mode = "index only"
@@ -389,22 +399,25 @@ class SegmentReader:
     def _from_index(self, src: SegmentBytes, idx: DeliverAfterIndex, done: set[int]):
         """Read the batches the index puts in range; returns None, or a message when the
         log disagrees with the index (the caller then walks the headers instead)."""
-        da, base, pos, lod, size = (np.asarray(c) for c in idx.disk_columns)
+        cols = [np.asarray(c) for c in idx.disk_columns]
+        da, base, pos = cols[E_DELIVER_AFTER], cols[E_BASE_OFFSET], cols[E_POSITION]
+        lod, size = cols[E_LAST_OFFSET_DELTA], cols[E_SIZE]
         self.stats.batches_seen += len(da)
         order = self._wanted(da, base, pos, lod)
-        want = list(zip(da[order].tolist(), base[order].tolist(), pos[order].tolist(),
-                        lod[order].tolist(), size[order].tolist(), strict=True))
+        want = list(map(Entry._make, zip(da[order].tolist(), base[order].tolist(),
+                                         pos[order].tolist(), lod[order].tolist(),
+                                         size[order].tolist(), strict=True)))
         starts = pos[order]
         # one read covers a run of nearby batches, up to chunk_bytes
         for i, j in coalesce(starts, starts + size[order], max_span=self.chunk_bytes,
                              max_gap=_MAX_GAP):
-            start = want[i][2]
-            end = want[j - 1][2] + want[j - 1][4]
+            start = want[i].position
+            end = want[j - 1].position + want[j - 1].size
             buf = self._read(src, start, end - start)
             rels: list[int] = []
             headers: list[codec.BatchHeader] = []
             for entry in want[i:j]:
-                rel = entry[2] - start
+                rel = entry.position - start
                 try:  # a CRC failure is no mismatch: the Chunk reports it per batch
                     h = check_batch(buf, rel, entry, path=self.path, crc=False)
                 except CorruptLogError as e:
@@ -413,7 +426,7 @@ class SegmentReader:
                     return str(e)
                 rels.append(rel)
                 headers.append(h)
-                done.add(entry[2])
+                done.add(entry.position)
             if headers:
                 yield self._chunk_of(buf, start, rels, headers)
         return None

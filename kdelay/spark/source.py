@@ -67,6 +67,13 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from ..index.entry import (
+    E_BASE_OFFSET,
+    E_DELIVER_AFTER,
+    E_LAST_OFFSET_DELTA,
+    E_POSITION,
+    E_SIZE,
+)
 from ..log.cancellation.journal import read_cancelled
 from ..log.cancellation.per_batch import cancelled_per_batch
 from ..log.segments.layout import DLYINDEX_SUFFIX, LOG_SUFFIX, segment_file, segment_name
@@ -448,7 +455,9 @@ def _index_batch(plan: scan.SegmentPlan, schema: pa.Schema, with_topic: bool) ->
         cols = _topic_cols(plan, 1, with_topic) + [pa.array([base], pa.int64())]
         cols += [pa.nulls(1, pa.int64()) for _ in range(6)] + [pa.array([status], pa.string())]
         return pa.RecordBatch.from_arrays(cols, schema=schema)
-    da, bo, pos, lod, sz = (np.asarray(c).astype(np.int64) for c in idx.disk_columns)
+    index_cols = [np.asarray(c).astype(np.int64) for c in idx.disk_columns]
+    da, bo = index_cols[E_DELIVER_AFTER], index_cols[E_BASE_OFFSET]
+    pos, lod, sz = index_cols[E_POSITION], index_cols[E_LAST_OFFSET_DELTA], index_cols[E_SIZE]
     n = len(da)
     cols = _topic_cols(plan, n, with_topic) + [
         pa.repeat(pa.scalar(base, pa.int64()), n), pa.array(np.arange(n, dtype=np.int64)),

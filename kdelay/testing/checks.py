@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Set
 
+from ..index.entry import Entry
 from ..log.batch.walker import scan_log
 from ..partition import Log
 from ..records import FetchedRecord
@@ -84,9 +85,10 @@ def check_indexes(log: Log, where: str = "") -> None:
         assert scan.next_offset == seg.next_offset or (
             seg.compacted and scan.next_offset < seg.next_offset), \
             f"{where}: segment {base} end offset"
-        served = sorted(zip(*(c.tolist() for c in seg.dly_index.columns()), strict=True))
+        served = sorted(map(Entry._make, zip(*(c.tolist() for c in seg.dly_index.columns()),
+                                             strict=True)))
         assert served == sorted(scan.entries), f"{where}: dlyindex of {base} disagrees"
-        starts = {(e[1], e[2]) for e in scan.entries}
+        starts = {(e.base_offset, e.position) for e in scan.entries}
         off, pos = (c.tolist() for c in seg.offset_index.columns())
         assert set(zip(off, pos, strict=True)) <= starts, f"{where}: offset index of {base}"
 
@@ -98,7 +100,7 @@ def batches_in(log: Log) -> list[tuple[int, int, int]]:
     for base in log.segments:
         seg = log._segments[base]
         scan = scan_log(seg.fd, seg.log_path, base, gaps=seg.compacted)
-        out += [(offset, lod + 1, da) for da, offset, _pos, lod, _size in scan.entries]
+        out += [(e.base_offset, e.last_offset_delta + 1, e.deliver_after) for e in scan.entries]
     return sorted(out)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 
 from ..errors import InspectError
 
@@ -35,9 +36,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(handler=cmd_serve)
 
 
+def load_kio_without_test_strategies() -> None:
+    """Load kio as where hypothesis is not installed. kio registers hypothesis strategies
+    for its types whenever hypothesis imports (a test library: present with the dev
+    extra), which cost a third of a broker's start (~0.25 s here) and which a broker never
+    uses; kio's own `import hypothesis` is optional (it catches the ImportError), so hiding
+    hypothesis while kio's types load leaves kio whole. This process only: `kdelay.Broker`
+    in a user's process loads kio as that process has it. A no-op once either is loaded."""
+    if "kio" in sys.modules or "hypothesis" in sys.modules:
+        return
+    sys.modules["hypothesis"] = None  # type: ignore[assignment]  # (ImportError on import)
+    try:
+        import kio.static.primitive  # noqa: F401  (the types that look for hypothesis)
+    finally:
+        del sys.modules["hypothesis"]
+
+
 def cmd_serve(args: argparse.Namespace, out: object) -> int:
     logging.basicConfig(level=args.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    load_kio_without_test_strategies()
     from ..broker.broker import serve_forever
     from ..broker.errors import BrokerConfigError
     from ..broker.event_loop import run

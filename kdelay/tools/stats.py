@@ -17,6 +17,7 @@ from ..errors import CorruptLogError, KdelayError
 from ..fetch.lag import due_after
 from ..groups.positions import GroupStore
 from ..groups.queue.queue_groups import group_counts
+from ..index.entry import E_BASE_OFFSET, E_DELIVER_AFTER, E_LAST_OFFSET_DELTA
 from ..index.index_file import currency_mismatches
 from ..log.batch.walker import Progress
 from ..log.cancellation.per_batch import cancelled_per_batch
@@ -66,7 +67,9 @@ def summarize_segment(seg: SegmentFiles, progress: Progress | None = None) -> Se
     if (not idx.problems and idx.meta is not None and idx.columns is not None
             and not currency_mismatches(idx.meta, base_offset=seg.base_offset,
                                         log_bytes=seg.log_size)):
-        da, base, _, lod, _ = idx.columns
+        cols = idx.columns
+        da, base = cols[E_DELIVER_AFTER], cols[E_BASE_OFFSET]
+        lod = cols[E_LAST_OFFSET_DELTA]
         if progress:
             progress(seg.log_size)
         return SegmentSummary(seg, da.astype(np.int64), base.astype(np.int64),

@@ -1,4 +1,4 @@
-"""The small fetch's path (fetch/active_page.py, recent_columns.due_entries) against the
+"""The small fetch's path (fetch/active_page.py, recent_windows.due_entries) against the
 general one (planner.py + due_merge.py) and against a model: the same records, the same
 `next`, and the same first entry not due where the page says it saw it, for every cursor (a page's
 `next`, any record's key, keys that are not due yet or lie between records), page limit,
@@ -16,7 +16,8 @@ from kdelay.fetch import planner
 from kdelay.fetch.active_page import NEVER, active_page
 from kdelay.fetch.due_merge import read_page, window_limit
 from kdelay.index import recent_entries
-from kdelay.index.recent_columns import RecentColumns, due_entries
+from kdelay.index.recent_columns import RecentColumns
+from kdelay.index.recent_windows import due_entries
 from kdelay.records import DeliveryKey
 
 

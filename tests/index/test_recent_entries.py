@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kdelay.index import recent_columns, recent_entries
+from kdelay.index import int_column, recent_columns, recent_entries
 from kdelay.index.recent_entries import RecentEntries
 
 
@@ -179,7 +179,7 @@ def test_merge_tail_is_a_stable_sort_of_order_and_tail(das, data):
     """recent_columns.merge_tail (galloping from where the last tail arrival went) against a
     stable sort of every arrival by deliverAfter: ties in arrival order."""
     m = data.draw(st.integers(0, len(das)))
-    col = recent_columns.IntColumn(np.int32, relative=True)
+    col = int_column.IntColumn(np.int32, relative=True)
     for v in das:
         col.append(v)
     keys = np.array(das, dtype=np.int64)

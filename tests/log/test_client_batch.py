@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+import crc32c
 import pytest
 from conftest import T0
 from conftest import FakeClock as Clock
@@ -21,7 +22,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kdelay import InvalidRecordError, Log, LogConfig
 from kdelay.errors import CorruptBatchError
 from kdelay.log.batch import codec
-from kdelay.log.batch.client_batch import ClientBatch
+from kdelay.log.batch.client_batch import ClientBatch, crc32c_combine
 from kdelay.testing.faults import CRASH_MODES, FaultInjector, SimulatedCrash, close_abandoned
 from kdelay.tools.verify import verify_partition
 
@@ -107,6 +108,47 @@ def test_runs_match_the_model(recs, spread, append_time, base, seq):
                                h.size, h.max_timestamp]
 
 
+@given(st.lists(record, min_size=1, max_size=40), st.integers(0, 5000), st.booleans(),
+       st.integers(0, 1000), st.integers(-1, 3), st.binary(max_size=9), st.binary(max_size=9))
+def test_a_known_records_crc_stores_the_same_bytes(recs, spread, append_time, base, seq,
+                                                   before, after):
+    """Given the records' CRC (the client check's, wire_batch.py), build derives the stored
+    batch's CRC from it where the batch is the records as sent; split, such a batch is its
+    header and a view of the records where they lie (written together, uncopied). Either
+    way the bytes are identical to building without both, whatever the runs, and for
+    records read where they lie in larger bytes."""
+    specs = [(k, v, h + ([(a[0], str(a[1]).encode())] if a else []), ts)
+             for k, v, h, ts, a in recs]
+    section, base_ts = records_section(specs)
+    framed = before + section + after
+    pid, epoch = (-1, -1) if seq < 0 else (99, 2)
+    built = []
+    for records_crc, split in ((-1, False), (crc32c.crc32c(section), False), (-1, True),
+                               (crc32c.crc32c(section), True)):
+        out = ClientBatch(framed, len(specs), base_ts, start=len(before),
+                          end=len(before) + len(section), records_crc=records_crc).build(
+                              base, T0, spread, log_append_time=append_time, producer_id=pid,
+                              producer_epoch=epoch, base_sequence=seq, split=split)
+        if split:
+            data, entries, body = out
+            one_run = len(entries) == 1 and not append_time
+            assert (body is not None) == one_run
+            if one_run:
+                assert len(data) == codec.HEADER_SIZE and bytes(body) == section
+                data += bytes(body)
+            out = (data, entries)
+        built.append(out)
+    for data, entries in built[1:]:
+        assert data == built[0][0]
+        assert (entries == built[0][1]).all()
+    decode_all(built[0][0])  # every stored CRC checks
+
+
+@given(st.binary(max_size=300), st.binary(max_size=5000))
+def test_crc32c_combine_is_the_crc_of_both(a, b):
+    assert crc32c_combine(crc32c.crc32c(a), crc32c.crc32c(b), len(b)) == crc32c.crc32c(a + b)
+
+
 @pytest.mark.parametrize("headers, words", [
     ([("kdelay.delay_ms", b"")], "decimal"),
     ([("kdelay.delay_ms", b"+5")], "decimal"),
@@ -128,11 +170,16 @@ def test_malformed_records_are_corrupt():
         ClientBatch(section, 2, base_ts)  # fewer records than the header says
 
 
-def mixed_batch() -> ClientBatch:
+def mixed_batch(delays: tuple[int, ...] = (0, 5000, 5000, 0, 2000, 0)) -> ClientBatch:
     specs = [(b"k", b"v%d" % i, [("kdelay.delay_ms", str(d).encode())] if d else [], T0)
-             for i, d in enumerate([0, 5000, 5000, 0, 2000, 0])]
+             for i, d in enumerate(delays)]
     section, base_ts = records_section(specs)
     return ClientBatch(section, len(specs), base_ts)
+
+
+# a batch of several runs (one buffer written), and of one (its header and its records
+# as they lie, written together: ClientBatch.build's split, SegmentTail.append_many's body)
+BATCH_DELAYS = {"runs": (0, 5000, 5000, 0, 2000, 0), "one run": (0, 0, 0, 0, 0, 0)}
 
 
 def test_appended_runs_come_due_in_order(tmp_path):
@@ -156,19 +203,20 @@ def _no_real_fsync(monkeypatch):
 
 @pytest.mark.usefixtures("_no_real_fsync")
 @pytest.mark.parametrize("mode", CRASH_MODES)
-def test_a_crash_at_any_operation_leaves_all_or_nothing(tmp_path, mode):
+@pytest.mark.parametrize("kind", sorted(BATCH_DELAYS))
+def test_a_crash_at_any_operation_leaves_all_or_nothing(tmp_path, mode, kind):
     cfg = LogConfig(flush_messages=1, segment_bytes=400, index_interval_bytes=1)
     point = 0
     while True:
         path = str(tmp_path / f"{mode}-{point}")
         with Log.open(path, config=cfg, clock=Clock()) as log:
-            log.append_client_batch(mixed_batch())  # one segment's worth, acknowledged
+            log.append_client_batch(mixed_batch(BATCH_DELAYS[kind]))  # acknowledged
         inj = FaultInjector([path], crash_at=point)
         log = Log.open(path, config=cfg, clock=Clock())
         returned = False
         with inj:
             try:
-                log.append_client_batch(mixed_batch())  # rolls first: segment_bytes
+                log.append_client_batch(mixed_batch(BATCH_DELAYS[kind]))  # rolls first
                 returned = True
             except SimulatedCrash:
                 pass

@@ -9,6 +9,7 @@ import pytest
 
 from kdelay import Log, LogConfig, Record
 from kdelay.errors import CorruptLogError, RemoteStorageError
+from kdelay.index.entry import Entry
 from kdelay.log.segments.layout import DLYINDEX_SUFFIX, LOG_SUFFIX
 from kdelay.log.tiered.copier import copy_segment
 from kdelay.log.tiered.remote_segment import RemoteSegment
@@ -41,7 +42,7 @@ def test_remote_segment_reads_what_the_local_one_holds(copied):
     for a, b in zip(rseg.dly_index.columns(), seg.dly_index.columns(), strict=True):
         assert a.tolist() == b.tolist()
     assert list(rseg.batch_headers()) == list(seg.batch_headers())
-    for entry in zip(*(c.tolist() for c in seg.dly_index.columns()), strict=True):
+    for entry in map(Entry._make, zip(*(c.tolist() for c in seg.dly_index.columns()), strict=True)):
         assert rseg.read_verified(entry) == seg.read_verified(entry)
     for offset in range(seg.base_offset - 1, seg.next_offset + 1):
         assert rseg.find_batch(offset) == seg.find_batch(offset)
@@ -56,13 +57,13 @@ def test_ensured_window_maps_like_the_local_log(copied):
     requests = tier.counters.requests
     rseg.ensure_entries(cols, 0, len(cols[0]))
     assert tier.counters.requests == requests  # cached: no second fetch
-    assert rseg.read_verified(tuple(int(c[0]) for c in cols))[1] == seg.read_verified(
-        tuple(int(c[0]) for c in cols))[1]
+    assert rseg.read_verified(Entry._make(int(c[0]) for c in cols))[1] == seg.read_verified(
+        Entry._make(int(c[0]) for c in cols))[1]
 
 
 def test_eviction_drops_the_cache_and_reads_fetch_again(copied):
     seg, rseg, tier = copied
-    entry = tuple(int(c[-1]) for c in seg.dly_index.columns())
+    entry = Entry._make(int(c[-1]) for c in seg.dly_index.columns())
     rseg.read_verified(entry)
     assert tier.cache_budget.held > 0
     rseg.evict()
@@ -79,7 +80,7 @@ def _replace_object(tier, rseg, suffix, change):
 
 def test_a_flipped_byte_in_a_batch_is_named_with_the_object(copied):
     seg, rseg, tier = copied
-    entry = tuple(int(c[0]) for c in seg.dly_index.columns())
+    entry = Entry._make(int(c[0]) for c in seg.dly_index.columns())
     pos = entry[2] + entry[4] - 3
     _replace_object(tier, rseg, LOG_SUFFIX,
                     lambda b: b[:pos] + bytes([b[pos] ^ 0xFF]) + b[pos + 1:])
@@ -91,7 +92,7 @@ def test_a_flipped_byte_in_a_batch_is_named_with_the_object(copied):
 def test_a_truncated_log_object_is_named(copied):
     seg, rseg, tier = copied
     _replace_object(tier, rseg, LOG_SUFFIX, lambda b: b[:len(b) // 2])
-    last = max(zip(*(c.tolist() for c in seg.dly_index.columns()), strict=True),
+    last = max(map(Entry._make, zip(*(c.tolist() for c in seg.dly_index.columns()), strict=True)),
                key=lambda e: e[2])
     with pytest.raises((CorruptLogError, RemoteStorageError)) as e:
         rseg.read_verified(last)
@@ -111,7 +112,7 @@ def test_a_missing_object_raises_remote_storage_error_naming_it(copied):
     seg, rseg, tier = copied
     tier.store.delete(rseg.remote.object_name(LOG_SUFFIX))
     with pytest.raises(RemoteStorageError) as e:
-        rseg.read_verified(tuple(int(c[0]) for c in seg.dly_index.columns()))
+        rseg.read_verified(Entry._make(int(c[0]) for c in seg.dly_index.columns()))
     assert rseg.remote.object_name(LOG_SUFFIX) in str(e.value)
     assert tier.last_error is not None
 

@@ -27,6 +27,8 @@ from kio.schema.errors import ErrorCode
 from kio.schema.types import ProducerId
 
 from ...errors import CorruptBatchError, InvalidRecordError, KdelayError, LogWriteError
+from .. import protocol
+from ..answer_template import AnswerTemplate
 from ..dispatcher import Api, RequestContext
 from ..producer_state import ProducerStates, Verdict, expiration_ms
 from ..responses import element, has, make
@@ -39,6 +41,7 @@ log = logging.getLogger("kdelay.broker")
 
 _RECORD_INDEX = re.compile(r"record (\d+): ")
 _EPOCH = datetime.UTC
+_MAX_TEMPLATES = 4096  # past it, made again as they are used (a cache, not a registry)
 
 
 def producer_states(ctx: RequestContext) -> ProducerStates:
@@ -119,50 +122,101 @@ def store_client_batch(states: ProducerStates, topic_name: str, index: int, plog
     return result.base_offset, result.append_time
 
 
-async def handle_produce(ctx: RequestContext, request: Any) -> Any:
-    states = producer_states(ctx)
+def _one_partition_answer(ctx: RequestContext, topic_name: str, index: int
+                          ) -> AnswerTemplate | None:
+    """The answer of a Produce to one partition that succeeded, as a template of (base
+    offset, append time or -1, log start offset); None where kio's encoding cannot be one
+    (answer_template.py). Made once per API version, topic and partition (kept in
+    BrokerState.produce_answers, up to _MAX_TEMPLATES)."""
+    key = (ctx.api_version, topic_name, index)
+    templates = ctx.broker.produce_answers
+    if key in templates:
+        return templates[key]
+    if len(templates) >= _MAX_TEMPLATES:
+        templates.clear()
     topic_cls = element(ctx.response_type, "responses")
     part_cls = element(topic_cls, "partition_responses")
-    error_cls = element(part_cls, "record_errors") if has(part_cls, "record_errors") else None
+
+    def make_answer(base: int, append_time: int, start: int) -> Any:
+        part = make(part_cls, index=index, error_code=ErrorCode.none, base_offset=base,
+                    log_append_time=datetime.datetime.fromtimestamp(append_time / 1000,
+                                                                    _EPOCH),
+                    log_start_offset=start, record_errors=(), error_message=None)
+        return make(ctx.response_type, responses=(
+            make(topic_cls, name=topic_name, partition_responses=(part,)),))
+    try:
+        template: AnswerTemplate | None = AnswerTemplate(
+            protocol.schema(0, ctx.api_version), make_answer, 3)
+    except ValueError:
+        template = None
+    templates[key] = template
+    return template
+
+
+def _partition_result(ctx: RequestContext, states: ProducerStates, topic_name: str,
+                      index: int, records: bytes | None,
+                      refuse_all: tuple[ErrorCode, str] | None) -> tuple:
+    """(index, error code, message, record errors, base offset, log start, append time or
+    -1) of one partition of a Produce request, stored or refused."""
+    code, message = ErrorCode.none, None
+    record_errors: tuple = ()
+    base, start, append_time = -1, -1, -1
+    try:
+        if refuse_all is not None:
+            raise _Refused(*refuse_all)
+        base, start, append_time = _produce_partition(ctx, states, topic_name, index,
+                                                      records)
+    except _Refused as e:
+        log.debug("produce to %s-%d refused: %s", topic_name, index, e.message)
+        code, message = e.code, e.message
+        part_cls = element(element(ctx.response_type, "responses"), "partition_responses")
+        if e.record is not None and has(part_cls, "record_errors"):
+            record_errors = (make(element(part_cls, "record_errors"), batch_index=e.record,
+                                  batch_index_error_message=e.message),)
+    except LogWriteError as e:
+        log.error("produce to %s-%d failed: %s", topic_name, index, e)
+        code, message = ErrorCode.kafka_storage_error, str(e)
+    except KdelayError as e:
+        log.error("produce to %s-%d failed: %s", topic_name, index, e)
+        code, message = ErrorCode.unknown_server_error, str(e)
+    return index, code, message, record_errors, base, start, append_time
+
+
+def _answer(ctx: RequestContext, results: list[tuple[str, list[tuple]]]) -> Any:
+    """The kio response of every partition's result (_partition_result), by topic."""
+    topic_cls = element(ctx.response_type, "responses")
+    part_cls = element(topic_cls, "partition_responses")
+    return make(ctx.response_type, responses=tuple(
+        make(topic_cls, name=name, partition_responses=tuple(
+            make(part_cls, index=index, error_code=code, base_offset=base,
+                 log_append_time=None if append_time < 0 else
+                 datetime.datetime.fromtimestamp(append_time / 1000, _EPOCH),
+                 log_start_offset=start, record_errors=record_errors,
+                 error_message=message)
+            for index, code, message, record_errors, base, start, append_time in parts))
+        for name, parts in results))
+
+
+async def handle_produce(ctx: RequestContext, request: Any) -> Any:
+    states = producer_states(ctx)
     refuse_all: tuple[ErrorCode, str] | None = None
     if request.transactional_id is not None:
         refuse_all = (ErrorCode.transactional_id_authorization_failed,
                       "transactions are not supported")
     elif request.acks not in (0, 1, -1):
         refuse_all = (ErrorCode.invalid_required_acks, f"acks={request.acks}")
-    topics = []
-    for t in request.topic_data:
-        parts = []
-        for p in t.partition_data:
-            code, message = ErrorCode.none, None
-            record_errors: tuple = ()
-            base, start, append_time = -1, -1, -1
-            try:
-                if refuse_all is not None:
-                    raise _Refused(*refuse_all)
-                base, start, append_time = _produce_partition(ctx, states, t.name, p.index,
-                                                              p.records)
-            except _Refused as e:
-                log.debug("produce to %s-%d refused: %s", t.name, p.index, e.message)
-                code, message = e.code, e.message
-                if e.record is not None and error_cls is not None:
-                    record_errors = (make(error_cls, batch_index=e.record,
-                                          batch_index_error_message=e.message),)
-            except LogWriteError as e:
-                log.error("produce to %s-%d failed: %s", t.name, p.index, e)
-                code, message = ErrorCode.kafka_storage_error, str(e)
-            except KdelayError as e:
-                log.error("produce to %s-%d failed: %s", t.name, p.index, e)
-                code, message = ErrorCode.unknown_server_error, str(e)
-            parts.append(make(part_cls, index=p.index, error_code=code, base_offset=base,
-                              log_append_time=None if append_time < 0 else
-                              datetime.datetime.fromtimestamp(append_time / 1000, _EPOCH),
-                              log_start_offset=start, record_errors=record_errors,
-                              error_message=message))
-        topics.append(make(topic_cls, name=t.name, partition_responses=tuple(parts)))
+    results = [(t.name, [_partition_result(ctx, states, t.name, p.index, p.records,
+                                           refuse_all) for p in t.partition_data])
+               for t in request.topic_data]
     if request.acks == 0:
         return None  # a producer with acks=0 expects no answer at all
-    return make(ctx.response_type, responses=tuple(topics))
+    if len(results) == 1 and len(results[0][1]) == 1:  # the commonest shape
+        index, code, _, _, base, start, append_time = results[0][1][0]
+        if code == ErrorCode.none:
+            template = _one_partition_answer(ctx, results[0][0], index)
+            if template is not None:  # (kio's encoding, done once)
+                return template.answer(ctx.header.correlation_id, base, append_time, start)
+    return _answer(ctx, results)
 
 
 class ProducerIds:

@@ -15,6 +15,7 @@ cdef extern from "crc32c_impl.h":
     void kd_crc_setup() noexcept nogil
     uint32_t kd_crc32c(const uint8_t* p, size_t n) noexcept nogil
     uint32_t kd_crc32c_tables(const uint8_t* p, size_t n) noexcept nogil
+    uint32_t kd_crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2) noexcept nogil
 
 cdef enum:
     LAYOUT_FIELDS = 14  # codec.HEADER_LAYOUT's length

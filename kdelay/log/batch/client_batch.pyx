@@ -16,9 +16,10 @@ clock) cuts the records into runs of consecutive offsets: a record joins the run
 record before it only if every record of that run asked for a time within `spread_ms` of
 its own (a time in the past, or none, counts as `now`); each run becomes one stored batch
 (magic 3, codec's layout) due at the latest time its records asked for. The records keep
-their bytes: the first run's records section is copied as it is; a later run's records get
-offset deltas counted from the run's first record (their length varint rewritten to
-match). With `log_append_time`, every record's timestamp becomes `now` (delta 0, and the
+their bytes: the first run's records section is copied as it is (or, where it is the only
+run, not copied at all: `split` hands back a view of it to be written after the header,
+and the header's CRC is carried over the records' known CRC); a later run's records get
+offset deltas counted from the run's first record (their length varint rewritten to match). With `log_append_time`, every record's timestamp becomes `now` (delta 0, and the
 header's timestamp-type bit set, as Kafka marks LogAppendTime batches). Every run but the
 last carries codec.MORE_RUNS, so that recovery keeps a client batch whole or drops it
 (LogSegment.recover: the runs are one write, which a crash may tear). A stored batch
@@ -28,12 +29,19 @@ for idempotent producers' state. Cost: O(records) C work per pass, one allocatio
 
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.stdint cimport INT64_MAX, int64_t, uint8_t
+from libc.stdint cimport INT64_MAX, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
 import numpy as np
 
-from kdelay.log.batch.batch_header cimport Layout, crc32c_into, put_big_endian, read_layout
+from kdelay.log.batch.batch_header cimport (
+    Layout,
+    crc32c_into,
+    kd_crc32c,
+    kd_crc32c_combine,
+    put_big_endian,
+    read_layout,
+)
 from kdelay.log.batch.record_parse cimport Fields, parse_record, read_varint
 from kdelay.log.batch.record_write cimport put_varint, varint_size
 
@@ -66,6 +74,14 @@ ENTRY_COLUMNS = ("deliver_after", "base_offset", "position", "last_offset_delta"
                  "max_timestamp")
 
 
+def crc32c_combine(uint32_t crc1, uint32_t crc2, int64_t len2) -> int:
+    """The CRC-32C of A then B, from crc1 (A's), crc2 (B's) and B's length: O(log len2),
+    no pass over the bytes (crc32c_impl.h)."""
+    if len2 < 0:
+        raise ValueError("a negative length")
+    return kd_crc32c_combine(crc1, crc2, <uint64_t>len2)
+
+
 cdef str _header_name(int64_t klen):
     """The kdelay header a key of this length is (for messages: the loop itself compares
     bytes only, no Python object per record)."""
@@ -89,6 +105,9 @@ cdef class ClientBatch:
     """One client batch's records, checked, with what each asked for (see the module)."""
     cdef readonly bytes records
     cdef readonly int64_t n, base_timestamp, requests
+    # the CRC-32C of the records section as given (-1: not known): a stored batch of all of
+    # them, as they are, gets its CRC from it and its header's, without a pass over them
+    cdef readonly int64_t records_crc
     # per record: where it starts, where its body after the offset delta starts, where it
     # ends; its timestamp delta; what it asked for (kind, value)
     cdef int64_t[:, ::1] _rows
@@ -98,17 +117,22 @@ cdef class ClientBatch:
     @cython.wraparound(False)
     def __init__(self, bytes records, int64_t n, int64_t base_timestamp, *,
                  int64_t start=0, int64_t end=-1, bint delays_allowed=True,
-                 int64_t max_delay_ms=0):
+                 int64_t max_delay_ms=0, int64_t records_crc=-1):
         """Check the `n` records of a v2 records section, `records[start:end]` (end -1:
         the end of `records`; a request's bytes are used where they are, not copied), and
         find their kdelay headers.
         `max_delay_ms` (0: none) limits how far after its timestamp a record may ask to be
-        due (kdelay.delay_ms counts from the append, so its value itself)."""
+        due (kdelay.delay_ms counts from the append, so its value itself).
+        `records_crc`: the CRC-32C of `records[start:end]` where the caller has it (it
+        checked the client's CRC with it: wire_batch.py), else -1."""
         if n <= 0:
             raise CorruptBatchError("a batch needs at least one record")
         self.records = records
         self.n = n
         self.base_timestamp = base_timestamp
+        if not -1 <= records_crc <= 0xFFFFFFFF:
+            raise ValueError(f"records_crc {records_crc} is not a CRC-32C")
+        self.records_crc = records_crc
         self._rows_array = np.empty((n, 6), dtype=np.int64)
         self._rows = self._rows_array
         cdef int64_t[:, ::1] rows = self._rows
@@ -190,9 +214,14 @@ cdef class ClientBatch:
     @cython.wraparound(False)
     def build(self, int64_t base_offset, int64_t now, int64_t spread_ms, *,
               bint log_append_time=False, int64_t producer_id=-1, int64_t producer_epoch=-1,
-              int64_t base_sequence=-1):
+              int64_t base_sequence=-1, bint split=False):
         """(the stored batches' bytes, back to back; their entries: an int64 array with a
-        row per batch of ENTRY_COLUMNS, positions relative to the bytes' start)."""
+        row per batch of ENTRY_COLUMNS, positions relative to the bytes' start).
+        With `split`, a third item: where the batch is one stored batch of the records as
+        they are (one run, the client's timestamps), a read-only memoryview of those records
+        where they lie (the request's bytes), the first item then only the stored batch's
+        header, to be written before them (SegmentTail.append_many's `body`: no copy of the
+        records); else None, and the first item is everything."""
         cdef int64_t n = self.n, i, s, k, runs = 0, lo, hi, r, total = 0
         cdef int64_t[:, ::1] rows = self._rows
         due_array = np.empty(n, dtype=np.int64)
@@ -223,12 +252,18 @@ cdef class ClientBatch:
         run_start[runs] = n
         cdef const uint8_t* src = <const uint8_t*>PyBytes_AS_STRING(self.records)
         cdef bint same_bytes
+        # one stored batch of the records as sent: its header, then those bytes (as they are)
+        cdef bint whole = runs == 1 and not log_append_time
+        cdef bint split_records = split and whole
+        cdef int64_t records_size = rows[n - 1, 2] - rows[0, 0], records_crc
         # sizes first
         for k in range(runs):
             s = run_start[k]
             total += _LAYOUT.header_size
             same_bytes = s == 0 and not log_append_time
-            if same_bytes:
+            if split_records:
+                pass  # the records are not copied
+            elif same_bytes:
                 total += rows[run_start[k + 1] - 1, 2] - rows[s, 0]
             else:
                 for i in range(s, run_start[k + 1]):
@@ -253,7 +288,9 @@ cdef class ClientBatch:
                 ts_delta = 0 if log_append_time else rows[i, 3]
                 if max_ts == INT64_MAX or base_ts + ts_delta > max_ts:
                     max_ts = base_ts + ts_delta
-            if s == 0 and not log_append_time:
+            if split_records:
+                q += records_size  # (written after this header, from where they lie)
+            elif s == 0 and not log_append_time:
                 memcpy(o + q, src + rows[0, 0], rows[count - 1, 2] - rows[0, 0])
                 q += rows[count - 1, 2] - rows[0, 0]
             else:
@@ -280,7 +317,17 @@ cdef class ClientBatch:
             put_big_endian(o + at + _AT_BASE_SEQUENCE, 4,
                            base_sequence + s if base_sequence >= 0 else -1)
             put_big_endian(o + at + _LAYOUT.at_count, 4, count)
-            crc32c_into(o + at, q - at, &_LAYOUT)
+            if whole and (self.records_crc >= 0 or split_records):
+                # the records as the client sent them, whose CRC the client check gave:
+                # the header's CRC carried over them instead of a second pass
+                records_crc = self.records_crc if self.records_crc >= 0 else \
+                    kd_crc32c(src + rows[0, 0], <size_t>records_size)
+                put_big_endian(o + at + _LAYOUT.at_crc, 4, kd_crc32c_combine(
+                    kd_crc32c(o + at + _LAYOUT.crc_start,
+                              <size_t>(_LAYOUT.header_size - _LAYOUT.crc_start)),
+                    <uint32_t>records_crc, <uint64_t>records_size))
+            else:
+                crc32c_into(o + at, q - at, &_LAYOUT)
             entries[k, 0] = da
             entries[k, 1] = base_offset + s
             entries[k, 2] = at
@@ -288,7 +335,11 @@ cdef class ClientBatch:
             entries[k, 4] = q - at
             entries[k, 5] = max_ts
             at = q
-        return out, entries_array
+        if not split:
+            return out, entries_array
+        if split_records:
+            return out, entries_array, memoryview(self.records)[rows[0, 0]:rows[n - 1, 2]]
+        return out, entries_array, None
 
 
 cdef inline int64_t _length_size(const uint8_t* src, int64_t pos) noexcept nogil:

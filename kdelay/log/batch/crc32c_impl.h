@@ -147,6 +147,40 @@ static inline uint32_t kd_crc32c(const uint8_t *p, size_t n)
     return ~kd_crc_tables(0xFFFFFFFFu, p, n);
 }
 
+/* a times b modulo the polynomial, both as reflected CRC-32C states (x^0 is the top bit) */
+static inline uint32_t kd_crc_multiply(uint32_t a, uint32_t b)
+{
+    uint32_t m = 1u << 31, product = 0;
+    for (;;) {
+        if (a & m) {
+            product ^= b;
+            if ((a & (m - 1)) == 0)
+                break;
+        }
+        m >>= 1;
+        b = (b & 1) ? (b >> 1) ^ 0x82F63B78u : b >> 1;
+    }
+    return product;
+}
+
+/* The CRC-32C of A then B from the CRC-32C of each and B's length: the state after A
+ * carried over len2 bytes (a product by x^(8 * len2), by squaring: O(log len2), no pass over
+ * the bytes), XOR B's (the initial and final XORs cancel, as in zlib's crc32_combine).
+ * Linear in crc1: crc(A1 B) ^ crc(A2 B) = combine(crc(A1) ^ crc(A2), 0, |B|) for |A1| = |A2|. */
+static inline uint32_t kd_crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2)
+{
+    uint32_t power = 1u << 30; /* x^1, squared: x^2, x^4, ... */
+    uint32_t shift = 1u << 31; /* x^0 */
+    uint64_t bits = len2 * 8;
+    while (bits) {
+        if (bits & 1)
+            shift = kd_crc_multiply(power, shift);
+        power = kd_crc_multiply(power, power);
+        bits >>= 1;
+    }
+    return kd_crc_multiply(shift, crc1) ^ crc2;
+}
+
 /* The table method whatever the CPU: for the test that holds both methods to the package. */
 static inline uint32_t kd_crc32c_tables(const uint8_t *p, size_t n)
 {

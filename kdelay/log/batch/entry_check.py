@@ -2,7 +2,7 @@
 it: the one rule of every reader of indexed batches (a segment's verified read, the
 due-order merge, compaction's copy, Spark's readers).
 
-An entry (index.deliver_after_index.Entry) says where a batch is and what it holds: its
+An entry (index.entry.Entry) says where a batch is and what it holds: its
 deliverAfter, base offset, lastOffsetDelta and size. The batch read there must parse
 (codec.parse_header's checks), agree with the entry on each of those fields, and pass its
 CRC-32C. The fields matter because the CRC does not cover the base offset or the size, and
@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import CorruptLogError
-from ...index.deliver_after_index import Entry
+from ...index.entry import Entry
 from . import codec
 from .walker import HeaderColumns
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from ... import fsio
 from ...errors import CorruptLogError
-from ...index.deliver_after_index import Entry
+from ...index.entry import Entry
 from . import codec
 from .header_walk import (
     H_BASE_OFFSET,
@@ -233,7 +233,7 @@ def base_offsets_crc(entries: Sequence[Entry]) -> int:
     """CRC-32C of the batches' base offsets (i64 little-endian), in file order. A batch's
     own CRC does not cover its base offset, and a compacted segment may have offset gaps, so
     its marker keeps this to check a scan's base offsets against. O(batches)."""
-    return crc32c.crc32c(np.array([e[1] for e in entries], dtype="<i8").tobytes())
+    return crc32c.crc32c(np.array([e.base_offset for e in entries], dtype="<i8").tobytes())
 
 
 def scan_log(fd: int, path: str, base_offset: int, *, start: int = 0, end: int | None = None,
@@ -259,7 +259,8 @@ def scan_log(fd: int, path: str, base_offset: int, *, start: int = 0, end: int |
                 if not index_bad_crc:
                     raise e
                 error = error or e
-            entries.append((h.deliver_after, h.base_offset, pos, h.last_offset_delta, h.size))
+            entries.append(Entry(h.deliver_after, h.base_offset, pos, h.last_offset_delta,
+                                 h.size))
             max_ts.append(h.max_timestamp)
             next_offset = h.last_offset + 1
             pos += h.size
@@ -274,7 +275,7 @@ def unfinished_client_batch(fd: int, entries: Sequence[Entry]) -> int | None:
     codec.MORE_RUNS (a crash tore the one write of its runs after whole runs). None when
     the last batch ends a client batch. One 2-byte read per trailing run."""
     i = len(entries)
-    while i > 0 and int.from_bytes(fsio.pread(fd, 2, entries[i - 1][2] + codec.CRC_START),
+    while i > 0 and int.from_bytes(fsio.pread(fd, 2, entries[i - 1].position + codec.CRC_START),
                                    "big") & codec.MORE_RUNS:
         i -= 1
     return i if i < len(entries) else None
@@ -318,7 +319,7 @@ class Batch:
     def entry(self) -> Entry:
         """Its DeliverAfterIndex entry."""
         h = self.header
-        return (h.deliver_after, h.base_offset, self.position, h.last_offset_delta, h.size)
+        return Entry(h.deliver_after, h.base_offset, self.position, h.last_offset_delta, h.size)
 
 
 @dataclass

@@ -23,6 +23,7 @@ from ...errors import (
     KdelayError,
     OffsetOutOfRangeError,
 )
+from ...index.entry import Entry
 from ..batch import codec
 from ..segments.segment_set import SegmentSet
 from .cancel_store import CancelStore
@@ -98,8 +99,8 @@ def reschedule_copy(segments: SegmentSet, store: CancelStore, offset: int,
                           f"<= now {now}): it may have been delivered")
     if store.is_cancelled(seg.base_offset, offset):
         raise KdelayError(f"record {offset} is cancelled")
-    h, data = seg.read_verified((h.deliver_after, h.base_offset, pos, h.last_offset_delta,
-                                 h.size))
+    h, data = seg.read_verified(Entry(h.deliver_after, h.base_offset, pos,
+                                      h.last_offset_delta, h.size))
     ts, keys, values, headers = codec.decode_records(data, h, path=seg.log_path,
                                                      file_pos=pos)
     k = offset - h.base_offset
@@ -131,8 +132,8 @@ def reschedule(segments: SegmentSet, store: CancelStore, offset: int, deliver_af
     make_room(len(copy.batch), now)
     store.begin_move(copy.source_base, offset, copy.base_offset, copy.crc)
     try:
-        segments.active.append(copy.batch, copy.base_offset, 0, copy.deliver_after,
-                               copy.max_timestamp, config.index_interval_bytes)
+        segments.active_tail.append(copy.batch, copy.base_offset, 0, copy.deliver_after,
+                                    copy.max_timestamp, config.index_interval_bytes)
     except BaseException:
         store.abort_move(copy.source_base, offset)
         raise

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from ...index.entry import E_BASE_OFFSET, E_LAST_OFFSET_DELTA
 from .journal import CANCEL, CONFIRM, MOVE, VOID, CopyCheck, encode_entry
 from .per_batch import cancelled_per_batch
 from .segment_cancels import SegmentCancels
@@ -192,8 +193,9 @@ class CancelStore:
                 continue
             if not len(sc) or base in unsettled:
                 continue
-            _, first, _, lod, _ = seg.dly_index.columns()
-            kept = present_offsets(sc.offsets(), np.asarray(first), np.asarray(lod))
+            cols = seg.dly_index.columns()
+            kept = present_offsets(sc.offsets(), np.asarray(cols[E_BASE_OFFSET]),
+                                   np.asarray(cols[E_LAST_OFFSET_DELTA]))
             if len(kept) != len(sc):
                 sc.rewrite(set(kept.tolist()))
                 self._touched(base)
@@ -204,8 +206,9 @@ class CancelStore:
         the `merged` segment: it is recorded under a base that goes away (a cancel made
         while compaction was rewriting, or a move not yet confirmed). O(cancellations of
         those segments + their search in the merged segment's batches)."""
-        _, first, _, lod, _ = merged.dly_index.columns()
-        first, lod = np.asarray(first), np.asarray(lod)
+        cols = merged.dly_index.columns()
+        first = np.asarray(cols[E_BASE_OFFSET])
+        lod = np.asarray(cols[E_LAST_OFFSET_DELTA])
         for base in merged_away:
             sc = self._segs.get(base)
             if sc is not None and len(sc) and len(present_offsets(sc.offsets(), first, lod)):

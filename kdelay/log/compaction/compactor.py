@@ -36,6 +36,7 @@ import numpy as np
 
 from ...config import LogConfig
 from ...errors import CorruptLogError
+from ...index.entry import E_BASE_OFFSET, E_DELIVER_AFTER, E_LAST_OFFSET_DELTA, E_SIZE
 from ...records import CompactionResult
 from ..cancellation.cancel_ops import settle_moves
 from ..cancellation.cancel_store import CancelStore
@@ -63,7 +64,9 @@ def removable_bytes(src: Source, horizon_ms: int, cancelled: Cancelled | None) -
     cancelled the rule leaves only age, and the index is in deliverAfter order: the
     batches removable by age are a prefix (one search). O(log batches), or O(batches)
     with cancels."""
-    da, base, _, lod, size = src.columns
+    cols = src.columns
+    da, base, size = cols[E_DELIVER_AFTER], cols[E_BASE_OFFSET], cols[E_SIZE]
+    lod = cols[E_LAST_OFFSET_DELTA]
     k = int(np.searchsorted(da, horizon_ms, side="left"))  # da < horizon: removable
     gone = cancelled_between(cancelled, src.base_offset, src.end_offset) \
         if len(base) > k else NO_OFFSETS

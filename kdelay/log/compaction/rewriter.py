@@ -23,7 +23,15 @@ import numpy as np
 
 from ... import fsio
 from ...errors import CorruptLogError
-from ...index.deliver_after_index import DeliverAfterIndex, Entry
+from ...index.deliver_after_index import DeliverAfterIndex
+from ...index.entry import (
+    E_BASE_OFFSET,
+    E_DELIVER_AFTER,
+    E_LAST_OFFSET_DELTA,
+    E_POSITION,
+    E_SIZE,
+    Entry,
+)
 from ...index.offset_index import OffsetIndex
 from ...index.time_index import TimeIndex
 from ...read_ranges import coalesce
@@ -74,7 +82,9 @@ class BatchPlan(NamedTuple):
 def batch_plan(src: Source, horizon_ms: int, cancelled: Cancelled | None) -> BatchPlan:
     """Which records of `src` are removable (removable.py). O(batches) numpy work on the
     index columns and one `cancelled` query; no log data is read."""
-    da, base, pos, lod, size = src.columns
+    cols = src.columns
+    da, base, pos = cols[E_DELIVER_AFTER], cols[E_BASE_OFFSET], cols[E_POSITION]
+    lod, size = cols[E_LAST_OFFSET_DELTA], cols[E_SIZE]
     order = np.argsort(pos, kind="stable")
     da, base, pos = da[order], base[order].astype(np.int64), pos[order].astype(np.int64)
     count = lod[order].astype(np.int64) + 1
@@ -213,11 +223,13 @@ def _copy_run(reader: _ChunkReader, da: np.ndarray, base: np.ndarray, pos: np.nd
     if h is None:
         return False
     out = writer.add(memoryview(buf)[at:at + total])
-    new = list(zip(h.deliver_after.tolist(), base.tolist(), (pos - start + out).tolist(),
-                   (count - 1).tolist(), size.tolist(), strict=True))
+    new = list(map(Entry._make, zip(h.deliver_after.tolist(), base.tolist(),
+                                    (pos - start + out).tolist(), (count - 1).tolist(),
+                                    size.tolist(), strict=True)))
     entries.extend(new)
+    tail = seg.tail
     for entry, max_ts in zip(new, h.max_timestamp.tolist(), strict=True):
-        seg._index_batch(entry, max_ts, interval)
+        tail.index_written(entry.base_offset, entry.position, entry.size, max_ts, interval)
     return True
 
 
@@ -227,7 +239,7 @@ def _copy_one(reader: _ChunkReader, src: Source, da: int, b: int, pos: int, n: i
     """Check one batch against its index entry (raising CorruptLogError naming the
     problem), then copy it, or re-encode it without its cancelled records."""
     buf, rel = reader.get(pos, size)
-    h = check_batch(buf, rel, (da, b, pos, n - 1, size), path=src.path)
+    h = check_batch(buf, rel, Entry(da, b, pos, n - 1, size), path=src.path)
     data = bytes(memoryview(buf)[rel:rel + size])
     start, k = cancelled_per_batch(gone, b, n) if len(gone) else (0, 0)
     if not k:
@@ -240,9 +252,9 @@ def _copy_one(reader: _ChunkReader, src: Source, da: int, b: int, pos: int, n: i
 def _emit(writer: _Writer, entries: list[Entry], seg: LogSegment, h: codec.BatchHeader,
           data: bytes, interval: int) -> None:
     at = writer.add(data)
-    entry = (h.deliver_after, h.base_offset, at, h.last_offset_delta, h.size)
+    entry = Entry(h.deliver_after, h.base_offset, at, h.last_offset_delta, h.size)
     entries.append(entry)
-    seg._index_batch(entry, h.max_timestamp, interval)
+    seg.tail.index_written(h.base_offset, at, h.size, h.max_timestamp, interval)
 
 
 def _reencode(h: codec.BatchHeader, data: bytes, gone: np.ndarray, path: str,

@@ -119,13 +119,17 @@ cdef class Writer:
         cdef bint sync = False
         try:
             base = self._active().next_offset
-            data, entries = batch.build(base, now, spread_ms, log_append_time=log_append_time,
-                                        producer_id=producer_id, producer_epoch=producer_epoch,
-                                        base_sequence=base_sequence)
-            self.make_room(len(data), int(entries[:, 5].max()))
+            # (split: one stored batch of the records as sent is its header, then the
+            # records written from where they lie, not copied)
+            data, entries, body = batch.build(
+                base, now, spread_ms, log_append_time=log_append_time,
+                producer_id=producer_id, producer_epoch=producer_epoch,
+                base_sequence=base_sequence, split=True)
+            self.make_room(len(data) + (0 if body is None else len(body)),
+                           int(entries[:, 5].max()))
             if self._flushes:
                 sync = self.policy.due_after(n)
-            self._active().append_many(data, entries, self._index_interval_bytes, sync)
+            self._active().append_many(data, entries, self._index_interval_bytes, sync, body)
         finally:
             horizon.end(now)
         if self._flushes:
@@ -144,7 +148,7 @@ cdef class Writer:
         return self._started_horizon
 
     cdef SegmentTail _active(self):
-        return <SegmentTail?>self._segments.active
+        return <SegmentTail?>self._segments.active_tail
 
     def reschedule(self, int64_t offset, int64_t deliver_after):
         """cancel_ops.reschedule, then the flush policy (the copy counts as one record)."""

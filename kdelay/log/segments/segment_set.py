@@ -35,6 +35,7 @@ from ... import fsio
 from .recovery_point import write_recovery_point
 from .segment import LogSegment
 from .segment_summary import BASE, MAX_DA, MAX_OFF, MIN_DA, NO_KEY, SegmentSummary, SummaryFile
+from .segment_tail import SegmentTail
 
 _MAX = 1 << 63
 
@@ -81,6 +82,9 @@ class SegmentSet:
         self._by_max_key = SortedList(max_keys)
         self._by_min_key = SortedList(min_keys)
         self.active: LogSegment = segments[-1]
+        # its end, where the writer appends (writer.pyx): kept beside `active` so that an
+        # append reaches it with one attribute read, as it reached the segment
+        self.active_tail: SegmentTail = self.active.tail
         self._changes = 0  # counts changes to which segments are sealed (see by_time)
         self._by_time: tuple[int, list[int], list[int]] = (-1, [], [])
 
@@ -146,6 +150,7 @@ class SegmentSet:
         # if what follows fails (appends must never go on into `old` behind a later file).
         self._by_base[new.base_offset] = new
         self.active = new
+        self.active_tail = new.tail
         self._add_sealed(old)
         fsio.fsync_dir(self.directory)
         write_recovery_point(self.directory, new.base_offset)

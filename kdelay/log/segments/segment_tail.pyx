@@ -1,7 +1,7 @@
 # cython: language_level=3
 """The growing end of a segment, compiled: what every append does to it (the write of its
 batch, and the offset, time and deliverAfter index upkeep), and whether a batch must go to
-a new segment instead. LogSegment (segment.py) is built on it; the append path
+a new segment instead. A LogSegment (segment.py) owns one as its `tail`; the append path
 (writer.pyx) calls it in C, with no Python call per batch.
 
 The write is fsio.write's: its first `pwrite` made here, in C, while `fsio.write` is
@@ -14,11 +14,26 @@ import contextlib
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.stdint cimport int64_t
 from posix.types cimport off_t
+from posix.uio cimport iovec, pwritev
 from posix.unistd cimport pwrite
 
 from kdelay import fsio
+from kdelay.log.batch import codec
 
+from kdelay.index.entry_fields cimport (
+    E_BASE_OFFSET,
+    E_DELIVER_AFTER,
+    E_LAST_OFFSET_DELTA,
+    E_POSITION,
+    E_SIZE,
+    ENTRY_FIELDS,
+)
 from kdelay.index.recent_columns cimport RecentColumns
+
+# append_many's rows: an index entry's fields (client_batch.ENTRY_COLUMNS, in Entry's
+# order), then the batch's largest timestamp
+cdef enum:
+    _MAX_TIMESTAMP = ENTRY_FIELDS
 
 # fsio's own write (kdelay's import loads this module before anything can replace it)
 cdef object _FSIO_WRITE = fsio.write
@@ -41,8 +56,50 @@ cdef int _write(int fd, bytes data, int64_t position) except -1:
     return 0
 
 
+cdef int _write_two(int fd, bytes head, const unsigned char[::1] body,
+                    int64_t position) except -1:
+    """_write of `head` then `body` as one write (one pwritev: the two are not joined first).
+    While fsio.write is replaced (see the module), and after a short or failed pwritev,
+    they are joined and written by fsio.write, one file operation as with one buffer."""
+    cdef iovec parts[2]
+    cdef Py_ssize_t head_size = PyBytes_GET_SIZE(head), body_size = body.shape[0]
+    cdef Py_ssize_t done = 0
+    if fsio.write is _FSIO_WRITE:
+        parts[0].iov_base = <void*>PyBytes_AS_STRING(head)
+        parts[0].iov_len = <size_t>head_size
+        parts[1].iov_base = <void*>&body[0] if body_size else NULL
+        parts[1].iov_len = <size_t>body_size
+        with nogil:
+            done = pwritev(fd, parts, 2, <off_t>position)
+        if done == head_size + body_size:
+            return 0
+        if done < 0:
+            done = 0  # (fsio.write tries again, raising its OSError)
+    fsio.write(fd, (head + bytes(body))[done:], position + done)
+    return 0
+
+
 cdef class SegmentTail:
-    """A segment's end: its descriptor, size, next offset, latest timestamps and indexes."""
+    """The end of one segment's .log: its descriptor, size, next offset, largest timestamp
+    and the three indexes an append keeps. A LogSegment owns one (segment.py: `tail`) and
+    reads its end from it; the active segment's grows by `append` and `append_many` (the
+    writer calls them in C), and a segment built from a .log written elsewhere (recovery's
+    scan, compaction's rewrite) is indexed batch by batch with `index_written`. It calls
+    nothing of the segment that owns it."""
+
+    def __init__(self, str log_path, int fd, int64_t size, int64_t next_offset,
+                 offset_index, time_index, dly_index):
+        self.log_path = log_path
+        self.fd = fd
+        self.size = size
+        self.next_offset = next_offset
+        self.max_timestamp = -1
+        self.max_timestamp_offset = -1
+        self.offset_index = offset_index
+        self.time_index = time_index
+        self.dly_index = dly_index
+        self._first_timestamp = None
+        self._bytes_since_index_entry = 0
 
     cpdef int64_t append(self, bytes batch, int64_t header_base, int64_t last_offset_delta,
                          int64_t deliver_after, int64_t max_timestamp,
@@ -70,39 +127,49 @@ cdef class SegmentTail:
         return pos
 
     cpdef int64_t append_many(self, bytes data, const int64_t[:, ::1] entries,
-                              int64_t index_interval_bytes, bint sync=False) except -1:
+                              int64_t index_interval_bytes, bint sync=False,
+                              object body=None) except -1:
         """Write several encoded batches, back to back in `data`, with one write (and one
         fsync with `sync`); `entries` has a row per batch (client_batch.ENTRY_COLUMNS:
         deliverAfter, base offset, position within `data`, last offset delta, size, max
-        timestamp), in offset order. Returns the position of the first. A failed write
-        leaves the segment as it was, as `append`. Cost: one write, then the index upkeep
-        of `append` per batch."""
+        timestamp), in offset order. `body` (a bytes-like, or None): bytes that follow
+        `data` in the same write, the batches' bytes being `data` then `body` (a stored
+        batch's records written from where they lie: ClientBatch.build's split). Returns
+        the position of the first. A failed write leaves the segment as it was, as
+        `append`. Cost: one write, then the index upkeep of `append` per batch."""
         cdef int64_t pos = self.size, k, n = entries.shape[0]
-        if n == 0 or entries.shape[1] < 6:
+        if n == 0 or entries.shape[1] <= _MAX_TIMESTAMP:
             raise ValueError("append_many needs one entry of 6 columns per batch")
         try:
-            _write(self.fd, data, pos)
+            if body is None:
+                _write(self.fd, data, pos)
+            else:
+                _write_two(self.fd, data, body, pos)
             if sync:
                 fsio.fsync(self.fd)
         except OSError:
             with contextlib.suppress(OSError):  # as append: cut off what did not make it
                 fsio.truncate(self.fd, pos)
             raise
-        self.size = pos + PyBytes_GET_SIZE(data)
+        self.size = pos + PyBytes_GET_SIZE(data) + (0 if body is None else len(body))
         add = self.dly_index.recent_columns.add
-        for k in range(n):
-            self._index(entries[k, 1], pos + entries[k, 2], entries[k, 4], entries[k, 5],
-                        index_interval_bytes)
-            add(entries[k, 0], entries[k, 1], pos + entries[k, 2], entries[k, 3],
-                entries[k, 4])
-        self.next_offset = entries[n - 1, 1] + entries[n - 1, 3] + 1
+        for k in range(n):  # (an entry's fields by their E_* numbers, then its timestamp)
+            self._index(entries[k, E_BASE_OFFSET], pos + entries[k, E_POSITION],
+                        entries[k, E_SIZE], entries[k, _MAX_TIMESTAMP], index_interval_bytes)
+            add(entries[k, E_DELIVER_AFTER], entries[k, E_BASE_OFFSET],
+                pos + entries[k, E_POSITION], entries[k, E_LAST_OFFSET_DELTA],
+                entries[k, E_SIZE])
+        self.next_offset = entries[n - 1, E_BASE_OFFSET] + \
+            entries[n - 1, E_LAST_OFFSET_DELTA] + 1
         return pos
 
-    def _index_batch(self, entry: tuple, int64_t max_timestamp, int64_t interval) -> None:
-        """Offset and time index upkeep for one batch, given as its index entry (the dly
-        index is handled by callers)."""
-        _, base, pos, _, size = entry
-        self._index(base, pos, size, max_timestamp, interval)
+    cpdef int index_written(self, int64_t base_offset, int64_t position, int64_t size,
+                            int64_t max_timestamp, int64_t index_interval_bytes) except -1:
+        """The offset and time index upkeep an append makes, for a batch already in the
+        .log at `position` (written by recovery's scan or compaction's rewrite, which
+        build the deliverAfter index from their entries at once); batches in offset
+        order. Moves neither `size` nor `next_offset`. Cost: O(1)."""
+        return self._index(base_offset, position, size, max_timestamp, index_interval_bytes)
 
     cdef int _index(self, int64_t base, int64_t pos, int64_t size, int64_t max_timestamp,
                     int64_t interval) except -1:
@@ -133,6 +200,66 @@ cdef class SegmentTail:
         if self.size + incoming > segment_bytes:
             return True
         first = self._first_timestamp
-        if first is None:
-            first = (<object>self).first_timestamp  # (LogSegment's: read from the .log)
+        if first is None:  # (a C call: no attribute lookup per append)
+            first = self._read_first_timestamp()
         return first is not None and max_timestamp - <int64_t>first >= segment_ms
+
+    @property
+    def first_timestamp(self):
+        """The largest timestamp of the first batch (None: no batch), for segment_ms: kept
+        by the first append, else read from the .log's first header once (a segment
+        opened, not written, reads none of its .log until asked)."""
+        if self._first_timestamp is None:
+            return self._read_first_timestamp()
+        return self._first_timestamp
+
+    cdef object _read_first_timestamp(self):
+        if self._first_timestamp is None and self.size:
+            head = fsio.pread(self.fd, codec.HEADER_SIZE, 0)
+            self._first_timestamp = codec.parse_header(
+                head, path=self.log_path, file_pos=0, available=self.size).max_timestamp
+        return self._first_timestamp
+
+
+# the fields a TailField reads, by number (a switch in C, not a lookup by name)
+_FIELDS = ("size", "next_offset", "max_timestamp", "max_timestamp_offset", "offset_index",
+           "time_index", "dly_index")
+
+
+cdef class TailField:
+    """A segment's attribute that is its tail's field `name` (LogSegment.size is its
+    `tail.size`), read in C: no Python frame per read, as a Python property would cost
+    (the read paths ask a segment its size and end on every fetch). An index field with
+    `suffix` is loaded on first use when None (a clean open deferred it), by the segment's
+    `_deferred` loader (log/local/deferred_indexes.py)."""
+
+    cdef readonly str name
+    cdef readonly object suffix
+    cdef int _field
+
+    def __init__(self, str name, suffix=None):
+        self.name = name
+        self.suffix = suffix
+        self._field = _FIELDS.index(name)
+
+    def __get__(self, obj, objtype):
+        if obj is None:
+            return self
+        cdef SegmentTail tail = <SegmentTail?>obj.tail
+        cdef int field = self._field
+        if field == 0:
+            return tail.size
+        if field == 1:
+            return tail.next_offset
+        if field == 2:
+            return tail.max_timestamp
+        if field == 3:
+            return tail.max_timestamp_offset
+        index = tail.offset_index if field == 4 else tail.time_index if field == 5 \
+            else tail.dly_index
+        if index is None and self.suffix is not None:
+            return obj._deferred.load(obj, self.suffix)
+        return index
+
+    def __set__(self, obj, value):
+        setattr(obj.tail, self.name, value)

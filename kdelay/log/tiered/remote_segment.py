@@ -33,7 +33,8 @@ import numpy as np
 
 from ...errors import RemoteStorageError
 from ...index.base import AbstractIndex
-from ...index.deliver_after_index import DeliverAfterIndex, Entry
+from ...index.deliver_after_index import DeliverAfterIndex
+from ...index.entry import E_POSITION, E_SIZE, Entry
 from ...index.offset_index import OffsetIndex
 from ...index.time_index import TimeIndex
 from ..batch import codec
@@ -153,8 +154,8 @@ class RemoteSegment(OffsetLookup):
         """Fetch what the batches of index entries [start, end) of `columns` (the dly
         index's) need that is not cached, in one coalesced request; returns the
         `cache_generation` they are cached in."""
-        positions = columns[2][start:end]
-        return self._ensure(positions, positions + columns[4][start:end])
+        positions = columns[E_POSITION][start:end]
+        return self._ensure(positions, positions + columns[E_SIZE][start:end])
 
     @property
     def cache_generation(self) -> int:
@@ -172,7 +173,7 @@ class RemoteSegment(OffsetLookup):
             return self._bytes.mapped()
 
     def read_verified(self, entry: Entry) -> tuple[codec.BatchHeader, bytes]:
-        position, size = entry[2], entry[4]
+        position, size = entry.position, entry.size
         self._ensure(np.array([position]), np.array([position + size]))
         with self._lock:
             data = self._bytes.read(position, size)
@@ -196,7 +197,8 @@ class RemoteSegment(OffsetLookup):
 
     def _positions(self) -> tuple[np.ndarray, np.ndarray]:
         if self._by_position is None:
-            _, _, pos, _, size = self.dly_index.columns()
+            cols = self.dly_index.columns()
+            pos, size = cols[E_POSITION], cols[E_SIZE]
             order = np.argsort(pos, kind="stable")
             self._by_position = (pos[order], size[order].astype(np.int64))
         return self._by_position

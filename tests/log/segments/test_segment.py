@@ -10,6 +10,7 @@ from conftest import T0, entries_after
 
 from kdelay import CorruptLogError
 from kdelay.errors import IndexFileError
+from kdelay.index.entry import Entry
 from kdelay.log.batch import codec
 from kdelay.log.batch.walker import scan_log
 from kdelay.log.segments.layout import parse_segment_name, segment_name
@@ -27,7 +28,7 @@ def _fill(seg: LogSegment, spec, interval: int = 1) -> list[tuple[int, int]]:
     out = []
     for n, da in spec:
         b = _batch(seg.next_offset, n, da, b"x" * 20)
-        pos = seg.append(b, seg.next_offset, n - 1, da, T0, interval)
+        pos = seg.tail.append(b, seg.next_offset, n - 1, da, T0, interval)
         out.append((pos, len(b)))
     return out
 
@@ -64,9 +65,9 @@ def test_append_read_find(tmp_path):
     placed = _fill(seg, spec)
     assert seg.next_offset == 16 and seg.size == sum(s for _, s in placed)
 
-    def entry(i: int, base: int, size: int) -> tuple[int, ...]:
+    def entry(i: int, base: int, size: int) -> Entry:
         """The index entry of batch i, but for its base offset and size."""
-        return (spec[i][1], base, placed[i][0], spec[i][0] - 1, size)
+        return Entry(spec[i][1], base, placed[i][0], spec[i][0] - 1, size)
 
     for i, ((_, size), base) in enumerate(zip(placed, (10, 12, 13), strict=True)):
         assert len(seg.read_verified(entry(i, base, size))[1]) == size

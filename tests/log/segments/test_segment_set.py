@@ -17,7 +17,7 @@ def _append(seg: LogSegment, n: int, da: int) -> None:
     base = seg.next_offset
     batch = codec.encode_batch(base_offset=base, base_timestamp=T0, deliver_after=da,
                                keys=[None] * n, values=[b"v"] * n)
-    seg.append(batch, base, n - 1, da, T0, 1)
+    seg.tail.append(batch, base, n - 1, da, T0, 1)
 
 
 @pytest.fixture
@@ -57,13 +57,13 @@ def test_sealed_by_largest_key(segs):
 
 def test_roll_persists_and_moves_the_recovery_point(segs):
     assert read_recovery_point(segs.directory) == 5
-    assert not segs.active.rolls_before(10, T0, segment_bytes=1 << 20, segment_ms=1000)
-    assert segs.active.rolls_before(1 << 20, T0, segment_bytes=1 << 20, segment_ms=1000)
-    assert segs.active.rolls_before(10, T0 + 1000, segment_bytes=1 << 20, segment_ms=1000)
+    assert not segs.active_tail.rolls_before(10, T0, segment_bytes=1 << 20, segment_ms=1000)
+    assert segs.active_tail.rolls_before(1 << 20, T0, segment_bytes=1 << 20, segment_ms=1000)
+    assert segs.active_tail.rolls_before(10, T0 + 1000, segment_bytes=1 << 20, segment_ms=1000)
     segs.roll()
     assert segs.bases() == [0, 2, 5, 6] and read_recovery_point(segs.directory) == 6
     assert [s.base_offset for s in segs.sealed_after((T0 + 4, 0))] == [5, 0, 2]
-    assert not segs.active.rolls_before(1 << 30, T0 + 10**6, segment_bytes=1, segment_ms=1)  # empty
+    assert not segs.active_tail.rolls_before(1 << 30, T0 + 10**6, segment_bytes=1, segment_ms=1)  # empty
 
 
 def test_remove_oldest_never_takes_the_active_one(segs):

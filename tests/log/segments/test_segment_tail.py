@@ -16,8 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kdelay import Log, LogConfig, Record, fsio
+from kdelay.index.deliver_after_index import DeliverAfterIndex
+from kdelay.index.offset_index import OffsetIndex
+from kdelay.index.time_index import TimeIndex
+from kdelay.log.batch import codec
 from kdelay.log.segments.layout import LOG_SUFFIX
 from kdelay.log.segments.segment import LogSegment
+from kdelay.log.segments.segment_tail import SegmentTail
 from kdelay.testing.faults import FaultInjector
 
 T0 = 1_700_000_000_000
@@ -100,12 +105,12 @@ def test_index_upkeep_follows_the_sparse_rule(tmp_path_factory, batches, interva
     seg = LogSegment.create(str(tmp_path_factory.mktemp("s")), 0)
     try:
         for base, (size, ts) in enumerate(batches):
-            assert seg.append(bytes(size), base, 0, T0 + ts, T0 + ts, interval) == sum(
+            assert seg.tail.append(bytes(size), base, 0, T0 + ts, T0 + ts, interval) == sum(
                 s for s, _ in batches[:base])
         offsets, times, max_ts = _sparse_model([(s, T0 + t) for s, t in batches], interval)
         assert _entries(seg.offset_index) == offsets
         assert _entries(seg.time_index) == times
-        assert seg.max_timestamp == max_ts and seg._first_timestamp == T0 + batches[0][1]
+        assert seg.max_timestamp == max_ts and seg.tail.first_timestamp == T0 + batches[0][1]
         assert seg.size == sum(s for s, _ in batches) and seg.next_offset == len(batches)
         starts = [sum(s for s, _ in batches[:i]) for i in range(len(batches))]
         assert _entries(seg.dly_index) == sorted(
@@ -150,3 +155,34 @@ def test_a_short_or_failed_write_is_refused_and_cut_off(tmp_path):
                          capture_output=True, text=True, timeout=60,
                          env=dict(os.environ, PYTHONPATH=os.getcwd()))
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_a_tail_stands_alone_and_reads_its_first_timestamp_itself(tmp_path):
+    """A SegmentTail needs no segment around it: over a .log written before (its first
+    batch's timestamp not kept), the segment_ms rule reads the first header itself; the
+    LogSegment that owns one reads and sets its end through it."""
+    seg = LogSegment.create(str(tmp_path), 0)
+    for base, ts in enumerate((T0, T0 + 500)):
+        seg.tail.append(bytes(codec.encode_batch(base_offset=base, base_timestamp=ts,
+                                                 deliver_after=ts, keys=[None],
+                                                 values=[b"v"])),
+                        base, 0, ts, ts, 4096)
+    size, fd = seg.size, os.dup(seg.fd)
+    seg.close()
+    tail = SegmentTail(seg.log_path, fd, size, 2, OffsetIndex(0), TimeIndex(0),
+                       DeliverAfterIndex(0))
+    try:
+        assert tail.rolls_before(1, T0 + 999, 1 << 30, 1000) is False
+        assert tail.first_timestamp == T0
+        assert tail.rolls_before(1, T0 + 1000, 1 << 30, 1000) is True
+    finally:
+        os.close(fd)
+    os.makedirs(tmp_path / "x")
+    again = LogSegment.create(str(tmp_path / "x"), 5)
+    try:
+        again.size = 7  # (through the tail, as compaction and recovery set it)
+        assert again.tail.size == 7 and again.size == 7 and again.next_offset == 5
+        assert again.dly_index is again.tail.dly_index
+    finally:
+        again.size = 0
+        again.close()
