@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import io
 import os
+import shutil
 import statistics
 import struct
 import subprocess
@@ -162,6 +163,7 @@ def bench_commits(groups: int, procs: int, seconds: float, rounds: int = 3) -> d
     finally:
         proc.terminate()
         proc.wait(60)
+        shutil.rmtree(root, ignore_errors=True)
     out = []
     for w0, w1, elapsed, cpu, loop in windows:
         commits = sum(int(n) for t, n in rounds_seen if w0 <= float(t) <= w1)
@@ -258,6 +260,7 @@ def bench_rebalance(rounds: int, heartbeat_ms: int) -> dict:
     finally:
         proc.terminate()
         proc.wait(60)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------- share
@@ -344,6 +347,7 @@ def bench_share(records: int, rounds: int, workers: tuple[int, ...]) -> dict:
         del holder
         proc.terminate()
         proc.wait(60)
+        shutil.rmtree(root, ignore_errors=True)
         del Producer
 
 
@@ -370,6 +374,7 @@ def share_scaling(bootstrap: str, group: str, k: int, n: int) -> float:
                 p.poll(0.005)
     p.flush(60)
     rows = [proc.communicate()[0].split() for proc in procs]
+    shutil.rmtree(tmp, ignore_errors=True)
     got = sum(int(r[0]) for r in rows)
     if got < n:
         raise RuntimeError(f"share workers got {got} of {n}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -142,6 +143,7 @@ def one_round(client: str) -> dict:
         t.join()
     proc.send_signal(signal.SIGTERM)
     proc.wait(60)
+    shutil.rmtree(root, ignore_errors=True)
     acked = {v for _, v in out["acked"]}
     received = {v for _, v in out["received"]}
     return {"client": client, "broker_exit": code, "restart_s": restarted,
