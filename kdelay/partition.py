@@ -165,9 +165,7 @@ class Log(forks.Owned):
 
     # ------------------------------------------------------------------ writing
 
-    # one C call for plain Records (facade_calls.pyx: its docstring; everything else
-    # takes _append_judged)
-    append = facade_calls.append
+    append = facade_calls.append  # one C call for plain Records; the rest: _append_judged
 
     def _append_judged(self, records: Record | Sequence[Record], deliver_after: int | None,
                        delay_ms: int | None) -> AppendResult:
@@ -266,9 +264,7 @@ class Log(forks.Owned):
 
     # ------------------------------------------------------------------ reading
 
-    # the idle poll answered in one C call (facade_calls.pyx: its docstring; every other
-    # fetch takes _fetch_page)
-    fetch = facade_calls.fetch
+    fetch = facade_calls.fetch  # the idle poll in one C call; every other page: _fetch_page
 
     def _fetch_page(self, after: DeliveryKey | int | None, max_records: int, max_bytes: int,
                     max_wait_ms: int) -> FetchResult:
@@ -279,12 +275,10 @@ class Log(forks.Owned):
         with self._lock:
             if self._closed:
                 self._check_open()
-            if not max_wait_ms:  # not a long poll
-                return self._due_order.fetch_page(self._segments,
-                                                  resolve_cursor(self._segments, after),
-                                                  self._clock.now(), max_records, max_bytes,
-                                                  self._cancels)
             cursor = resolve_cursor(self._segments, after)
+            if not max_wait_ms:  # not a long poll
+                return self._due_order.fetch_page(self._segments, cursor, self._clock.now(),
+                                                  max_records, max_bytes, self._cancels)
             return self._due_order.wait_for_page(
                 self._segments, cursor, max_records, max_bytes, self._cancels,
                 deadline=deadline, now=self.now, signal=self._notices.signal,
