@@ -11,22 +11,25 @@ That CRC comes from the stored one, already checked by the reader (entry_check),
 a second pass over the records: a CRC is linear, so with A the stored attributes up to
 deliverAfter, D deliverAfter, A' the served attributes and B the rest,
     crc(A'B) = crc(ADB) ^ shift(crc(AD) ^ crc(A'), len(B))
-where shift(x, n) multiplies x by x^(8n) modulo the polynomial (as zlib's crc32_combine
-does): O(log n) steps. A test holds it equal to the CRC computed over the served bytes.
+where shift(x, n) multiplies x by x^(8n) modulo the polynomial: the CRC combine the
+produce path uses (crc32c_impl.h's kd_crc32c_combine(x, 0, n)), O(log n) steps. A test
+holds it equal to the CRC computed over the served bytes.
 
 Cost per batch: two CRCs of 30 bytes, at most 64 carry-less multiplications of 32 bits,
 one 43-byte bytes object."""
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from libc.stdint cimport int64_t, uint8_t, uint32_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
-from kdelay.log.batch.batch_header cimport big_endian, kd_crc32c, put_big_endian
+from kdelay.log.batch.batch_header cimport (
+    big_endian,
+    kd_crc32c,
+    kd_crc32c_combine,
+    put_big_endian,
+)
 
 from kdelay.log.batch import codec
-
-cdef enum:
-    _POLY = 0x82F63B78  # CRC-32C, reflected
 
 cdef int64_t _AT_LENGTH = codec.FIELD_OFFSETS["batch_length"]   # 8
 cdef int64_t _OVERHEAD = codec.LOG_OVERHEAD                     # 12
@@ -41,45 +44,6 @@ SERVED_HEAD = _DA_START
 """Bytes of the new header; the served batch goes on with the stored bytes from
 STORED_REST (the field after deliverAfter) to its end."""
 STORED_REST = _DA_END
-
-cdef uint32_t _x2n[32]  # x^(2^k) modulo the polynomial, k = 0..31
-
-
-cdef uint32_t _multmodp(uint32_t a, uint32_t b) noexcept nogil:
-    """a * b modulo the polynomial (reflected bit order, as the CRC keeps its state)."""
-    cdef uint32_t m = <uint32_t>1 << 31, p = 0
-    while True:
-        if a & m:
-            p ^= b
-            if (a & (m - 1)) == 0:
-                break
-        m >>= 1
-        b = (b >> 1) ^ _POLY if b & 1 else b >> 1
-    return p
-
-
-cdef uint32_t _x8nmodp(int64_t n) noexcept nogil:
-    """x^(8n) modulo the polynomial: the shift of a CRC state over n bytes."""
-    cdef uint32_t p = <uint32_t>1 << 31  # x^0
-    cdef unsigned k = 3                  # 8n = n << 3
-    while n:
-        if n & 1:
-            p = _multmodp(_x2n[k & 31], p)
-        n >>= 1
-        k += 1
-    return p
-
-
-cdef void _setup() noexcept:
-    cdef uint32_t p = <uint32_t>1 << 30  # x^1
-    cdef int k
-    _x2n[0] = p
-    for k in range(1, 32):
-        p = _multmodp(p, p)
-        _x2n[k] = p
-
-
-_setup()
 
 
 def served_header(const uint8_t[::1] stored, int64_t base_offset) -> bytes:
@@ -102,5 +66,5 @@ def served_header(const uint8_t[::1] stored, int64_t base_offset) -> bytes:
     cdef uint32_t delta = kd_crc32c(s + _CRC_START, <size_t>(_DA_END - _CRC_START)) ^ \
         kd_crc32c(h + _CRC_START, <size_t>(_DA_START - _CRC_START))
     put_big_endian(h + _AT_CRC, 4,
-                   stored_crc ^ _multmodp(_x8nmodp(size - _DA_END), delta))
+                   stored_crc ^ kd_crc32c_combine(delta, 0, <uint64_t>(size - _DA_END)))
     return out

@@ -166,7 +166,8 @@ static inline uint32_t kd_crc_multiply(uint32_t a, uint32_t b)
 /* The CRC-32C of A then B from the CRC-32C of each and B's length: the state after A
  * carried over len2 bytes (a product by x^(8 * len2), by squaring: O(log len2), no pass over
  * the bytes), XOR B's (the initial and final XORs cancel, as in zlib's crc32_combine).
- * Linear in crc1: crc(A1 B) ^ crc(A2 B) = combine(crc(A1) ^ crc(A2), 0, |B|) for |A1| = |A2|. */
+ * Linear in crc1: crc(A1 B) ^ crc(A2 B) = combine(crc(A1) ^ crc(A2), 0, |B|), whatever |A1|
+ * and |A2| (broker/served_header.pyx uses this). */
 static inline uint32_t kd_crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2)
 {
     uint32_t power = 1u << 30; /* x^1, squared: x^2, x^4, ... */
