@@ -10,7 +10,6 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 import numpy as np
 
 cdef enum:
-    INT32, UINT32, INT64  # how a column stores its values
     GROWTH_MIN = 64
 
 
@@ -31,7 +30,8 @@ cdef class IntColumn:
         self.a = a
         self.capacity = len(a)
         self.kind = INT64 if a.dtype == np.int64 else UINT32 if a.dtype == np.uint32 else INT32
-        self._bytes = a.view(np.uint8)
+        cdef uint8_t[::1] view = a.view(np.uint8)
+        self._data = &view[0] if view.shape[0] else NULL
         return 0
 
     @property
@@ -54,10 +54,8 @@ cdef class IntColumn:
         self._put(self.n, x)
         self.n += 1
 
-    @cython.boundscheck(False)
-    @cython.wraparound(False)
     cdef void _put(self, Py_ssize_t i, int64_t x) noexcept:
-        cdef uint8_t* p = &self._bytes[0]
+        cdef uint8_t* p = self._data
         if self.kind == INT64:
             (<int64_t*>p)[i] = x
         elif self.kind == UINT32:
@@ -65,16 +63,6 @@ cdef class IntColumn:
         else:
             (<int32_t*>p)[i] = <int32_t>x
 
-    @cython.boundscheck(False)
-    @cython.wraparound(False)
-    cdef int64_t value(self, Py_ssize_t i) noexcept:
-        """The value of entry i (< n), base added back."""
-        cdef const uint8_t* p = &self._bytes[0]
-        if self.kind == INT64:
-            return (<const int64_t*>p)[i] + self._base
-        if self.kind == UINT32:
-            return (<const uint32_t*>p)[i] + self._base
-        return (<const int32_t*>p)[i] + self._base
 
     def raw(self) -> np.ndarray:
         """The stored values (value - base)."""

@@ -100,7 +100,17 @@ cdef class Writer:
             self.policy.appended(built.records)
             if sync:
                 self.policy.flushed()
-        return _append_result(base, base + built.records - 1, built.deliver_after, now)
+        # the result's ints made once each: a batch of one ends where it starts, and its
+        # deliverAfter is the append time or else the int it asked for (builder.build)
+        first, at = base, now
+        last = first if built.records == 1 else base + built.records - 1
+        if built.deliver_after == now:
+            due = at
+        elif type(requested) is int:
+            due = requested
+        else:
+            due = built.deliver_after
+        return _append_result(first, last, due, at)
 
     def append_client_batch(self, batch, int64_t spread_ms, bint log_append_time,
                             int64_t producer_id, int64_t producer_epoch,
