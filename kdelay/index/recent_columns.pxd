@@ -30,6 +30,9 @@ cdef class RecentColumns:
     # finds the tail's due entries in O(due ones) rather than by a walk over the tail
     cdef Key* heap
     cdef Py_ssize_t heap_n, heap_cap
+    # replaced by its index (DeliverAfterIndex._clear_recent): an append path that kept
+    # a reference (segment_tail.pyx) reads the index's new columns instead
+    cdef public bint retired
 
     cdef Py_ssize_t complete(self) noexcept
     cpdef add(self, int64_t da, int64_t base, int64_t pos, int64_t lod, int64_t size)

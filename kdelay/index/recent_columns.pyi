@@ -10,6 +10,7 @@ from .int_column import IntColumn
 _Array = np.ndarray[Any, Any]
 
 class RecentColumns:
+    retired: bool
     @property
     def da(self) -> IntColumn: ...
     @property

@@ -158,7 +158,12 @@ cdef class Writer:
         return self._started_horizon
 
     cdef SegmentTail _active(self):
-        return <SegmentTail?>self._segments.active_tail
+        """The segment set's active tail: kept from one append to the next until a roll
+        retires it (SegmentSet.roll), then read from the set again."""
+        cdef SegmentTail tail = self._active_tail
+        if tail is None or tail.retired:
+            tail = self._active_tail = <SegmentTail?>self._segments.active_tail
+        return tail
 
     def reschedule(self, int64_t offset, int64_t deliver_after):
         """cancel_ops.reschedule, then the flush policy (the copy counts as one record)."""
