@@ -42,5 +42,6 @@ cdef class RecentColumns:
     cdef void entry(self, Py_ssize_t s, int64_t* out) noexcept
 
 
+cpdef sorted_arrivals(IntColumn da, Py_ssize_t first, Py_ssize_t end)
 cdef Py_ssize_t start_rank(RecentColumns entries, const uint32_t[:] order, int64_t after_da,
                            int64_t after_off) except -1
