@@ -5,7 +5,7 @@ in int64. The recent entries' columns (recent_columns.pyx) are these; reading a 
 back is one C call (`value`), with no boxing."""
 
 cimport cython
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport INT32_MAX, INT32_MIN, UINT32_MAX, int32_t, int64_t, uint8_t, uint32_t
 
 import numpy as np
 
@@ -48,8 +48,9 @@ cdef class IntColumn:
             grown = np.empty(self.n + max(GROWTH_MIN, self.n >> 4), dtype=self.a.dtype)
             grown[:self.n] = self.a  # as big)
             self._use(grown)
-        if (self.kind == INT32 and not -2147483648 <= x <= 2147483647) or (
-                self.kind == UINT32 and not 0 <= x <= 4294967295):
+        if (self.kind == INT32 and not INT32_MIN <= x <= INT32_MAX) or (
+                self.kind == UINT32 and not 0 <= x <= UINT32_MAX):  # (C constants: no int
+            # object per append, as a literal past 2**31 made for the comparison)
             self._use(self.a.astype(np.int64))
         self._put(self.n, x)
         self.n += 1

@@ -102,7 +102,7 @@ cdef class Writer:
                 self.policy.flushed()
         # the result's ints made once each: a batch of one ends where it starts, and its
         # deliverAfter is the append time or else the int it asked for (builder.build)
-        first, at = base, now
+        cdef object first = base, at = now, last, due  # (objects: each boxed once)
         last = first if built.records == 1 else base + built.records - 1
         if built.deliver_after == now:
             due = at
