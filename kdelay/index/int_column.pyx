@@ -2,9 +2,8 @@
 """A growable column of ints stored compactly, compiled: `value - base` in 4 bytes (int32,
 or uint32 for a column that never goes below its base) until a value does not fit, then
 in int64. The recent entries' columns (recent_columns.pyx) are these; reading a value
-back is one C call (`value`), with no boxing."""
+back is inline C (`value`, int_column.pxd), with no boxing."""
 
-cimport cython
 from libc.stdint cimport INT32_MAX, INT32_MIN, UINT32_MAX, int32_t, int64_t, uint8_t, uint32_t
 
 import numpy as np
@@ -63,7 +62,6 @@ cdef class IntColumn:
             (<uint32_t*>p)[i] = <uint32_t>x
         else:
             (<int32_t*>p)[i] = <int32_t>x
-
 
     def raw(self) -> np.ndarray:
         """The stored values (value - base)."""
