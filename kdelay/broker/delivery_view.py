@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 _EXTEND_BATCHES = 4096      # due batches numbered per engine call
 _MAX = (1 << 63) - 1
 _REWRITE_DEAD = 1 << 16     # entries dead at the head before the file is rewritten without them
+_UNKNOWN = object()         # (DeliveryView._quiet: not looked up yet)
 F = TypeVar("F", bound=Callable)
 
 
@@ -83,6 +84,9 @@ class DeliveryView:
         self._lock = threading.RLock()
         self._durable_end = -1  # the log was fsynced below it by `sync` (-1: not yet)
         self._failed = False  # a write of the file (or the log's fsync) raised: see close
+        # (log end, clock, earliest pending deliverAfter after it) of the last extend that
+        # numbered all that was due: what `_came_due` needs (-1: none yet)
+        self._quiet: tuple = (-1, 0, _UNKNOWN)
 
     @classmethod
     def open(cls, log: Log) -> DeliveryView:
@@ -204,19 +208,37 @@ class DeliveryView:
     @_locked
     def extend(self) -> int:
         """Number every record due now and not numbered yet (written to the file before
-        this returns); returns how many."""
-        numbered = 0
+        this returns); returns how many. Cost: O(1) when nothing can have come due since
+        the last call (no append, the log clock before the earliest pending deliverAfter
+        then), else the engine's due-order read of what is new."""
+        end = self.log.log_end_offset  # (before the read: a later append moves it)
+        if end == self._quiet[0] and not self._came_due():
+            return 0
+        numbered, first_now = 0, None
         while True:
             after = self.last_key()
-            batches, _, _ = self.log.reads.due(after, max_batches=_EXTEND_BATCHES,
-                                               max_bytes=_MAX, with_bytes=False)
+            batches, _, now = self.log.reads.due(after, max_batches=_EXTEND_BATCHES,
+                                                 max_bytes=_MAX, with_bytes=False)
+            first_now = now if first_now is None else first_now
             rows = _new_entries(batches, after, self.high_watermark)
             if rows:
                 self._append_rows(np.frombuffer(self._writing(self._append_file, rows),
                                                 ENTRY_DTYPE))
                 numbered += sum(r[3] for r in rows)
             if len(batches) < _EXTEND_BATCHES:
+                self._quiet = (end, first_now, _UNKNOWN)
                 return numbered
+
+    def _came_due(self) -> bool:
+        """Whether a record of offset below the log end of the last `extend` may have come
+        due since it read at `now` (its first read's clock): every record due then was
+        numbered, so only one whose deliverAfter is past that `now` and not past the log
+        clock's present can have. The earliest such deliverAfter is looked up once."""
+        end, now, earliest = self._quiet
+        if earliest is _UNKNOWN:
+            earliest = self.log.clients.earliest_pending(now)
+            self._quiet = (end, now, earliest)
+        return earliest is not None and self.log.now() >= earliest
 
     def _append_file(self, rows: list) -> bytes:
         if self._sync:
