@@ -183,3 +183,34 @@ def test_kill_9_before_the_first_sync_keeps_every_delivery_offset(tmp_path) -> N
         assert stop(proc, signal.SIGTERM) == 0
     assert os.path.exists(view_path) and not os.path.exists(view_path + PENDING_SUFFIX)
     assert cli_main(["verify", os.path.join(root, "k-0")]) == 0
+
+
+def test_a_topic_reopened_with_new_configs_publishes_its_pending_views(tmp_path) -> None:
+    """A config change reopens the topic (its logs closed first, then its views let go):
+    the pending view is synced under its own name on the way, and the reopened topic
+    serves every record at the same delivery offset."""
+    import asyncio
+
+    from kdelay import Broker
+
+    root = os.fspath(tmp_path)
+    with Topic.open(root, "a", partitions=1) as t:
+        t.partition(0).append([Record(b"v%d" % i) for i in range(5)])
+    view_path = os.path.join(root, "a-0", VIEW_FILE)
+    with Broker(root, listen="127.0.0.1:0") as b:
+        conn = connect(b.bootstrap_servers, None)
+        with conn.sock:
+            def served() -> list:
+                part = fetch(conn, 12, [("a", [(0, 0, 1 << 20)])]).responses[0].partitions[0]
+                return [(o, v) for _, o, _, v, *_ in decode_served(part.records)]
+
+            first = served()
+            assert first == [(i, b"v%d" % i) for i in range(5)]
+            assert os.path.exists(view_path + PENDING_SUFFIX)
+
+            async def alter() -> None:
+                b._server.state.topics.alter("a", {"retention.ms": "3600000"})
+
+            asyncio.run_coroutine_threadsafe(alter(), b._loop).result(30)
+            assert os.path.exists(view_path) and not os.path.exists(view_path + PENDING_SUFFIX)
+            assert served() == first
