@@ -108,7 +108,7 @@ class DeliveryView:
             if durable:
                 raise ViewDamagedError(reading.damage)
             # a pending file a crash garbled before its first fsync: nothing in it was
-            # durable, and nothing it numbered was removed since (view_file.py)
+            # durable; numbering again gives what it held (view_file.py)
             fsio.unlink(path + PENDING_SUFFIX)
             return cls(log, ViewFile.create(path), 0, np.empty(0, ENTRY_DTYPE), sync)
         return cls(log, ViewFile.open(path, reading, durable), reading.first_delivery,

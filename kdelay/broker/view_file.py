@@ -17,11 +17,13 @@ offset in them is served; `rewrite` drops a dead head atomically (temp file, ren
 A new view's file starts under a pending name, `delivery-offsets.view.pending`, written
 without an fsync (the first look at a partition pays no fsync); its first sync (a flush
 policy's, the one before retention, compaction or the tiered sync, or close) fsyncs it,
-renames it to its own name and fsyncs the directory. Until then nothing that numbering
-again could not reproduce has happened (no record it numbers was removed: every removal
-syncs the view first), so a pending file that a crash left unreadable (a header that is
-not sound: a power loss before its first fsync) is discarded and numbered again from 0;
-one that reads soundly is used as it is.
+renames it to its own name and fsyncs the directory. While the broker ran, no record a
+pending file numbers was removed (every removal syncs the open views first), so a
+pending file that a crash left unreadable (a header that is not sound: a power loss
+before its first fsync) is discarded and numbered again from 0, which gives its numbers
+again, as a view's unsynced tail lost to a power failure is numbered again (in either
+case unless retention removed some of those records after the restart, before the
+partition was served again); one that reads soundly is used as it is.
 
 Opening checks everything. A torn tail (a partial entry, or bad entries up to the end of
 the file: what a crash mid-append leaves) is cut off: the entries it held are numbered
