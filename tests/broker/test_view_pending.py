@@ -128,7 +128,8 @@ def test_a_pending_file_is_used_even_after_retention_removed_records(tmp_path) -
 def test_a_pending_file_a_power_loss_garbled_is_numbered_again(tmp_path, capsys, garbled):
     """A pending file was never fsync'd: a power loss may leave it anything. One whose
     header is not sound is dropped and the log numbered again from 0, which gives what it
-    held (no record it numbered can have been removed: removals sync the view first)."""
+    held (no record it numbered was removed while the broker ran: removals sync the open
+    views first)."""
     path = os.fspath(tmp_path / "t-0")
     clock = FakeClock(T0)
     numbered = _crashed_before_the_first_sync(path, clock)
