@@ -10,6 +10,13 @@ directly: a Produce request of a few hundred KB is copied once, by the kernel, i
 buffer the handlers read (a read-only memoryview; kio and the record pass read it in
 place).
 
+A large frame is also read with the socket's SO_RCVLOWAT set to what is left of it (up to
+LOWAT_CAP, lowered as bytes come, back to 1 after): the kernel then reports the socket
+readable once the frame is in, rather than per segment that arrives, so the loop wakes
+and reads about once per request instead of once per 64 KB (a stalled frame is the
+connection's watchdog's, not a read's, to notice: connection.py). Not over TLS, whose
+socket carries records, not the frame's bytes.
+
 Memory: a STAGE-byte staging buffer per connection (allocated on its first bytes) and,
 while a large frame is read, that frame. Reading pauses while the staging buffer is full
 and nobody reads it (a client pipelining faster than it is answered waits in the kernel's
@@ -24,7 +31,11 @@ from typing import Any
 
 import numpy as np
 
+from .receive_mark import set_receive_low_mark
+
 STAGE = 8192  # the staging buffer: prefixes and small requests
+LOWAT_MIN = 65536  # a read this large or larger waits for its bytes in the kernel
+LOWAT_CAP = 1 << 20  # (the kernel grows the socket's receive buffer to hold its low mark)
 
 
 class FrameStream(asyncio.BufferedProtocol):
@@ -33,6 +44,7 @@ class FrameStream(asyncio.BufferedProtocol):
     def __init__(self, on_connected: Any):
         self._on_connected = on_connected  # called with this stream once connected
         self.transport: asyncio.Transport | None = None
+        self._loop: Any = None  # the running loop, once connected
         self._stage: bytearray | None = None
         self._s0 = self._s1 = 0          # unread staged bytes: [_s0, _s1)
         self._target: np.ndarray | None = None  # a large read's own buffer, and how full
@@ -44,12 +56,19 @@ class FrameStream(asyncio.BufferedProtocol):
         self._write_paused = False
         self._drained: asyncio.Future | None = None
         self._lost: BaseException | None = None
+        self._interrupted: BaseException | None = None  # raised by every read from now on
         self._gathers = False            # the transport's writelines is a gather write
+        self._fd = -1                    # the socket, where SO_RCVLOWAT is set (not TLS)
+        self._lowat = 1                  # its SO_RCVLOWAT
 
     # ------------------------------------------------------------------ protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self._loop = asyncio.get_running_loop()
+        sock = transport.get_extra_info("socket")
+        if sock is not None and transport.get_extra_info("sslcontext") is None:
+            self._fd = sock.fileno()
         self._gathers = sys.version_info >= (3, 12) or \
             type(transport).__module__.startswith("uvloop")
         self._on_connected(self)
@@ -70,9 +89,12 @@ class FrameStream(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         if self._target is not None:
             self._got += nbytes
-            if self._got == len(self._target):
+            left = len(self._target) - self._got
+            if left == 0:
                 self._target = None  # full: the socket's next bytes go to the stage
                 self._wake()
+            elif left < self._lowat:
+                self._set_lowat(left)  # (never wait for bytes past the frame's end)
             return
         self._s1 += nbytes
         if self._s1 - self._s0 >= self._want:
@@ -90,6 +112,7 @@ class FrameStream(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._eof = True
+        self._fd = -1  # (its number may soon be another file's)
         self._lost = exc or ConnectionResetError("connection lost")
         self._wake()
         if self._drained is not None and not self._drained.done():
@@ -107,8 +130,17 @@ class FrameStream(asyncio.BufferedProtocol):
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
+    def interrupt(self, error: BaseException) -> None:
+        """Make the read under way (and every later one) raise `error` (the connection's
+        stall watchdog)."""
+        self._interrupted = error
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_exception(error)
+
     async def _wait(self) -> None:
-        self._waiter = asyncio.get_running_loop().create_future()
+        if self._interrupted is not None:
+            raise self._interrupted
+        self._waiter = self._loop.create_future()
         try:
             await self._waiter
         finally:
@@ -159,6 +191,8 @@ class FrameStream(asyncio.BufferedProtocol):
             self._consumed(take)
         self._got = take
         self._target = target if take < n else None
+        if n - take >= LOWAT_MIN and self._fd >= 0:
+            self._set_lowat(min(n - take, LOWAT_CAP))
         try:
             while self._got < n:
                 if self._eof:
@@ -166,7 +200,19 @@ class FrameStream(asyncio.BufferedProtocol):
                 await self._wait()
         finally:
             self._target = None
+            if self._lowat != 1:
+                self._set_lowat(1)
         return target.data.toreadonly()
+
+    def _set_lowat(self, n: int) -> None:
+        if self._fd < 0:  # closed: the low mark went with the socket
+            n = 1
+        else:
+            try:
+                set_receive_low_mark(self._fd, n)
+            except OSError:  # (closing under us: reads end by connection_lost)
+                n = 1
+        self._lowat = n
 
     def _take_staged(self) -> bytes:
         out = bytes(self._stage[self._s0:self._s1]) if self._stage is not None else b""
@@ -199,7 +245,7 @@ class FrameStream(asyncio.BufferedProtocol):
         if self._lost is not None:
             raise ConnectionResetError("connection lost") from self._lost
         if self._write_paused:
-            self._drained = asyncio.get_running_loop().create_future()
+            self._drained = self._loop.create_future()
             try:
                 await self._drained
             finally:
