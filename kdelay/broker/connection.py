@@ -22,7 +22,6 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from . import protocol
 from .errors import FrameError
 
 if TYPE_CHECKING:
@@ -51,6 +50,7 @@ class Connection:
         self._loop = asyncio.get_running_loop()
         self._frame_since: float | None = None  # loop time the frame being read began
         self._watchdog: asyncio.TimerHandle | None = None
+        reader.frame_started = self._frame_started
 
     def _frame_started(self) -> None:
         """A frame's first bytes are in: its stall deadline counts from now."""
@@ -71,36 +71,20 @@ class Connection:
         else:
             self._watchdog = self._loop.call_at(since + limit, self._check_stall)
 
-    async def _rest_of_frame(self, start: bytes) -> bytes | memoryview:
-        """The frame whose first bytes (1 to 4 of its size prefix) are `start`: the rest of
-        the prefix, then the body. FrameError for a size out of bounds."""
-        prefix = start if len(start) == 4 else start + await self.reader.readexactly(
-            4 - len(start))
-        size = protocol.read_size(prefix)
-        limit = self.broker.settings.socket_request_max_bytes
-        if size < 0 or size > limit:
-            raise FrameError(f"a request of {size} bytes (socket.request.max.bytes is "
-                             f"{limit})")
-        return await self.reader.readexactly(size)
-
     async def serve(self) -> None:
         """Answer frames until the client goes, a frame is refused, or the broker stops."""
         try:
             while not self.closing:
+                # no deadline before a frame starts: clients keep idle connections (Kafka
+                # closes them after connections.max.idle.ms, a separate limit this broker
+                # does not set), but a started frame must finish in time (the watchdog)
                 try:
-                    # no deadline before a frame starts: clients keep idle connections
-                    # (Kafka closes them after connections.max.idle.ms, a separate limit
-                    # this broker does not set), but a started frame must finish in time
-                    start = await self.reader.read(4)
-                except ConnectionError:
-                    return
-                if not start:
-                    return  # the client went away between requests
-                self._frame_started()  # (the watchdog interrupts a stalled read)
-                try:
-                    frame = await self._rest_of_frame(start)
+                    frame = await self.reader.read_frame(
+                        self.broker.settings.socket_request_max_bytes)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     raise FrameError("the connection closed mid-frame") from None
+                if frame is None:
+                    return  # the client went away between requests
                 self._frame_since = None
                 self.busy = True
                 try:

@@ -26,14 +26,17 @@ socket buffer, as with the streams' limit).
 from __future__ import annotations
 
 import asyncio
+import struct
 import sys
 from typing import Any
 
 import numpy as np
 
+from .errors import FrameError
 from .receive_mark import set_receive_low_mark
 
 STAGE = 8192  # the staging buffer: prefixes and small requests
+_SIZE = struct.Struct(">i")
 LOWAT_MIN = 65536  # a read this large or larger waits for its bytes in the kernel
 LOWAT_CAP = 1 << 20  # (the kernel grows the socket's receive buffer to hold its low mark)
 
@@ -59,6 +62,11 @@ class FrameStream(asyncio.BufferedProtocol):
         self._interrupted: BaseException | None = None  # raised by every read from now on
         self._gathers = False            # the transport's writelines is a gather write
         self._fd = -1                    # the socket, where SO_RCVLOWAT is set (not TLS)
+        self._limit = -1                 # the frame size limit while a frame is read
+        self._boundary = False           # a reader waits for a frame not yet begun
+        self._body: np.ndarray | None = None  # a large frame's buffer, while it is read
+        # called at a frame's first byte (the connection's stall watchdog)
+        self.frame_started: Any = lambda: None
         self._lowat = 1                  # its SO_RCVLOWAT
 
     # ------------------------------------------------------------------ protocol
@@ -97,6 +105,15 @@ class FrameStream(asyncio.BufferedProtocol):
                 self._set_lowat(left)  # (never wait for bytes past the frame's end)
             return
         self._s1 += nbytes
+        if self._boundary:  # the first byte of the frame a reader waits for
+            self._boundary = False
+            self.frame_started()
+        if self._limit >= 0 and self._body is None and self._s1 - self._s0 >= 4:
+            size = _SIZE.unpack_from(self._stage, self._s0)[0]  # type: ignore[arg-type]
+            if STAGE < 4 + size <= 4 + self._limit:  # (a bad size is the reader's to refuse)
+                self._start_body(size)  # read ahead: the reader wakes once, when it is in
+                if self._target is not None:
+                    return
         if self._s1 - self._s0 >= self._want:
             self._wake()
         if self._s1 == len(self._stage) and self._s0 == 0 and not self._paused:  # type: ignore[arg-type]
@@ -154,55 +171,70 @@ class FrameStream(asyncio.BufferedProtocol):
 
     # ------------------------------------------------------------------ reader
 
-    async def read(self, n: int) -> bytes:
-        """Up to `n` bytes, at least one; b"" at the end of the stream."""
-        while self._s1 == self._s0:
-            if self._eof:
-                return b""
-            self._want = 1
-            await self._wait()
-        k = min(n, self._s1 - self._s0)
-        out = bytes(self._stage[self._s0:self._s0 + k])  # type: ignore[index]
-        self._consumed(k)
-        return out
-
-    async def readexactly(self, n: int) -> Any:
-        """Exactly `n` bytes: bytes when they fit the staging buffer, else a read-only
-        memoryview of a buffer of their own; IncompleteReadError when the stream ends
-        first."""
-        staged = self._s1 - self._s0
-        if n <= STAGE:
-            while staged < n:
-                if self._eof:
-                    raise asyncio.IncompleteReadError(self._take_staged(), n)
-                if self._stage is not None and self._s0 + n > len(self._stage):
-                    self._compact()
-                self._want = n
-                await self._wait()
-                staged = self._s1 - self._s0
-            out = bytes(self._stage[self._s0:self._s0 + n])  # type: ignore[index]
-            self._consumed(n)
-            return out
-        target = np.empty(n, np.uint8)  # (not zeroed: the socket fills it)
-        take = min(staged, n)
-        if take:
-            target[:take] = np.frombuffer(self._stage, np.uint8,  # type: ignore[arg-type]
-                                          take, self._s0)
-            self._consumed(take)
-        self._got = take
-        self._target = target if take < n else None
-        if n - take >= LOWAT_MIN and self._fd >= 0:
-            self._set_lowat(min(n - take, LOWAT_CAP))
+    async def read_frame(self, limit: int) -> Any:
+        """The next frame's body, its size prefix read and checked (FrameError for a size
+        below 0 or over `limit`): bytes when the frame fits the staging buffer, else a
+        read-only memoryview of a buffer of its own; None when the stream ends between
+        frames, IncompleteReadError when it ends inside one. `frame_started` is called
+        when the frame's first byte is in."""
+        self._limit = limit
+        if self._s1 > self._s0:
+            self.frame_started()  # (pipelined: already here)
+        else:
+            self._boundary = True  # buffer_updated calls it at the first byte
         try:
-            while self._got < n:
-                if self._eof:
-                    raise asyncio.IncompleteReadError(target[:self._got].tobytes(), n)
+            while self._body is None:
+                staged = self._s1 - self._s0
+                if staged >= 4:
+                    size = _SIZE.unpack_from(self._stage, self._s0)[0]  # type: ignore[arg-type]
+                    if size < 0 or size > limit:
+                        raise FrameError(f"a request of {size} bytes "
+                                         f"(socket.request.max.bytes is {limit})")
+                    if 4 + size > STAGE:
+                        self._start_body(size)
+                        break
+                    if staged >= 4 + size:
+                        out = bytes(self._stage[self._s0 + 4:self._s0 + 4 + size])  # type: ignore[index]
+                        self._consumed(4 + size)
+                        return out
+                    if self._s0 + 4 + size > len(self._stage):  # type: ignore[arg-type]
+                        self._compact()
+                    self._want = 4 + size
+                else:
+                    self._want = 4
+                if self._eof:  # (and the frame is not all here)
+                    if not staged:
+                        return None
+                    raise asyncio.IncompleteReadError(self._take_staged(), self._want)
                 await self._wait()
+            body = self._body
+            while self._got < len(body):
+                if self._eof:
+                    raise asyncio.IncompleteReadError(body[:self._got].tobytes(), len(body))
+                await self._wait()
+            return body.data.toreadonly()
         finally:
-            self._target = None
+            self._limit = -1
+            self._boundary = False
+            self._body = self._target = None
             if self._lowat != 1:
                 self._set_lowat(1)
-        return target.data.toreadonly()
+
+    def _start_body(self, size: int) -> None:
+        """Read the frame whose `size` prefix is staged (all that is staged is of it) into
+        a buffer of its own from here on: the staged rest copied in, the socket's next
+        bytes read straight into it."""
+        body = self._body = np.empty(size, np.uint8)  # (not zeroed: the socket fills it)
+        take = self._s1 - self._s0 - 4
+        if take:
+            body[:take] = np.frombuffer(self._stage, np.uint8,  # type: ignore[arg-type]
+                                        take, self._s0 + 4)
+        self._consumed(take + 4)
+        self._got = take
+        if take < size:
+            self._target = body
+            if size - take >= LOWAT_MIN and self._fd >= 0:
+                self._set_lowat(min(size - take, LOWAT_CAP))
 
     def _set_lowat(self, n: int) -> None:
         if self._fd < 0:  # closed: the low mark went with the socket
