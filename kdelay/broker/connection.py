@@ -10,10 +10,10 @@ connection idle between frames is kept.
 The stall limit is one watchdog timer per connection, armed when a frame starts and only
 then: when it fires it closes the connection if the frame under way began at least the
 limit ago, else it re-arms at that frame's deadline (frames finish long before it fires,
-so a busy connection's timer fires about once per limit, not once per frame; an idle
-connection has none). A context manager of asyncio's per frame (a timer made and
-cancelled, the running loop and task looked up) cost more than the rest of the frame
-reading.
+so a busy connection's timer fires about once per limit, not once per frame, and an idle
+one's fires once more and is not re-armed). asyncio.timeout per frame made and cancelled a
+timer and looked up the running loop and task every time (a getpid system call each, on
+Python 3.11).
 """
 
 from __future__ import annotations

@@ -1,21 +1,24 @@
-"""A client connection's bytes, read into the buffer each frame needs: the connection's
-reader and writer (the few methods of asyncio's StreamReader and StreamWriter that
-connection.py uses), built on asyncio's BufferedProtocol.
+"""A client connection's bytes, read as Kafka frames into the buffer each frame needs: the
+connection's reader (`read_frame`) and writer (the few methods of asyncio's StreamWriter
+that connection.py uses), built on asyncio's BufferedProtocol.
 
 asyncio's streams copy a request three times before anyone reads it: the socket's bytes
 into a new bytes object per read, that into the stream's buffer, and the frame out of it.
-Here small reads (a size prefix, a small request) come out of a small staging buffer, and
-a read larger than what is staged gets a buffer of its own, into which the socket reads
-directly: a Produce request of a few hundred KB is copied once, by the kernel, into the
-buffer the handlers read (a read-only memoryview; kio and the record pass read it in
-place).
+Here size prefixes and small frames come out of a small staging buffer, and a frame larger
+than it gets a buffer of its own, into which the socket reads directly: a Produce request
+of a few hundred KB is copied once, by the kernel, into the buffer the handlers read (a
+read-only memoryview; kio and the record pass read it in place). That buffer is made as
+soon as the size prefix is in, while a reader waits for the frame (read ahead, in
+buffer_updated): the connection's coroutine wakes once, when the frame is whole.
 
 A large frame is also read with the socket's SO_RCVLOWAT set to what is left of it (up to
 LOWAT_CAP, lowered as bytes come, back to 1 after): the kernel then reports the socket
 readable once the frame is in, rather than per segment that arrives, so the loop wakes
 and reads about once per request instead of once per 64 KB (a stalled frame is the
-connection's watchdog's, not a read's, to notice: connection.py). Not over TLS, whose
-socket carries records, not the frame's bytes.
+connection's watchdog's, not a read's, to notice: connection.py, told of each frame's
+first byte by `frame_started`). Not over TLS, whose socket carries records, not the
+frame's bytes. Per ~450 KB Produce request: one wake-up, three reads (the staging
+buffer's, the body's, the empty one that ends the loop's turn), two setsockopt calls.
 
 Memory: a STAGE-byte staging buffer per connection (allocated on its first bytes) and,
 while a large frame is read, that frame. Reading pauses while the staging buffer is full
