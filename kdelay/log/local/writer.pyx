@@ -15,7 +15,6 @@ and the segment's end (segment_tail.pyx): an append calls no Python between the 
 clock and its result, unless the log is set to flush (flush_policy.py), the batch is
 not a RecordsBatch, or it makes a roll or the first change after a clean open."""
 
-cimport cython
 from cpython.object cimport PyTypeObject
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_SET_ITEM
@@ -55,23 +54,6 @@ cdef object _append_result(object base, object last, object deliver_after, objec
 
 def _nothing() -> None:
     pass
-
-
-@cython.boundscheck(False)  # (build returns one row or more)
-@cython.wraparound(False)
-cdef void _column_extremes(const int64_t[:, ::1] entries, int64_t* earliest_due,
-                           int64_t* max_timestamp) noexcept:
-    """The least deliver_after (column 0) and greatest max_timestamp (column 5) of
-    ClientBatch.build's entries (one row per stored batch, at least one): a C loop, not
-    two numpy reductions (~3 us each a request)."""
-    cdef Py_ssize_t k
-    earliest_due[0] = entries[0, 0]
-    max_timestamp[0] = entries[0, 5]
-    for k in range(1, entries.shape[0]):
-        if entries[k, 0] < earliest_due[0]:
-            earliest_due[0] = entries[k, 0]
-        if entries[k, 5] > max_timestamp[0]:
-            max_timestamp[0] = entries[k, 5]
 
 
 cdef class Writer:
@@ -133,7 +115,7 @@ cdef class Writer:
         per stored batch."""
         cdef Horizon horizon = self._horizon()
         cdef int64_t now = horizon.start(self._clock.floor, self._clock)
-        cdef int64_t base, n = batch.n, earliest_due = 0, max_timestamp = 0
+        cdef int64_t base, n = batch.n
         cdef bint sync = False
         try:
             base = self._active().next_offset
@@ -143,8 +125,8 @@ cdef class Writer:
                 base, now, spread_ms, log_append_time=log_append_time,
                 producer_id=producer_id, producer_epoch=producer_epoch,
                 base_sequence=base_sequence, split=True)
-            _column_extremes(entries, &earliest_due, &max_timestamp)
-            self.make_room(len(data) + (0 if body is None else len(body)), max_timestamp)
+            self.make_room(len(data) + (0 if body is None else len(body)),
+                           int(entries[:, 5].max()))
             if self._flushes:
                 sync = self.policy.due_after(n)
             self._active().append_many(data, entries, self._index_interval_bytes, sync, body)
@@ -154,7 +136,7 @@ cdef class Writer:
             self.policy.appended(n)
             if sync:
                 self.policy.flushed()
-        return _append_result(base, base + n - 1, earliest_due, now)
+        return _append_result(base, base + n - 1, int(entries[:, 0].min()), now)
 
     cdef Horizon _horizon(self):
         if self._started_horizon is not None:  # (a lifetime starts one horizon, once)
