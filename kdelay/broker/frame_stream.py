@@ -11,14 +11,13 @@ read-only memoryview; kio and the record pass read it in place). That buffer is 
 soon as the size prefix is in, while a reader waits for the frame (read ahead, in
 buffer_updated): the connection's coroutine wakes once, when the frame is whole.
 
-A large frame is also read with the socket's SO_RCVLOWAT set to what is left of it (up to
-LOWAT_CAP, lowered as bytes come, back to 1 after): the kernel then reports the socket
-readable once the frame is in, rather than per segment that arrives, so the loop wakes
-and reads about once per request instead of once per 64 KB (a stalled frame is the
-connection's watchdog's, not a read's, to notice: connection.py, told of each frame's
-first byte by `frame_started`). Not over TLS, whose socket carries records, not the
-frame's bytes. Per ~450 KB Produce request: one wake-up, three reads (the staging
-buffer's, the body's, the empty one that ends the loop's turn), two setsockopt calls.
+A stalled frame is the connection's watchdog's to notice (connection.py, told of each
+frame's first byte by `frame_started`). Per ~450 KB Produce request from librdkafka: one
+wake-up of the loop, three reads (the staging buffer's, the body's, the empty one that
+ends the loop's turn). (Setting SO_RCVLOWAT to the rest of a large frame, so that the
+kernel reports it readable only when whole, was measured and dropped: librdkafka's
+request arrives in one go over loopback, so the wake-ups and reads were the same, and
+the broker's CPU per record too, 10 paired rounds.)
 
 Memory: a STAGE-byte staging buffer per connection (allocated on its first bytes) and,
 while a large frame is read, that frame. Reading pauses while the staging buffer is full
@@ -36,12 +35,9 @@ from typing import Any
 import numpy as np
 
 from .errors import FrameError
-from .receive_mark import set_receive_low_mark
 
 STAGE = 8192  # the staging buffer: prefixes and small requests
 _SIZE = struct.Struct(">i")
-LOWAT_MIN = 65536  # a read this large or larger waits for its bytes in the kernel
-LOWAT_CAP = 1 << 20  # (the kernel grows the socket's receive buffer to hold its low mark)
 
 
 class FrameStream(asyncio.BufferedProtocol):
@@ -64,22 +60,17 @@ class FrameStream(asyncio.BufferedProtocol):
         self._lost: BaseException | None = None
         self._interrupted: BaseException | None = None  # raised by every read from now on
         self._gathers = False            # the transport's writelines is a gather write
-        self._fd = -1                    # the socket, where SO_RCVLOWAT is set (not TLS)
         self._limit = -1                 # the frame size limit while a frame is read
         self._boundary = False           # a reader waits for a frame not yet begun
         self._body: np.ndarray | None = None  # a large frame's buffer, while it is read
         # called at a frame's first byte (the connection's stall watchdog)
         self.frame_started: Any = lambda: None
-        self._lowat = 1                  # its SO_RCVLOWAT
 
     # ------------------------------------------------------------------ protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self._loop = asyncio.get_running_loop()
-        sock = transport.get_extra_info("socket")
-        if sock is not None and transport.get_extra_info("sslcontext") is None:
-            self._fd = sock.fileno()
         self._gathers = sys.version_info >= (3, 12) or \
             type(transport).__module__.startswith("uvloop")
         self._on_connected(self)
@@ -100,12 +91,9 @@ class FrameStream(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         if self._target is not None:
             self._got += nbytes
-            left = len(self._target) - self._got
-            if left == 0:
+            if self._got == len(self._target):
                 self._target = None  # full: the socket's next bytes go to the stage
                 self._wake()
-            elif left < self._lowat:
-                self._set_lowat(left)  # (never wait for bytes past the frame's end)
             return
         self._s1 += nbytes
         if self._boundary:  # the first byte of the frame a reader waits for
@@ -132,7 +120,6 @@ class FrameStream(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._eof = True
-        self._fd = -1  # (its number may soon be another file's)
         self._lost = exc or ConnectionResetError("connection lost")
         self._wake()
         if self._drained is not None and not self._drained.done():
@@ -220,8 +207,6 @@ class FrameStream(asyncio.BufferedProtocol):
             self._limit = -1
             self._boundary = False
             self._body = self._target = None
-            if self._lowat != 1:
-                self._set_lowat(1)
 
     def _start_body(self, size: int) -> None:
         """Read the frame whose `size` prefix is staged (all that is staged is of it) into
@@ -236,18 +221,6 @@ class FrameStream(asyncio.BufferedProtocol):
         self._got = take
         if take < size:
             self._target = body
-            if size - take >= LOWAT_MIN and self._fd >= 0:
-                self._set_lowat(min(size - take, LOWAT_CAP))
-
-    def _set_lowat(self, n: int) -> None:
-        if self._fd < 0:  # closed: the low mark went with the socket
-            n = 1
-        else:
-            try:
-                set_receive_low_mark(self._fd, n)
-            except OSError:  # (closing under us: reads end by connection_lost)
-                n = 1
-        self._lowat = n
 
     def _take_staged(self) -> bytes:
         out = bytes(self._stage[self._s0:self._s1]) if self._stage is not None else b""

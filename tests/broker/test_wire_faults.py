@@ -242,19 +242,15 @@ def test_pipelined_frames_of_every_size_are_answered_in_order(broker, chunk):
 
 
 @pytest.mark.parametrize("chunk", [None, 4093])
-def test_frames_read_with_a_receive_low_mark_are_answered(broker, monkeypatch, chunk):
-    """A frame over frame_stream.LOWAT_MIN is read with the socket's SO_RCVLOWAT set to its
-    rest, capped (here at LOWAT_MIN, so that the mark must be lowered for the frame's last
-    bytes): whole or dribbled, followed by a small frame in the same send, both are
-    answered in order (a mark left past the frame's end would hold the answer until the
-    stall limit closes the connection)."""
-    from kdelay.broker import frame_stream
-    monkeypatch.setattr(frame_stream, "LOWAT_CAP", frame_stream.LOWAT_MIN)
+def test_a_large_frame_read_ahead_then_a_small_one_are_answered(broker, chunk):
+    """A frame of ~90 KB (read into a buffer of its own, from the moment its size prefix
+    is in) and a small frame after it in the same send, whole or dribbled: both are
+    answered, in order, and the Produce's records are stored once."""
     before = end_offset(broker)
-    n = frame_stream.LOWAT_MIN // 100 + 150  # values of 100 B: a frame of ~90 KB
+    n = 800  # values of 100 B
     with RawClient(broker.bootstrap_servers) as c:
         frames = c.frame(0, 9, produce_request(9, "w", 0, v2_batch([b"v" * 100] * n)))
-        assert frame_stream.LOWAT_MIN + 8192 < len(frames) < 100_000
+        assert 80_000 < len(frames) < 100_000
         frames += c.frame(18, 0, make(load_request_schema(18, 0)))
         for i in range(0, len(frames), chunk or len(frames)):
             c.send(frames[i:i + (chunk or len(frames))])
@@ -268,13 +264,11 @@ def test_frames_read_with_a_receive_low_mark_are_answered(broker, monkeypatch, c
 
 
 def test_a_client_stalling_inside_a_large_frame_is_closed(broker):
-    """A frame read into a buffer of its own, with the receive low mark set to its rest,
-    stalls after its first 20 KB: the stall limit closes it, nothing is written."""
-    from kdelay.broker.frame_stream import LOWAT_MIN
+    """A frame read into a buffer of its own stalls after its first 20 KB: the stall limit
+    closes it, nothing is written."""
     before = end_offset(broker)
     with RawClient(broker.bootstrap_servers) as stall:
-        frame = stall.frame(0, 9, produce_request(9, "w", 0, v2_batch(
-            [b"v" * 100] * (LOWAT_MIN // 100 + 150))))
+        frame = stall.frame(0, 9, produce_request(9, "w", 0, v2_batch([b"v" * 100] * 800)))
         stall.send(frame[:20_000])
         assert served(broker)  # others meanwhile
         assert closed_without_answer(stall)  # after kdelay.frame.timeout.ms

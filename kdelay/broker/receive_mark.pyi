@@ -1,3 +1,0 @@
-"""Type stub of receive_mark.pyx (compiled): a socket's SO_RCVLOWAT set on its descriptor."""
-
-def set_receive_low_mark(fd: int, nbytes: int) -> None: ...
