@@ -198,6 +198,7 @@ class FrameStream(asyncio.BufferedProtocol):
                     raise asyncio.IncompleteReadError(self._take_staged(), self._want)
                 await self._wait()
             body = self._body
+            assert body is not None  # (the loop above ends with one)
             while self._got < len(body):
                 if self._eof:
                     raise asyncio.IncompleteReadError(body[:self._got].tobytes(), len(body))
