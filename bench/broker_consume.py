@@ -20,6 +20,9 @@ both.
   more consumes of the same records, whose CPU is reported apart: the serving path
   without the first consume's one-off work (numbering the records, creating the views'
   files, mapping the segments).
+- the time to the first batch: when the first consume's first `consume(10_000)` call came
+  back (10,000 records handed over, Python messages made), where most of the difference
+  between the brokers lies.
 - CPU: the broker's own, per record: the broker process's threads for kdelay, the mock's
   `rdk:mock` thread for the mock, read from /proc's schedstat (nanoseconds; /proc/PID/stat
   counts 10 ms ticks, a few per consume).
@@ -66,8 +69,10 @@ MOCK_PARTITIONS = 4  # what the mock gives an auto-created topic
 
 
 def consume(bootstrap: str, topic: str, partitions: int, count: int,
-            timeout_s: float = 120.0) -> float:
-    """Seconds for one Consumer to receive `count` records from the beginning."""
+            timeout_s: float = 120.0, first_batch: list[float] | None = None) -> float:
+    """Seconds for one Consumer to receive `count` records from the beginning; the
+    seconds at which its first batch (10,000 records, or fewer at the half-second
+    timeout) came back are appended to `first_batch` when given."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench",
                   "enable.auto.commit": False, **CONSUMER_CONFIG})
@@ -85,6 +90,8 @@ def consume(bootstrap: str, topic: str, partitions: int, count: int,
             for m in c.consume(10_000, 0.5):
                 if m.error() is None:
                     got += 1
+            if got and first_batch is not None and len(first_batch) == 0:
+                first_batch.append(time.perf_counter() - start)
         return time.perf_counter() - start
     finally:
         c.close()
@@ -96,9 +103,10 @@ def _payload(n: int, seed: int) -> list[tuple[bytes, bytes]]:
 
 
 def mock_round(records: list[tuple[bytes, bytes]], partitions: int, repeat: int = 0
-               ) -> tuple[float, float, float]:
-    """(seconds, mock CPU seconds) of one consume from the mock, and its median CPU
-    seconds over `repeat` more consumes of the same records (0: none asked)."""
+               ) -> tuple[float, float, float, float]:
+    """(seconds, mock CPU seconds) of one consume from the mock, its median CPU seconds
+    over `repeat` more consumes of the same records (0: none asked), and the seconds to
+    the first consume's first batch."""
     from confluent_kafka import Producer
     found: list[str] = []
 
@@ -161,22 +169,25 @@ def _schedstat_s(tasks: str, keep) -> float:
 
 
 def _consumes(bootstrap: str, partitions: int, count: int, repeat: int, cpu
-              ) -> tuple[float, float, float]:
-    """The first consume's seconds and broker CPU (`cpu()`: seconds so far), and the
-    median broker CPU of `repeat` consumes after it (NaN when 0)."""
+              ) -> tuple[float, float, float, float]:
+    """The first consume's seconds and broker CPU (`cpu()`: seconds so far), the median
+    broker CPU of `repeat` consumes after it (NaN when 0), and the seconds the first
+    consume's first batch took."""
     before = cpu()
-    seconds = consume(bootstrap, TOPIC, partitions, count)
+    first_batch: list[float] = []
+    seconds = consume(bootstrap, TOPIC, partitions, count, first_batch=first_batch)
     first = cpu() - before
     more = []
     for _ in range(repeat):
         before = cpu()
         consume(bootstrap, TOPIC, partitions, count)
         more.append(cpu() - before)
-    return seconds, first, statistics.median(more) if more else float("nan")
+    return seconds, first, statistics.median(more) if more else float("nan"), first_batch[0]
 
 
 def kdelay_round(records: list[tuple[bytes, bytes]], partitions: int, workdir: str,
-                 tree: str | None = None, repeat: int = 0) -> tuple[float, float, float]:
+                 tree: str | None = None, repeat: int = 0
+                 ) -> tuple[float, float, float, float]:
     """As mock_round, from `kdelay serve`: this checkout's, or with `tree` another's (its
     directory first on the child's path)."""
     from kdelay import Record, Topic
@@ -283,23 +294,27 @@ def consume_rounds(args: argparse.Namespace) -> list[str]:
     secs: dict[str, list[float]] = {k: [] for k in sides}
     cpus: dict[str, list[float]] = {k: [] for k in sides}
     again: dict[str, list[float]] = {k: [] for k in sides}  # CPU of the repeated consumes
+    starts: dict[str, list[float]] = {k: [] for k in sides}  # seconds to the first batch
     for r in range(args.rounds):
         order = sides[r % len(sides):] + sides[:r % len(sides)]
         if r % 2:
             order.reverse()
         for which in order:
             if which == "mock":
-                seconds, cpu, repeated = mock_round(records, args.partitions, args.repeat)
+                seconds, cpu, repeated, start = mock_round(records, args.partitions,
+                                                           args.repeat)
             else:
-                seconds, cpu, repeated = kdelay_round(
+                seconds, cpu, repeated, start = kdelay_round(
                     records, args.partitions, args.workdir,
                     args.baseline if which == "baseline" else None, args.repeat)
             secs[which].append(seconds)
             cpus[which].append(cpu)
             again[which].append(repeated)
+            starts[which].append(start)
         print(f"round {r}: " + ", ".join(
             f"{k} {args.records / secs[k][-1]:,.0f} rec/s, {cpus[k][-1] / args.records * 1e9:,.0f}"
-            f" ns/rec (repeated {again[k][-1] / args.records * 1e9:,.0f})" for k in sides),
+            f" ns/rec (repeated {again[k][-1] / args.records * 1e9:,.0f}), first batch "
+            f"{starts[k][-1] * 1e3:.0f} ms" for k in sides),
             flush=True)
     out = []
     mock_rate = args.records / statistics.median(secs["mock"])
@@ -317,6 +332,14 @@ def consume_rounds(args: argparse.Namespace) -> list[str]:
                    f"| {a_cpu * 1e3:.1f} ms ({a_cpu / args.records * 1e9:,.0f} ns/record) | "
                    f"{b_cpu * 1e3:.1f} ms ({b_cpu / args.records * 1e9:,.0f} ns/record) | "
                    f"{cpu_ratio:.1f}x (median per round) |")
+    for k in sides:  # where most of the difference between the brokers lies
+        lead = ""
+        if k != "mock":
+            behind = statistics.median(a - b for a, b in zip(starts[k], starts["mock"],
+                                                              strict=True))
+            lead = f" (per round, minus the mock's: median {behind * 1e3:+.1f} ms)"
+        out.append(f"| ... {k}: time to the first batch of 10,000 records, median{lead} | "
+                   f"{statistics.median(starts[k]) * 1e3:.1f} ms | | |")
     out.append(f"| rounds that waited out the client's fetch.queue.backoff.ms (over "
                f"{STALLED_S:g} s) | " + " | ".join(
                    f"{k} {sum(t > STALLED_S for t in secs[k])} of {args.rounds}"

@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
-from ..errors import OffsetOutOfRangeError
+from .. import fsio
+from ..errors import LogClosedError, OffsetOutOfRangeError
 from ..records import DeliveryKey
 from .batch_rewrite import as_v2_only
 from .record_parts import RecordParts
@@ -39,6 +40,7 @@ from .view_file import (
     ENTRY_DTYPE,
     ENTRY_SIZE,
     HEADER_SIZE,
+    PENDING_SUFFIX,
     VIEW_FILE,
     Reading,
     ViewDamagedError,
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
 _EXTEND_BATCHES = 4096      # due batches numbered per engine call
 _MAX = (1 << 63) - 1
 _REWRITE_DEAD = 1 << 16     # entries dead at the head before the file is rewritten without them
+_UNKNOWN = object()         # (DeliveryView._quiet: not looked up yet)
 F = TypeVar("F", bound=Callable)
 
 
@@ -80,25 +83,36 @@ class DeliveryView:
         self._sync = sync
         self._lock = threading.RLock()
         self._durable_end = -1  # the log was fsynced below it by `sync` (-1: not yet)
+        self._failed = False  # a write of the file (or the log's fsync) raised: see close
+        # (log end, clock, earliest pending deliverAfter after it) of the last extend that
+        # numbered all that was due: what `_came_due` needs (-1: none yet)
+        self._quiet: tuple = (-1, 0, _UNKNOWN)
 
     @classmethod
     def open(cls, log: Log) -> DeliveryView:
         """The view of `log` from its file (created empty if missing: records are then
         numbered from 0 as they are found due). Raises ViewDamagedError for damage that
-        is not a torn tail."""
+        is not a torn tail. A pending file (view_file.py: never synced) is used when it
+        reads soundly, else discarded: numbering again from 0 gives what it held."""
         path = os.path.join(log.path, VIEW_FILE)
         sync = log.config.flush_messages is not None or log.config.flush_ms is not None
-        if not os.path.exists(path):
+        durable = os.path.exists(path)
+        if not durable and not os.path.exists(path + PENDING_SUFFIX):
             return cls(log, ViewFile.create(path), 0, np.empty(0, ENTRY_DTYPE), sync)
-        reading = read_view(path)
+        reading = read_view(path if durable else path + PENDING_SUFFIX)
         if reading.damage is not None and _renumbered_alike(log, reading):
             reading = Reading(reading.first_delivery, reading.rows,
                               HEADER_SIZE + len(reading.rows) * ENTRY_SIZE, None)
         reading = _within(reading, log.log_end_offset)
-        if reading.damage is not None:
-            raise ViewDamagedError(reading.damage)
-        return cls(log, ViewFile.open(path, reading), reading.first_delivery, reading.rows,
-                   sync)
+        if reading.damage is not None or (not durable and reading.first_delivery):
+            if durable:
+                raise ViewDamagedError(reading.damage)
+            # a pending file a crash garbled before its first fsync: nothing in it was
+            # durable; numbering again gives what it held (view_file.py)
+            fsio.unlink(path + PENDING_SUFFIX)
+            return cls(log, ViewFile.create(path), 0, np.empty(0, ENTRY_DTYPE), sync)
+        return cls(log, ViewFile.open(path, reading, durable), reading.first_delivery,
+                   reading.rows, sync)
 
     # ------------------------------------------------------------------ offsets
 
@@ -131,7 +145,7 @@ class DeliveryView:
         keep = min(head, self._n - 1)  # the last entry stays: it is the numbering's cursor
         if keep >= _REWRITE_DEAD:
             live = self._rows[keep:self._n].copy()
-            self._file.rewrite(int(live[0]["base"]), live)
+            self._writing(self._file.rewrite, int(live[0]["base"]), live)
             self._first = int(live[0]["base"])
             self._rows[:len(live)] = live
             self._n, self._head = len(live), head - keep
@@ -194,21 +208,50 @@ class DeliveryView:
     @_locked
     def extend(self) -> int:
         """Number every record due now and not numbered yet (written to the file before
-        this returns); returns how many."""
-        numbered = 0
+        this returns); returns how many. Cost: O(1) when nothing can have come due since
+        the last call (no append, the log clock before the earliest pending deliverAfter
+        then), else the engine's due-order read of what is new."""
+        end = self.log.log_end_offset  # (before the read: a later append moves it)
+        if end == self._quiet[0] and not self._came_due():
+            return 0
+        numbered, first_now = 0, None
         while True:
             after = self.last_key()
-            batches, _, _ = self.log.reads.due(after, max_batches=_EXTEND_BATCHES,
-                                               max_bytes=_MAX, with_bytes=False)
+            batches, _, now = self.log.reads.due(after, max_batches=_EXTEND_BATCHES,
+                                                 max_bytes=_MAX, with_bytes=False)
+            first_now = now if first_now is None else first_now
             rows = _new_entries(batches, after, self.high_watermark)
             if rows:
-                if self._sync:
-                    self._log_durable()  # (see `sync`)
-                self._append_rows(np.frombuffer(self._file.append(rows, self._sync),
+                self._append_rows(np.frombuffer(self._writing(self._append_file, rows),
                                                 ENTRY_DTYPE))
                 numbered += sum(r[3] for r in rows)
             if len(batches) < _EXTEND_BATCHES:
+                self._quiet = (end, first_now, _UNKNOWN)
                 return numbered
+
+    def _came_due(self) -> bool:
+        """Whether a record of offset below the log end of the last `extend` may have come
+        due since it read at `now` (its first read's clock): every record due then was
+        numbered, so only one whose deliverAfter is past that `now` and not past the log
+        clock's present can have. The earliest such deliverAfter is looked up once."""
+        end, now, earliest = self._quiet
+        if earliest is _UNKNOWN:
+            earliest = self.log.clients.earliest_pending(now)
+            self._quiet = (end, now, earliest)
+        return earliest is not None and self.log.now() >= earliest
+
+    def _append_file(self, rows: list) -> bytes:
+        if self._sync:
+            self._log_durable()  # (see `sync`)
+        return self._file.append(rows, self._sync)
+
+    def _writing(self, write: Callable, *args):
+        """`write(*args)`, remembering that it failed (close then leaves the file alone)."""
+        try:
+            return write(*args)
+        except BaseException:
+            self._failed = True
+            raise
 
     def _append_rows(self, rows: np.ndarray) -> None:
         need = self._n + len(rows)
@@ -222,20 +265,33 @@ class DeliveryView:
     @_locked
     def sync(self) -> None:
         """fsync the file, the log first: a durable entry must never name a record that a
-        power failure could still take from the log (its offset would go to another)."""
-        self._log_durable()
-        self._file.sync()
+        power failure could still take from the log (its offset would go to another). A
+        pending file (never synced) takes its own name."""
+        self._writing(self._log_durable)
+        self._writing(self._file.sync)
 
     def _log_durable(self) -> None:
-        """fsync the log unless nothing was appended since the view last did (or opened)."""
-        end = self.log.log_end_offset
-        if end != self._durable_end:
-            self.log.flush()
-            self._durable_end = end
+        """fsync the log unless nothing was appended since the view last did (or opened),
+        or it is closed (its close flushed it: a topic reopened closes its logs before its
+        views)."""
+        try:
+            end = self.log.log_end_offset
+            if end != self._durable_end:
+                self.log.flush()
+                self._durable_end = end
+        except LogClosedError:
+            pass
 
     @_locked
     def close(self) -> None:
-        self._file.close()
+        """Close the file; one never synced is synced first (the log, then the file under
+        its own name: view_file.py), unless a file operation of this view failed (a crash
+        or a full disk: then it is left as it is, for the next open to read)."""
+        try:
+            if not self._file.durable and not self._failed:
+                self.sync()
+        finally:
+            self._file.close()
 
     # ------------------------------------------------------------------ serving
 

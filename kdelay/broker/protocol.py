@@ -113,6 +113,3 @@ def encode_response(api_schema: Schema, correlation_id: int, response: Any) -> l
     api_schema.write_response(out, response)
     return out.frame()
 
-
-def read_size(prefix: bytes) -> int:
-    return _SIZE.unpack(prefix)[0]

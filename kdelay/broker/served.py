@@ -177,11 +177,18 @@ class ServedPartitions:
 
     def forget(self, topic: str) -> None:
         """Drop a topic's served partitions (deleted, or reopened: they open again on
-        next use, over the new logs)."""
+        next use, over the new logs). Every view is closed (a view never synced is synced
+        first); the first error, if any, is raised after."""
+        errors = []
         for key in [k for k in self._served if k[0] == topic]:
             s = self._served.pop(key)
             if isinstance(s.partition, DelayedPartition):
-                s.partition.view.close()
+                try:
+                    s.partition.view.close()
+                except Exception as e:  # (a full disk: the next open reads it as left)
+                    errors.append(e)
+        if errors:
+            raise errors[0]
 
     def close(self) -> None:
         """Number what is due, fsync and close every view (the topics close after)."""

@@ -54,6 +54,8 @@ class BrokerState:
         # one-partition Produce answers by (version, topic, partition): None where kio's
         # encoding cannot be a template (apis/produce.py, answer_template.py)
         self.produce_answers: dict[tuple[int, str, int], AnswerTemplate | None] = {}
+        # the ApiVersions answer of each version, encoded once (apis/api_versions.py)
+        self.api_versions_answers: dict[int, AnswerTemplate | None] = {}
         self.host, self.port = settings.listen  # the bound address, once bound
 
     def _partition_count(self, name: str) -> int:

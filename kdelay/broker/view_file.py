@@ -14,6 +14,17 @@ base is the previous base plus its count, the first is the header's) and their k
 strictly increase. The file only grows by appends of whole entries, written before any
 offset in them is served; `rewrite` drops a dead head atomically (temp file, rename).
 
+A new view's file starts under a pending name, `delivery-offsets.view.pending`, written
+without an fsync (the first look at a partition pays no fsync); its first sync (a flush
+policy's, the one before retention, compaction or the tiered sync, or close) fsyncs it,
+renames it to its own name and fsyncs the directory. While the broker ran, no record a
+pending file numbers was removed (every removal syncs the open views first), so a
+pending file that a crash left unreadable (a header that is not sound: a power loss
+before its first fsync) is discarded and numbered again from 0, which gives its numbers
+again, as a view's unsynced tail lost to a power failure is numbered again (in either
+case unless retention removed some of those records after the restart, before the
+partition was served again); one that reads soundly is used as it is.
+
 Opening checks everything. A torn tail (a partial entry, or bad entries up to the end of
 the file: what a crash mid-append leaves) is cut off: the entries it held are numbered
 again, identically, from the ones before it. Anything else (a bad header, a bad entry
@@ -21,7 +32,8 @@ followed by a good one) is damage: `Reading.later` keeps the sound entries after
 the view (delivery_view.py) cuts it off as a torn tail only where numbering the log again
 gives each of them exactly (a torn page cache written back garbled); else it refuses to
 serve from the file (ViewDamagedError).
-Cost: open O(entries) (one CRC per entry); append O(entries appended).
+Cost: open O(entries) (one CRC per entry); append O(entries appended); create one
+write; the first sync two fsyncs and a rename.
 """
 
 from __future__ import annotations
@@ -36,6 +48,7 @@ from .. import fsio
 from ..errors import KdelayError
 
 VIEW_FILE = "delivery-offsets.view"
+PENDING_SUFFIX = ".pending"  # a new view's file until its first sync (see the module)
 MAGIC = b"KDLVIEW1"
 _HEADER = struct.Struct("<8sqqII")
 _ENTRY = struct.Struct("<qqqiI")
@@ -129,23 +142,34 @@ def _first_bad(data: bytes, rows: np.ndarray, first_delivery: int) -> int | None
 
 
 class ViewFile:
-    """The open file: appends whole entries at its end; `rewrite` replaces it atomically."""
+    """The open file: appends whole entries at its end; `rewrite` replaces it atomically.
+    `path` is the file's own name; until its first sync a new file lies at the pending
+    name beside it (see the module)."""
 
-    def __init__(self, path: str, fd: int, end: int):
+    def __init__(self, path: str, fd: int, end: int, durable: bool = True):
         self.path = path
         self._fd = fd
         self._end = end
+        self.durable = durable  # under its own name, fsync'd once (else pending)
 
     @classmethod
-    def create(cls, path: str, first_delivery: int = 0) -> ViewFile:
-        """A new, empty view whose first entry will have delivery base `first_delivery`."""
-        fsio.atomic_write(path, encode_header(first_delivery))
-        return cls(path, fsio.open_append(path), HEADER_SIZE)
+    def create(cls, path: str) -> ViewFile:
+        """A new, empty view (first delivery offset 0) at the pending name of `path` (no
+        file there: the caller removed any); no fsync (the first `sync` makes it
+        durable)."""
+        fd = fsio.open_append(path + PENDING_SUFFIX)
+        try:
+            fsio.write(fd, encode_header(0), 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(path, fd, HEADER_SIZE, durable=False)
 
     @classmethod
-    def open(cls, path: str, reading: Reading) -> ViewFile:
-        """The file `reading` read, with its torn tail (if any) cut off."""
-        fd = fsio.open_append(path)
+    def open(cls, path: str, reading: Reading, durable: bool = True) -> ViewFile:
+        """The file `reading` read (at `path`, or at its pending name when not `durable`),
+        with its torn tail (if any) cut off."""
+        fd = fsio.open_append(path if durable else path + PENDING_SUFFIX)
         end = HEADER_SIZE + len(reading.rows) * ENTRY_SIZE
         try:
             if reading.torn_at is not None or os.fstat(fd).st_size != end:
@@ -154,7 +178,7 @@ class ViewFile:
         except BaseException:
             os.close(fd)
             raise
-        return cls(path, fd, end)
+        return cls(path, fd, end, durable)
 
     def append(self, rows: list[tuple[int, int, int, int]], sync: bool) -> bytes:
         """Write entries at the end (fsync'd with `sync`) and return them as written. A
@@ -163,16 +187,24 @@ class ViewFile:
         data = encode_entries(rows)
         fsio.write(self._fd, data, self._end)
         if sync:
-            fsio.fsync(self._fd)
+            self.sync()
         self._end += len(data)
         return data
 
     def sync(self) -> None:
+        """fsync the file; a pending one is then renamed to its own name and the directory
+        fsync'd (once)."""
         fsio.fsync(self._fd)
+        if not self.durable:
+            fsio.rename(self.path + PENDING_SUFFIX, self.path)
+            fsio.fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+            self.durable = True
 
     def rewrite(self, first_delivery: int, rows: np.ndarray) -> None:
         """Replace the file by one holding `rows` (sound entries starting at
         `first_delivery`): atomic, so a crash leaves the old file or the new one."""
+        if not self.durable:  # (retention syncs first: only a pending file adopted after
+            self.sync()       # a crash can get here, once retention passed it unopened)
         body = encode_header(first_delivery) + rows.tobytes()
         fsio.atomic_write(self.path, body)
         os.close(self._fd)

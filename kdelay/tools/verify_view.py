@@ -3,8 +3,9 @@ broker's delivery offsets: kdelay/broker/view_file.py): the file's own checks (h
 each entry's CRC, gapless delivery offsets, increasing keys), and each entry against the
 log: the records it numbers, where the log still holds them, are in one batch with the
 entry's deliverAfter. A torn tail is reported as information (the broker cuts it off at its
-next start and numbers those records again, identically). O(entries * log batches) in
-numpy's sorted searches."""
+next start and numbers those records again, identically), as is a file never synced
+(`delivery-offsets.view.pending`, checked the same way where it reads soundly).
+O(entries * log batches) in numpy's sorted searches."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import os
 
 import numpy as np
 
-from ..broker.view_file import ENTRY_SIZE, HEADER_SIZE, VIEW_FILE, read_view
+from ..broker.view_file import ENTRY_SIZE, HEADER_SIZE, PENDING_SUFFIX, VIEW_FILE, read_view
 from .scanning import VerifyReport
 
 
@@ -21,13 +22,24 @@ def check_view(rep: VerifyReport, directory: str,
     """Check the view file of `directory` (if any) against the log's batches, given as
     (base offset, last offset, deliverAfter) in offset order, from every local segment."""
     path = os.path.join(directory, VIEW_FILE)
-    if not os.path.exists(path):
-        return
+    pending = not os.path.exists(path)
+    if pending:
+        path += PENDING_SUFFIX  # a view never synced (view_file.py)
+        if not os.path.exists(path):
+            return
     try:
         reading = read_view(path)
     except OSError as e:
         rep.add(True, path, None, f"due-order view unreadable: {e}")
         return
+    if pending:
+        if reading.damage is not None or reading.first_delivery:
+            rep.add(False, path, reading.damage_at, "due-order view never synced and not "
+                    "all sound (a crash before its first fsync); the broker numbers what "
+                    "it cannot read again, as it was")
+            return
+        rep.add(False, path, None, "due-order view never synced (a crash before its first "
+                "sync); the broker goes on from it and syncs it")
     if reading.damage is not None:
         rep.add(True, path, reading.damage_at, f"due-order view damaged: {reading.damage} "
                 "(the broker cuts it off only where numbering the log again gives every "

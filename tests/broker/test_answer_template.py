@@ -55,3 +55,27 @@ def test_a_shape_without_a_fixed_width_place_for_a_value_is_refused():
         return _answer(context(10), [("t", [(0, ErrorCode.none, None, (), 1, 2, -1)])])
     with pytest.raises(ValueError, match="exactly once"):
         AnswerTemplate(schema, make, 3)
+
+
+@given(version=st.integers(0, 4), correlation_id=st.integers(-2**31, 2**31 - 1))
+def test_the_api_versions_answer_is_kios_encoding(version, correlation_id):
+    """ApiVersions is answered from a frame kio encoded once per version, the correlation
+    id packed in: byte for byte what kio encodes for that request."""
+    import asyncio
+
+    from kdelay.broker.apis import all_apis
+    from kdelay.broker.apis.api_versions import api_versions_response, handle_api_versions
+    from kdelay.broker.dispatcher import Dispatcher
+
+    dispatcher = Dispatcher(all_apis())
+    broker = types.SimpleNamespace(api_versions_answers={}, dispatcher=dispatcher)
+    api_schema = protocol.schema(18, version)
+    header = types.SimpleNamespace(correlation_id=correlation_id)
+    ctx = RequestContext(18, version, header, api_schema.response_type, broker,
+                         None)  # type: ignore[arg-type]
+    for _ in range(2):  # the first answer makes the template, the second uses it
+        got = asyncio.run(handle_api_versions(ctx, None))
+        assert isinstance(got, Encoded) and broker.api_versions_answers[version] is not None
+        want = protocol.encode_response(api_schema, correlation_id, api_versions_response(
+            api_schema.response_type, dispatcher))
+        assert b"".join(bytes(p) for p in got) == b"".join(bytes(p) for p in want)

@@ -239,3 +239,56 @@ def test_pipelined_frames_of_every_size_are_answered_in_order(broker, chunk):
                 answer = partition_answer(entity_reader(resp_cls)(data, used)[0])
                 assert answer.error_code == ErrorCode.none
     assert end_offset(broker) == before + sum(sizes)
+
+
+@pytest.mark.parametrize("chunk", [None, 4093])
+def test_a_large_frame_read_ahead_then_a_small_one_are_answered(broker, chunk):
+    """A frame of ~90 KB (read into a buffer of its own, from the moment its size prefix
+    is in) and a small frame after it in the same send, whole or dribbled: both are
+    answered, in order, and the Produce's records are stored once."""
+    before = end_offset(broker)
+    n = 800  # values of 100 B
+    with RawClient(broker.bootstrap_servers) as c:
+        frames = c.frame(0, 9, produce_request(9, "w", 0, v2_batch([b"v" * 100] * n)))
+        assert 80_000 < len(frames) < 100_000
+        frames += c.frame(18, 0, make(load_request_schema(18, 0)))
+        for i in range(0, len(frames), chunk or len(frames)):
+            c.send(frames[i:i + (chunk or len(frames))])
+        data = c.read_frame()
+        resp_cls = load_response_schema(0, 9)
+        _, used = entity_reader(resp_cls.__header_schema__)(data, 0)
+        assert partition_answer(entity_reader(resp_cls)(data, used)[0]).error_code == \
+            ErrorCode.none
+        assert struct.unpack_from(">i", c.read_frame())[0] == 2  # the ApiVersions after it
+    assert end_offset(broker) == before + n
+
+
+def test_a_client_stalling_inside_a_large_frame_is_closed(broker):
+    """A frame read into a buffer of its own stalls after its first 20 KB: the stall limit
+    closes it, nothing is written."""
+    before = end_offset(broker)
+    with RawClient(broker.bootstrap_servers) as stall:
+        frame = stall.frame(0, 9, produce_request(9, "w", 0, v2_batch([b"v" * 100] * 800)))
+        stall.send(frame[:20_000])
+        assert served(broker)  # others meanwhile
+        assert closed_without_answer(stall)  # after kdelay.frame.timeout.ms
+    assert end_offset(broker) == before
+
+
+@pytest.mark.parametrize("records", [1, 900])
+def test_a_client_ending_mid_frame_is_closed_at_its_end_not_by_the_stall_limit(
+        broker, caplog, records):
+    """Half a frame (one that fits the staging buffer, one read into its own), then the
+    client shuts its side: the broker closes the connection for the end of the stream,
+    not after the stall limit, and writes nothing."""
+    before = end_offset(broker)
+    with caplog.at_level("WARNING", logger="kdelay.broker"), \
+            RawClient(broker.bootstrap_servers) as c:
+        frame = c.frame(0, 9, produce_request(9, "w", 0, v2_batch([b"v" * 100] * records)))
+        c.send(frame[:len(frame) // 2])
+        c.sock.shutdown(socket.SHUT_WR)
+        assert closed_without_answer(c)
+    reasons = [r.getMessage() for r in caplog.records if "closing connection" in
+               r.getMessage()]
+    assert reasons and all("closed mid-frame" in m for m in reasons), reasons
+    assert end_offset(broker) == before
