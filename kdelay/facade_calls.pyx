@@ -10,9 +10,11 @@ makes most are each one C call from the caller's line:
   answered by the quiet gate (fetch/quiet_gate.pyx), with no Python frame either.
 
 Anything else goes to the Log's Python paths (`Log._append_judged`, `Log._fetch_page`),
-which judge it and word every error as before. The Log keeps what may change under it
-(its lock, which a forked child replaces, and its closed flag), read from it on every
-call; the parts that never change while it is open are held typed in its CallParts."""
+which judge it and word every error as before. The Log's CallParts hold, typed, the parts
+these calls use: those that never change while it is open, and the two that do, its lock
+(which a forked child replaces) and its closed flag, which are the Log's `_lock` and
+`_closed` themselves (`PartsField`), so that a call reads them in C, with the lock's
+`acquire` and `release` looked up once per lock rather than on every call."""
 
 from kdelay.fetch.append_notices cimport AppendNotices
 from kdelay.fetch.quiet_gate cimport QuietGate
@@ -25,22 +27,60 @@ from kdelay.records import Record
 
 
 cdef class CallParts:
-    """The parts of one Log that its hot calls use and that never change while it is
-    open."""
+    """The parts of one Log that its hot calls use: its lock and closed flag, and those
+    that never change while it is open."""
 
     cdef Writer writer
     cdef AppendNotices notices
     cdef QuietGate gate
     cdef LogClock clock
     cdef bint delays_allowed  # LogConfig.delayed_delivery_enable
+    cdef readonly object lock  # the Log's (`Log._lock`; replaced by `use_lock`)
+    cdef object _acquire, _release  # its bound methods
+    cdef public bint closed  # `Log._closed`
 
-    def __init__(self, Writer writer not None, AppendNotices notices not None,
+    def __init__(self, lock, Writer writer not None, AppendNotices notices not None,
                  QuietGate gate not None, LogClock clock not None, bint delays_allowed):
+        self.use_lock(lock)
+        self.closed = False
         self.writer = writer
         self.notices = notices
         self.gate = gate
         self.clock = clock
         self.delays_allowed = delays_allowed
+
+    def use_lock(self, lock) -> None:
+        """Make `lock` the Log's lock (a forked child's Log gets a new one)."""
+        self._acquire, self._release = lock.acquire, lock.release
+        self.lock = lock
+
+
+cdef class PartsField:
+    """A Log's attribute that is its CallParts' field `name` (`_lock` is `lock`, `_closed`
+    is `closed`), read and set in C, so that the Log's Python code and its compiled calls
+    share one flag and one lock."""
+
+    cdef readonly str name
+    cdef bint _is_lock
+
+    def __init__(self, str name):
+        if name not in ("lock", "closed"):
+            raise ValueError(f"no CallParts field {name!r}")
+        self.name = name
+        self._is_lock = name == "lock"
+
+    def __get__(self, obj, objtype):
+        if obj is None:
+            return self
+        cdef CallParts parts = <CallParts?>obj._call_parts
+        return parts.lock if self._is_lock else parts.closed
+
+    def __set__(self, obj, value):
+        cdef CallParts parts = <CallParts?>obj._call_parts
+        if self._is_lock:
+            parts.use_lock(value)
+        else:
+            parts.closed = value
 
 
 def append(log, records, *, deliver_after=None, delay_ms=None):
@@ -58,15 +98,15 @@ def append(log, records, *, deliver_after=None, delay_ms=None):
             batch = records_batch_of(records, deliver_after, parts.delays_allowed)
         if batch is None:  # for the Python path to judge
             return log._append_judged(records, deliver_after, delay_ms)
-        lock = log._lock
-        lock.acquire()
+        release = parts._release  # (the lock's, even if a call under it replaced it)
+        parts._acquire()
         try:
-            if log._closed:
+            if parts.closed:
                 log._check_open()
             result = parts.writer.append(batch, requested_of(batch))
             parts.notices.under_lock(result)
         finally:
-            lock.release()
+            release()
         if parts.notices.listeners:
             parts.notices.after(result)
         return result
@@ -79,9 +119,8 @@ def fetch(log, after=None, *, max_records=500, max_bytes=1 << 20, max_wait_ms=0)
     batches returned (read, CRC-checked, decoded in C) plus planning over the segments
     that can contribute (fetch/planner.py); O(1) when nothing is due (the idle poll is
     answered in C with no lock: fetch/quiet_gate.pyx)."""
-    cdef CallParts parts
-    if not log._closed:
-        parts = <CallParts?>log._call_parts
+    cdef CallParts parts = <CallParts?>log._call_parts
+    if not parts.closed:
         quiet = parts.gate.answer(after, max_records, max_bytes, max_wait_ms, parts.clock)
         if quiet is not None:
             return quiet

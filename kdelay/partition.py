@@ -66,22 +66,24 @@ _new_tuple = tuple.__new__  # a NamedTuple without its Python-level __new__ (hot
 class Log(forks.Owned):
     """One partition. Open with `Log.open(path, config=..., clock=...)`."""
 
+    # its lock and closed flag, held by its compiled calls' CallParts (facade_calls.pyx)
+    _lock, _closed = facade_calls.PartsField("lock"), facade_calls.PartsField("closed")
+
     def __init__(self, path: str, config: LogConfig, clock: Clock, opened: Opened,
                  tier: RemoteTier | None = None):
         self.path, self.config = path, config
         self._load_report = opened.report
-        self._clock = LogClock(clock)
-        self._lock, self._closed = threading.RLock(), False
-        self._owner = forks.Ownership(self, f"log {path}")
+        self._clock, lock = LogClock(clock), threading.RLock()
         self._segments, self._cancels = opened.segments, opened.cancels
         self._tier = tier  # tiered storage (None: none)
         self._life = Lifetime(self, path, opened)  # marker, clean close, descriptors
         self._writer = Writer(config, self._segments, self._cancels, self._life, self._clock)
         self._due_order = DueOrderReader()
         self._gate = self._due_order.gate  # the idle poll's answer (fetch/quiet_gate.pyx)
-        self._notices = AppendNotices(self._lock, self._due_order)
-        self._call_parts = facade_calls.CallParts(self._writer, self._notices, self._gate,
+        self._notices = AppendNotices(lock, self._due_order)
+        self._call_parts = facade_calls.CallParts(lock, self._writer, self._notices, self._gate,
                                                   self._clock, config.delayed_delivery_enable)
+        self._owner = forks.Ownership(self, f"log {path}")
         me = weakref.proxy(self)  # what the parts call back holds no reference to the Log
 
         def check_open() -> None:

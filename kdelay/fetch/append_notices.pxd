@@ -3,7 +3,8 @@ from kdelay.fetch.quiet_gate cimport QuietGate
 
 
 cdef class AppendNotices:
-    cdef public object signal  # long_poll.ActivitySignal (replaced in a forked child)
+    cdef object _signal  # long_poll.ActivitySignal (`signal`; replaced in a forked child)
+    cdef list _sleepers  # its `sleepers` (a list it changes only in place)
     cdef readonly list listeners
     cdef QuietGate _gate
 

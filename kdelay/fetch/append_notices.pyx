@@ -10,7 +10,9 @@ gate and checks for sleeping long polls in C, with no Python frame."""
 
 from collections.abc import Callable
 
+from cpython.list cimport PyList_GET_SIZE
 from cpython.tuple cimport PyTuple_GET_ITEM
+from libc.stdint cimport int64_t
 
 from kdelay.fetch.quiet_gate cimport QuietGate
 
@@ -28,15 +30,24 @@ cdef class AppendNotices:
         self.listeners = []
         self._gate = due_order.gate
 
+    @property
+    def signal(self):
+        """The long_poll.ActivitySignal that long-polling fetches sleep on."""
+        return self._signal
+
+    @signal.setter
+    def signal(self, signal):
+        self._signal, self._sleepers = signal, signal.sleepers
+
     cpdef object under_lock(self, object result):
         """Wake long-polling fetches that the batch is due before they would wake."""
         deliver_after = <object>PyTuple_GET_ITEM(result, 2)  # AppendResult.deliver_after
         self._gate.appended(deliver_after)  # an idle poll's quiet spell may end
-        # (long_poll.due_in_ms: deliver_after - append_time)
-        due_in = deliver_after - <object>PyTuple_GET_ITEM(result, 3)
-        signal = self.signal
-        if due_in <= 0 or signal.sleepers:  # no call when no fetch waits for later
-            signal.comes_due_under_lock(due_in)
+        # (long_poll.due_in_ms: deliver_after - append_time, in C: both are int64)
+        cdef int64_t due_in = <int64_t>deliver_after - <int64_t>(
+            <object>PyTuple_GET_ITEM(result, 3))
+        if due_in <= 0 or PyList_GET_SIZE(self._sleepers):  # no call when none waits for later
+            self._signal.comes_due_under_lock(due_in)
         return result
 
     cpdef object after(self, object result):

@@ -58,7 +58,8 @@ class ActivitySignal:
     def __init__(self, lock: threading.Lock | threading.RLock | None = None) -> None:
         self._cond = threading.Condition(lock)
         self.version = 0
-        # the long polls asleep on it (an append skips `comes_due_under_lock` when none are)
+        # the long polls asleep on it (an append skips `comes_due_under_lock` when none are;
+        # changed only in place: the append's notices hold this list)
         self.sleepers: list[Sleeper] = []
         self._waiting = 0  # threads inside the condition's wait
 

@@ -45,6 +45,9 @@ class DeliverAfterIndex(AbstractIndex):
         self.recent_columns.add(deliver_after, base_offset, position, last_offset_delta, size)
 
     def _clear_recent(self) -> None:
+        old = getattr(self, "recent_columns", None)
+        if old is not None:  # (the append path keeps a reference while it is not retired)
+            old.retired = True
         self._recent = _RecentEntries()
         # its compiled columns, which the append path adds to with no Python call between
         # (segment_tail.pyx): `add` as one C call

@@ -2,15 +2,13 @@
 """A growable column of ints stored compactly, compiled: `value - base` in 4 bytes (int32,
 or uint32 for a column that never goes below its base) until a value does not fit, then
 in int64. The recent entries' columns (recent_columns.pyx) are these; reading a value
-back is one C call (`value`), with no boxing."""
+back is inline C (`value`, int_column.pxd), with no boxing."""
 
-cimport cython
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport INT32_MAX, INT32_MIN, UINT32_MAX, int32_t, int64_t, uint8_t, uint32_t
 
 import numpy as np
 
 cdef enum:
-    INT32, UINT32, INT64  # how a column stores its values
     GROWTH_MIN = 64
 
 
@@ -31,7 +29,8 @@ cdef class IntColumn:
         self.a = a
         self.capacity = len(a)
         self.kind = INT64 if a.dtype == np.int64 else UINT32 if a.dtype == np.uint32 else INT32
-        self._bytes = a.view(np.uint8)
+        cdef uint8_t[::1] view = a.view(np.uint8)
+        self._data = &view[0] if view.shape[0] else NULL
         return 0
 
     @property
@@ -48,33 +47,21 @@ cdef class IntColumn:
             grown = np.empty(self.n + max(GROWTH_MIN, self.n >> 4), dtype=self.a.dtype)
             grown[:self.n] = self.a  # as big)
             self._use(grown)
-        if (self.kind == INT32 and not -2147483648 <= x <= 2147483647) or (
-                self.kind == UINT32 and not 0 <= x <= 4294967295):
+        if (self.kind == INT32 and not INT32_MIN <= x <= INT32_MAX) or (
+                self.kind == UINT32 and not 0 <= x <= UINT32_MAX):  # (C constants: no int
+            # object per append, as a literal past 2**31 made for the comparison)
             self._use(self.a.astype(np.int64))
         self._put(self.n, x)
         self.n += 1
 
-    @cython.boundscheck(False)
-    @cython.wraparound(False)
     cdef void _put(self, Py_ssize_t i, int64_t x) noexcept:
-        cdef uint8_t* p = &self._bytes[0]
+        cdef uint8_t* p = self._data
         if self.kind == INT64:
             (<int64_t*>p)[i] = x
         elif self.kind == UINT32:
             (<uint32_t*>p)[i] = <uint32_t>x
         else:
             (<int32_t*>p)[i] = <int32_t>x
-
-    @cython.boundscheck(False)
-    @cython.wraparound(False)
-    cdef int64_t value(self, Py_ssize_t i) noexcept:
-        """The value of entry i (< n), base added back."""
-        cdef const uint8_t* p = &self._bytes[0]
-        if self.kind == INT64:
-            return (<const int64_t*>p)[i] + self._base
-        if self.kind == UINT32:
-            return (<const uint32_t*>p)[i] + self._base
-        return (<const int32_t*>p)[i] + self._base
 
     def raw(self) -> np.ndarray:
         """The stored values (value - base)."""

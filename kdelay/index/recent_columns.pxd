@@ -30,6 +30,9 @@ cdef class RecentColumns:
     # finds the tail's due entries in O(due ones) rather than by a walk over the tail
     cdef Key* heap
     cdef Py_ssize_t heap_n, heap_cap
+    # replaced by its index (DeliverAfterIndex._clear_recent): an append path that kept
+    # a reference (segment_tail.pyx) reads the index's new columns instead
+    cdef public bint retired
 
     cdef Py_ssize_t complete(self) noexcept
     cpdef add(self, int64_t da, int64_t base, int64_t pos, int64_t lod, int64_t size)
@@ -39,5 +42,6 @@ cdef class RecentColumns:
     cdef void entry(self, Py_ssize_t s, int64_t* out) noexcept
 
 
+cpdef sorted_arrivals(IntColumn da, Py_ssize_t first, Py_ssize_t end)
 cdef Py_ssize_t start_rank(RecentColumns entries, const uint32_t[:] order, int64_t after_da,
                            int64_t after_off) except -1

@@ -14,9 +14,9 @@ C checks no index by itself: every arrival number is checked against the columns
 before it is read, and every output's capacity before it is written."""
 
 cimport cython
-from cpython.mem cimport PyMem_Free, PyMem_Realloc
-from libc.stdint cimport int64_t, uint32_t
-from libc.string cimport memcpy
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.string cimport memcpy, memset
 
 from kdelay.index.entry_fields cimport (
     E_BASE_OFFSET,
@@ -121,13 +121,11 @@ cdef class RecentColumns:
 
     cpdef merge(self):
         """Fold the unsorted tail of arrivals into the sorted order: the tail sorted (a
-        stable sort: ties in arrival order), then merge_tail."""
+        stable sort: ties in arrival order, `sorted_arrivals`), then merge_tail."""
         cdef Py_ssize_t m = self.merged, n = self.complete()
         if m == n:
             return
-        da = self.da.raw()[:n]  # stored relative to one base: order-preserving
-        tail = np.arange(m, n, dtype=np.uint32)
-        tail = tail[np.argsort(da[m:], kind="stable")]
+        tail = sorted_arrivals(self.da, m, n)
         if m:
             merged = np.empty(n, dtype=np.uint32)
             merge_tail(self.da, self.order, tail, merged)
@@ -167,6 +165,71 @@ cdef class RecentColumns:
         if self.lod is not None:
             total += self.lod.nbytes() + self.size.nbytes()
         return total
+
+
+cdef enum:
+    _DIGIT_BITS = 11  # a radix pass sorts by 11 bits of the key
+    _DIGITS = 1 << _DIGIT_BITS
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cpdef sorted_arrivals(IntColumn da, Py_ssize_t first, Py_ssize_t end):
+    """The arrivals first..end-1 (< da.n) sorted by deliverAfter, ties in arrival order
+    (as numpy's stable argsort), as a uint32 array: a least-significant-digit radix sort
+    of their deliverAfters less the smallest, 11 bits a pass, as many passes as the spread
+    needs (two for spreads under 2**22 ms, about 70 minutes). O(arrivals) per pass, where
+    argsort's merge sort made O(log arrivals) passes of comparisons that branch on the data
+    (the merge of 4,096 arrivals: about a quarter of the time)."""
+    if not 0 <= first <= end <= da.n:
+        raise ValueError("arrivals past the column")
+    cdef Py_ssize_t t = end - first, i, p
+    out = np.empty(t, dtype=np.uint32)
+    if t == 0:
+        return out
+    cdef uint32_t[::1] result = out
+    cdef uint64_t* keys = <uint64_t*>PyMem_Malloc(2 * t * sizeof(uint64_t))
+    cdef uint32_t* seqs = <uint32_t*>PyMem_Malloc(2 * t * sizeof(uint32_t))
+    cdef Py_ssize_t* count = <Py_ssize_t*>PyMem_Malloc(_DIGITS * sizeof(Py_ssize_t))
+    cdef uint64_t *k_in
+    cdef uint64_t *k_out
+    cdef uint32_t *s_in
+    cdef uint32_t *s_out
+    cdef int64_t v, low
+    cdef uint64_t spread
+    cdef int shift = 0
+    try:
+        if keys == NULL or seqs == NULL or count == NULL:
+            raise MemoryError()
+        k_in, k_out, s_in, s_out = keys, keys + t, seqs, seqs + t
+        low = da.value(first)
+        for i in range(first + 1, end):
+            low = min(low, da.value(i))
+        spread = 0
+        for i in range(t):
+            k_in[i] = <uint64_t>da.value(first + i) - <uint64_t>low  # (>= 0, < 2**64)
+            s_in[i] = <uint32_t>(first + i)
+            spread = max(spread, k_in[i])
+        while shift < 64 and (spread >> shift) != 0:  # stable passes, low digits first
+            memset(count, 0, _DIGITS * sizeof(Py_ssize_t))
+            for i in range(t):
+                count[(k_in[i] >> shift) & (_DIGITS - 1)] += 1
+            p = 0
+            for i in range(_DIGITS):
+                p, count[i] = p + count[i], p
+            for i in range(t):
+                p = count[(k_in[i] >> shift) & (_DIGITS - 1)]
+                count[(k_in[i] >> shift) & (_DIGITS - 1)] = p + 1
+                k_out[p], s_out[p] = k_in[i], s_in[i]
+            k_in, k_out = k_out, k_in
+            s_in, s_out = s_out, s_in
+            shift += _DIGIT_BITS
+        memcpy(&result[0], s_in, t * sizeof(uint32_t))
+    finally:
+        PyMem_Free(keys)
+        PyMem_Free(seqs)
+        PyMem_Free(count)
+    return out
 
 
 @cython.boundscheck(False)

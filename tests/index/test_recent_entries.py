@@ -188,3 +188,21 @@ def test_merge_tail_is_a_stable_sort_of_order_and_tail(das, data):
     out = np.empty(len(das), dtype=np.uint32)
     recent_columns.merge_tail(col, order, tail, out)
     assert out.tolist() == np.argsort(keys, kind="stable").tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.integers(-50, 50), st.integers(-2**40, 2**40),
+                          st.integers(0, 2**62)), min_size=0, max_size=300), st.data())
+def test_sorted_arrivals_is_a_stable_sort_by_deliver_after(das, data):
+    """recent_columns.sorted_arrivals (the merge's radix sort of the tail) against numpy's
+    stable argsort: every spread of deliverAfters (one radix pass to six), the column
+    widened to int64 or not, any stretch of arrivals."""
+    first = data.draw(st.integers(0, len(das)))
+    end = data.draw(st.integers(first, len(das)))
+    col = int_column.IntColumn(np.int32, relative=True)
+    for v in das:
+        col.append(v)
+    keys = np.array(das, dtype=np.int64)
+    got = recent_columns.sorted_arrivals(col, first, end)
+    assert got.dtype == np.uint32
+    assert got.tolist() == (first + np.argsort(keys[first:end], kind="stable")).tolist()

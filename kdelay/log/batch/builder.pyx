@@ -73,9 +73,11 @@ cdef bytes build(columns, int64_t base_offset, int64_t now, requested, const Lim
                  Built* out):
     """build_batch, for compiled callers (the append path): the batch's bytes, and its
     record count, deliverAfter and largest timestamp in *out, with no tuple made."""
-    cdef int64_t batch_da = now  # never below the append time
-    if requested is not None and requested > now:
-        batch_da = requested
+    cdef int64_t batch_da = now, asked  # never below the append time
+    if requested is not None:
+        asked = requested  # (compared in C: no int object made for `now`)
+        if asked > now:
+            batch_da = asked
     cdef RecordsBatch batch
     if type(columns) is RecordsBatch:
         batch = <RecordsBatch>columns

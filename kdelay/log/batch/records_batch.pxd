@@ -15,6 +15,7 @@ cdef class RecordsBatch:
     cdef readonly object records  # a list or tuple of Record
     cdef list blocks  # each record's header block (None: a batch without headers)
     cdef int64_t _requested  # NONE: the batch asks for no deliverAfter
+    cdef object _requested_int  # the same as the int given (None: none)
     cdef bint stamped  # some record carries a timestamp
     cdef int64_t* stamps  # each record's (NONE: none), when stamped
     cdef int64_t few_stamps[FEW]  # `stamps` of a batch of up to FEW records (no allocation)
@@ -31,5 +32,5 @@ cdef RecordsBatch records_batch_of(records, deliver_after, bint delays_allowed)
 
 cdef inline object requested_of(RecordsBatch batch):
     """RecordsBatch.requested, read in C: the deliverAfter the batch asks for (None: none;
-    asked-for ones are >= 0)."""
-    return None if batch._requested < 0 else batch._requested
+    asked-for ones are >= 0), the int it was given as (no new int object per append)."""
+    return batch._requested_int

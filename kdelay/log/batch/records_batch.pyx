@@ -67,7 +67,7 @@ cdef class RecordsBatch:
     def requested(self) -> int | None:
         """The deliverAfter the batch asks for: the given one, else the largest of its
         records', else None (validation.requested_deliver_after's rule)."""
-        return None if self._requested == NONE else self._requested
+        return self._requested_int
 
     def earliest(self, int64_t now) -> int:
         """The earliest record timestamp, records without one taking `now` (for the
@@ -178,7 +178,8 @@ cdef RecordsBatch records_batch_of(records, deliver_after, bint delays_allowed):
         b.stamps = <int64_t*>PyMem_Malloc(n * sizeof(int64_t))
     if b.stamps == NULL:
         raise MemoryError()
-    cdef object r, headers, last_headers = None, block = None
+    cdef object r, headers, last_headers = None, block = None, asked
+    cdef object requested_int = deliver_after  # (an int, or None)
     cdef bint explicit = requested != NONE
     for i in range(n):
         r = records[i]
@@ -193,11 +194,12 @@ cdef RecordsBatch records_batch_of(records, deliver_after, bint delays_allowed):
         b.stamps[i] = t
         if t != NONE and (not b.stamped or t < b._earliest):
             b.stamped, b._earliest = True, t
-        t = _time(<object>PyTuple_GET_ITEM(r, DELIVER_AFTER))
+        asked = <object>PyTuple_GET_ITEM(r, DELIVER_AFTER)
+        t = _time(asked)
         if t == NOT_PLAIN or (t != NONE and not delays_allowed):
             return None
         if not explicit and t > requested:
-            requested = t  # the batch's: the largest of its records'
+            requested, requested_int = t, asked  # the batch's: the largest of its records'
         headers = <object>PyTuple_GET_ITEM(r, HEADERS)
         if headers:
             if headers is not last_headers:
@@ -211,5 +213,5 @@ cdef RecordsBatch records_batch_of(records, deliver_after, bint delays_allowed):
             b.blocks.append(block)
         elif b.blocks is not None:
             b.blocks.append(None)
-    b._requested = requested
+    b._requested, b._requested_int = requested, requested_int
     return b

@@ -21,6 +21,7 @@ cdef class Writer:
     cdef int64_t _segment_bytes, _segment_ms, _index_interval_bytes
     cdef Limits _limits  # the config's limits on a batch
     cdef Horizon _started_horizon  # the lifetime's, once started (see _horizon)
+    cdef SegmentTail _active_tail  # the segment set's, until a roll retires it (_active)
 
     cpdef object append(self, columns, requested)
     cpdef make_room(self, int64_t size, int64_t max_timestamp)

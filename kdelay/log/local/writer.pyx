@@ -100,7 +100,17 @@ cdef class Writer:
             self.policy.appended(built.records)
             if sync:
                 self.policy.flushed()
-        return _append_result(base, base + built.records - 1, built.deliver_after, now)
+        # the result's ints made once each: a batch of one ends where it starts, and its
+        # deliverAfter is the append time or else the int it asked for (builder.build)
+        cdef object first = base, at = now, last, due  # (objects: each boxed once)
+        last = first if built.records == 1 else base + built.records - 1
+        if built.deliver_after == now:
+            due = at
+        elif type(requested) is int:
+            due = requested
+        else:
+            due = built.deliver_after
+        return _append_result(first, last, due, at)
 
     def append_client_batch(self, batch, int64_t spread_ms, bint log_append_time,
                             int64_t producer_id, int64_t producer_epoch,
@@ -148,7 +158,12 @@ cdef class Writer:
         return self._started_horizon
 
     cdef SegmentTail _active(self):
-        return <SegmentTail?>self._segments.active_tail
+        """The segment set's active tail: kept from one append to the next until a roll
+        retires it (SegmentSet.roll), then read from the set again."""
+        cdef SegmentTail tail = self._active_tail
+        if tail is None or tail.retired:
+            tail = self._active_tail = <SegmentTail?>self._segments.active_tail
+        return tail
 
     def reschedule(self, int64_t offset, int64_t deliver_after):
         """cancel_ops.reschedule, then the flush policy (the copy counts as one record)."""

@@ -150,7 +150,7 @@ class SegmentSet:
         # if what follows fails (appends must never go on into `old` behind a later file).
         self._by_base[new.base_offset] = new
         self.active = new
-        self.active_tail = new.tail
+        self.active_tail, old.tail.retired = new.tail, True  # (the writer reads it again)
         self._add_sealed(old)
         fsio.fsync_dir(self.directory)
         write_recovery_point(self.directory, new.base_offset)

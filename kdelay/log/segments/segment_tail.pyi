@@ -17,6 +17,7 @@ class SegmentTail:
     offset_index: OffsetIndex | None
     time_index: TimeIndex | None
     dly_index: DeliverAfterIndex | None
+    retired: bool
     @property
     def log_path(self) -> str: ...
     @property

@@ -12,6 +12,8 @@ write goes through it, so the injector sees every file operation as before."""
 import contextlib
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_GetItem
+from cpython.object cimport PyObject
 from libc.stdint cimport int64_t
 from posix.types cimport off_t
 from posix.uio cimport iovec, pwritev
@@ -35,8 +37,16 @@ from kdelay.index.recent_columns cimport RecentColumns
 cdef enum:
     _MAX_TIMESTAMP = ENTRY_FIELDS
 
-# fsio's own write (kdelay's import loads this module before anything can replace it)
+# fsio's own write (kdelay's import loads this module before anything can replace it),
+# and fsio's namespace, whose "write" is compared with it by one dict lookup per write (a
+# module attribute read costs twice that)
 cdef object _FSIO_WRITE = fsio.write
+cdef dict _FSIO_NAMES = vars(fsio)
+
+
+cdef inline bint _own_write() noexcept:
+    """Is fsio.write fsio's own (nothing has replaced it)?"""
+    return PyDict_GetItem(_FSIO_NAMES, "write") == <PyObject*>_FSIO_WRITE
 
 
 cdef int _write(int fd, bytes data, int64_t position) except -1:
@@ -44,7 +54,7 @@ cdef int _write(int fd, bytes data, int64_t position) except -1:
     cdef const char* at = PyBytes_AS_STRING(data)
     cdef Py_ssize_t size = PyBytes_GET_SIZE(data)
     cdef Py_ssize_t done
-    if fsio.write is _FSIO_WRITE:
+    if _own_write():
         with nogil:
             done = pwrite(fd, at, size, <off_t>position)
         if done == size:
@@ -64,7 +74,7 @@ cdef int _write_two(int fd, bytes head, const unsigned char[::1] body,
     cdef iovec parts[2]
     cdef Py_ssize_t head_size = PyBytes_GET_SIZE(head), body_size = body.shape[0]
     cdef Py_ssize_t done = 0
-    if fsio.write is _FSIO_WRITE:
+    if _own_write():
         parts[0].iov_base = <void*>PyBytes_AS_STRING(head)
         parts[0].iov_len = <size_t>head_size
         parts[1].iov_base = <void*>&body[0] if body_size else NULL
@@ -121,10 +131,20 @@ cdef class SegmentTail:
             raise
         self.size = pos + size
         self._index(header_base, pos, size, max_timestamp, index_interval_bytes)
-        (<RecentColumns?>self.dly_index.recent_columns).add(
-            deliver_after, header_base, pos, last_offset_delta, size)  # (DeliverAfterIndex.add)
+        self._recent_columns().add(  # (DeliverAfterIndex.add)
+            deliver_after, header_base, pos, last_offset_delta, size)
         self.next_offset = header_base + last_offset_delta + 1
         return pos
+
+    cdef RecentColumns _recent_columns(self):
+        """The deliverAfter index's recent columns, which `append` adds to: kept from one
+        append to the next while the index is the same and has not replaced them
+        (`RecentColumns.retired`), else read from it again."""
+        cdef RecentColumns recent = self._recent
+        if recent is None or recent.retired or self._recent_of is not self.dly_index:
+            recent = <RecentColumns?>self.dly_index.recent_columns
+            self._recent, self._recent_of = recent, self.dly_index
+        return recent
 
     cpdef int64_t append_many(self, bytes data, const int64_t[:, ::1] entries,
                               int64_t index_interval_bytes, bint sync=False,

@@ -186,3 +186,48 @@ def test_a_tail_stands_alone_and_reads_its_first_timestamp_itself(tmp_path):
     finally:
         again.size = 0
         again.close()
+
+
+def _batch(base: int, ts: int) -> bytes:
+    return bytes(codec.encode_batch(base_offset=base, base_timestamp=ts, deliver_after=ts,
+                                    keys=[None], values=[b"v"]))
+
+
+def test_appends_follow_an_index_that_replaced_its_recent_columns(tmp_path):
+    """The tail keeps the deliverAfter index's recent columns between appends: once the
+    index replaces them (a persist clears its recent entries) or is itself replaced, the
+    next append's entry goes to the index's columns of the moment, never to retired ones."""
+    seg = LogSegment.create(str(tmp_path), 0)
+    try:
+        seg.tail.append(_batch(0, T0), 0, 0, T0, T0, 4096)
+        first = seg.dly_index.recent_columns
+        seg.dly_index.persist(seg.path(".dlyindex"), log_bytes=seg.size, next_offset=1)
+        assert first.retired and seg.dly_index.recent_columns is not first
+        seg.tail.append(_batch(1, T0 + 1), 1, 0, T0 + 5, T0 + 1, 4096)
+        assert len(first) == 1 and len(seg.dly_index.recent_columns) == 1
+        fresh = DeliverAfterIndex(0)
+        seg.dly_index = fresh  # (as a deferred load or compaction's rewrite sets it)
+        seg.tail.append(_batch(2, T0 + 2), 2, 0, T0 + 9, T0 + 2, 4096)
+        assert len(fresh.recent_columns) == 1
+        assert fresh.recent_columns.da.raw().tolist() == [0]  # (relative to T0 + 9)
+    finally:
+        seg.close()
+
+
+def test_appends_after_a_roll_go_to_the_new_segment(tmp_path):
+    """The writer keeps the active tail between appends until a roll retires it: every
+    append after a roll lands in the new active segment, and each segment's index holds
+    exactly its own batches."""
+    t = [T0]
+    with Log.open(str(tmp_path), config=LogConfig(), clock=lambda: t[0]) as log:
+        for i in range(7):
+            log.append(Record(b"v%d" % i), deliver_after=T0 + 100 - i)
+            if i in (2, 3):
+                log.roll()
+        segments = log._segments
+        assert segments.active.next_offset == 7
+        assert [(seg.base_offset, len(seg.dly_index)) for seg in segments] == \
+            [(0, 3), (3, 1), (4, 3)]
+        t[0] = T0 + 200
+        got = log.fetch(max_records=10)
+        assert [r.offset for r in got.records] == [6, 5, 4, 3, 2, 1, 0]
