@@ -11,7 +11,7 @@ import os
 import shutil
 
 import pytest
-from view_support import T0, FakeClock, numbering
+from view_support import T0, FakeClock, numbering, segmented_log
 
 from kdelay import Log, LogConfig, Record
 from kdelay.broker import delivery_view
@@ -25,19 +25,8 @@ CONFIG = LogConfig(retention_ms=1000, compaction_min_ratio=0)
 
 
 def _setup(path: str) -> None:
-    """A log of three sealed segments and an active one, records due over 0..900 ms, two
-    cancelled; flushed (the crashes below are the view's, not the log's appends)."""
-    clock = FakeClock(T0)
-    log = Log.open(path, config=CONFIG, clock=clock)
-    for seg in range(4):
-        for i in range(3):
-            log.append([Record(b"%d-%d-%d" % (seg, i, j)) for j in range(3)],
-                       deliver_after=T0 + ((seg * 7 + i * 5) % 10) * 100)
-        if seg < 3:
-            log.roll()
-    log.cancel([4, 31])
-    log.flush()
-    log.close()
+    """segmented_log with records 4 and 31 cancelled, closed."""
+    segmented_log(path, CONFIG, FakeClock(T0), [4, 31]).close()
 
 
 def _script(path: str, clock: FakeClock, opened: list, seen: dict[int, int]) -> None:

@@ -14,7 +14,7 @@ import signal
 
 import pytest
 from produce_support import broker_process, stop
-from view_support import T0, FakeClock, decode_served, numbering
+from view_support import T0, FakeClock, decode_served, numbering, segmented_log
 from wire_support import connect, fetch
 
 from kdelay import Log, LogConfig, Record, Topic
@@ -27,19 +27,9 @@ RETENTION = LogConfig(retention_ms=1000, compaction_min_ratio=0)
 
 
 def _log_of_segments(path: str, config: LogConfig, clock: FakeClock) -> Log:
-    """Three sealed segments and an active one, 3 batches of 3 records each, due over
-    0..900 ms after T0, one record cancelled (flushed: the crashes here are the view's);
-    the clock then moved on 5 s."""
-    log = Log.open(path, config=config, clock=clock)
-    for seg in range(4):
-        for i in range(3):
-            log.append([Record(b"%d-%d-%d" % (seg, i, j)) for j in range(3)],
-                       deliver_after=T0 + ((seg * 7 + i * 5) % 10) * 100)
-        if seg < 3:
-            log.roll()
-    log.cancel([4])
-    log.flush()
-    clock.advance(5000)  # all due
+    """segmented_log with record 4 cancelled; the clock then moved on 5 s (all due)."""
+    log = segmented_log(path, config, clock, [4])
+    clock.advance(5000)
     return log
 
 

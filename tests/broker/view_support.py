@@ -1,9 +1,12 @@
-"""Helpers of the due-order view's tests: served batches decoded by kafka-python (an
-oracle nobody here wrote), and a view's numbering as a dict."""
+"""Helpers of the due-order view's tests: a log of several segments with records due out
+of order, served batches decoded by kafka-python (an oracle nobody here wrote), and a
+view's numbering as a dict."""
 
 from __future__ import annotations
 
 from kafka.record.default_records import DefaultRecordBatch
+
+from kdelay import Log, LogConfig, Record
 
 T0 = 1_700_000_000_000  # a fixed epoch-ms start for fake clocks
 
@@ -21,6 +24,23 @@ class FakeClock:
     def advance(self, ms: int) -> int:
         self.t += ms
         return self.t
+
+
+def segmented_log(path: str, config: LogConfig, clock: FakeClock, cancelled: list[int]
+                  ) -> Log:
+    """Three sealed segments and an active one, 3 batches of 3 records each, due over
+    0..900 ms after T0 out of offset order, the offsets `cancelled` cancelled; flushed
+    (the crashes of the tests using it are the view's, not the log's appends). Open."""
+    log = Log.open(path, config=config, clock=clock)
+    for seg in range(4):
+        for i in range(3):
+            log.append([Record(b"%d-%d-%d" % (seg, i, j)) for j in range(3)],
+                       deliver_after=T0 + ((seg * 7 + i * 5) % 10) * 100)
+        if seg < 3:
+            log.roll()
+    log.cancel(cancelled)
+    log.flush()
+    return log
 
 
 def decode_served(data: bytes | bytearray) -> list[tuple[int, int, object, object, list, int]]:
