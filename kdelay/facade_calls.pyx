@@ -98,20 +98,33 @@ def append(log, records, *, deliver_after=None, delay_ms=None):
             batch = records_batch_of(records, deliver_after, parts.delays_allowed)
         if batch is None:  # for the Python path to judge
             return log._append_judged(records, deliver_after, delay_ms)
-        release = parts._release  # (the lock's, even if a call under it replaced it)
-        parts._acquire()
-        try:
-            if parts.closed:
-                log._check_open()
-            result = parts.writer.append(batch, requested_of(batch))
-            parts.notices.under_lock(result)
-        finally:
-            release()
-        if parts.notices.listeners:
-            parts.notices.after(result)
-        return result
+        return _write_batch(log, parts, batch, requested_of(batch))
     except OSError as e:
         raise_write_error(e, "append", log.path)
+
+
+def write_batch(log, columns, requested):
+    """Append checked `columns` (a RecordsBatch or BatchColumns) as one batch: what every
+    append does once its records are judged (the Log's Python paths call it; `append`
+    calls it in C). OSError is the caller's to word."""
+    return _write_batch(log, <CallParts?>log._call_parts, columns, requested)
+
+
+cdef inline object _write_batch(log, CallParts parts, columns, requested):
+    """Under the Log's lock: the closed check, the write, the notices to waiting fetches;
+    after it, the append listeners."""
+    release = parts._release  # (the lock's, even if a call under it replaced it)
+    parts._acquire()
+    try:
+        if parts.closed:
+            log._check_open()
+        result = parts.writer.append(columns, requested)
+        parts.notices.under_lock(result)
+    finally:
+        release()
+    if parts.notices.listeners:
+        parts.notices.after(result)
+    return result
 
 
 def fetch(log, after=None, *, max_records=500, max_bytes=1 << 20, max_wait_ms=0):

@@ -216,14 +216,7 @@ class Log(forks.Owned):
 
     def _append_requested(self, columns: BatchColumns | RecordsBatch,
                           requested: int | None) -> AppendResult:
-        with self._lock:
-            if self._closed:
-                self._check_open()
-            result = self._writer.append(columns, requested)
-            self._notices.under_lock(result)
-        if self._notices.listeners:
-            self._notices.after(result)
-        return result
+        return facade_calls.write_batch(self, columns, requested)  # (as `append`'s, in C)
 
     @write_errors
     def roll(self) -> None:
