@@ -14,16 +14,12 @@ import pytest
 
 from kdelay import CorruptLogError, Log, Record
 from kdelay.log.tiered.cancelled_object import CANCELLATIONS_SUFFIX
-from kdelay.log.tiered.sync import RemoteSync
 from kdelay.testing.checks import fetch_everything
 from kdelay.testing.store_faults import StoreFaults
 
+pytestmark = pytest.mark.usefixtures("no_background_sync")
+
 CONFIG = dict(segment_bytes=1024, index_interval_bytes=128)
-
-
-@pytest.fixture(autouse=True)
-def no_background_sync(monkeypatch):
-    monkeypatch.setattr(RemoteSync, "start", lambda self: None)
 
 
 def _fill(log: Log, n: int = 40) -> None:

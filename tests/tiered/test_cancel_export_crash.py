@@ -13,18 +13,13 @@ import shutil
 import pytest
 
 from kdelay import Log, Record
-from kdelay.log.tiered.sync import RemoteSync
 from kdelay.testing.checks import fetch_everything
 from kdelay.testing.faults import CRASH_MODES, FaultInjector
 from kdelay.testing.store_faults import StoreFaults, crash_during
 
+pytestmark = pytest.mark.usefixtures("no_background_sync")
+
 CONFIG = dict(segment_bytes=1024, index_interval_bytes=128)
-
-
-@pytest.fixture(autouse=True)
-def no_background_sync(monkeypatch):
-    """Only the test's own passes run: a crash point is the same operation every time."""
-    monkeypatch.setattr(RemoteSync, "start", lambda self: None)
 
 
 def _protocol(log: Log) -> None:

@@ -15,7 +15,6 @@ import pytest
 from kdelay import Log, Record
 from kdelay.log.segments.layout import REMOTE_SUFFIX, parse_segment_name
 from kdelay.log.tiered import manifest
-from kdelay.log.tiered.sync import RemoteSync
 from kdelay.remote.store import RemoteStore
 from kdelay.testing.faults import CRASH_MODES, FaultInjector, SimulatedCrash
 from kdelay.testing.store_faults import StoreFaults, crash_during
@@ -76,12 +75,6 @@ def _check(directory: str, file_remote, clock, allowed_start: int) -> None:
                 assert manifest.manifest_name(parsed[0]) in listing, name
     finally:
         log.close()
-
-
-@pytest.fixture
-def no_background_sync(monkeypatch):
-    """Only the test's own passes run: a crash point is the same operation every time."""
-    monkeypatch.setattr(RemoteSync, "start", lambda self: None)
 
 
 def _store_dir(file_remote) -> str:

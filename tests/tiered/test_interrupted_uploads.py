@@ -10,16 +10,12 @@ import os
 import pytest
 
 from kdelay import Log, LogConfig, Record, RemoteStorageError
-from kdelay.log.tiered.sync import RemoteSync
 from kdelay.testing.checks import read_everything
 from kdelay.testing.store_cut import CuttingProxy
 
+pytestmark = pytest.mark.usefixtures("no_background_sync")
+
 BUCKET = "kdelay-test"
-
-
-@pytest.fixture(autouse=True)
-def no_background_sync(monkeypatch):
-    monkeypatch.setattr(RemoteSync, "start", lambda self: None)
 
 
 def _s3(options: dict):

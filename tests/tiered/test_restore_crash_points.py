@@ -16,7 +16,6 @@ import pytest
 
 from kdelay import Log, Record
 from kdelay.log.segments.layout import REMOTE_SUFFIX, segment_file
-from kdelay.log.tiered.sync import RemoteSync
 from kdelay.testing.checks import files_under
 from kdelay.testing.faults import CRASH_MODES, FaultInjector
 from kdelay.testing.store_faults import StoreFaults, crash_during
@@ -24,12 +23,6 @@ from kdelay.testing.tiering import check_restored, tiered_history
 
 CONFIG = dict(segment_bytes=1024, index_interval_bytes=128)
 RECORDS = 30  # 4 copied segments
-
-
-@pytest.fixture
-def no_background_sync(monkeypatch):
-    """Only the open runs: a crash point is the same operation every time."""
-    monkeypatch.setattr(RemoteSync, "start", lambda self: None)
 
 
 def _lose_oldest(directory: str, bases: list[int]) -> None:

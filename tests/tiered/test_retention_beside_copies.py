@@ -16,14 +16,10 @@ import pytest
 
 from kdelay import Log, Record
 from kdelay.log.segments.layout import LOG_SUFFIX, REMOTE_SUFFIX, segment_file
-from kdelay.log.tiered.sync import RemoteSync
+
+pytestmark = pytest.mark.usefixtures("no_background_sync")
 
 SMALL = dict(segment_bytes=1024, index_interval_bytes=128, retention_ms=1000)
-
-
-@pytest.fixture(autouse=True)
-def no_background_sync(monkeypatch):
-    monkeypatch.setattr(RemoteSync, "start", lambda self: None)
 
 
 class RetentionInEveryGap:

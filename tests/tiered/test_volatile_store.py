@@ -12,16 +12,12 @@ import shutil
 import pytest
 
 from kdelay import Log, LogConfig, Record, RemoteStorageError
-from kdelay.log.tiered.sync import RemoteSync
 from kdelay.testing.checks import read_everything
 from kdelay.testing.tiering import drop_local
 
+pytestmark = pytest.mark.usefixtures("no_background_sync")
+
 SMALL = dict(segment_bytes=1024, index_interval_bytes=128)
-
-
-@pytest.fixture(autouse=True)
-def no_background_sync(monkeypatch):
-    monkeypatch.setattr(RemoteSync, "start", lambda self: None)
 
 
 @pytest.mark.parametrize("retention", [dict(local_retention_bytes=0),
