@@ -96,7 +96,8 @@ def test_a_damaged_marker_of_a_remote_only_segment_is_restored_from_the_store(ti
     assert marker.read_bytes() == good
 
 
-def test_a_damaged_marker_of_a_local_segment_is_reported_and_copied_again(tiered, clock):
+def test_a_damaged_marker_of_a_local_segment_is_reported_and_copied_again(tiered, clock,
+                                                                         no_background_sync):
     path, cfg, bases, _ = tiered
     marker = pathlib.Path(segment_file(path, bases[2], REMOTE_SUFFIX))
     good = marker.read_bytes()
