@@ -56,6 +56,16 @@ class AnswerTemplate:
         return Encoded((out,))
 
 
+def template_or_none(api_schema: Schema, make: Callable[..., Any], count: int
+                     ) -> AnswerTemplate | None:
+    """An AnswerTemplate of this shape, or None where kio's encoding cannot be one (the
+    caller then encodes each answer with kio, as before)."""
+    try:
+        return AnswerTemplate(api_schema, make, count)
+    except ValueError:
+        return None
+
+
 def _only_place(frame: bytes, marker: bytes) -> int:
     at = frame.find(marker)
     if at < 0 or frame.find(marker, at + 1) >= 0:

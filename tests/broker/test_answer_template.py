@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from kdelay.broker import protocol
-from kdelay.broker.answer_template import AnswerTemplate, Encoded
+from kdelay.broker.answer_template import AnswerTemplate, Encoded, template_or_none
 from kdelay.broker.apis.produce import _answer, _one_partition_answer
 from kdelay.broker.dispatcher import RequestContext
 
@@ -55,6 +55,7 @@ def test_a_shape_without_a_fixed_width_place_for_a_value_is_refused():
         return _answer(context(10), [("t", [(0, ErrorCode.none, None, (), 1, 2, -1)])])
     with pytest.raises(ValueError, match="exactly once"):
         AnswerTemplate(schema, make, 3)
+    assert template_or_none(schema, make, 3) is None  # (its callers then use kio)
 
 
 @given(version=st.integers(0, 4), correlation_id=st.integers(-2**31, 2**31 - 1))

@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32Timedelta
 
 from .. import protocol
-from ..answer_template import AnswerTemplate
+from ..answer_template import template_or_none
 from ..dispatcher import API_VERSIONS_KEY, Api, RequestContext
 from ..responses import element, has
 
@@ -46,12 +46,9 @@ async def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
     a request with kio, the first request of every connection)."""
     answers = ctx.broker.api_versions_answers
     if ctx.api_version not in answers:
-        try:
-            answers[ctx.api_version] = AnswerTemplate(
-                protocol.schema(API_VERSIONS_KEY, ctx.api_version),
-                lambda: api_versions_response(ctx.response_type, ctx.broker.dispatcher), 0)
-        except ValueError:  # the marker not found once: kio encodes each answer
-            answers[ctx.api_version] = None
+        answers[ctx.api_version] = template_or_none(
+            protocol.schema(API_VERSIONS_KEY, ctx.api_version),
+            lambda: api_versions_response(ctx.response_type, ctx.broker.dispatcher), 0)
     template = answers[ctx.api_version]
     if template is None:
         return api_versions_response(ctx.response_type, ctx.broker.dispatcher)

@@ -28,7 +28,7 @@ from kio.schema.types import ProducerId
 
 from ...errors import CorruptBatchError, InvalidRecordError, KdelayError, LogWriteError
 from .. import protocol
-from ..answer_template import AnswerTemplate
+from ..answer_template import AnswerTemplate, template_or_none
 from ..dispatcher import Api, RequestContext
 from ..producer_state import ProducerStates, Verdict, expiration_ms
 from ..responses import element, has, make
@@ -144,12 +144,8 @@ def _one_partition_answer(ctx: RequestContext, topic_name: str, index: int
                     log_start_offset=start, record_errors=(), error_message=None)
         return make(ctx.response_type, responses=(
             make(topic_cls, name=topic_name, partition_responses=(part,)),))
-    try:
-        template: AnswerTemplate | None = AnswerTemplate(
-            protocol.schema(0, ctx.api_version), make_answer, 3)
-    except ValueError:
-        template = None
-    templates[key] = template
+    template = templates[key] = template_or_none(protocol.schema(0, ctx.api_version),
+                                                 make_answer, 3)
     return template
 
 
