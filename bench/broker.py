@@ -3,7 +3,7 @@ cluster (`test.mock.num.brokers=1`: an in-memory C broker inside the client proc
 
 Produce: one confluent-kafka Producer (linger.ms=5, acks=1) sends N records (16 B keys,
 100 B values) into partition 0, against `kdelay serve` (a child process) and against the
-mock, alternating, R rounds; the time runs from the first produce() to flush()'s return
+mock, in an order reversed every other round, R rounds; the time runs from the first produce() to flush()'s return
 (every delivery report in). Two workloads:
 - `delay0`: every record carries `kdelay.delay_ms: 0`;
 - `mixed`: half carry no header, 30 % a retry backoff of 1-8 s, 20 % a delay uniform over
@@ -33,6 +33,7 @@ paired rounds on the same loaded machine.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import random
@@ -82,6 +83,8 @@ def produce(config: dict, records: list, at_start: Callable[[], None] | None = N
     p = Producer({"linger.ms": 5, "acks": 1, **config})
     p.produce(TOPIC, b"warm", partition=0, on_delivery=report)  # metadata, connection
     p.flush(60)
+    gc.collect()  # each side's window starts from a collected heap (the records' ~1 M
+    # tracked objects are traversed by every full collection in it, alike for both)
     if at_start is not None:
         at_start()
     started = time.perf_counter()
@@ -207,7 +210,8 @@ def rss_kb(pid: int) -> int:
 
 
 def produce_rounds(args: argparse.Namespace, workdir: str) -> list[str]:
-    """Each round: the kdelay broker (and --baseline's), then the mock; medians."""
+    """Each round: the kdelay broker (and --baseline's) and the mock, in an order reversed
+    every other round; medians."""
     rows = []
     holder, mock = mock_bootstrap()
     brokers = [("kdelay", None)] + ([("baseline", args.baseline)] if args.baseline else [])
@@ -217,8 +221,15 @@ def produce_rounds(args: argparse.Namespace, workdir: str) -> list[str]:
         cpus: dict[str, list[float]] = {name: [] for name, _ in brokers}
         setups: dict[str, list[float]] = {name: [] for name, _ in brokers}
         theirs, mock_cpu = [], []
+        sides = brokers + [("mock", None)]
         for r in range(args.rounds):
-            for name, tree in (brokers if r % 2 == 0 else brokers[::-1]):
+            for name, tree in (sides if r % 2 == 0 else sides[::-1]):
+                if name == "mock":
+                    mock_marks: list[float] = []
+                    theirs.append(produce({"bootstrap.servers": mock}, records,
+                                          lambda m=mock_marks: m.append(mock_cpu_s())))
+                    mock_cpu.append(mock_cpu_s() - mock_marks[0])
+                    continue
                 root = tempfile.mkdtemp(dir=workdir)
                 proc, bootstrap, _ = start_broker(root, "num.partitions=1",
                                                   "delayed.delivery.max.spread.ms=1000",
@@ -234,10 +245,6 @@ def produce_rounds(args: argparse.Namespace, workdir: str) -> list[str]:
                     proc.terminate()
                     proc.wait(60)
                     shutil.rmtree(root, ignore_errors=True)
-            mock_marks: list[float] = []
-            theirs.append(produce({"bootstrap.servers": mock}, records,
-                                  lambda m=mock_marks: m.append(mock_cpu_s())))
-            mock_cpu.append(mock_cpu_s() - mock_marks[0])
             print(f"{workload} round {r}: " + ", ".join(
                 f"{name} {args.records / times[name][-1]:,.0f} rec/s "
                 f"({cpus[name][-1] / args.records * 1e9:,.0f} ns/record of CPU; setup "

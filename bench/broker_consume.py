@@ -12,17 +12,20 @@ both.
   the time includes numbering them (the due-order view) on the first fetches. The mock's
   are produced by a confluent Producer (linger.ms=5) before its clock starts. Each broker
   first serves one record of another topic, untimed (kdelay's first answer of each
-  request kind builds kio's reader and writer for it). Rounds
-  alternate which goes first; medians over `--rounds`. With `--baseline TREE`, each round
-  also runs the broker of another checkout of kdelay (its own built tree, e.g. main's: the
-  child runs with TREE first on its path) over the same records, the three in a rotating
-  order, for paired before/after figures. With `--repeat K`, each broker then serves K
-  more consumes of the same records, whose CPU is reported apart: the serving path
-  without the first consume's one-off work (numbering the records, creating the views'
+  request kind builds kio's reader and writer for it). Both sides' timed consumes start
+  from a collected heap, with nothing of the bench's own setup alive (the client's full
+  collections traverse all of it: see `_write_topics`). Rounds alternate which goes
+  first; medians over `--rounds`. With `--baseline TREE`, each round also runs the
+  broker of another checkout of kdelay (its own built tree, e.g. main's: the child runs
+  with TREE first on its path) over the same records, the three in a rotating order, for
+  paired before/after figures. With `--repeat K`, each broker then serves K more
+  consumes of the same records, whose CPU is reported apart: the serving path without
+  the first consume's one-off work (numbering the records, creating the views'
   files, mapping the segments).
 - the time to the first batch: when the first consume's first `consume(10_000)` call came
-  back (10,000 records handed over, Python messages made), where most of the difference
-  between the brokers lies.
+  back (10,000 records handed over, Python messages made): the first answers' size sets
+  it (the mock answers one stored batch a partition; kdelay up to the client's 1 MB), and
+  the whole consume does not follow it (docs/performance.md).
 - CPU: the broker's own, per record: the broker process's threads for kdelay, the mock's
   `rdk:mock` thread for the mock, read from /proc's schedstat (nanoseconds; /proc/PID/stat
   counts 10 ms ticks, a few per consume).
@@ -343,7 +346,7 @@ def consume_rounds(args: argparse.Namespace) -> list[str]:
                    f"| {a_cpu * 1e3:.1f} ms ({a_cpu / args.records * 1e9:,.0f} ns/record) | "
                    f"{b_cpu * 1e3:.1f} ms ({b_cpu / args.records * 1e9:,.0f} ns/record) | "
                    f"{cpu_ratio:.1f}x (median per round) |")
-    for k in sides:  # where most of the difference between the brokers lies
+    for k in sides:
         lead = ""
         if k != "mock":
             behind = statistics.median(a - b for a, b in zip(starts[k], starts["mock"],
