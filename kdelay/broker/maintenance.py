@@ -26,12 +26,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kdelay.broker")
 
-DEFAULT_INTERVAL_MS = 300_000
-
-
 def interval_s(settings: BrokerSettings) -> float:
-    return settings.int_config("log.retention.check.interval.ms", DEFAULT_INTERVAL_MS,
-                                      minimum=1) / 1000
+    return int(settings.config("log.retention.check.interval.ms")) / 1000
 
 
 def run_pass(broker: BrokerState) -> int:

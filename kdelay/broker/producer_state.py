@@ -49,19 +49,20 @@ from .producer_snapshot import (
     read_snapshot,
     write_snapshot,
 )
+from .settings import BROKER_CONFIGS
 
 if TYPE_CHECKING:
     from .settings import BrokerSettings
 
 log = logging.getLogger("kdelay.broker")
 
-DEFAULT_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms
+DEFAULT_EXPIRATION_MS = int(BROKER_CONFIGS["producer.id.expiration.ms"].default)
 _SEQ_WRAP = 1 << 31
 
 
 def expiration_ms(settings: BrokerSettings) -> int:
     """`producer.id.expiration.ms`, broker-wide (BrokerConfigError if it is not >= 1)."""
-    return settings.int_config("producer.id.expiration.ms", DEFAULT_EXPIRATION_MS, minimum=1)
+    return int(settings.config("producer.id.expiration.ms"))
 
 
 @dataclass

@@ -17,12 +17,13 @@ from .connection import Connection
 from .dispatcher import Dispatcher
 from .errors import BrokerConfigError
 from .frame_stream import FrameStream
-from .maintenance import interval_s, maintain
-from .producer_state import expiration_ms
+from .groups.share_configs import SPECS as GROUP_SPECS
+from .maintenance import maintain
 from .security import credentials, tls
-from .settings import BrokerSettings, parse_host_port
+from .settings import BROKER_CONFIGS, BrokerSettings, parse_host_port
 from .state import BrokerState
-from .topic_configs import TopicConfigs
+from .topic_configs import REMOTE_OPTION_PREFIX, REMOTE_STORAGE, TopicConfigs
+from .topic_configs import SPECS as TOPIC_SPECS
 
 if TYPE_CHECKING:
     from .ops.http import OperationsEndpoint
@@ -32,15 +33,25 @@ log = logging.getLogger("kdelay.broker")
 
 def check_defaults(settings: BrokerSettings) -> None:
     """Refuse bad broker-wide defaults at start (BrokerConfigError), not at the first
-    topic they would make."""
+    topic they would make; warn of names nothing reads (a typo would otherwise leave its
+    default in force unnoticed)."""
     try:
         TopicConfigs({}, settings.configs)
     except InvalidConfigError as e:
         raise BrokerConfigError(str(e)) from None
-    settings.int_config("num.partitions", 1, minimum=1)
-    settings.bool_config("auto.create.topics.enable", True)
-    interval_s(settings)
-    expiration_ms(settings)
+    for name in BROKER_CONFIGS:
+        settings.config(name)
+    unknown = sorted(n for n in settings.configs if not known_config(n))
+    if unknown:
+        log.warning("ignoring --config names the broker does not know: %s",
+                    ", ".join(unknown))
+
+
+def known_config(name: str) -> bool:
+    """Whether a --config name is read: the broker's own, a topic config's default, a
+    share group config's default, or the tiered store's URL and options."""
+    return name in BROKER_CONFIGS or name in TOPIC_SPECS or name in GROUP_SPECS or \
+        name == REMOTE_STORAGE or name.startswith(REMOTE_OPTION_PREFIX)
 
 
 class Server:

@@ -1,7 +1,10 @@
 """Broker-wide settings: the listener and the `--config KEY=VALUE` defaults.
 
 Topic-level names given as broker-wide defaults (e.g. `retention.ms`) are kept as given and
-read by the topic configs; the names below are the broker's own.
+read by the topic configs (share group names likewise by the group configs); the broker's
+own names, with their defaults and least values, are BROKER_CONFIGS, read through
+`BrokerSettings.config`. A name none of these knows is named in a warning at start (as
+Kafka does: a properties file may carry another broker's settings), never silently taken.
 """
 
 from __future__ import annotations
@@ -21,6 +24,42 @@ def parse_host_port(text: str, what: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+@dataclass(frozen=True)
+class BrokerConfig:
+    """One of the broker's own names: an integer with its least value, or a boolean."""
+    name: str
+    default: int | bool | None  # None: worked out at start (max.connections)
+    minimum: int = 0
+    doc: str = ""
+
+
+BROKER_CONFIGS: dict[str, BrokerConfig] = {c.name: c for c in (
+    BrokerConfig("num.partitions", 1, 1,
+                 "partitions of an auto-created topic, or one created without a count"),
+    BrokerConfig("auto.create.topics.enable", True,
+                 doc="create a topic a producer or a consumer names"),
+    BrokerConfig("log.retention.check.interval.ms", 300_000, 1,
+                 "how often retention, compaction and the tiered sync run"),
+    BrokerConfig("socket.request.max.bytes", 104_857_600, 1, "the largest request frame"),
+    BrokerConfig("kdelay.frame.timeout.ms", 30_000, 1,
+                 "a request that has started must arrive within this"),
+    BrokerConfig("max.connections", None, 1,
+                 "more are closed as they come (default: the descriptor limit less 1024)"),
+    BrokerConfig("producer.id.expiration.ms", 86_400_000, 1,
+                 "an idempotent producer's state is dropped after this long idle"),
+    BrokerConfig("group.initial.rebalance.delay.ms", 3_000, 0,
+                 "a new classic group waits this long for more members"),
+    BrokerConfig("group.consumer.session.timeout.ms", 45_000, 1,
+                 "a KIP-848 member silent this long leaves its group"),
+    BrokerConfig("group.consumer.heartbeat.interval.ms", 5_000, 1,
+                 "how often a KIP-848 member is told to heartbeat"),
+    BrokerConfig("group.share.session.timeout.ms", 45_000, 1,
+                 "a share group member silent this long leaves and releases its records"),
+    BrokerConfig("group.share.heartbeat.interval.ms", 5_000, 1,
+                 "how often a share group member is told to heartbeat"),
+)}
+
+
 @dataclass
 class BrokerSettings:
     listen: tuple[str, int] = ("127.0.0.1", 9092)
@@ -31,25 +70,26 @@ class BrokerSettings:
     max_connections: int = 1000  # more are closed as they come (Kafka's max.connections)
     configs: dict[str, str] = field(default_factory=dict)  # every --config, as given
 
-    def int_config(self, name: str, default: int, minimum: int = 0) -> int:
+    def config(self, name: str) -> int | bool:
+        """The value of one of BROKER_CONFIGS: given, else its default (BrokerConfigError
+        for a value that is not one; KeyError for a name it does not list)."""
+        spec = BROKER_CONFIGS[name]
         text = self.configs.get(name)
+        if isinstance(spec.default, bool):
+            if text is None:
+                return spec.default
+            if text.lower() not in ("true", "false"):
+                raise BrokerConfigError(f"{name} must be true or false, got {text!r}")
+            return text.lower() == "true"
         if text is None:
-            return default
+            return default_max_connections() if spec.default is None else spec.default
         try:
             value = int(text)
         except ValueError:
             raise BrokerConfigError(f"{name} must be an integer, got {text!r}") from None
-        if value < minimum:
-            raise BrokerConfigError(f"{name} must be >= {minimum}, got {value}")
+        if value < spec.minimum:
+            raise BrokerConfigError(f"{name} must be >= {spec.minimum}, got {value}")
         return value
-
-    def bool_config(self, name: str, default: bool) -> bool:
-        text = self.configs.get(name)
-        if text is None:
-            return default
-        if text.lower() not in ("true", "false"):
-            raise BrokerConfigError(f"{name} must be true or false, got {text!r}")
-        return text.lower() == "true"
 
 
 def default_max_connections() -> int:
@@ -67,9 +107,7 @@ def settings_from(listen: str = DEFAULT_LISTEN, advertised: str | None = None,
     s = BrokerSettings(listen=parse_host_port(listen, "listen"),
                        advertised=parse_host_port(advertised, "advertised listener")
                        if advertised else None, configs=configs)
-    s.socket_request_max_bytes = s.int_config("socket.request.max.bytes",
-                                              s.socket_request_max_bytes, minimum=1)
-    s.frame_timeout_s = s.int_config("kdelay.frame.timeout.ms",
-                                     int(s.frame_timeout_s * 1000), minimum=1) / 1000
-    s.max_connections = s.int_config("max.connections", default_max_connections(), minimum=1)
+    s.socket_request_max_bytes = int(s.config("socket.request.max.bytes"))
+    s.frame_timeout_s = int(s.config("kdelay.frame.timeout.ms")) / 1000
+    s.max_connections = int(s.config("max.connections"))
     return s

@@ -34,17 +34,17 @@ class BrokerState:
         self.served = ServedPartitions(self.topics)  # what consumers read of each partition
         # a topic reopened (new configs, more partitions) or deleted: its views go
         self.topics.add_listener(lambda name, event: self.served.forget(name))
-        self.groups = GroupCoordinator(settings.int_config(
-            "group.initial.rebalance.delay.ms", 3000))  # classic consumer groups
+        self.groups = GroupCoordinator(int(settings.config(
+            "group.initial.rebalance.delay.ms")))  # classic consumer groups
         self.consumer_groups = ConsumerGroups(  # KIP-848's: the broker assigns
             self._partition_count,
-            settings.int_config("group.consumer.session.timeout.ms", 45_000, minimum=1),
-            settings.int_config("group.consumer.heartbeat.interval.ms", 5_000, minimum=1))
+            int(settings.config("group.consumer.session.timeout.ms")),
+            int(settings.config("group.consumer.heartbeat.interval.ms")))
         self.offsets = OffsetStore(self.served)  # committed offsets of both kinds
         self.share_groups = ShareGroups(  # share groups: kdelay's queue groups
             self.topics, GroupConfigStore(root, settings.configs),
-            settings.int_config("group.share.session.timeout.ms", 45_000, minimum=1),
-            settings.int_config("group.share.heartbeat.interval.ms", 5_000, minimum=1))
+            int(settings.config("group.share.session.timeout.ms")),
+            int(settings.config("group.share.heartbeat.interval.ms")))
         self.topics.add_listener(self.share_groups.forget_topic)
         self.connections: set[Connection] = set()
         self.sasl_users: dict[str, User] | None = None  # None: no SASL on the listener

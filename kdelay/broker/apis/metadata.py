@@ -30,9 +30,9 @@ _NO_ID = uuid.UUID(int=0)
 def auto_create(broker: BrokerState, name: str) -> ErrorCode:
     """Create a missing topic with the broker's defaults, where auto-creation is on:
     none, or the error a client is to see for the name."""
-    if not broker.settings.bool_config("auto.create.topics.enable", True):
+    if not broker.settings.config("auto.create.topics.enable"):
         return ErrorCode.unknown_topic_or_partition
-    partitions = broker.settings.int_config("num.partitions", 1, minimum=1)
+    partitions = int(broker.settings.config("num.partitions"))
     try:
         broker.topics.create(name, partitions)
     except InvalidTopicError:

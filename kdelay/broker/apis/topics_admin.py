@@ -42,7 +42,7 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     registry = ctx.broker.topics
     result_cls = element(ctx.response_type, "topics")
     config_cls = element(result_cls, "configs") if has(result_cls, "configs") else None
-    default_partitions = ctx.broker.settings.int_config("num.partitions", 1, minimum=1)
+    default_partitions = int(ctx.broker.settings.config("num.partitions"))
     results = []
     for t in request.topics:
         partitions = default_partitions if t.num_partitions == -1 else t.num_partitions
