@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .errors import BrokerConfigError
+from .topic_configs import BOOLEAN, INT, LONG
 
 DEFAULT_LISTEN = "127.0.0.1:9092"
 
@@ -26,36 +27,39 @@ def parse_host_port(text: str, what: str) -> tuple[str, int]:
 
 @dataclass(frozen=True)
 class BrokerConfig:
-    """One of the broker's own names: an integer with its least value, or a boolean."""
+    """One of the broker's own names: an integer with its least value, or a boolean; its
+    type as DescribeConfigs shows it (Kafka's ConfigType: topic_configs.INT, ...)."""
     name: str
+    config_type: int
     default: int | bool | None  # None: worked out at start (max.connections)
     minimum: int = 0
     doc: str = ""
 
 
 BROKER_CONFIGS: dict[str, BrokerConfig] = {c.name: c for c in (
-    BrokerConfig("num.partitions", 1, 1,
+    BrokerConfig("num.partitions", INT, 1, 1,
                  "partitions of an auto-created topic, or one created without a count"),
-    BrokerConfig("auto.create.topics.enable", True,
+    BrokerConfig("auto.create.topics.enable", BOOLEAN, True,
                  doc="create a topic a producer or a consumer names"),
-    BrokerConfig("log.retention.check.interval.ms", 300_000, 1,
+    BrokerConfig("log.retention.check.interval.ms", LONG, 300_000, 1,
                  "how often retention, compaction and the tiered sync run"),
-    BrokerConfig("socket.request.max.bytes", 104_857_600, 1, "the largest request frame"),
-    BrokerConfig("kdelay.frame.timeout.ms", 30_000, 1,
+    BrokerConfig("socket.request.max.bytes", INT, 104_857_600, 1,
+                 "the largest request frame"),
+    BrokerConfig("kdelay.frame.timeout.ms", INT, 30_000, 1,
                  "a request that has started must arrive within this"),
-    BrokerConfig("max.connections", None, 1,
+    BrokerConfig("max.connections", INT, None, 1,
                  "more are closed as they come (default: the descriptor limit less 1024)"),
-    BrokerConfig("producer.id.expiration.ms", 86_400_000, 1,
+    BrokerConfig("producer.id.expiration.ms", INT, 86_400_000, 1,
                  "an idempotent producer's state is dropped after this long idle"),
-    BrokerConfig("group.initial.rebalance.delay.ms", 3_000, 0,
+    BrokerConfig("group.initial.rebalance.delay.ms", INT, 3_000, 0,
                  "a new classic group waits this long for more members"),
-    BrokerConfig("group.consumer.session.timeout.ms", 45_000, 1,
+    BrokerConfig("group.consumer.session.timeout.ms", INT, 45_000, 1,
                  "a KIP-848 member silent this long leaves its group"),
-    BrokerConfig("group.consumer.heartbeat.interval.ms", 5_000, 1,
+    BrokerConfig("group.consumer.heartbeat.interval.ms", INT, 5_000, 1,
                  "how often a KIP-848 member is told to heartbeat"),
-    BrokerConfig("group.share.session.timeout.ms", 45_000, 1,
+    BrokerConfig("group.share.session.timeout.ms", INT, 45_000, 1,
                  "a share group member silent this long leaves and releases its records"),
-    BrokerConfig("group.share.heartbeat.interval.ms", 5_000, 1,
+    BrokerConfig("group.share.heartbeat.interval.ms", INT, 5_000, 1,
                  "how often a share group member is told to heartbeat"),
 )}
 

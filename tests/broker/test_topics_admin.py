@@ -1,7 +1,7 @@
 """Topics over the wire: Metadata at every version (node 0 at the advertised listener, leader
 of every partition, topic ids that survive a restart), auto-creation and its switch,
 CreateTopics/DeleteTopics/CreatePartitions and DescribeConfigs/IncrementalAlterConfigs from
-confluent-kafka's and kafka-python's admin clients; configs persist in ROOT, map onto
+confluent-kafka's and kafka-python's admin clients (the broker's own configs read-only); configs persist in ROOT, map onto
 LogConfig, and a bad one is refused with INVALID_CONFIG naming it, changing nothing."""
 
 from __future__ import annotations
@@ -140,6 +140,43 @@ def test_kafka_python_admin(broker):
     finally:
         a.close()
     assert broker._server.state.topics.get("kp-admin") is None
+
+
+def test_the_broker_describes_its_own_configs_read_only(broker):
+    """DescribeConfigs on BROKER 0 (what admin tools and UIs ask at start): the broker's own
+    configs, given (source 4) or default (5), and the topic defaults given with --config;
+    every one read-only, and an alteration refused, changing nothing. Another broker id is
+    refused."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    from kdelay.broker.settings import BROKER_CONFIGS
+    a = admin(broker)
+    resource = ConfigResource(ConfigResource.Type.BROKER, "0")
+    described = a.describe_configs([resource])[resource].result(TIMEOUT_S)
+    assert set(BROKER_CONFIGS) | {"retention.ms"} == set(described)
+    assert (described["num.partitions"].value, described["num.partitions"].source) == ("3", 4)
+    assert (described["producer.id.expiration.ms"].value,
+            described["producer.id.expiration.ms"].source) == ("86400000", 5)
+    assert described["auto.create.topics.enable"].value == "true"
+    assert described["retention.ms"].value == "3600000"
+    assert all(e.is_read_only for e in described.values())
+
+    change = ConfigResource(ConfigResource.Type.BROKER, "0", incremental_configs=[
+        ConfigEntry("num.partitions", "5", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException, match="--config"):
+        a.incremental_alter_configs([change])[change].result(TIMEOUT_S)
+    assert broker._server.state.settings.config("num.partitions") == 3
+    # (a client sends a BROKER resource to that broker: only a raw request reaches this one)
+    req = load_request_schema(32, 4)
+    res_cls = element(req, "resources")
+    with RawClient(broker.bootstrap_servers) as c:
+        answer = c.request(32, 4, make(req, resources=(
+            make(res_cls, resource_type=4, resource_name="7", configuration_keys=None),),
+            include_synonyms=False, include_documentation=True))
+    (result,) = answer.results
+    assert result.error_code == ErrorCode.invalid_request and "no broker" in \
+        result.error_message
 
 
 def test_auto_create_off_and_configs_and_ids_survive_a_restart(tmp_path):

@@ -3,9 +3,14 @@ resource type.
 
 Each resource type Kafka names (TOPIC 2, BROKER 4, GROUP 32) that the broker answers is a
 `ConfigResource` in `RESOURCES`: how to describe one resource's configs and how to apply
-changes to them. This module registers TOPIC; another module registers GROUP with
-`register(GROUP, ConfigResource(...))` (the group configs of share groups). A resource type
-with no entry is answered with INVALID_REQUEST, changing nothing.
+changes to them. This module registers TOPIC and BROKER; another module registers GROUP
+with `register(GROUP, ConfigResource(...))` (the group configs of share groups). A resource
+type with no entry is answered with INVALID_REQUEST, changing nothing.
+
+BROKER (node 0, the one broker) is described as the process started: its own configs
+(settings.BROKER_CONFIGS) and the topic configs' broker-wide defaults given with
+`--config`, all read-only; an alteration is refused (INVALID_REQUEST), as Kafka refuses
+one of a config it cannot change while running.
 
 An alteration is checked whole before anything changes: an unknown name, a bad value, an
 APPEND/SUBTRACT (no topic config here is a list) or `cleanup.policy=compact` refuses the
@@ -25,7 +30,8 @@ from kio.schema.errors import ErrorCode
 from ...errors import InvalidConfigError, KdelayError
 from ..dispatcher import Api, RequestContext
 from ..responses import element, make
-from ..state import BrokerState
+from ..settings import BROKER_CONFIGS
+from ..state import NODE_ID, BrokerState
 from ..topic_configs import SPECS
 
 TOPIC, BROKER, GROUP = 2, 4, 32
@@ -100,6 +106,47 @@ def alter_topic(broker: BrokerState, name: str, changes: dict[str, str | None],
 
 
 register(TOPIC, ConfigResource(describe_topic, alter_topic))
+
+
+# ---------------------------------------------------------------------------- the broker
+
+STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 4, 5  # Kafka's ConfigSource
+
+
+def describe_broker(broker: BrokerState, name: str, keys: list[str] | None
+                    ) -> list[ConfigEntry]:
+    _this_broker(name)
+    given = broker.settings.configs
+    out = []
+    for key, spec in BROKER_CONFIGS.items():
+        if keys is None or key in keys:
+            value = broker.settings.config(key)
+            text = str(value).lower() if isinstance(value, bool) else str(value)
+            out.append(ConfigEntry(key, text, STATIC_BROKER_CONFIG if key in given
+                                   else DEFAULT_CONFIG, spec.config_type, spec.doc,
+                                   read_only=True))
+    for key, text in given.items():  # the topic configs' broker-wide defaults
+        if key in SPECS and (keys is None or key in keys):
+            out.append(ConfigEntry(key, text, STATIC_BROKER_CONFIG, SPECS[key].config_type,
+                                   SPECS[key].doc, read_only=True))
+    return out
+
+
+def alter_broker(broker: BrokerState, name: str, changes: dict[str, str | None],
+                 validate_only: bool) -> None:
+    _this_broker(name)
+    raise ConfigRefused(ErrorCode.invalid_request,
+                        "the broker's configs are set with --config when it starts; none "
+                        "changes while it runs")
+
+
+def _this_broker(name: str) -> None:
+    if name != str(NODE_ID):
+        raise ConfigRefused(ErrorCode.invalid_request,
+                            f"no broker {name!r}: this is broker {NODE_ID}, the only one")
+
+
+register(BROKER, ConfigResource(describe_broker, alter_broker))
 
 
 # ---------------------------------------------------------------------------- handlers
