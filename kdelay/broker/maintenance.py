@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kdelay.broker")
 
+
 def interval_s(settings: BrokerSettings) -> float:
     return int(settings.config("log.retention.check.interval.ms")) / 1000
 

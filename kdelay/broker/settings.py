@@ -68,8 +68,9 @@ BROKER_CONFIGS: dict[str, BrokerConfig] = {c.name: c for c in (
 class BrokerSettings:
     listen: tuple[str, int] = ("127.0.0.1", 9092)
     advertised: tuple[str, int] | None = None  # None: the bound address
-    socket_request_max_bytes: int = 104_857_600
-    frame_timeout_s: float = 30.0   # a frame that has started must finish within this
+    socket_request_max_bytes: int = int(BROKER_CONFIGS["socket.request.max.bytes"].default)
+    # a frame that has started must finish within this
+    frame_timeout_s: float = int(BROKER_CONFIGS["kdelay.frame.timeout.ms"].default) / 1000
     sasl_required: bool = False
     max_connections: int = 1000  # more are closed as they come (Kafka's max.connections)
     configs: dict[str, str] = field(default_factory=dict)  # every --config, as given
