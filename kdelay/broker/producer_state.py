@@ -49,14 +49,14 @@ from .producer_snapshot import (
     read_snapshot,
     write_snapshot,
 )
-from .settings import BROKER_CONFIGS
+from .settings import int_default
 
 if TYPE_CHECKING:
     from .settings import BrokerSettings
 
 log = logging.getLogger("kdelay.broker")
 
-DEFAULT_EXPIRATION_MS = int(BROKER_CONFIGS["producer.id.expiration.ms"].default)
+DEFAULT_EXPIRATION_MS = int_default("producer.id.expiration.ms")
 _SEQ_WRAP = 1 << 31
 
 

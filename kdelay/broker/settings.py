@@ -64,13 +64,22 @@ BROKER_CONFIGS: dict[str, BrokerConfig] = {c.name: c for c in (
 )}
 
 
+def int_default(name: str) -> int:
+    """The default of one of BROKER_CONFIGS' integers (ValueError for one worked out at
+    start, or a boolean)."""
+    value = BROKER_CONFIGS[name].default
+    if value is None or isinstance(value, bool):
+        raise ValueError(f"{name} has no fixed integer default")
+    return value
+
+
 @dataclass
 class BrokerSettings:
     listen: tuple[str, int] = ("127.0.0.1", 9092)
     advertised: tuple[str, int] | None = None  # None: the bound address
-    socket_request_max_bytes: int = int(BROKER_CONFIGS["socket.request.max.bytes"].default)
+    socket_request_max_bytes: int = int_default("socket.request.max.bytes")
     # a frame that has started must finish within this
-    frame_timeout_s: float = int(BROKER_CONFIGS["kdelay.frame.timeout.ms"].default) / 1000
+    frame_timeout_s: float = int_default("kdelay.frame.timeout.ms") / 1000
     sasl_required: bool = False
     max_connections: int = 1000  # more are closed as they come (Kafka's max.connections)
     configs: dict[str, str] = field(default_factory=dict)  # every --config, as given
