@@ -1,7 +1,8 @@
 """Topics over the wire: Metadata at every version (node 0 at the advertised listener, leader
 of every partition, topic ids that survive a restart), auto-creation and its switch,
 CreateTopics/DeleteTopics/CreatePartitions and DescribeConfigs/IncrementalAlterConfigs from
-confluent-kafka's and kafka-python's admin clients (the broker's own configs read-only); configs persist in ROOT, map onto
+confluent-kafka's and kafka-python's admin clients (the broker's own configs read-only),
+DescribeLogDirs; configs persist in ROOT, map onto
 LogConfig, and a bad one is refused with INVALID_CONFIG naming it, changing nothing."""
 
 from __future__ import annotations
@@ -177,6 +178,50 @@ def test_the_broker_describes_its_own_configs_read_only(broker):
     (result,) = answer.results
     assert result.error_code == ErrorCode.invalid_request and "no broker" in \
         result.error_message
+
+
+def test_log_dirs_show_each_partitions_segment_bytes(broker):
+    """DescribeLogDirs: ROOT as the one log directory, a partition's local segment bytes
+    (kafka-python's admin client, and raw requests at v1 and v4 naming partitions, a
+    missing topic and a missing partition, which are left out), the volume at v4."""
+    import os
+
+    from kafka.admin import KafkaAdminClient
+
+    from kdelay import Record
+    registry = broker._server.state.topics
+    registry.create("sizes", 2)
+    log = registry.get("sizes").partition(0)
+    log.append([Record(b"v" * 1000, key=b"k") for _ in range(10)])
+    log.flush()
+    on_disk = sum(os.path.getsize(os.path.join(log.path, f)) for f in os.listdir(log.path)
+                  if f.endswith(".log"))
+    assert on_disk > 10_000
+
+    a = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    try:
+        (answer,) = a.describe_log_dirs({"sizes": [0, 1]})
+    finally:
+        a.close()
+    (log_dir,) = answer["log_dirs"]
+    assert log_dir["log_dir"] == os.path.abspath(broker._server.state.root)
+    (topic,) = log_dir["topics"]
+    sizes = {p["partition_index"]: p["partition_size"] for p in topic["partitions"]}
+    assert sizes == {0: on_disk, 1: 0}
+
+    with RawClient(broker.bootstrap_servers) as c:
+        for version in (1, 4):
+            req = load_request_schema(35, version)
+            named = (make(element(req, "topics"), topic="sizes", partitions=(0, 7)),
+                     make(element(req, "topics"), topic="no-such-topic", partitions=(0,)))
+            (result,) = c.request(35, version, make(req, topics=named)).results
+            assert result.error_code == ErrorCode.none
+            assert [(t.name, [(p.partition_index, p.partition_size) for p in t.partitions])
+                    for t in result.topics] == [("sizes", [(0, on_disk)])]
+            if version == 4:
+                assert result.total_bytes > result.usable_bytes > 0
+        (every,) = c.request(35, 4, make(load_request_schema(35, 4), topics=None)).results
+    assert "sizes" in {t.name for t in every.topics}
 
 
 def test_auto_create_off_and_configs_and_ids_survive_a_restart(tmp_path):

@@ -12,6 +12,7 @@ FAMILIES = (
     "metadata",
     "topics_admin",
     "configs",
+    "log_dirs",
     "produce",
     "fetch",
     "list_offsets",
