@@ -6,7 +6,7 @@ A partition's size is what Kafka reports: the bytes of its local segment files (
 not its indexes, not what the tiered store holds. A topic or partition the broker does not
 have is left out, as Kafka leaves out what a broker does not host. Admin tools and UIs ask
 for this to show where the disk goes; the operations endpoint's metrics say the same per
-topic. Cost: one directory listing per partition named (a stat per entry).
+topic. Cost: one directory listing per partition named (a stat per segment).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i32Timedelta, i64
 
-from ...log.segments.layout import LOG_SUFFIX
+from ...log.segments.layout import list_segments
 from ..dispatcher import Api, RequestContext
 from ..responses import build, entry_type
 
@@ -56,10 +56,10 @@ async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
 
 
 def segment_bytes(directory: str) -> int:
-    """The bytes of a partition's local segment files (0 for a directory gone meanwhile)."""
+    """The bytes of a partition's local segment files (layout.list_segments: leftovers
+    not counted; 0 for a directory gone meanwhile)."""
     try:
-        with os.scandir(directory) as entries:
-            return sum(e.stat().st_size for e in entries if e.name.endswith(LOG_SUFFIX))
+        return sum(s.log_size for s in list_segments(directory))
     except FileNotFoundError:  # (a topic deleted between the lookup and the listing)
         return 0
 
