@@ -8,7 +8,7 @@ both.
   confluent Consumer with assign() from the beginning, default settings; the clock runs
   from assign() (once Metadata has named the partitions' leader) to the last record
   handed over. kdelay's records are written in process
-  (1,000-record batches, due at once) before `kdelay serve` starts in a child process, so
+  (`--batch-records`, 1,000 by default, a batch each; due at once) before `kdelay serve` starts in a child process, so
   the time includes numbering them (the due-order view) on the first fetches. The mock's
   are produced by a confluent Producer (linger.ms=5) before its clock starts. Each broker
   first serves one record of another topic, untimed (kdelay's first answer of each
@@ -37,7 +37,8 @@ both.
 
     python bench/broker_consume.py [--records 150000] [--rounds 3] [--seconds 20]
         [--baseline /path/to/other/checkout] [--repeat 3]
-        [--consumer-config fetch.queue.backoff.ms=10] [--out bench/results/broker_consume.md]
+        [--consumer-config fetch.queue.backoff.ms=10] [--batch-records 1000]
+        [--out bench/results/broker_consume.md]
 
 librdkafka's defaults make a consume's wall clock bimodal with either broker (see
 STALLED_S): `--consumer-config fetch.queue.backoff.ms=10` takes that backoff out of the
@@ -65,6 +66,7 @@ TOPIC = "bench"
 # of them trip it, with either broker, and such a round takes over a second
 STALLED_S = 1.0
 CONSUMER_CONFIG: dict[str, str] = {}  # --consumer-config: the same for both brokers
+BATCH_RECORDS = 1000  # --batch-records: records per stored batch on kdelay's side
 WARM = "warm"  # one record read first, untimed: each broker has answered every request kind
 MOCK_PARTITIONS = 4  # what the mock gives an auto-created topic
 
@@ -191,7 +193,7 @@ def _consumes(bootstrap: str, partitions: int, count: int, repeat: int, cpu
 
 
 def _write_topics(root: str, records: list[tuple[bytes, bytes]], partitions: int) -> None:
-    """The bench topic (in 1,000-record batches) and the warm one, written in process.
+    """The bench topic (in batches of BATCH_RECORDS) and the warm one, written in process.
     A function of its own so that nothing it made outlives it: the client's full
     collections traverse every live container, and the per-partition lists (150,000
     references) kept alive through the timed consumes made each one ~6 ms dearer,
@@ -201,8 +203,8 @@ def _write_topics(root: str, records: list[tuple[bytes, bytes]], partitions: int
         for p in range(partitions):
             rows = records[p::partitions]
             log = t.partition(p)
-            for i in range(0, len(rows), 1000):
-                log.append([Record(v, key=k) for k, v in rows[i:i + 1000]])
+            for i in range(0, len(rows), BATCH_RECORDS):
+                log.append([Record(v, key=k) for k, v in rows[i:i + BATCH_RECORDS]])
     with Topic.open(root, WARM, partitions=1) as t:
         t.send([Record(b"w")])
 
@@ -390,6 +392,9 @@ def main() -> None:
     ap.add_argument("--consumer-config", action="append", default=[], metavar="KEY=VALUE",
                     help="a confluent Consumer setting for both brokers' consumes (e.g. "
                          "fetch.queue.backoff.ms=10)")
+    ap.add_argument("--batch-records", type=int, default=1000,
+                    help="records per stored batch on kdelay's side (a producer's batches "
+                         "with mixed delays are stored as runs of ~1.4 records)")
     ap.add_argument("--out")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -398,8 +403,12 @@ def main() -> None:
         lateness_child(root, int(rate), float(seconds), int(spread))
         return
     CONSUMER_CONFIG.update(kv.split("=", 1) for kv in args.consumer_config)
+    global BATCH_RECORDS
+    BATCH_RECORDS = args.batch_records
     workdir = args.workdir = tempfile.mkdtemp(prefix="kdelay-bench-")
     lines = ["| measure | kdelay broker | librdkafka mock | ratio |", "|---|---|---|---|"]
+    lines.append(f"| records per stored batch (kdelay's side) | {BATCH_RECORDS:,} | a "
+                 f"producer's batches | |")
     try:
         if args.only in (None, "consume"):
             lines += consume_rounds(args)
